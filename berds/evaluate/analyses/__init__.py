@@ -1,0 +1,1 @@
+"""berds.evaluate.analyses"""

@@ -1,0 +1,153 @@
+"""Files: atomic writes, jsonl with line-numbered errors, TREC run files, manifests, hashing.
+
+Every file berds writes goes through ``atomic_write``: the content lands in a temporary file in the
+same folder, is flushed to disk, then renamed over the target, so a crash leaves the old file or the
+new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import IO, Any, Iterable, Iterator, Mapping
+
+from berds.errors import InputError
+
+PathLike = str | os.PathLike
+
+
+@contextlib.contextmanager
+def atomic_write(path: PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
+    """Open ``path`` for writing so that it appears complete or not at all.
+
+    Use as ``with atomic_write(p) as f: f.write(...)``. On an exception the temporary file is removed
+    and the target is untouched.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    binary = "b" in mode
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode, encoding=None if binary else encoding) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text(path: PathLike, text: str) -> None:
+    with atomic_write(path) as f:
+        f.write(text)
+
+
+def write_json(path: PathLike, obj: Any) -> None:
+    with atomic_write(path) as f:
+        json.dump(obj, f, indent=2, ensure_ascii=False, sort_keys=False)
+        f.write("\n")
+
+
+def read_json(path: PathLike) -> Any:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("file not found", path=path) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte {exc.start})", path=path, fix="re-encode the file as UTF-8") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON: {exc.msg}", path=path, line=exc.lineno) from None
+
+
+def write_jsonl(path: PathLike, records: Iterable[Mapping[str, Any]]) -> int:
+    """Write records one JSON object per line, atomically. Returns the number written."""
+    n = 0
+    with atomic_write(path) as f:
+        for rec in records:
+            f.write(json.dumps(rec, ensure_ascii=False))
+            f.write("\n")
+            n += 1
+    return n
+
+
+def iter_jsonl(path: PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, record)`` for each non-blank line; errors name the file and line."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError("file not found", path=path)
+    if path.is_dir():
+        raise InputError("is a folder, expected a .jsonl file", path=path)
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(
+                    f"not UTF-8 text (byte {exc.start} of the line)", path=path, line=lineno,
+                    fix="re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)",
+                ) from None
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(
+                    f"malformed JSON ({exc.msg} at column {exc.colno})", path=path, line=lineno,
+                    fix="each line must be one complete JSON object",
+                ) from None
+            if not isinstance(rec, dict):
+                raise InputError(
+                    f"expected a JSON object, got {type(rec).__name__}", path=path, line=lineno
+                )
+            yield lineno, rec
+
+
+def read_jsonl(path: PathLike) -> list[dict[str, Any]]:
+    return [rec for _, rec in iter_jsonl(path)]
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def sha256_file(path: PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def environment_info() -> dict[str, str]:
+    """Versions worth recording in a manifest (cheap: reads installed metadata, imports nothing heavy)."""
+    from importlib import metadata
+
+    info = {"python": sys.version.split()[0], "platform": platform.platform()}
+    for pkg in ("berds", "torch", "transformers", "faiss-cpu", "pyserini", "vllm", "peft", "sentence-transformers"):
+        try:
+            info[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            continue
+    return info
+
+
+def new_manifest(kind: str, **fields: Any) -> dict[str, Any]:
+    """A manifest dict with the common header (kind, creation time, versions) and the given fields."""
+    return {
+        "kind": kind,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "versions": environment_info(),
+        **fields,
+    }

@@ -1,0 +1,112 @@
+"""Catalogues of named plug-ins (retrievers, judges, encoders, LLMs) with lazy loaders.
+
+A catalogue holds declarative ``Spec`` entries: a name, a one-line description, and a loader given as a
+``"module:attr"`` string. Listing a catalogue imports nothing heavy; the loader is imported only when
+the entry is used. Third-party packages add entries through an entry-point group (e.g.
+``berds.retrievers``) whose value is ``"module:attr"``, and any ``"module:attr"`` string works directly
+as a name. Unknown names answer with "did you mean".
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, Callable, Generic, Iterator, TypeVar
+
+from berds.errors import BerdsError, UnknownNameError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A catalogue entry. ``loader`` is ``"module:attr"``; ``options`` are keyword defaults for it."""
+
+    name: str
+    loader: str
+    description: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    source: str = "built-in"  # "built-in", "entry point (<dist>)", or "module:attr"
+    tags: tuple[str, ...] = ()
+
+
+def import_object(path: str) -> Any:
+    """Import ``"package.module:attr"`` (attr may be dotted). Errors name what failed and why."""
+    if ":" not in path:
+        raise BerdsError(f"{path!r} is not of the form 'package.module:attr'")
+    module_name, _, attr = path.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise BerdsError(f"cannot import module {module_name!r} for {path!r}: {exc}") from exc
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise BerdsError(f"module {module_name!r} has no attribute {attr!r} (from {path!r})") from None
+    return obj
+
+
+class Catalogue(Generic[T]):
+    """Named specs of one kind, with built-ins, entry points and ``module:attr`` names."""
+
+    def __init__(self, kind: str, entry_point_group: str | None = None):
+        self.kind = kind
+        self.entry_point_group = entry_point_group
+        self._specs: dict[str, Spec] = {}
+        self._entry_points_loaded = False
+
+    def register(self, spec: Spec, *, replace: bool = False) -> Spec:
+        if spec.name in self._specs and not replace:
+            raise BerdsError(f"{self.kind} {spec.name!r} is already registered (pass replace=True to override)")
+        self._specs[spec.name] = spec
+        return spec
+
+    def add(self, name: str, loader: str, description: str = "", **options: Any) -> Spec:
+        return self.register(Spec(name=name, loader=loader, description=description, options=options))
+
+    def _load_entry_points(self) -> None:
+        if self._entry_points_loaded or not self.entry_point_group:
+            return
+        self._entry_points_loaded = True
+        for ep in metadata.entry_points(group=self.entry_point_group):
+            if ep.name in self._specs:
+                continue
+            dist = getattr(ep, "dist", None)
+            origin = f"entry point ({dist.name})" if dist is not None else "entry point"
+            self._specs[ep.name] = Spec(name=ep.name, loader=ep.value, description="", source=origin)
+
+    def specs(self) -> list[Spec]:
+        """All known specs, built-ins first, then entry points, each sorted by name. Imports nothing."""
+        self._load_entry_points()
+        return sorted(self._specs.values(), key=lambda s: (s.source != "built-in", s.name))
+
+    def names(self) -> list[str]:
+        return [s.name for s in self.specs()]
+
+    def spec(self, name: str) -> Spec:
+        """Resolve a name (or ``module:attr``) to its spec; unknown names raise with suggestions."""
+        self._load_entry_points()
+        if name in self._specs:
+            return self._specs[name]
+        if ":" in name and "/" not in name.split(":")[0]:
+            return Spec(name=name, loader=name, source="module:attr")
+        raise UnknownNameError(self.kind, name, list(self._specs))
+
+    def load(self, name: str) -> Callable[..., T]:
+        """Import and return the factory (class or function) behind ``name``."""
+        return import_object(self.spec(name).loader)
+
+    def create(self, name: str, **options: Any) -> T:
+        """Build an instance: the spec's default options, overridden by ``options``."""
+        spec = self.spec(name)
+        factory = import_object(spec.loader)
+        return factory(**{**spec.options, **options})
+
+    def __iter__(self) -> Iterator[Spec]:
+        return iter(self.specs())
+
+    def __contains__(self, name: str) -> bool:
+        self._load_entry_points()
+        return name in self._specs

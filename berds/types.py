@@ -1,0 +1,186 @@
+"""The data model every part of berds speaks.
+
+* ``Question``  — a contentious question and its gold perspectives (BERDS: 2, up to 4 for kialo).
+* ``Passage``   — a retrievable unit of text (a 100-word passage) with an optional title and source.
+* ``Hit``       — a passage retrieved for a question, with the retriever's score.
+* ``Run``       — the ranked hits of one retriever for a set of questions, plus provenance (manifest).
+* ``JudgePair`` — one (perspective, passage text) pair put to a perspective judge.
+* ``Verdict``   — what a judge said about one pair: label, P(Yes) when known, raw output.
+* ``Judgement`` — a verdict placed in a run: which question, passage and perspective it is about.
+
+Ids are always strings. All types are frozen dataclasses; constructors validate their fields and raise
+``ValueError`` with the field name, so bad records are caught at the boundary where they enter.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+
+def _check_str(value: Any, name: str, *, allow_empty: bool = False) -> None:
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, got {type(value).__name__}")
+    if not allow_empty and not value.strip():
+        raise ValueError(f"{name} must not be empty")
+
+
+@dataclass(frozen=True)
+class Question:
+    """A question with its gold perspectives (each a short statement a passage may support)."""
+
+    id: str
+    text: str
+    perspectives: tuple[str, ...]
+    dataset: str = ""
+
+    def __post_init__(self) -> None:
+        _check_str(self.id, "question id")
+        _check_str(self.text, "question text")
+        if isinstance(self.perspectives, str) or not isinstance(self.perspectives, (list, tuple)):
+            raise ValueError("perspectives must be a list of strings")
+        object.__setattr__(self, "perspectives", tuple(self.perspectives))
+        if not self.perspectives:
+            raise ValueError("perspectives must hold at least one statement")
+        for i, p in enumerate(self.perspectives):
+            _check_str(p, f"perspectives[{i}]")
+
+
+@dataclass(frozen=True)
+class Passage:
+    """A retrievable passage. ``source`` is the url or id of the document it was cut from."""
+
+    id: str
+    text: str
+    title: str = ""
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        _check_str(self.id, "passage id")
+        _check_str(self.text, "passage text", allow_empty=True)
+        _check_str(self.title, "passage title", allow_empty=True)
+        _check_str(self.source, "passage source", allow_empty=True)
+
+    def judge_text(self, title_position: str = "after") -> str:
+        """The text shown to a perspective judge.
+
+        The BERDS study gives the judge ``text + " " + title`` when a title exists
+        (``title_position="after"``, the default and the study's behaviour). ``"before"`` puts the
+        title first (``title + " " + text``), ``"none"`` drops it.
+        """
+        if not self.title or title_position == "none":
+            return self.text
+        if title_position == "after":
+            return f"{self.text} {self.title}"
+        if title_position == "before":
+            return f"{self.title} {self.text}"
+        raise ValueError(f"title_position must be 'after', 'before' or 'none', got {title_position!r}")
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A passage retrieved for a question. Rank is the position in ``Run.hits[qid]`` (1-based)."""
+
+    passage: Passage
+    score: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.score, (int, float)) or isinstance(self.score, bool) or math.isnan(self.score):
+            raise ValueError(f"score of passage {self.passage.id!r} must be a number, got {self.score!r}")
+
+
+def rank_hits(hits: Iterable[Hit]) -> list[Hit]:
+    """Order hits best first: by score descending, ties broken by passage id ascending (deterministic)."""
+    return sorted(hits, key=lambda h: (-float(h.score), h.passage.id))
+
+
+@dataclass(frozen=True)
+class Run:
+    """Ranked hits per question. ``questions`` and ``hits`` share keys, in the run's question order.
+
+    ``hits[qid]`` is best first, exactly as the retriever (or the file) ranked it. ``manifest`` says what
+    produced the run (retriever and options, corpus fingerprint, index, expansion/rerank provenance).
+    """
+
+    questions: Mapping[str, Question]
+    hits: Mapping[str, Sequence[Hit]]
+    manifest: Mapping[str, Any] = field(default_factory=dict)
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        missing = [qid for qid in self.questions if qid not in self.hits]
+        extra = [qid for qid in self.hits if qid not in self.questions]
+        if missing or extra:
+            raise ValueError(
+                f"run {self.name!r}: questions without hits {missing[:5]}, hits without questions {extra[:5]}"
+            )
+        for qid, q in self.questions.items():
+            if q.id != qid:
+                raise ValueError(f"run {self.name!r}: question stored under {qid!r} has id {q.id!r}")
+        object.__setattr__(self, "hits", {qid: tuple(self.hits[qid]) for qid in self.questions})
+
+    @classmethod
+    def from_lists(
+        cls,
+        questions: Sequence[Question],
+        hits: Sequence[Sequence[Hit]],
+        *,
+        manifest: Mapping[str, Any] | None = None,
+        name: str = "",
+    ) -> "Run":
+        """Build a run from parallel lists (one list of ranked hits per question)."""
+        if len(questions) != len(hits):
+            raise ValueError(f"{len(questions)} questions but {len(hits)} hit lists")
+        qs: dict[str, Question] = {}
+        for q in questions:
+            if q.id in qs:
+                raise ValueError(f"duplicate question id {q.id!r}")
+            qs[q.id] = q
+        return cls(qs, {q.id: list(h) for q, h in zip(questions, hits)}, dict(manifest or {}), name)
+
+    def top(self, qid: str, k: int | None = None) -> tuple[Hit, ...]:
+        ranked = self.hits[qid]
+        return tuple(ranked if k is None else ranked[:k])
+
+    def __len__(self) -> int:
+        return len(self.questions)
+
+
+@dataclass(frozen=True)
+class JudgePair:
+    """One pair put to a perspective judge: does ``passage`` support ``perspective``?
+
+    ``passage`` is the exact text the judge sees (see ``Passage.judge_text``); ``question`` is optional
+    context some prompts use.
+    """
+
+    perspective: str
+    passage: str
+    question: str = ""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A judge's answer for one pair. ``p_yes`` is P(Yes) when the backend exposes it.
+
+    ``detail`` holds backend extras worth keeping (e.g. a debate transcript); it must be JSON-serialisable.
+    """
+
+    label: bool
+    p_yes: float | None = None
+    raw: str = ""
+    detail: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A verdict about one retrieved passage and one gold perspective of a question."""
+
+    qid: str
+    docid: str
+    rank: int
+    perspective_index: int
+    label: bool
+    p_yes: float | None = None
+    raw: str = ""
