@@ -1,9 +1,84 @@
-"""CLI commands for this area (see berds/cli/__init__.py)."""
+"""``berds eval`` and ``berds judges list``."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import List, Optional
+
 import typer
+
+judges_app = typer.Typer(help="Perspective judges: list what is available.", no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to the main app."""
+    app.command("eval")(eval_command)
+    app.add_typer(judges_app, name="judges")
+
+
+def eval_command(
+    runs: List[Path] = typer.Argument(..., help="Run folders or BERDS-format jsonl files."),
+    judge: str = typer.Option("embedded", "--judge", "-j", help="Judge name (berds judges list), BACKEND:MODEL, or debate:NAME."),
+    k: List[int] = typer.Option([5, 10], "--k", help="Cut-offs; repeat for several."),
+    judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value passed to the judge/backend (repeatable)."),
+    rounds: Optional[int] = typer.Option(None, "--rounds", help="Debate rounds (for debate:NAME judges)."),
+    cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file (default: $BERDS_HOME/judgements.sqlite)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Judge everything without reading or writing the cache."),
+    overwrite: str = typer.Option("only-missing", "--overwrite", help="only-missing | always | never"),
+    title_position: str = typer.Option("after", "--title-position", help="Judge sees text+title (after, the study), title+text (before) or none."),
+    allow_short: bool = typer.Option(False, "--allow-short", help="Score questions with fewer than k passages (missing ranks count as unsupported)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write metrics here instead of next to the run."),
+    write_legacy: bool = typer.Option(False, "--write-legacy", help="Also write the run with inline 'mistral-preds' lists (original BERDS layout)."),
+    engine: str = typer.Option("local", "--engine", help="local | ray"),
+    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (with --engine ray)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+) -> None:
+    """Judge retrieval runs against their gold perspectives and report MRecall@k / Precision@k."""
+    from rich.console import Console
+
+    from berds.evaluate.evaluation import evaluate_paths, metrics_table
+    from berds.evaluate.judge import parse_options
+
+    options = parse_options(judge_option)
+    if rounds is not None:
+        options["rounds"] = rounds
+    runner = None
+    if engine != "local":
+        from berds.engine import get_engine
+
+        runner = get_engine(engine, address=address).judge_runner()
+    results = evaluate_paths(
+        runs, judge, k, judge_options=options, cache_path=cache, use_cache=not no_cache, overwrite=overwrite,
+        title_position=title_position, allow_short=allow_short, out=out, legacy_jsonl=write_legacy,
+        progress=not quiet, judge_runner=runner,
+    )
+    console = Console()
+    console.print(metrics_table([r for _, r, _ in results]))
+    for path, result, files in results:
+        s = result.stats
+        console.print(
+            f"{path}: {s.pairs} pairs, {s.cached} from cache, {s.judged} judged"
+            + (f" in {s.seconds:.1f}s" if s.judged else "")
+            + (f", {s.unparsed} unparsed answers" if s.unparsed else "")
+            + f" → {files['metrics']}",
+            highlight=False,
+        )
+
+
+@judges_app.command("list")
+def judges_list() -> None:
+    """List the named judges (importing no model code)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from berds.evaluate.judge import JUDGES
+
+    table = Table(title="perspective judges")
+    for col in ("name", "description", "needs", "source"):
+        table.add_column(col, overflow="fold")
+    for spec in JUDGES.specs():
+        table.add_row(spec.name, spec.description, ", ".join(spec.tags), spec.source)
+    table.add_row("transformers:MODEL", "Any HF chat model (path or hub name) with the study's prompt; adapter=PATH for LoRA.", "llm extra", "generic")
+    table.add_row("openai:MODEL", "Any OpenAI-compatible endpoint; base_url=URL, key from $OPENAI_API_KEY.", "api", "generic")
+    table.add_row("vllm:MODEL", "vLLM offline batch inference.", "gpu", "generic")
+    table.add_row("debate:NAME", "Devil's-advocate wrapper around judge NAME (--rounds N).", "", "generic")
+    Console().print(table)

@@ -1,0 +1,143 @@
+"""Question sets: the three BERDS sets by name, the shipped demo set, or any jsonl.
+
+A question file is jsonl, one ``{"id", "question", "perspectives": [...]}`` per line (as the BERDS release
+and ``shared/data/berds-dev`` ship them). ``load_questions(source, split=...)`` resolves ``source``:
+
+1. an existing file path -> read it;
+2. ``demo`` -> the demo benchmark shipped inside berds (``berds/data/demo/questions.jsonl``);
+3. ``arguana`` / ``kialo`` / ``opinionqa`` -> ``$BERDS_DATA_DIR/{name}.{split}.jsonl`` when that file exists,
+   else the berds home cache, else the public Hugging Face dataset repo (downloaded once into the cache).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from berds.errors import BerdsError, InputError, UnknownNameError
+from berds.io import iter_jsonl
+from berds.types import Question
+
+DEMO_DIR = Path(__file__).parent / "data" / "demo"
+SPLITS = ("dev", "test")
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    name: str
+    description: str
+    hf_repo: str
+    hf_file: str  # "{split}" is replaced by the split name
+
+
+# The BERDS release (timchen0618/berds) publishes each set as a jsonl per split. The repo and file names
+# can be overridden with BERDS_HF_REPO / a local file when a mirror differs.
+BERDS_SETS: dict[str, BenchmarkSpec] = {
+    name: BenchmarkSpec(name, desc, "timchen0618/BERDS", f"{name}_{{split}}.jsonl")
+    for name, desc in (
+        ("arguana", "ArguAna debates: 2 perspectives per question"),
+        ("kialo", "Kialo discussions: 2-4 perspectives per question"),
+        ("opinionqa", "OpinionQA survey questions: 2 perspectives per question"),
+    )
+}
+
+
+def home_dir() -> Path:
+    """berds' home folder (caches, downloads): ``$BERDS_HOME`` or ``~/.cache/berds``."""
+    return Path(os.environ.get("BERDS_HOME", Path.home() / ".cache" / "berds"))
+
+
+def parse_question(rec: dict[str, Any], *, path: Path | str, line: int, dataset: str = "") -> Question:
+    """One question record -> ``Question``; errors name the file, line and the missing/bad field."""
+    qid = rec.get("id", rec.get("qid"))
+    if qid is None:
+        raise InputError("record has no 'id'", path=path, line=line, fix='each line needs {"id", "question", "perspectives"}')
+    text = rec.get("question", rec.get("text", rec.get("query")))
+    if not isinstance(text, str) or not text.strip():
+        raise InputError("record has no 'question' text", path=path, line=line, record=str(qid))
+    persp = rec.get("perspectives")
+    if persp is None:
+        raise InputError(
+            "record has no 'perspectives'", path=path, line=line, record=str(qid),
+            fix="add a list of perspective statements under 'perspectives'",
+        )
+    if isinstance(persp, str) or not isinstance(persp, list) or not persp:
+        raise InputError("'perspectives' must be a non-empty list of strings", path=path, line=line, record=str(qid))
+    try:
+        return Question(str(qid), text, tuple(persp), dataset=str(rec.get("dataset", dataset) or dataset))
+    except ValueError as exc:
+        raise InputError(str(exc), path=path, line=line, record=str(qid)) from None
+
+
+def read_questions(path: str | Path, *, dataset: str = "") -> list[Question]:
+    """Read a question jsonl; duplicate ids are an error."""
+    path = Path(path)
+    dataset = dataset or path.name.split(".")[0]
+    out: list[Question] = []
+    seen: dict[str, int] = {}
+    for line, rec in iter_jsonl(path):
+        q = parse_question(rec, path=path, line=line, dataset=dataset)
+        if q.id in seen:
+            raise InputError(f"duplicate question id (first seen on line {seen[q.id]})", path=path, line=line, record=q.id)
+        seen[q.id] = line
+        out.append(q)
+    if not out:
+        raise InputError("holds no questions", path=path)
+    return out
+
+
+def _hub_download(spec: BenchmarkSpec, split: str, dest: Path) -> Path:
+    from berds.lazy import require
+
+    hub = require("huggingface_hub", extra="dense", purpose=f"downloading the BERDS {spec.name} set")
+    repo = os.environ.get("BERDS_HF_REPO", spec.hf_repo)
+    filename = spec.hf_file.format(split=split)
+    try:
+        local = hub.hf_hub_download(repo_id=repo, filename=filename, repo_type="dataset")
+    except Exception as exc:  # the hub client raises many kinds; all mean "not reachable / not there"
+        raise BerdsError(
+            f"could not fetch {spec.name} ({split}) from the Hugging Face dataset {repo}/{filename}: "
+            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} — download the jsonl yourself and pass its "
+            f"path, or put it at $BERDS_DATA_DIR/{spec.name}.{split}.jsonl"
+        ) from None
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    from berds.io import atomic_write
+
+    with open(local, "rb") as src, atomic_write(dest, "wb") as out:
+        out.write(src.read())
+    return dest
+
+
+def resolve_questions_path(source: str, split: str = "test") -> Path:
+    """The local jsonl that ``source`` names (downloading a BERDS set once if needed)."""
+    path = Path(source)
+    if path.exists():
+        return path
+    if source == "demo":
+        return DEMO_DIR / "questions.jsonl"
+    if source not in BERDS_SETS:
+        if any(ch in source for ch in "/\\.") :
+            raise InputError("file not found", path=source, fix="pass an existing questions jsonl or a set name")
+        raise UnknownNameError("question set", source, list(BERDS_SETS) + ["demo"])
+    if split not in SPLITS:
+        raise BerdsError(f"unknown split {split!r} for {source}; use one of {', '.join(SPLITS)}")
+    candidates = []
+    if os.environ.get("BERDS_DATA_DIR"):
+        candidates.append(Path(os.environ["BERDS_DATA_DIR"]) / f"{source}.{split}.jsonl")
+    cached = home_dir() / "benchmarks" / f"{source}.{split}.jsonl"
+    candidates.append(cached)
+    for c in candidates:
+        if c.exists():
+            return c
+    return _hub_download(BERDS_SETS[source], split, cached)
+
+
+def load_questions(source: str | Path, split: str = "test", *, limit: int | None = None) -> list[Question]:
+    """Questions from a path, ``demo``, or a BERDS set name (``arguana``/``kialo``/``opinionqa``)."""
+    source = str(source)
+    path = resolve_questions_path(source, split)
+    dataset = source if (source in BERDS_SETS or source == "demo") else ""
+    questions = read_questions(path, dataset=dataset)
+    return questions[:limit] if limit else questions

@@ -1,0 +1,158 @@
+"""The persistent judgement cache.
+
+A pair judged once is never judged again — across retrievers, rerankers, k and runs. The cache is one
+SQLite file in WAL mode keyed by
+
+    (judge id, prompt version, sha256(perspective), sha256(passage text))
+
+Each batch of verdicts is committed in one transaction, so killing an evaluation at any moment keeps
+every committed batch and never leaves a half-written row; SQLite's locking lets several evaluations
+share one cache file. The key holds full SHA-256 digests of both texts, so a cached answer is only ever
+returned for exactly the same judge, prompt, perspective and passage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from berds.errors import BerdsError
+from berds.types import JudgePair, Verdict
+
+SCHEMA_VERSION = 1
+
+
+def text_digest(text: str) -> bytes:
+    return hashlib.sha256(text.encode("utf-8")).digest()
+
+
+def default_cache_path() -> Path:
+    from berds.benchmarks import home_dir
+
+    return home_dir() / "judgements.sqlite"
+
+
+class JudgementCache:
+    """Verdicts keyed by (judge id, prompt version, perspective hash, passage hash)."""
+
+    def __init__(self, path: str | Path | None = None, *, timeout: float = 120.0):
+        self.path = Path(path) if path is not None else default_cache_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(
+                """
+                CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+                CREATE TABLE IF NOT EXISTS judgements (
+                    judge TEXT NOT NULL,
+                    prompt TEXT NOT NULL,
+                    perspective BLOB NOT NULL,
+                    passage BLOB NOT NULL,
+                    label INTEGER NOT NULL,
+                    p_yes REAL,
+                    raw TEXT NOT NULL,
+                    detail TEXT,
+                    created REAL NOT NULL,
+                    PRIMARY KEY (judge, prompt, perspective, passage)
+                ) WITHOUT ROWID;
+                """
+            )
+            row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            if row is None:
+                self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            elif int(row[0]) != SCHEMA_VERSION:
+                raise BerdsError(f"{self.path}: judgement cache schema {row[0]}, this berds reads {SCHEMA_VERSION}")
+        except sqlite3.DatabaseError as exc:
+            raise BerdsError(f"{self.path}: cannot open the judgement cache ({exc}) — is it a berds cache file?") from None
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> "JudgementCache":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- lookups ---------------------------------------------------------------------------------
+
+    def get_many(self, judge_id: str, prompt_version: str, pairs: Sequence[JudgePair]) -> list[Verdict | None]:
+        """Cached verdicts for ``pairs`` (None where missing), in order. One query via a temp table."""
+        if not pairs:
+            return []
+        keys = [(text_digest(p.perspective), text_digest(p.passage)) for p in pairs]
+        with self._lock:
+            db = self._db
+            db.execute("CREATE TEMP TABLE IF NOT EXISTS wanted (perspective BLOB, passage BLOB)")
+            db.execute("DELETE FROM wanted")
+            db.executemany("INSERT INTO wanted VALUES (?, ?)", set(keys))
+            rows = db.execute(
+                """
+                SELECT j.perspective, j.passage, j.label, j.p_yes, j.raw, j.detail
+                FROM wanted w JOIN judgements j
+                  ON j.judge = ? AND j.prompt = ? AND j.perspective = w.perspective AND j.passage = w.passage
+                """,
+                (judge_id, prompt_version),
+            ).fetchall()
+            db.execute("DELETE FROM wanted")
+        found = {
+            (r[0], r[1]): Verdict(bool(r[2]), r[3], r[4], json.loads(r[5]) if r[5] else None) for r in rows
+        }
+        return [found.get(k) for k in keys]
+
+    def put_many(
+        self, judge_id: str, prompt_version: str, pairs: Sequence[JudgePair], verdicts: Sequence[Verdict]
+    ) -> None:
+        """Store verdicts (replacing existing ones) in a single transaction."""
+        if len(pairs) != len(verdicts):
+            raise ValueError(f"{len(pairs)} pairs but {len(verdicts)} verdicts")
+        now = time.time()
+        rows = [
+            (
+                judge_id, prompt_version, text_digest(p.perspective), text_digest(p.passage),
+                int(bool(v.label)), None if v.p_yes is None else float(v.p_yes), v.raw,
+                json.dumps(v.detail, ensure_ascii=False) if v.detail else None, now,
+            )
+            for p, v in zip(pairs, verdicts)
+        ]
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany("INSERT OR REPLACE INTO judgements VALUES (?,?,?,?,?,?,?,?,?)", rows)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def count(self, judge_id: str | None = None) -> int:
+        with self._lock:
+            if judge_id is None:
+                return self._db.execute("SELECT COUNT(*) FROM judgements").fetchone()[0]
+            return self._db.execute("SELECT COUNT(*) FROM judgements WHERE judge=?", (judge_id,)).fetchone()[0]
+
+    def judges(self) -> list[tuple[str, str, int]]:
+        """``(judge id, prompt version, number of cached verdicts)`` for everything in the cache."""
+        with self._lock:
+            return [tuple(r) for r in self._db.execute(
+                "SELECT judge, prompt, COUNT(*) FROM judgements GROUP BY judge, prompt ORDER BY judge, prompt"
+            )]
+
+
+def unique_pairs(pairs: Iterable[JudgePair]) -> list[JudgePair]:
+    """Pairs with duplicates (same perspective and passage text) removed, first occurrence kept."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for p in pairs:
+        key = (p.perspective, p.passage)
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out

