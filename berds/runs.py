@@ -169,6 +169,7 @@ def load_run(path: str | Path) -> Run:
             )
         run = read_ctxs_jsonl(ctxs)
         manifest = read_json(path / MANIFEST) if (path / MANIFEST).exists() else {}
+        manifest.setdefault("source", {"format": "run-folder", "path": str(path)})
         return Run(run.questions, run.hits, manifest, manifest.get("name") or path.name)
     if not path.exists():
         raise InputError("no such run folder or file", path=path)

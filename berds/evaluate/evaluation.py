@@ -325,9 +325,11 @@ def evaluate_paths(
 
     A judge given by name is built lazily, so a fully cached evaluation never loads a model.
     """
-    from berds.evaluate.judge import load_judge
+    from berds.evaluate.judge import check_judge_name, load_judge
     from berds.runs import load_run
 
+    if isinstance(judge, str):
+        check_judge_name(judge)
     runs = [(Path(p), load_run(p)) for p in paths]  # parse everything first: bad input fails fast
     if isinstance(judge, str):
         name, opts = judge, dict(judge_options or {})

@@ -184,6 +184,23 @@ def llm_judge(*, backend: str, model: str, **options: Any) -> LLMJudge:
     return LLMJudge(load_llm(backend, model, **llm_opts), **judge_opts)
 
 
+def check_judge_name(name: str) -> None:
+    """Fail fast on a judge name that cannot resolve, without loading any model."""
+    prefix, sep, rest = name.partition(":")
+    if sep and prefix in LLM_BACKENDS:
+        if not rest:
+            raise BerdsError(f"judge {name!r} names no model: use {prefix}:MODEL_NAME_OR_PATH")
+        return
+    if sep and prefix == "debate":
+        return check_judge_name(rest)
+    try:
+        JUDGES.spec(name)
+    except UnknownNameError as exc:
+        raise UnknownNameError(
+            "judge", name, JUDGES.names() + [f"{b}:MODEL" for b in ("transformers", "vllm", "openai")]
+        ) from exc
+
+
 def load_judge(name: str, **options: Any) -> Judge:
     """A judge by catalogue name, ``BACKEND:MODEL``, ``debate:NAME`` or ``module:attr``."""
     prefix, sep, rest = name.partition(":")
@@ -197,12 +214,8 @@ def load_judge(name: str, **options: Any) -> Judge:
         inner_opts = {k: v for k, v in options.items() if k not in DebateJudge.OPTION_NAMES}
         own_opts = {k: v for k, v in options.items() if k in DebateJudge.OPTION_NAMES}
         return DebateJudge(load_judge(rest, **inner_opts), **own_opts)
-    try:
-        spec = JUDGES.spec(name)
-    except UnknownNameError as exc:
-        raise UnknownNameError(
-            "judge", name, JUDGES.names() + [f"{b}:MODEL" for b in ("transformers", "vllm", "openai")]
-        ) from exc
+    check_judge_name(name)
+    spec = JUDGES.spec(name)
     from berds.registry import import_object
 
     return import_object(spec.loader)(**{**spec.options, **options})

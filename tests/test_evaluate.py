@@ -1,0 +1,188 @@
+"""berds eval: judging through the cache, overwrite policies, outputs, CLI errors, kill-and-resume."""
+
+import json
+import signal
+import sqlite3
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from berds.errors import BerdsError, InputError, UnknownNameError
+from berds.evaluate.cache import JudgementCache
+from berds.evaluate.evaluation import LazyJudge, evaluate_paths, evaluate_run
+from berds.evaluate.judge import load_judge, parse_answer, p_yes_from_logprobs
+from berds.runs import save_run
+from berds.types import JudgePair, Verdict
+from conftest import berds_cmd, make_run, subprocess_env
+from judges_for_tests import OverlapJudge
+
+
+class CountingJudge(OverlapJudge):
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.calls = 0
+        self.seen = 0
+
+    def judge(self, pairs):
+        self.calls += 1
+        self.seen += len(pairs)
+        return super().judge(pairs)
+
+
+def test_evaluate_matches_hand_computed_support(tiny_run):
+    judge = OverlapJudge(threshold=0.99)
+    res = evaluate_run(tiny_run, judge, ks=(1, 3), progress=False)
+    # q0 passages: r0 states perspective 0, r1 unrelated, r2 states both -> support matrix top-3
+    assert res.support["q0"].tolist() == [[True, False, True], [False, False, True]]
+    assert res.per_question["q0"] == {"mrecall@1": 1.0,  # m=2 > k=1: one covered is enough
+         "precision@1": 1.0, "mrecall@3": 1.0, "precision@3": 2 / 3}
+    # q1 has 3 perspectives; top-3: r0 supports p0, r2 supports p0 and p2 -> p1 never -> 0 at k=3
+    assert res.per_question["q1"]["mrecall@3"] == 0.0
+    assert res.averages["all"]["precision@3"] == pytest.approx(2 / 3)
+    assert set(res.averages) == {"all", "arguana", "kialo", "macro"}
+
+
+def test_cache_reuse_and_overwrite_policies(tmp_path, tiny_run):
+    cache = JudgementCache(tmp_path / "c.sqlite")
+    judge = CountingJudge()
+    first = evaluate_run(tiny_run, judge, ks=(5,), cache=cache, progress=False)
+    assert first.stats.judged == first.stats.pairs > 0 and first.stats.cached == 0
+    seen = judge.seen
+    again = evaluate_run(tiny_run, judge, ks=(5,), cache=cache, progress=False)
+    assert judge.seen == seen and again.stats.cached == again.stats.pairs
+    assert again.per_question == first.per_question
+    # deeper k only judges the new ranks
+    deeper = evaluate_run(tiny_run, judge, ks=(6,), cache=cache, progress=False)
+    assert deeper.stats.judged == judge.seen - seen < deeper.stats.pairs
+    always = evaluate_run(tiny_run, judge, ks=(5,), cache=cache, overwrite="always", progress=False)
+    assert always.stats.judged == always.stats.pairs
+    never_cache = JudgementCache(tmp_path / "empty.sqlite")
+    with pytest.raises(BerdsError, match="--overwrite never"):
+        evaluate_run(tiny_run, judge, ks=(5,), cache=never_cache, overwrite="never", progress=False)
+    with pytest.raises(BerdsError, match="unknown overwrite policy"):
+        evaluate_run(tiny_run, judge, ks=(5,), overwrite="sometimes", progress=False)
+
+
+def test_cache_is_keyed_by_judge_and_prompt(tmp_path):
+    cache = JudgementCache(tmp_path / "c.sqlite")
+    pair = JudgePair("p", "passage")
+    cache.put_many("judge-a", "v1", [pair], [Verdict(True, 0.9, "Yes")])
+    assert cache.get_many("judge-a", "v1", [pair])[0] == Verdict(True, 0.9, "Yes", None)
+    assert cache.get_many("judge-b", "v1", [pair]) == [None]
+    assert cache.get_many("judge-a", "v2", [pair]) == [None]
+    assert cache.get_many("judge-a", "v1", [JudgePair("p", "passage ")]) == [None]
+    assert cache.judges() == [("judge-a", "v1", 1)]
+
+
+def test_lazy_judge_is_not_built_when_everything_is_cached(tmp_path, tiny_run):
+    cache = JudgementCache(tmp_path / "c.sqlite")
+    evaluate_run(tiny_run, OverlapJudge(), ks=(3,), cache=cache, progress=False)
+
+    class IdOnly:
+        id, prompt_version = OverlapJudge().id, OverlapJudge.prompt_version
+
+        def judge(self, pairs):
+            raise AssertionError("the model must not run when everything is cached")
+
+    res = evaluate_run(tiny_run, IdOnly(), ks=(3,), cache=cache, progress=False)
+    assert res.stats.judged == 0
+
+
+def test_fewer_passages_than_k(tiny_run):
+    with pytest.raises(InputError, match="has 6 passages but k=10 needs 10.*--allow-short"):
+        evaluate_run(tiny_run, OverlapJudge(), ks=(10,), progress=False)
+    res = evaluate_run(tiny_run, OverlapJudge(), ks=(10,), allow_short=True, progress=False)
+    assert res.support["q0"].shape == (2, 10) and not res.support["q0"][:, 6:].any()
+
+
+def test_evaluate_paths_writes_outputs(tmp_path, tiny_run, ctxs_file):
+    folder = save_run(tiny_run, tmp_path / "run")
+    results = evaluate_paths([folder, ctxs_file], "judges_for_tests:OverlapJudge", (2, 4),
+                             cache_path=tmp_path / "c.sqlite", progress=False, legacy_jsonl=True)
+    metrics = json.loads((folder / "metrics.json").read_text())
+    assert metrics["ks"] == [2, 4] and metrics["judge"]["prompt_version"] == "overlap-v1"
+    assert "mrecall@4" in metrics["averages"]["all"]
+    eval_dir = ctxs_file.with_name("legacy.eval")
+    assert (eval_dir / "metrics.json").exists()
+    rows = [json.loads(l) for l in (eval_dir / "judgements.jsonl").read_text().splitlines()]
+    assert len(rows) == sum(len(q.perspectives) * 4 for q in tiny_run.questions.values())
+    legacy = [json.loads(l) for l in (eval_dir / "run.mistral-preds.jsonl").read_text().splitlines()]
+    assert len(legacy[0]["mistral-preds"]) == 2 and len(legacy[0]["ctxs"]) == 4
+    assert set(legacy[0]["mistral-preds"][0]) <= {"Yes", "No"}
+    # both inputs hold the same passages: the second run is answered from the cache
+    assert results[1][1].stats.judged == 0
+
+
+def test_parse_modes():
+    assert parse_answer(" Yes, it does.") == (True, True)
+    assert parse_answer("**No**") == (False, True)
+    assert parse_answer("The answer is yes") == (False, False)       # strict: first word decides
+    assert parse_answer("The answer is yes", "berds-parity") == (True, True)
+    assert parse_answer("Nobody knows", "berds-parity") == (False, True)
+    assert parse_answer("eyes", "berds-parity") == (True, True)        # the original rule's quirk, kept on purpose
+    assert p_yes_from_logprobs({"▁Yes": np.log(0.6), "▁No": np.log(0.2), "▁Maybe": np.log(0.2)}) == pytest.approx(0.75)
+    assert p_yes_from_logprobs({"Hello": -0.1}) is None
+
+
+def test_unknown_judge_suggests():
+    with pytest.raises(UnknownNameError, match="Did you mean 'embedded'"):
+        load_judge("embeded")
+    with pytest.raises(BerdsError, match="names no model"):
+        load_judge("openai:")
+
+
+def test_cli_eval_prints_table_and_errors(tmp_path, tiny_run):
+    folder = save_run(tiny_run, tmp_path / "run")
+    ok = subprocess.run(berds_cmd("eval", str(folder), "--judge", "judges_for_tests:OverlapJudge", "--k", "2",
+                                  "--cache", str(tmp_path / "c.sqlite"), "-q"),
+                        capture_output=True, text=True, env=subprocess_env(), timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert "MRecall@2" in ok.stdout and "Prec@2" in ok.stdout
+    bad = subprocess.run(berds_cmd("eval", str(folder), "--judge", "mistral-berdz"),
+                         capture_output=True, text=True, env=subprocess_env(), timeout=120)
+    assert bad.returncode == 2 and "Did you mean 'mistral-berds'" in bad.stderr and "Traceback" not in bad.stderr
+    missing = subprocess.run(berds_cmd("eval", str(tmp_path / "nope.jsonl")), capture_output=True, text=True,
+                             env=subprocess_env(), timeout=120)
+    assert missing.returncode == 2 and "nope.jsonl" in missing.stderr and "Traceback" not in missing.stderr
+
+
+@pytest.mark.slow
+def test_killed_evaluation_resumes_and_judges_only_missing(tmp_path):
+    run = make_run(n_questions=3, depth=10)
+    folder = save_run(run, tmp_path / "run")
+    cache = tmp_path / "c.sqlite"
+    log = tmp_path / "judged.log"
+    args = berds_cmd("eval", str(folder), "--judge", "judges_for_tests:OverlapJudge", "--k", "10",
+                     "-o", "delay=0.05", "-o", "batch_size=1", "--cache", str(cache), "-q")
+    proc = subprocess.Popen(args, env=subprocess_env(BERDS_TEST_JUDGE_LOG=str(log)),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    cached_before = 0
+    while time.time() < deadline:
+        if cache.exists():
+            try:
+                with sqlite3.connect(cache) as db:
+                    cached_before = db.execute("SELECT COUNT(*) FROM judgements").fetchone()[0]
+            except sqlite3.OperationalError:
+                cached_before = 0
+        if cached_before >= 8:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    total = sum(len(q.perspectives) for q in run.questions.values()) * 10
+    assert 8 <= cached_before < total, "the kill must land mid-evaluation"
+    with sqlite3.connect(cache) as db:
+        cached_after_kill = db.execute("SELECT COUNT(*) FROM judgements").fetchone()[0]
+    log.unlink()
+    done = subprocess.run(args, env=subprocess_env(BERDS_TEST_JUDGE_LOG=str(log)), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    resumed = json.loads((folder / "metrics.json").read_text())
+    assert resumed["judging"]["cached"] == cached_after_kill
+    assert resumed["judging"]["judged"] == resumed["judging"]["pairs"] - cached_after_kill
+    assert len(log.read_text().splitlines()) == resumed["judging"]["judged"]
+    # identical metrics to an uninterrupted evaluation without any cache
+    fresh = evaluate_run(run, OverlapJudge(), ks=(10,), progress=False)
+    assert resumed["per_question"] == fresh.per_question

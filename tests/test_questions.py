@@ -1,0 +1,59 @@
+"""Question sets: by path, by name through BERDS_DATA_DIR, the shipped demo, and clear errors."""
+
+import json
+
+import pytest
+
+from berds.benchmarks import load_questions
+from berds.errors import BerdsError, InputError, UnknownNameError
+
+
+def write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_any_user_jsonl_is_a_benchmark(tmp_path):
+    p = write(tmp_path / "mine.jsonl", [{"id": 7, "question": "Is tea better than coffee?", "perspectives": ["Tea calms.", "Coffee focuses."]}])
+    qs = load_questions(p)
+    assert qs[0].id == "7" and qs[0].perspectives == ("Tea calms.", "Coffee focuses.") and qs[0].dataset == "mine"
+
+
+def test_named_set_from_data_dir(tmp_path, monkeypatch):
+    write(tmp_path / "kialo.dev.jsonl", [{"id": "k1", "question": "Q?", "perspectives": ["a", "b", "c"]}])
+    monkeypatch.setenv("BERDS_DATA_DIR", str(tmp_path))
+    qs = load_questions("kialo", split="dev")
+    assert [q.id for q in qs] == ["k1"] and qs[0].dataset == "kialo"
+
+
+def test_named_set_unreachable_hub_gives_a_fix(tmp_path, monkeypatch):
+    monkeypatch.delenv("BERDS_DATA_DIR", raising=False)
+    with pytest.raises(BerdsError, match=r"BERDS_DATA_DIR/opinionqa.test.jsonl"):
+        load_questions("opinionqa", split="test")
+
+
+def test_unknown_names_and_splits():
+    with pytest.raises(UnknownNameError, match="Did you mean 'kialo'"):
+        load_questions("kilao")
+    with pytest.raises(BerdsError, match="unknown split"):
+        load_questions("kialo", split="train")
+
+
+@pytest.mark.parametrize("row, message", [
+    ({"question": "Q?", "perspectives": ["a"]}, "no 'id'"),
+    ({"id": 1, "perspectives": ["a"]}, "no 'question'"),
+    ({"id": 1, "question": "Q?"}, "no 'perspectives'"),
+    ({"id": 1, "question": "Q?", "perspectives": []}, "non-empty list"),
+    ({"id": 1, "question": "Q?", "perspectives": ["ok", ""]}, "perspectives[1] must not be empty"),
+])
+def test_bad_records(tmp_path, row, message):
+    p = write(tmp_path / "q.jsonl", [{"id": 0, "question": "fine?", "perspectives": ["x"]}, row])
+    with pytest.raises(InputError) as err:
+        load_questions(p)
+    assert "line 2" in str(err.value) and message in str(err.value)
+
+
+def test_duplicate_ids(tmp_path):
+    p = write(tmp_path / "q.jsonl", [{"id": 1, "question": "a?", "perspectives": ["x"]}] * 2)
+    with pytest.raises(InputError, match="line 2.*duplicate question id"):
+        load_questions(p)

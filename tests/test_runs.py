@@ -1,0 +1,109 @@
+"""Run folders, TREC files and the BERDS exchange jsonl: round trips and clear errors."""
+
+import json
+
+import pytest
+
+from berds.errors import InputError
+from berds.runs import load_run, read_ctxs_jsonl, read_trec, save_run, write_ctxs_jsonl
+from berds.types import Hit, Passage, Question, Run, rank_hits
+
+
+def test_run_folder_round_trip(tmp_path, tiny_run):
+    out = save_run(tiny_run, tmp_path / "run")
+    assert {p.name for p in out.iterdir()} >= {"manifest.json", "run.trec", "run.ctxs.jsonl"}
+    back = load_run(out)
+    assert list(back.questions) == list(tiny_run.questions)
+    for qid in tiny_run.questions:
+        assert back.questions[qid].perspectives == tiny_run.questions[qid].perspectives
+        assert [h.passage for h in back.hits[qid]] == [h.passage for h in tiny_run.hits[qid]]
+        assert [h.score for h in back.hits[qid]] == [h.score for h in tiny_run.hits[qid]]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["kind"] == "run" and manifest["retriever"] == {"name": "hand-made"}
+    assert manifest["questions"] == 3 and manifest["max_depth"] == 6
+
+
+def test_trec_file_format_and_ranks(tmp_path, tiny_run):
+    save_run(tiny_run, tmp_path / "run")
+    lines = (tmp_path / "run" / "run.trec").read_text().splitlines()
+    first = lines[0].split()
+    assert first[:4] == ["q0", "Q0", "d0-0", "1"] and first[5] == "tiny"
+    parsed = read_trec(tmp_path / "run" / "run.trec")
+    assert [d for d, _ in parsed["q0"]] == [h.passage.id for h in tiny_run.hits["q0"]]
+
+
+def test_refuses_to_overwrite_a_run(tmp_path, tiny_run):
+    save_run(tiny_run, tmp_path / "run")
+    with pytest.raises(Exception, match="already holds a run"):
+        save_run(tiny_run, tmp_path / "run")
+    save_run(tiny_run, tmp_path / "run", overwrite=True)
+
+
+def test_legacy_jsonl_loads_with_int_ids_and_no_scores(ctxs_file):
+    run = load_run(ctxs_file)
+    assert run.hits["q0"][0].passage.id == "0" and run.hits["q0"][0].score == 0.0
+    assert run.hits["q0"][0].passage.judge_text() == run.hits["q0"][0].passage.text + " Doc 0-0"
+
+
+def test_ctxs_round_trip_is_byte_stable(tmp_path, tiny_run):
+    write_ctxs_jsonl(tiny_run, tmp_path / "a.jsonl")
+    write_ctxs_jsonl(read_ctxs_jsonl(tmp_path / "a.jsonl"), tmp_path / "b.jsonl")
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+
+
+def test_missing_ids_are_synthesised_and_recorded(tmp_path):
+    p = tmp_path / "r.jsonl"
+    p.write_text(json.dumps({"id": 1, "question": "Q?", "perspectives": ["a"], "ctxs": [{"text": "hello"}]}) + "\n")
+    run = load_run(p)
+    assert run.hits["1"][0].passage.id.startswith("h")
+    assert run.manifest["source"]["synthesized_passage_ids"] == 1
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"id": 1, "question": "Q?", "perspectives": ["a"], "ctxs": [{"text": "t"}]}\n{"id": 2, "question": "Q?"\n', "line 2: malformed JSON"),
+        ('{"id": 1, "question": "Q?", "ctxs": [{"text": "t"}]}\n', "line 1, record '1': record has no 'perspectives'"),
+        ('{"id": 1, "question": "Q?", "perspectives": ["a"], "ctxs": []}\n', "'ctxs' is empty"),
+        ('{"id": 1, "question": "Q?", "perspectives": ["a"]}\n', "no 'ctxs'"),
+        ('{"id": 1, "question": "Q?", "perspectives": ["a"], "ctxs": [{"title": "x"}]}\n', "ctxs[0]'"),
+        ('{"id": 1, "question": "Q?", "perspectives": "a", "ctxs": [{"text": "t"}]}\n', "must be a non-empty list"),
+        ('[1, 2]\n', "expected a JSON object"),
+    ],
+)
+def test_bad_jsonl_errors_name_file_and_line(tmp_path, content, message):
+    p = tmp_path / "bad.jsonl"
+    p.write_text(content)
+    with pytest.raises(InputError) as err:
+        load_run(p)
+    assert str(p) in str(err.value)
+    assert message in str(err.value)
+
+
+def test_non_utf8_file(tmp_path):
+    p = tmp_path / "latin.jsonl"
+    p.write_bytes('{"id": 1, "question": "café?", "perspectives": ["a"], "ctxs": [{"text": "t"}]}\n'.encode("latin-1"))
+    with pytest.raises(InputError, match="line 1: not UTF-8"):
+        load_run(p)
+
+
+def test_folder_without_run_files(tmp_path):
+    with pytest.raises(InputError, match="no run.ctxs.jsonl"):
+        load_run(tmp_path)
+
+
+def test_types_validate_at_the_boundary():
+    with pytest.raises(ValueError, match="perspectives"):
+        Question("q", "text?", ())
+    with pytest.raises(ValueError, match="passage id"):
+        Passage("", "x")
+    with pytest.raises(ValueError, match="score"):
+        Hit(Passage("p", "x"), float("nan"))
+    q = Question("q", "t?", ("a",))
+    with pytest.raises(ValueError, match="questions without hits"):
+        Run({"q": q}, {})
+
+
+def test_rank_hits_breaks_ties_by_docid():
+    hits = [Hit(Passage(i, "t"), s) for i, s in [("b", 1.0), ("a", 1.0), ("c", 2.0)]]
+    assert [h.passage.id for h in rank_hits(hits)] == ["c", "a", "b"]
