@@ -88,25 +88,29 @@ class JudgementCache:
         """Cached verdicts for ``pairs`` (None where missing), in order. One query via a temp table."""
         if not pairs:
             return []
-        keys = [(text_digest(p.perspective), text_digest(p.passage)) for p in pairs]
+        # Point lookups on the primary key: faster here than staging keys in a temp table and joining.
+        digests: dict[str, bytes] = {}
+
+        def digest(text: str) -> bytes:
+            d = digests.get(text)
+            if d is None:
+                d = digests[text] = text_digest(text)
+            return d
+
+        query = ("SELECT label, p_yes, raw, detail FROM judgements "
+                 "WHERE judge=? AND prompt=? AND perspective=? AND passage=?")
+        out: list[Verdict | None] = []
         with self._lock:
-            db = self._db
-            db.execute("CREATE TEMP TABLE IF NOT EXISTS wanted (perspective BLOB, passage BLOB)")
-            db.execute("DELETE FROM wanted")
-            db.executemany("INSERT INTO wanted VALUES (?, ?)", set(keys))
-            rows = db.execute(
-                """
-                SELECT j.perspective, j.passage, j.label, j.p_yes, j.raw, j.detail
-                FROM wanted w JOIN judgements j
-                  ON j.judge = ? AND j.prompt = ? AND j.perspective = w.perspective AND j.passage = w.passage
-                """,
-                (judge_id, prompt_version),
-            ).fetchall()
-            db.execute("DELETE FROM wanted")
-        found = {
-            (r[0], r[1]): Verdict(bool(r[2]), r[3], r[4], json.loads(r[5]) if r[5] else None) for r in rows
-        }
-        return [found.get(k) for k in keys]
+            cur = self._db.cursor()
+            cur.execute("BEGIN")  # one read snapshot for the whole lookup
+            try:
+                for p in pairs:
+                    row = cur.execute(query, (judge_id, prompt_version, digest(p.perspective), digest(p.passage))).fetchone()
+                    out.append(None if row is None else
+                               Verdict(bool(row[0]), row[1], row[2], json.loads(row[3]) if row[3] else None))
+            finally:
+                cur.execute("COMMIT")
+        return out
 
     def put_many(
         self, judge_id: str, prompt_version: str, pairs: Sequence[JudgePair], verdicts: Sequence[Verdict]
