@@ -8,11 +8,13 @@ from typing import List, Optional
 import typer
 
 judges_app = typer.Typer(help="Perspective judges: list what is available.", no_args_is_help=True)
+cache_app = typer.Typer(help="The judgement cache.", no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:
     app.command("eval")(eval_command)
     app.add_typer(judges_app, name="judges")
+    app.add_typer(cache_app, name="cache")
 
 
 def eval_command(
@@ -82,3 +84,20 @@ def judges_list() -> None:
     table.add_row("vllm:MODEL", "vLLM offline batch inference.", "gpu", "generic")
     table.add_row("debate:NAME", "Devil's-advocate wrapper around judge NAME (--rounds N).", "", "generic")
     Console().print(table)
+
+
+@cache_app.command("info")
+def cache_info(cache: Optional[Path] = typer.Option(None, "--cache", help="Cache file (default: $BERDS_HOME/judgements.sqlite).")) -> None:
+    """Show which judges and prompt versions the cache holds verdicts for."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from berds.evaluate.cache import JudgementCache
+
+    with JudgementCache(cache) as c:
+        table = Table(title=f"judgement cache {c.path}")
+        for col in ("judge id", "prompt version", "verdicts"):
+            table.add_column(col, overflow="fold")
+        for judge_id, prompt, n in c.judges():
+            table.add_row(judge_id, prompt, f"{n:,}")
+        Console().print(table)
