@@ -3,14 +3,14 @@
 A store is a folder::
 
     manifest.json        kind "passage-store", counts, shards, groups, fingerprint, builder metadata
-    passages-00000.bin   shard files: a sequence of blocks; a block is ~32 KB of JSON lines
+    passages-00000.bin   shard files: a sequence of blocks; a block is ~16 KB of JSON lines
     passages-00001.bin   (``[id, text, title, source]`` one per line), zlib-compressed by default
     blocks.npy           per block: shard number, byte offset, byte length, first record number
     index-keys.npy       sorted 64-bit hashes of the passage ids ...
     index-records.npy    ... and the record number each one points to (a sorted id -> record index)
     groups.npy           (only when groups were used) the group number of each record, -1 for none
 
-Why this shape: 21M DPR passages are ~13 GB of text. Compressed blocks keep that to ~5 GB on disk; the
+Why this shape: 21M DPR passages are ~13 GB of text. Compressed blocks keep that to ~6 GB on disk; the
 index costs 12 bytes per passage (~250 MB for DPR) and is memory-mapped, so opening a store reads
 almost nothing and a random lookup is a binary search plus one small block decompression. While
 writing, memory holds only the current block and the id hashes (16 bytes per passage, needed to reject
@@ -101,11 +101,11 @@ def estimate_store_size(n_passages: int, avg_passage_bytes: float = 620.0, *, co
     """Expected disk use and peak writer memory for a store of ``n_passages``, in bytes.
 
     ``avg_passage_bytes`` is the encoded size of one passage (a DPR passage with its title is ~620 bytes);
-    zlib on 32 KB blocks of English text compresses ~2.6x. The index costs 12 bytes per passage on disk,
+    zlib (level 3) on 16 KB blocks of English web text compresses ~2.2x. The index costs 12 bytes per passage on disk,
     and the writer holds 16 bytes per passage in memory (id hashes used to reject duplicates) plus twice
     that while it merges and sorts them.
     """
-    ratio = 2.6 if compression == "zlib" else 1.0
+    ratio = 2.2 if compression == "zlib" else 1.0
     data = int(n_passages * avg_passage_bytes / ratio)
     index = n_passages * 12
     return {"disk_bytes": data + index, "data_bytes": data, "index_bytes": index, "writer_memory_bytes": n_passages * 16 * 3}
@@ -179,7 +179,7 @@ class PassageStoreWriter:
         shard_size:  passages per shard file.
         overwrite:   replace an existing store at ``out`` (otherwise that is an error).
         metadata:    JSON-serialisable builder facts stored in the manifest (source files, options, counts).
-        compression: ``"zlib"`` (default; ~2.6x smaller) or ``"none"`` (faster lookups, bigger files).
+        compression: ``"zlib"`` (default, level 3; ~2.2x smaller) or ``"none"`` (faster lookups, bigger files).
         block_bytes: uncompressed size of a block, the unit a random lookup decompresses.
         resume:      keep the finished shards of an interrupted build of ``out``; see ``resumed_passages``.
     """
@@ -192,7 +192,7 @@ class PassageStoreWriter:
         overwrite: bool = False,
         metadata: dict | None = None,
         compression: str = "zlib",
-        block_bytes: int = 32_768,
+        block_bytes: int = 16_384,
         resume: bool = False,
     ):
         if shard_size < 1:
@@ -320,7 +320,7 @@ class PassageStoreWriter:
             self._shard_file = open(self._shard_path(len(self._shards)).with_suffix(".bin.partial"), "wb")
             self._shard_offset = 0
         raw = b"".join(self._block_lines)
-        data = zlib.compress(raw, 6) if self.compression == "zlib" else raw
+        data = zlib.compress(raw, 3) if self.compression == "zlib" else raw
         self._shard_file.write(data)
         self._block_shard.append(len(self._shards))
         self._block_offset.append(self._shard_offset)

@@ -1,0 +1,197 @@
+"""What every corpus build shares: the report (read / skipped and why / written), progress, size estimate.
+
+A builder turns its source into a stream of ``(passage, group)`` pairs and hands it to
+``write_passages``, which writes the store (resuming an interrupted build when asked), keeps the
+progress bar moving and fills the ``BuildReport`` whose table ends every build.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+from berds.corpora.docstore import PassageStore, PassageStoreWriter, _human, estimate_store_size
+from berds.errors import BerdsError
+from berds.types import Passage
+
+
+@dataclass
+class BuildReport:
+    """Counts of one build. ``skipped`` maps a reason ("redirect", "empty text", "http 404", ...) to a count."""
+
+    kind: str
+    out: str
+    documents_read: int = 0
+    documents_used: int = 0
+    skipped: Counter = field(default_factory=Counter)
+    passages_written: int = 0
+    passages_resumed: int = 0
+    input_bytes: int = 0
+    seconds: float = 0.0
+    fingerprint: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+    failures: list[dict[str, Any]] = field(default_factory=list)  # per-item failures when a builder lists them
+
+    def skip(self, reason: str, n: int = 1) -> None:
+        self.skipped[reason] += n
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind, "documents_read": self.documents_read, "documents_used": self.documents_used,
+            "skipped": dict(self.skipped.most_common()), "passages_written": self.passages_written,
+            "passages_resumed": self.passages_resumed, "input_bytes": self.input_bytes,
+            "seconds": round(self.seconds, 2), **self.extra,
+        }
+
+    def table(self):
+        """A rich table: documents read, used, skipped (one row per reason), passages written, time."""
+        from rich.table import Table
+
+        t = Table(title=f"corpus build: {self.kind} -> {self.out}", show_header=True, header_style="bold")
+        t.add_column("")
+        t.add_column("count", justify="right")
+        t.add_row("documents read", f"{self.documents_read:,}")
+        t.add_row("documents used", f"{self.documents_used:,}")
+        for reason, n in self.skipped.most_common():
+            t.add_row(f"  skipped: {reason}", f"{n:,}")
+        t.add_row("passages written", f"{self.passages_written:,}")
+        if self.passages_resumed:
+            t.add_row("  of which kept from the interrupted build", f"{self.passages_resumed:,}")
+        for key, value in self.extra.items():
+            if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+                t.add_row(key.replace("_", " "), f"{value:,}" if isinstance(value, int) else str(value))
+        rate = self.passages_written / self.seconds if self.seconds else 0.0
+        t.add_row("time", f"{self.seconds:,.1f} s ({rate:,.0f} passages/s)")
+        if self.fingerprint:
+            t.add_row("fingerprint", self.fingerprint[:16])
+        return t
+
+
+def RateColumn(unit: str = "items"):
+    """A rich progress column showing the task's completion rate ("12.3 pages/s")."""
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class _Rate(ProgressColumn):
+        def render(self, task) -> Text:
+            speed = task.finished_speed or task.speed
+            return Text(f"{speed:,.1f} {unit.split()[-1]}/s" if speed else f"- {unit.split()[-1]}/s", style="progress.data.speed")
+
+    return _Rate()
+
+
+class BuildProgress:
+    """A rich progress bar over input bytes (when known) showing documents and passages with rates.
+
+    ``position`` is a callable returning how many input bytes have been consumed so far (e.g. the
+    ``tell()`` of the compressed file), so the bar and ETA follow the real input even through bz2.
+    Updates are throttled (a redraw costs far more than a passage).
+    """
+
+    def __init__(self, description: str, *, total_bytes: int | None = None, enabled: bool = True):
+        self.description, self.total_bytes, self.enabled = description, total_bytes, enabled
+        self.position: Callable[[], int] | None = None
+        self._progress = None
+        self._task = None
+        self._last = 0.0
+        self._start = time.monotonic()
+
+    def __enter__(self) -> "BuildProgress":
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn, TransferSpeedColumn
+
+            columns = [TextColumn("[bold]{task.description}")]
+            if self.total_bytes:
+                columns += [BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn()]
+            columns += [TextColumn("{task.fields[docs]:,} docs  {task.fields[passages]:,} passages  {task.fields[rate]:,.0f}/s"), TimeElapsedColumn()]
+            self._progress = Progress(*columns, console=Console(stderr=True), transient=False)
+            self._progress.start()
+            self._task = self._progress.add_task(self.description, total=self.total_bytes or None, docs=0, passages=0, rate=0.0)
+        return self
+
+    def update(self, docs: int, passages: int, *, force: bool = False) -> None:
+        if self._progress is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._last < 0.2:
+            return
+        self._last = now
+        fields: dict[str, Any] = {"docs": docs, "passages": passages, "rate": passages / max(now - self._start, 1e-9)}
+        if self.position is not None:
+            fields["completed"] = self.position()
+        self._progress.update(self._task, **fields)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._progress is not None:
+            if self.total_bytes and exc[0] is None:
+                self._progress.update(self._task, completed=self.total_bytes)
+            self._progress.stop()
+
+
+def check_disk_and_announce(out: Path, *, input_bytes: int, avg_passage_bytes: float, console=None,
+                            compression: str = "zlib", big: int = 200_000_000) -> dict[str, int]:
+    """Estimate the store's size from the input size; print it for big builds; refuse when the disk is too small."""
+    n_est = int(input_bytes / max(avg_passage_bytes, 1.0))
+    est = estimate_store_size(n_est, avg_passage_bytes, compression=compression)
+    parent = out.resolve().parent
+    while not parent.exists():
+        parent = parent.parent
+    free = shutil.disk_usage(parent).free
+    if input_bytes >= big and console is not None:
+        console.print(
+            f"estimate: ~{n_est:,} passages -> ~{_human(est['disk_bytes'])} on disk "
+            f"(free: {_human(free)}), ~{_human(est['writer_memory_bytes'])} writer memory", highlight=False,
+        )
+    if est["disk_bytes"] > free:
+        raise BerdsError(
+            f"not enough disk for {out}: the store needs ~{_human(est['disk_bytes'])} but only {_human(free)} is free "
+            "— free some space or choose another --out"
+        )
+    return est
+
+
+def write_passages(
+    stream: Iterable[tuple[Passage, str | None]],
+    out: str | os.PathLike,
+    report: BuildReport,
+    *,
+    progress: BuildProgress | None = None,
+    overwrite: bool = False,
+    resume: bool = False,
+    metadata: dict | None = None,
+    shard_size: int = 1_000_000,
+    compression: str = "zlib",
+) -> PassageStore:
+    """Write ``(passage, group)`` pairs to a store at ``out``, filling ``report`` as it goes.
+
+    With ``resume=True`` the finished shards of an interrupted build of ``out`` are kept and the first
+    ``writer.resumed_passages`` items of ``stream`` (which must be deterministic) are skipped.
+    """
+    start = time.monotonic()
+    writer = PassageStoreWriter(out, shard_size=shard_size, overwrite=overwrite, metadata=metadata,
+                                compression=compression, resume=resume)
+    with writer:
+        skip = writer.resumed_passages
+        report.passages_resumed = skip
+        iterator: Iterator[tuple[Passage, str | None]] = iter(stream)
+        if skip:
+            for _ in islice(iterator, skip):
+                pass
+        for passage, group in iterator:
+            writer.add(passage, group=group)
+            if progress is not None:
+                progress.update(report.documents_read, len(writer))
+        report.passages_written = len(writer)
+        report.seconds = time.monotonic() - start
+        report.fingerprint = writer.fingerprint
+        writer.metadata = {**writer.metadata, "report": report.as_dict(), "documents": report.documents_used}
+    if progress is not None:
+        progress.update(report.documents_read, report.passages_written, force=True)
+    return PassageStore.open(out)

@@ -1,0 +1,542 @@
+"""Search corpora: one small corpus per question, built from the pages a web search API returns.
+
+As in the BERDS study: search the question, take the top ``k`` result URLs (the study: 100 from
+serper.dev), download the pages, keep their main content (readability-lxml, then html2text), cut it into
+100-word passages. Each question's passages form one group of the store (``group = question id``), so
+a retriever can search one question's corpus at a time.
+
+Pieces:
+
+* ``SearchProvider`` — the protocol a search API implements (``name``, ``search(query, num=)``,
+  ``cache_params()``); ``SerperProvider`` is the first one. Providers are found by name in
+  ``SEARCH_PROVIDERS`` (entry-point group ``berds.search_providers`` for your own).
+* ``SearchCache`` — everything fetched is kept on disk: search responses under a hash of
+  (provider, its parameters, query, k); page bodies content-addressed by the sha256 of their bytes; a
+  small record per URL saying what happened (ok with the body's hash, or the failure reason). A second
+  run reads the cache and fetches only what is missing (failures are not retried unless asked).
+* ``PageFetcher`` — concurrent downloads with requests: connect/read timeouts and a total deadline, a
+  size cap (Content-Length first, then while streaming), a content-type check (HTML and plain text),
+  retries with exponential backoff for timeouts / connection errors / 429 / 5xx, and at most
+  ``per_host`` requests at a time to any one host. A failed page never aborts the build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
+from urllib.parse import urlsplit
+
+from berds.corpora.build import BuildReport, RateColumn, write_passages
+from berds.corpora.docstore import PassageStore
+from berds.corpora.html import CLEANER_VERSION, CleanedPage, clean_html, decode_html
+from berds.corpora.split import DEFAULT_WORDS, Document, split_document
+from berds.errors import BerdsError, InputError
+from berds.io import atomic_write, read_json, write_json, write_jsonl
+from berds.registry import Catalogue
+from berds.types import Passage, Question
+
+SEARCH_PROVIDERS: Catalogue = Catalogue("search provider", "berds.search_providers")
+SEARCH_PROVIDERS.add("serper", "berds.corpora.search:SerperProvider", "Google results through serper.dev (key: $SERPER_API_KEY)")
+
+ACCEPTED_TYPES = ("text/html", "application/xhtml+xml", "text/plain")
+
+
+# ------------------------------------------------------------------------------------------- providers
+@dataclass(frozen=True)
+class SearchResult:
+    """One organic search result, ``rank`` from 1."""
+
+    url: str
+    title: str = ""
+    snippet: str = ""
+    rank: int = 0
+
+
+class SearchError(BerdsError):
+    """A search request that failed after retries (recorded per question; the build goes on)."""
+
+
+@runtime_checkable
+class SearchProvider(Protocol):
+    """A web search API. ``search`` returns up to ``num`` results best first.
+
+    ``cache_params`` lists the settings that change results (country, language, endpoint...): they are
+    part of the cache key, so changing one never serves stale results.
+    """
+
+    name: str
+
+    def search(self, query: str, *, num: int) -> list[SearchResult]: ...
+
+    def cache_params(self) -> dict[str, Any]: ...
+
+
+def _retry_delay(attempt: int, backoff: float) -> float:
+    """Exponential backoff with a little jitter so concurrent retries do not stampede."""
+    return backoff * (2**attempt) * (1.0 + 0.25 * random.random())
+
+
+class SerperProvider:
+    """Google results from serper.dev: ``POST {base_url}/search`` with ``{"q", "num", "gl", "hl", "page"}``.
+
+    The key comes from ``api_key`` or ``$SERPER_API_KEY``; ``base_url`` (or ``$SERPER_BASE_URL``) lets tests
+    and proxies point elsewhere. The key is checked only when a request is actually made, so a fully
+    cached build runs without one. A rejected key (401/403) stops the build; 429/5xx/timeouts are retried.
+    """
+
+    name = "serper"
+    DEFAULT_BASE_URL = "https://google.serper.dev"
+    PAGE_SIZE = 100  # serper's largest "num"
+
+    def __init__(self, *, api_key: str | None = None, base_url: str | None = None, gl: str = "us", hl: str = "en",
+                 timeout: float = 30.0, retries: int = 3, backoff: float = 1.0):
+        self.api_key = api_key if api_key is not None else os.environ.get("SERPER_API_KEY")
+        self.base_url = (base_url or os.environ.get("SERPER_BASE_URL") or self.DEFAULT_BASE_URL).rstrip("/")
+        self.gl, self.hl, self.timeout, self.retries, self.backoff = gl, hl, timeout, retries, backoff
+        self.requests_made = 0
+
+    def cache_params(self) -> dict[str, Any]:
+        return {"gl": self.gl, "hl": self.hl}  # the endpoint is deliberately not part of the key
+
+    def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
+        import requests
+
+        if not self.api_key:
+            raise BerdsError("no serper.dev API key: set the environment variable SERPER_API_KEY (or pass api_key=)")
+        url = f"{self.base_url}/search"
+        last = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(_retry_delay(attempt - 1, self.backoff))
+            self.requests_made += 1
+            try:
+                r = requests.post(url, json=payload, headers={"X-API-KEY": self.api_key, "Content-Type": "application/json"},
+                                  timeout=self.timeout)
+            except requests.RequestException as exc:
+                last = f"{type(exc).__name__}: {exc}"
+                continue
+            if r.status_code in (401, 403):
+                raise BerdsError(f"{url} refused the API key (HTTP {r.status_code}) — check SERPER_API_KEY")
+            if r.status_code == 429 or r.status_code >= 500:
+                last = f"HTTP {r.status_code}"
+                continue
+            if r.status_code != 200:
+                raise SearchError(f"{url} answered HTTP {r.status_code}: {r.text[:200]}")
+            try:
+                data = r.json()
+            except ValueError:
+                raise SearchError(f"{url} did not return JSON (got {r.headers.get('Content-Type')!r})") from None
+            if not isinstance(data, dict):
+                raise SearchError(f"{url} returned {type(data).__name__}, expected a JSON object")
+            return data
+        raise SearchError(f"{url} failed after {self.retries + 1} attempts ({last})")
+
+    def search(self, query: str, *, num: int) -> list[SearchResult]:
+        results: list[SearchResult] = []
+        page = 1
+        while len(results) < num:
+            size = min(self.PAGE_SIZE, num - len(results)) if num <= self.PAGE_SIZE else self.PAGE_SIZE
+            payload: dict[str, Any] = {"q": query, "num": size, "gl": self.gl, "hl": self.hl}
+            if page > 1:
+                payload["page"] = page
+            organic = self._post(payload).get("organic") or []
+            if not isinstance(organic, list):
+                raise SearchError(f"'organic' in the serper response is {type(organic).__name__}, expected a list")
+            for item in organic:
+                link = item.get("link") if isinstance(item, dict) else None
+                if isinstance(link, str) and link:
+                    results.append(SearchResult(url=link, title=str(item.get("title") or ""),
+                                                snippet=str(item.get("snippet") or ""), rank=len(results) + 1))
+            if len(organic) < size:
+                break  # no more results
+            page += 1
+        return results[:num]
+
+
+def get_provider(provider: str | SearchProvider, **options: Any) -> SearchProvider:
+    """A provider object from a name in ``SEARCH_PROVIDERS`` (or ``module:attr``), or the object itself."""
+    if isinstance(provider, str):
+        return SEARCH_PROVIDERS.create(provider, **options)
+    return provider
+
+
+# ------------------------------------------------------------------------------------------- cache
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class PageRecord:
+    """What happened to one URL. ``ok`` pages have ``body_sha256``; failed ones a ``reason``."""
+
+    url: str
+    ok: bool
+    reason: str = ""
+    http_status: int | None = None
+    content_type: str = ""
+    body_sha256: str = ""
+    bytes: int = 0
+    final_url: str = ""
+    attempts: int = 0
+    fetched_at: str = ""
+
+
+class SearchCache:
+    """On-disk cache of search responses, page records, page bodies (content-addressed) and cleaned text."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+
+    @staticmethod
+    def _fan(folder: Path, key: str, suffix: str = "") -> Path:
+        return folder / key[:2] / f"{key}{suffix}"
+
+    # search responses
+    def search_key(self, provider: SearchProvider, query: str, num: int) -> str:
+        ident = json.dumps({"provider": provider.name, "params": provider.cache_params(), "query": query, "num": num}, sort_keys=True)
+        return _sha256(ident.encode("utf-8"))
+
+    def get_search(self, key: str) -> list[SearchResult] | None:
+        path = self._fan(self.root / "search", key, ".json")
+        if not path.is_file():
+            return None
+        return [SearchResult(**r) for r in read_json(path)["results"]]
+
+    def put_search(self, key: str, provider: SearchProvider, query: str, results: list[SearchResult]) -> None:
+        write_json(self._fan(self.root / "search", key, ".json"),
+                   {"provider": provider.name, "params": provider.cache_params(), "query": query,
+                    "fetched_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": [asdict(r) for r in results]})
+
+    # pages
+    def get_page(self, url: str) -> PageRecord | None:
+        path = self._fan(self.root / "pages", _sha256(url.encode("utf-8")), ".json")
+        return PageRecord(**read_json(path)) if path.is_file() else None
+
+    def put_page(self, record: PageRecord, body: bytes | None = None) -> None:
+        if body is not None:
+            blob = self._fan(self.root / "blobs", record.body_sha256)
+            if not blob.exists():
+                with atomic_write(blob, "wb") as f:
+                    f.write(body)
+        write_json(self._fan(self.root / "pages", _sha256(record.url.encode("utf-8")), ".json"), asdict(record))
+
+    def body(self, record: PageRecord) -> bytes:
+        return self._fan(self.root / "blobs", record.body_sha256).read_bytes()
+
+    # cleaned text (deterministic from the body; cached because readability is the slow part)
+    def cleaned(self, record: PageRecord) -> CleanedPage:
+        version = _sha256(CLEANER_VERSION.encode())[:8]
+        path = self._fan(self.root / "clean", record.body_sha256, f".{version}.json")
+        if path.is_file():
+            return CleanedPage(**read_json(path))
+        body = self.body(record)
+        text, _ = decode_html(body, record.content_type)
+        mime = record.content_type.split(";")[0].strip().lower()
+        page = CleanedPage("", text.strip()) if mime == "text/plain" else clean_html(text, url=record.final_url or record.url)
+        write_json(path, asdict(page))
+        return page
+
+
+# ------------------------------------------------------------------------------------------- fetching
+@dataclass
+class FetchOptions:
+    """How pages are downloaded (see the module docstring)."""
+
+    connect_timeout: float = 5.0
+    read_timeout: float = 15.0
+    total_timeout: float = 30.0
+    max_bytes: int = 5_000_000
+    retries: int = 2
+    backoff: float = 1.0
+    concurrency: int = 16
+    per_host: int = 2
+    user_agent: str = "Mozilla/5.0 (compatible; berds-corpus-builder/0.1; research use)"
+    accepted_types: tuple[str, ...] = ACCEPTED_TYPES
+
+
+class _Failure(Exception):
+    def __init__(self, reason: str, *, retry: bool, status: int | None = None):
+        super().__init__(reason)
+        self.reason, self.retry, self.status = reason, retry, status
+
+
+class PageFetcher:
+    """Download URLs into a ``SearchCache`` concurrently; every URL ends with a ``PageRecord``."""
+
+    def __init__(self, cache: SearchCache, options: FetchOptions | None = None):
+        self.cache = cache
+        self.options = options or FetchOptions()
+        self._local = threading.local()
+        self._host_locks: dict[str, threading.Semaphore] = {}
+        self._lock = threading.Lock()
+
+    def _session(self):
+        import requests
+
+        s = getattr(self._local, "session", None)
+        if s is None:
+            s = self._local.session = requests.Session()
+            s.headers["User-Agent"] = self.options.user_agent
+            s.headers["Accept"] = "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.1"
+        return s
+
+    def _host_slot(self, url: str) -> threading.Semaphore:
+        host = urlsplit(url).netloc.lower()
+        with self._lock:
+            if host not in self._host_locks:
+                self._host_locks[host] = threading.Semaphore(self.options.per_host)
+            return self._host_locks[host]
+
+    def _download_once(self, url: str) -> tuple[bytes, str, int, str]:
+        import requests
+
+        o = self.options
+        deadline = time.monotonic() + o.total_timeout
+        try:
+            with self._session().get(url, timeout=(o.connect_timeout, o.read_timeout), stream=True, allow_redirects=True) as r:
+                if r.status_code == 429 or r.status_code >= 500:
+                    raise _Failure(f"http {r.status_code}", retry=True, status=r.status_code)
+                if r.status_code != 200:
+                    raise _Failure(f"http {r.status_code}", retry=False, status=r.status_code)
+                content_type = r.headers.get("Content-Type", "")
+                mime = content_type.split(";")[0].strip().lower()
+                if mime and mime not in o.accepted_types:
+                    raise _Failure(f"content type {mime}", retry=False, status=200)
+                length = r.headers.get("Content-Length")
+                if length and length.isdigit() and int(length) > o.max_bytes:
+                    raise _Failure(f"too large ({int(length):,} bytes > {o.max_bytes:,})", retry=False, status=200)
+                chunks, size = [], 0
+                for chunk in r.iter_content(65_536):
+                    size += len(chunk)
+                    if size > o.max_bytes:
+                        raise _Failure(f"too large (> {o.max_bytes:,} bytes)", retry=False, status=200)
+                    if time.monotonic() > deadline:
+                        raise _Failure(f"timeout (over {o.total_timeout:g} s in total)", retry=True, status=200)
+                    chunks.append(chunk)
+                body = b"".join(chunks)
+                if not mime and body[:5] == b"%PDF-":
+                    raise _Failure("content type application/pdf (sniffed)", retry=False, status=200)
+                return body, content_type or "text/html", r.status_code, r.url
+        except requests.Timeout:
+            raise _Failure("timeout", retry=True) from None
+        except requests.exceptions.TooManyRedirects:
+            raise _Failure("too many redirects", retry=False) from None
+        except (requests.exceptions.InvalidURL, requests.exceptions.MissingSchema, requests.exceptions.InvalidSchema) as exc:
+            raise _Failure(f"invalid url ({type(exc).__name__})", retry=False) from None
+        except requests.ConnectionError as exc:
+            raise _Failure(f"connection error ({type(exc).__name__})", retry=True) from None
+        except requests.RequestException as exc:
+            raise _Failure(f"request failed ({type(exc).__name__})", retry=False) from None
+
+    def fetch(self, url: str) -> PageRecord:
+        """Download one URL (with retries) and store the outcome in the cache."""
+        o = self.options
+        attempt = 0
+        now = lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())  # noqa: E731
+        while True:
+            attempt += 1
+            try:
+                with self._host_slot(url):
+                    body, content_type, status, final_url = self._download_once(url)
+            except _Failure as f:
+                if f.retry and attempt <= o.retries:
+                    time.sleep(_retry_delay(attempt - 1, o.backoff))
+                    continue
+                record = PageRecord(url=url, ok=False, reason=f.reason, http_status=f.status, attempts=attempt, fetched_at=now())
+                self.cache.put_page(record)
+                return record
+            record = PageRecord(url=url, ok=True, http_status=status, content_type=content_type, body_sha256=_sha256(body),
+                                bytes=len(body), final_url=final_url, attempts=attempt, fetched_at=now())
+            self.cache.put_page(record, body)
+            return record
+
+    def fetch_all(self, urls: Sequence[str], *, retry_failed: bool = False, progress: bool = True) -> tuple[dict[str, PageRecord], int]:
+        """Records for ``urls``: from the cache when there, else downloaded. Returns (records, downloads made)."""
+        records: dict[str, PageRecord] = {}
+        todo: list[str] = []
+        for url in dict.fromkeys(urls):
+            cached = self.cache.get_page(url)
+            if cached is not None and (cached.ok or not retry_failed):
+                records[url] = cached
+            else:
+                todo.append(url)
+        if not todo:
+            return records, 0
+        bar = _bar(progress, "pages", len(todo))
+        with bar, ThreadPoolExecutor(max_workers=max(1, self.options.concurrency)) as pool:
+            task = bar.add_task("fetching pages", total=len(todo), ok=0, failed=0) if bar else None
+            ok = failed = 0
+            futures = {pool.submit(self.fetch, url): url for url in todo}
+            for fut in as_completed(futures):
+                rec = fut.result()
+                records[futures[fut]] = rec
+                ok, failed = ok + rec.ok, failed + (not rec.ok)
+                if bar:
+                    bar.update(task, advance=1, ok=ok, failed=failed)
+        return records, len(todo)
+
+
+class _NoBar:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+    def __bool__(self):
+        return False
+
+
+def _bar(enabled: bool, what: str, total: int):
+    if not enabled:
+        return _NoBar()
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), RateColumn(what),
+                    TextColumn("{task.fields[ok]} ok, {task.fields[failed]} failed"), TimeElapsedColumn(), TimeRemainingColumn(),
+                    console=Console(stderr=True))
+
+
+# ------------------------------------------------------------------------------------------- building
+@dataclass
+class SearchFailure:
+    """A result page (or a whole question's search) that did not make it into the corpus, and why."""
+
+    qid: str
+    url: str
+    rank: int
+    reason: str
+
+
+def _load_questions(questions: str | os.PathLike | Sequence[Question], split: str, limit: int | None) -> list[Question]:
+    if isinstance(questions, (str, os.PathLike)):
+        from berds.benchmarks import load_questions
+
+        return load_questions(str(questions), split=split, limit=limit)
+    qs = list(questions)
+    return qs[:limit] if limit is not None else qs
+
+
+def passage_id(qid: str, url: str, n: int) -> str:
+    """Ids of a search corpus: ``"{qid}/{sha1(url)[:12]}-{n}"`` (unique per question; same page, same ids)."""
+    return f"{qid}/{hashlib.sha1(url.encode('utf-8')).hexdigest()[:12]}-{n}"
+
+
+def build_search_corpus(
+    questions: str | os.PathLike | Sequence[Question],
+    out: str | os.PathLike,
+    *,
+    provider: str | SearchProvider = "serper",
+    provider_options: dict[str, Any] | None = None,
+    top: int = 100,
+    split: str = "test",
+    limit: int | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    fetch_options: FetchOptions | None = None,
+    retry_failed: bool = False,
+    words_per_passage: int = DEFAULT_WORDS,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> tuple[PassageStore, BuildReport]:
+    """Search every question, fetch the top ``top`` pages, and write one passage group per question.
+
+    ``questions``: a BERDS set name (with ``split``), a jsonl path, or ``Question`` objects. The cache
+    (default ``$BERDS_HOME/search-cache``) makes re-runs fetch only what is missing. Pages that failed
+    are listed, with reasons, in ``<out>/failures.jsonl`` and counted in the report.
+    """
+    from berds.benchmarks import home_dir
+
+    if top < 1:
+        raise InputError(f"--top must be at least 1, got {top}")
+    qs = _load_questions(questions, split, limit)
+    if not qs:
+        raise InputError("no questions to search for", path=str(questions) if isinstance(questions, (str, os.PathLike)) else None)
+    search = get_provider(provider, **(provider_options or {}))
+    cache = SearchCache(Path(cache_dir) if cache_dir is not None else home_dir() / "search-cache")
+    out = Path(out)
+    report = BuildReport(kind=f"search ({search.name}, top {top})", out=str(out))
+    failures: list[SearchFailure] = []
+    start = time.monotonic()
+
+    # 1. search (cached per provider + parameters + query + k)
+    results: dict[str, list[SearchResult]] = {}
+    searched = 0
+    bar = _bar(progress, "questions", len(qs))
+    with bar:
+        task = bar.add_task("searching", total=len(qs), ok=0, failed=0) if bar else None
+        for i, q in enumerate(qs):
+            key = cache.search_key(search, q.text, top)
+            hits = cache.get_search(key)
+            if hits is None:
+                try:
+                    hits = search.search(q.text, num=top)
+                except SearchError as exc:
+                    failures.append(SearchFailure(q.id, "", 0, f"search failed: {exc}"))
+                    report.skip("search failed")
+                    hits = None
+                else:
+                    cache.put_search(key, search, q.text, hits)
+                    searched += 1
+            if hits is not None:
+                results[q.id] = hits[:top]
+            if bar:
+                bar.update(task, advance=1, ok=len(results), failed=i + 1 - len(results))
+
+    # 2. fetch every distinct page once
+    fetcher = PageFetcher(cache, fetch_options)
+    all_urls = [r.url for hits in results.values() for r in hits]
+    records, downloaded = fetcher.fetch_all(all_urls, retry_failed=retry_failed, progress=progress)
+
+    # 3. clean, split, write (question order, then rank order: deterministic)
+    def stream() -> Iterable[tuple[Passage, str]]:
+        for q in qs:
+            seen: set[str] = set()
+            for r in results.get(q.id, []):
+                report.documents_read += 1
+                if r.url in seen:
+                    report.skip("repeated url in one question's results")
+                    continue
+                seen.add(r.url)
+                rec = records[r.url]
+                reason = rec.reason if not rec.ok else ""
+                if rec.ok:
+                    page = cache.cleaned(rec)
+                    if not page.text.split():
+                        reason = "no text after cleaning"
+                if reason:
+                    failures.append(SearchFailure(q.id, r.url, r.rank, reason))
+                    report.skip(_reason_class(reason))
+                    continue
+                report.documents_used += 1
+                doc = Document(id=r.url, text=page.text, title=r.title or page.title, source=r.url)
+                for n, p in enumerate(split_document(doc, words_per_passage=words_per_passage)):
+                    yield Passage(id=passage_id(q.id, r.url, n), text=p.text, title=p.title, source=p.source), q.id
+
+    report.extra.update({"questions": len(qs), "search requests made": searched, "pages downloaded now": downloaded,
+                         "pages from cache": len(records) - downloaded})
+    metadata = {
+        "source": {"kind": "search", "provider": search.name, "params": search.cache_params(), "top": top,
+                   "questions": str(questions) if isinstance(questions, (str, os.PathLike)) else f"{len(qs)} questions",
+                   "split": split, "cache": str(cache.root)},
+        "options": {"words_per_passage": words_per_passage, "cleaner": CLEANER_VERSION, "max_bytes": fetcher.options.max_bytes},
+    }
+    store = write_passages(stream(), out, report, overwrite=overwrite, metadata=metadata)
+    report.seconds = time.monotonic() - start
+    write_jsonl(out / "failures.jsonl", (asdict(f) for f in failures))
+    report.extra["failures listed in"] = str(out / "failures.jsonl")
+    report.failures = [asdict(f) for f in failures]
+    return store, report
+
+
+def _reason_class(reason: str) -> str:
+    """Group failure reasons for the summary table ("too large (3,000,000 bytes > ...)" -> "too large")."""
+    return reason.split(" (")[0]

@@ -1,0 +1,241 @@
+"""Web snapshot corpora: jsonl records (CCNet, Sphere, anything similar) and WARC archives.
+
+jsonl: each line is one record. Field names differ between sources, so each role has a list of
+candidates tried in order, and an explicit option wins over all of them (``JsonlFields``):
+
+    text   text, raw_content (CCNet), contents (Sphere / pyserini), content, body
+    title  title
+    url    url, source
+    id     id, _id, docid, doc_id          (missing: "<file stem>:<line>")
+
+Auto-detection looks at the first record of each file; a later record lacking the detected text field
+is an error naming the line. Records whose text is HTML go through the shared cleaner with ``html=True``.
+Sphere is already cut into 100-word passages: ``as_passages=True`` keeps each record as one passage
+with its own id instead of splitting it again.
+
+WARC (warcio): ``response`` records with an HTML or plain-text payload become documents (HTML cleaned
+by readability + html2text, the same cleaner search pages use); other records are skipped with the
+reason counted (request/metadata records, non-200 status, PDFs and other content types, repeated URLs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from berds.corpora.build import BuildProgress, BuildReport, check_disk_and_announce, write_passages
+from berds.corpora.docstore import PassageStore
+from berds.corpora.html import clean_html, decode_html
+from berds.corpora.split import DEFAULT_WORDS, Document, split_document
+from berds.errors import InputError
+from berds.io import iter_jsonl
+from berds.lazy import require
+from berds.types import Passage
+
+TEXT_FIELDS = ("text", "raw_content", "contents", "content", "body")
+TITLE_FIELDS = ("title",)
+URL_FIELDS = ("url", "source")
+ID_FIELDS = ("id", "_id", "docid", "doc_id")
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+
+
+@dataclass(frozen=True)
+class JsonlFields:
+    """Which record fields hold the text, title, url and id. ``None`` = auto-detect; ``""`` = not present."""
+
+    text: str | None = None
+    title: str | None = None
+    url: str | None = None
+    id: str | None = None
+
+    def resolve(self, record: dict, path: Path, line: int) -> "JsonlFields":
+        """Fill the ``None`` roles from the candidates present in ``record`` (the file's first record)."""
+
+        def pick(explicit: str | None, candidates: Sequence[str]) -> str:
+            if explicit is not None:
+                return explicit
+            return next((c for c in candidates if c in record), "")
+
+        text = pick(self.text, TEXT_FIELDS)
+        if not text:
+            raise InputError(
+                f"no text field found; the record has {sorted(record)[:12]}, expected one of {list(TEXT_FIELDS)}",
+                path=path, line=line, fix="name the field with --text-field",
+            )
+        if self.text is not None and self.text not in record:
+            raise InputError(f"the text field {self.text!r} is not in the record (it has {sorted(record)[:12]})",
+                             path=path, line=line, fix="check --text-field")
+        return JsonlFields(text=text, title=pick(self.title, TITLE_FIELDS), url=pick(self.url, URL_FIELDS), id=pick(self.id, ID_FIELDS))
+
+
+def _str_field(record: dict, name: str, path: Path, line: int, *, required: bool = False) -> str:
+    if not name:
+        return ""
+    value = record.get(name)
+    if value is None:
+        if required:
+            raise InputError(f"missing field {name!r}", path=path, line=line,
+                             fix="every record needs it (or choose another field with the --*-field options)")
+        return ""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    if not isinstance(value, str):
+        raise InputError(f"field {name!r} must be a string, got {type(value).__name__}", path=path, line=line)
+    return value
+
+
+def iter_jsonl_documents(
+    paths: Sequence[str | os.PathLike],
+    report: BuildReport | None = None,
+    *,
+    fields: JsonlFields = JsonlFields(),
+    html: bool = False,
+) -> Iterator[Document]:
+    """Documents from jsonl files (see the module docstring for field detection)."""
+    seen_fields: dict[str, dict[str, str]] = {}
+    for path in map(Path, paths):
+        resolved: JsonlFields | None = None
+        for line, record in iter_jsonl(path):
+            if resolved is None:
+                resolved = fields.resolve(record, path, line)
+                seen_fields[str(path)] = {"text": resolved.text, "title": resolved.title, "url": resolved.url, "id": resolved.id}  # type: ignore[dict-item]
+            if report is not None:
+                report.documents_read += 1
+            text = _str_field(record, resolved.text, path, line, required=True)  # type: ignore[arg-type]
+            title = _str_field(record, resolved.title, path, line)  # type: ignore[arg-type]
+            url = _str_field(record, resolved.url, path, line)  # type: ignore[arg-type]
+            doc_id = _str_field(record, resolved.id, path, line) if resolved.id else ""  # type: ignore[arg-type]
+            if not doc_id.strip():
+                doc_id = f"{path.stem}:{line}"
+            if html:
+                page = clean_html(text, url=url)
+                text, title = page.text, title or page.title
+            if not text.split():
+                if report is not None:
+                    report.skip("empty text")
+                continue
+            if report is not None:
+                report.documents_used += 1
+            yield Document(id=doc_id, text=text, title=title, source=url or doc_id)
+    if report is not None:
+        report.extra["jsonl_fields"] = seen_fields
+
+
+def _url_id(url: str) -> str:
+    return hashlib.sha1(url.encode("utf-8")).hexdigest()[:16]
+
+
+def iter_warc_documents(paths: Sequence[str | os.PathLike], report: BuildReport | None = None, *,
+                        raw_holder: list | None = None) -> Iterator[Document]:
+    """Documents from WARC files (``.warc`` or ``.warc.gz``): cleaned HTML / plain-text responses."""
+    warcio = require("warcio.archiveiterator", extra="corpora", purpose="reading WARC files")
+    seen: set[str] = set()
+
+    def skip(reason: str) -> None:
+        if report is not None:
+            report.skip(reason)
+
+    for path in map(Path, paths):
+        if not path.is_file():
+            raise InputError("file not found", path=path)
+        with open(path, "rb") as raw:
+            if raw_holder is not None:
+                raw_holder.append(raw)
+            try:
+                for record in warcio.ArchiveIterator(raw):
+                    if record.rec_type != "response":
+                        continue  # request / metadata / warcinfo records are not documents
+                    if report is not None:
+                        report.documents_read += 1
+                    url = record.rec_headers.get_header("WARC-Target-URI") or ""
+                    http = record.http_headers
+                    status = http.get_statuscode() if http is not None else "200"
+                    if status != "200":
+                        skip(f"http status {status}")
+                        continue
+                    content_type = (http.get_header("Content-Type") if http is not None else "") or ""
+                    mime = content_type.split(";")[0].strip().lower()
+                    if mime not in HTML_TYPES and mime != "text/plain":
+                        skip(f"content type {mime or 'missing'}")
+                        continue
+                    if url in seen:
+                        skip("repeated url")
+                        continue
+                    seen.add(url)
+                    body = record.content_stream().read()
+                    text, _ = decode_html(body, content_type)
+                    title = ""
+                    if mime in HTML_TYPES:
+                        page = clean_html(text, url=url)
+                        text, title = page.text, page.title
+                    if not text.split():
+                        skip("no text after cleaning")
+                        continue
+                    if report is not None:
+                        report.documents_used += 1
+                    yield Document(id=_url_id(url or record.rec_headers.get_header("WARC-Record-ID")), text=text, title=title, source=url)
+            except warcio.ArchiveLoadFailed as exc:
+                raise InputError(f"not a readable WARC file ({exc})", path=path, fix="pass .warc or .warc.gz files") from None
+
+
+def build_web(
+    out: str | os.PathLike,
+    *,
+    jsonl: Sequence[str | os.PathLike] = (),
+    warc: Sequence[str | os.PathLike] = (),
+    fields: JsonlFields = JsonlFields(),
+    html: bool = False,
+    as_passages: bool = False,
+    words_per_passage: int = DEFAULT_WORDS,
+    overwrite: bool = False,
+    resume: bool = False,
+    shard_size: int = 1_000_000,
+    compression: str = "zlib",
+    progress: bool = True,
+) -> tuple[PassageStore, BuildReport]:
+    """Build a passage store from web jsonl files or WARC archives (not both at once)."""
+    if bool(jsonl) == bool(warc):
+        raise InputError("give jsonl files (--jsonl) or WARC files (--warc), one kind per build")
+    if as_passages and warc:
+        raise InputError("--as-passages applies to jsonl records only")
+    paths = [Path(p) for p in (jsonl or warc)]
+    for p in paths:
+        if not p.is_file():
+            raise InputError("file not found", path=p)
+    out = Path(out)
+    kind = "web (jsonl)" if jsonl else "web (WARC)"
+    report = BuildReport(kind=kind, out=str(out))
+    sizes = [p.stat().st_size for p in paths]
+    total = sum(sizes)
+    from rich.console import Console
+
+    check_disk_and_announce(out, input_bytes=total, avg_passage_bytes=620.0 if jsonl else 620.0 * 3,
+                            console=Console(stderr=True) if progress else None, compression=compression)
+    raw_holder: list = []
+    if jsonl:
+        docs = iter_jsonl_documents(paths, report, fields=fields, html=html)
+    else:
+        docs = iter_warc_documents(paths, report, raw_holder=raw_holder)
+    if as_passages:
+        stream = ((Passage(id=d.id, text=d.text, title=d.title, source=d.source), None) for d in docs)
+    else:
+        stream = ((p, None) for d in docs for p in split_document(d, words_per_passage=words_per_passage))
+    metadata = {
+        "source": {"kind": kind, "paths": [str(p.resolve()) for p in paths], "bytes": total},
+        "options": {"html": html, "as_passages": as_passages, "words_per_passage": words_per_passage,
+                    "fields": {k: v for k, v in vars(fields).items() if v is not None}},
+    }
+    with BuildProgress(kind, total_bytes=total if warc else None, enabled=progress) as bar:
+        if warc:
+            def position() -> int:
+                done = sum(sizes[: max(len(raw_holder) - 1, 0)])
+                cur = raw_holder[-1] if raw_holder else None
+                return done + (cur.tell() if cur is not None and not cur.closed else 0)
+            bar.position = position
+        store = write_passages(stream, out, report, progress=bar, overwrite=overwrite, resume=resume,
+                               metadata=metadata, shard_size=shard_size, compression=compression)
+    report.input_bytes = total
+    return store, report
