@@ -1,9 +1,86 @@
-"""CLI commands for this area (see berds/cli/__init__.py)."""
+"""``berds llm ...``: list LLM backends, serve one over an OpenAI-compatible API, try a quick generation."""
 
 from __future__ import annotations
 
+from typing import List, Optional
+
 import typer
+
+llm_app = typer.Typer(help="LLM backends: list them, serve one over HTTP, try a generation.", no_args_is_help=True)
+
+
+@llm_app.command("list")
+def list_backends() -> None:
+    """List the LLM backends (name, what, loader)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from berds.llm import LLMS
+
+    table = Table(title="LLM backends")
+    for column in ("name", "description", "loader"):
+        table.add_column(column)
+    for spec in LLMS.specs():
+        table.add_row(spec.name, spec.description, spec.loader)
+    Console().print(table)
+
+
+@llm_app.command("serve")
+def serve_command(
+    model: str = typer.Option(..., "--model", "-m", help="hub name or local path"),
+    backend: str = typer.Option("transformers", "--backend", "-b", help="transformers, vllm or openai"),
+    host: str = typer.Option("127.0.0.1", help="interface to listen on (0.0.0.0 = all)"),
+    port: int = typer.Option(8000, help="port; 0 picks a free one (printed when ready)"),
+    served_model_name: Optional[str] = typer.Option(None, help="model name clients send (default: --model)"),
+    option: List[str] = typer.Option([], "--option", "-o", help="backend option KEY=VALUE, e.g. adapter=/path"),
+    api_key_env: Optional[str] = typer.Option(None, help="env variable holding the key clients must send"),
+    max_batch_size: int = typer.Option(8, help="requests gathered into one generate() call"),
+    batch_wait_ms: float = typer.Option(10.0, help="how long a batch waits for more requests"),
+    log_requests: bool = typer.Option(False, help="print one line per request on stderr"),
+) -> None:
+    """Serve a model over an OpenAI-compatible API (/v1/chat/completions, /v1/models)."""
+    from berds.evaluate.judge import parse_options
+    from berds.llm.server import serve
+
+    serve(backend, model, host=host, port=port, served_model_name=served_model_name, options=parse_options(option),
+          api_key_env=api_key_env, max_batch_size=max_batch_size, batch_wait=batch_wait_ms / 1000,
+          log_requests=log_requests)
+
+
+@llm_app.command("generate")
+def generate_command(
+    prompts: List[str] = typer.Argument(..., help="one or more user messages"),
+    model: str = typer.Option(..., "--model", "-m", help="hub name, local path, or served model name"),
+    backend: str = typer.Option("transformers", "--backend", "-b", help="transformers, vllm or openai"),
+    option: List[str] = typer.Option([], "--option", "-o", help="backend option KEY=VALUE (base_url=..., adapter=...)"),
+    system: Optional[str] = typer.Option(None, help="a system message sent before each prompt"),
+    max_new_tokens: int = typer.Option(16, help="tokens to generate"),
+    temperature: float = typer.Option(0.0, help="0 = greedy"),
+    top_logprobs: int = typer.Option(5, help="show the N most likely first tokens (0 = off)"),
+) -> None:
+    """Generate a completion for each prompt: a quick check that a backend and model work."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from berds.evaluate.judge import p_yes_from_logprobs, parse_options
+    from berds.llm import load_llm, user_prompt
+
+    llm = load_llm(backend, model, **parse_options(option))
+    generations = llm.generate([user_prompt(p, system=system) for p in prompts], max_new_tokens=max_new_tokens,
+                               temperature=temperature, top_logprobs=top_logprobs)
+    table = Table(title=llm.id)
+    for column in ("prompt", "completion", "top first tokens (logprob)", "P(Yes)"):
+        table.add_column(column)
+    for prompt, generation in zip(prompts, generations):
+        top = generation.first_token_logprobs or {}
+        shown = ", ".join(f"{t!r} {lp:.2f}" for t, lp in sorted(top.items(), key=lambda kv: -kv[1]))
+        p_yes = p_yes_from_logprobs(generation.first_token_logprobs)
+        # Text(): model output is shown literally, never read as rich markup ("[/INST]" would be a tag).
+        table.add_row(Text(prompt), Text(generation.text), Text(shown or "-"), "-" if p_yes is None else f"{p_yes:.3f}")
+    Console().print(table)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to the main app."""
+    """Add ``berds llm`` (list, serve, generate) to the main app."""
+    app.add_typer(llm_app, name="llm")

@@ -1,0 +1,265 @@
+"""LLM backend for any OpenAI-compatible chat-completions endpoint over plain HTTP (``requests``).
+
+Works with hosted APIs (the study's GPT-4 judge), ``vllm serve``, llama.cpp's ``llama-server`` and
+``berds llm serve``. Requests run concurrently on a thread pool; 429, 5xx, timeouts and dropped connections
+are retried with exponential backoff and jitter, honouring ``Retry-After``. The API key comes from an
+environment variable only (never an option, so it cannot end up in a manifest or a shell history).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import os
+import random
+import threading
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Mapping, Sequence
+from urllib.parse import urlsplit
+
+from berds.errors import BerdsError
+from berds.llm.base import Generation, Prompt
+from berds.llm.shared import check_generation_options, generation_from_token_logprobs, normalise_prompts
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
+
+
+class OpenAILLM:
+    """Chat completions from an OpenAI-compatible server behind ``berds.llm.base.LLM``.
+
+    * ``base_url``: the API root, e.g. ``http://127.0.0.1:8000/v1`` for ``vllm serve``.
+    * ``api_key_env``: the environment variable holding the key; required except for local hosts.
+    * ``concurrency``: requests in flight at once. Results always come back in prompt order.
+    * ``max_retries``: retries after the first attempt for 429/5xx/timeouts/connection errors, waiting
+      ``Retry-After`` when the server sends it, else ``min(backoff_max, backoff_base * 2**attempt)`` with
+      jitter (a uniform draw in its upper half).
+    * ``timeout``: seconds per request.
+    * ``id``: overrides the identity used as cache key (default ``openai:MODEL@HOST[:PORT]/PATH``; pass a
+      stable name when the same local model is served on changing ports).
+    * ``seed``, ``extra_body``: sent with every request (``extra_body`` merged into the JSON body).
+
+    ``top_logprobs=N`` asks for ``logprobs``/``top_logprobs``; a server that rejects them (HTTP 400/422)
+    is asked again without, logprobs are switched off for the rest of this object's life, and one warning
+    is shown — the texts are still returned, with ``first_token_logprobs=None``.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str = DEFAULT_BASE_URL,
+        api_key_env: str = "OPENAI_API_KEY",
+        concurrency: int = 8,
+        max_retries: int = 6,
+        timeout: float = 120.0,
+        backoff_base: float = 1.0,
+        backoff_max: float = 60.0,
+        seed: int | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        id: str | None = None,  # noqa: A002 - matches the LLM protocol's attribute
+    ):
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise BerdsError(f"base_url {base_url!r} is not an http(s) URL — use e.g. http://127.0.0.1:8000/v1")
+        if not isinstance(concurrency, int) or concurrency < 1:
+            raise BerdsError(f"concurrency must be a positive integer, got {concurrency!r}")
+        if not isinstance(max_retries, int) or max_retries < 0:
+            raise BerdsError(f"max_retries must be an integer >= 0, got {max_retries!r}")
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.url = f"{self.base_url}/chat/completions"
+        self.api_key_env = api_key_env
+        self._api_key = os.environ.get(api_key_env) or None
+        if self._api_key is None and parts.hostname not in LOCAL_HOSTS:
+            raise BerdsError(f"no API key for {self.base_url}: set the environment variable {api_key_env} "
+                             "(or pass api_key_env=NAME of the variable that holds it)")
+        self.concurrency = concurrency
+        self.max_retries = max_retries
+        self.timeout = float(timeout)
+        self.backoff_base = float(backoff_base)
+        self.backoff_max = float(backoff_max)
+        self.seed = seed
+        self.extra_body = dict(extra_body or {})
+        self.logprobs_supported = True
+        self.id = id or f"openai:{model}@{parts.netloc}{parts.path.rstrip('/')}"
+        self._local = threading.local()
+        self._warn_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"OpenAILLM({self.model!r}, base_url={self.base_url!r})"
+
+    # ---------------------------------------------------------------------------------- generation
+
+    def generate(
+        self,
+        prompts: Sequence[Prompt],
+        *,
+        max_new_tokens: int = 16,
+        temperature: float = 0.0,
+        top_logprobs: int = 0,
+    ) -> list[Generation]:
+        """One completion per prompt, in prompt order; requests run ``concurrency`` at a time."""
+        messages = normalise_prompts(prompts)
+        check_generation_options(max_new_tokens, temperature, top_logprobs)
+        if not messages:
+            return []
+
+        def one(conversation: list[dict[str, str]]) -> Generation:
+            return self._complete(conversation, max_new_tokens, temperature, top_logprobs)
+
+        if self.concurrency == 1 or len(messages) == 1:
+            return [one(m) for m in messages]
+        pool = ThreadPoolExecutor(max_workers=min(self.concurrency, len(messages)),
+                                  thread_name_prefix="berds-openai")
+        try:
+            return list(pool.map(one, messages))
+        finally:
+            # On an error, drop the requests not yet started instead of sending them all first.
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _complete(self, messages: list[dict[str, str]], max_new_tokens: int, temperature: float,
+                  top_logprobs: int) -> Generation:
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": max_new_tokens,
+                                "temperature": float(temperature), "n": 1, **self.extra_body}
+        if self.seed is not None:
+            body["seed"] = self.seed
+        asked = top_logprobs > 0 and self.logprobs_supported
+        if asked:
+            body.update(logprobs=True, top_logprobs=top_logprobs)
+        status, payload = self._post(body)
+        if status in (400, 422) and asked:
+            # Some servers (older llama.cpp, some hosted models) reject logprobs: ask once more without.
+            retry_body = {k: v for k, v in body.items() if k not in ("logprobs", "top_logprobs")}
+            status, retry_payload = self._post(retry_body)
+            if status == 200:
+                self._disable_logprobs(_error_message(payload))
+                asked = False
+            payload = retry_payload
+        if status != 200:
+            raise BerdsError(f"POST {self.url} answered HTTP {status}: {_error_message(payload)}"
+                             f"{_status_hint(status, self.api_key_env)}")
+        return self._parse(payload, top_logprobs if asked else 0)
+
+    def _disable_logprobs(self, reason: str) -> None:
+        with self._warn_lock:
+            if self.logprobs_supported:
+                self.logprobs_supported = False
+                warnings.warn(f"{self.url} rejected logprobs ({reason}); continuing without P(Yes)",
+                              RuntimeWarning, stacklevel=3)
+
+    def _parse(self, payload: Any, top_logprobs: int) -> Generation:
+        try:
+            choice = payload["choices"][0]
+            text = choice["message"].get("content") or ""
+        except (KeyError, IndexError, TypeError, AttributeError):
+            raise BerdsError(f"POST {self.url}: the reply is not a chat completion (no choices[0].message): "
+                             f"{str(payload)[:300]}") from None
+        pairs = None
+        if top_logprobs:
+            content = ((choice.get("logprobs") or {}).get("content") or []) if isinstance(choice, dict) else []
+            if content and isinstance(content[0], dict):
+                first = content[0]
+                entries = first.get("top_logprobs") or [first]
+                pairs = [(e["token"], float(e["logprob"])) for e in entries
+                         if isinstance(e, dict) and "token" in e and e.get("logprob") is not None]
+        return generation_from_token_logprobs(text.strip(), pairs, top_logprobs)
+
+    # ------------------------------------------------------------------------------------- HTTP
+
+    def _session(self) -> Any:
+        session = getattr(self._local, "session", None)
+        if session is None:
+            import requests
+
+            session = requests.Session()
+            session.headers["Content-Type"] = "application/json"
+            if self._api_key:
+                session.headers["Authorization"] = f"Bearer {self._api_key}"
+            self._local.session = session
+        return session
+
+    def _post(self, body: dict[str, Any]) -> tuple[int, Any]:
+        """POST with retries; returns ``(status, parsed JSON or text)`` for any final HTTP answer.
+
+        Raises ``BerdsError`` when retries run out (naming the URL, the last status or error, attempts).
+        """
+        import requests
+
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            retry_after: float | None = None
+            try:
+                response = self._session().post(self.url, json=body, timeout=self.timeout)
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                last = f"{type(exc).__name__}: {str(exc)[:200]}"
+            else:
+                if response.status_code not in RETRY_STATUSES:
+                    try:
+                        return response.status_code, response.json()
+                    except ValueError:
+                        if response.status_code == 200:
+                            raise BerdsError(f"POST {self.url}: HTTP 200 but the body is not JSON: "
+                                             f"{response.text[:300]!r}") from None
+                        return response.status_code, response.text
+                last = f"HTTP {response.status_code}: {_error_message(_json_or_text(response))}"
+                retry_after = parse_retry_after(response.headers.get("Retry-After"))
+            if attempt < self.max_retries:
+                time.sleep(self.backoff_delay(attempt, retry_after))
+        raise BerdsError(f"POST {self.url} failed after {self.max_retries + 1} attempts; last answer: {last} — "
+                         "check that the server is up and not overloaded (or raise max_retries / lower concurrency)")
+
+    def backoff_delay(self, attempt: int, retry_after: float | None = None) -> float:
+        """Seconds to wait before retry ``attempt + 1``: the server's ``Retry-After`` when given, else
+        exponential backoff with jitter in ``[d/2, d]``, ``d = min(backoff_max, backoff_base * 2**attempt)``."""
+        if retry_after is not None:
+            return max(0.0, retry_after)
+        ceiling = min(self.backoff_max, self.backoff_base * (2 ** attempt))
+        return ceiling / 2 + random.uniform(0.0, ceiling / 2)
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """``Retry-After`` in seconds: either a number of seconds or an HTTP date; None when absent/invalid."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _json_or_text(response: Any) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return response.text
+
+
+def _error_message(payload: Any) -> str:
+    """The server's error text (OpenAI's ``{"error": {"message": ...}}`` or a plain body), shortened."""
+    if isinstance(payload, dict):
+        error = payload.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])[:300]
+        if isinstance(error, str):
+            return error[:300]
+        if "detail" in payload:  # FastAPI-style servers
+            return str(payload["detail"])[:300]
+    return str(payload)[:300] or "(empty body)"
+
+
+def _status_hint(status: int, api_key_env: str) -> str:
+    if status in (401, 403):
+        return f" — check the key in ${api_key_env} and that it may use this model"
+    if status == 404:
+        return " — check base_url (it usually ends in /v1) and the model name the server serves (GET /v1/models)"
+    if status in (400, 422):
+        return " — the server rejected the request parameters"
+    return ""

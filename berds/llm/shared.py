@@ -1,0 +1,218 @@
+"""Code every LLM backend shares: prompt checks, chat-template rendering, model identities, and the
+conversion of first-token log-probabilities into a ``Generation``.
+
+Keeping this in one place means the transformers, vLLM and HTTP backends build *the same* prompt text and
+report log-probabilities *the same* way, and that the parts of the vLLM backend that can be tested without
+a GPU are tested on CPU (``tests/test_llm_backends.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from berds.errors import BerdsError
+from berds.llm.base import Generation, Prompt
+
+ROLES = ("system", "user", "assistant")
+
+
+# ------------------------------------------------------------------------------------------ prompts
+
+
+def normalise_prompts(prompts: Sequence[Prompt]) -> list[list[dict[str, str]]]:
+    """Check a batch of chat prompts and return plain ``[{"role", "content"}, ...]`` lists.
+
+    Raises a ``BerdsError`` naming the prompt and message index when a prompt is not a non-empty list of
+    messages with a known ``role`` and a string ``content`` (a bare string prompt is the usual mistake).
+    """
+    if isinstance(prompts, (str, bytes)) or isinstance(prompts, Mapping):
+        raise BerdsError("generate() takes a list of prompts, each a list of chat messages — "
+                         "wrap one text as [berds.llm.user_prompt(text)]")
+    out: list[list[dict[str, str]]] = []
+    for i, prompt in enumerate(prompts):
+        if isinstance(prompt, (str, bytes)) or isinstance(prompt, Mapping) or not prompt:
+            raise BerdsError(f"prompt {i}: expected a non-empty list of chat messages "
+                             f"[{{'role': 'user', 'content': ...}}], got {type(prompt).__name__} — "
+                             "use berds.llm.user_prompt(text) to build one")
+        messages = []
+        for j, message in enumerate(prompt):
+            role = message.get("role") if isinstance(message, Mapping) else None
+            content = message.get("content") if isinstance(message, Mapping) else None
+            if role not in ROLES or not isinstance(content, str):
+                raise BerdsError(f"prompt {i}, message {j}: expected {{'role': one of {', '.join(ROLES)}, "
+                                 f"'content': str}}, got {message!r:.120}")
+            messages.append({"role": role, "content": content})
+        out.append(messages)
+    return out
+
+
+def check_generation_options(max_new_tokens: int, temperature: float, top_logprobs: int) -> None:
+    """Reject option values no backend can honour, with the allowed range."""
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise BerdsError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    if not isinstance(temperature, (int, float)) or temperature < 0 or math.isnan(temperature):
+        raise BerdsError(f"temperature must be >= 0 (0 = greedy), got {temperature!r}")
+    if not isinstance(top_logprobs, int) or top_logprobs < 0:
+        raise BerdsError(f"top_logprobs must be an integer >= 0, got {top_logprobs!r}")
+
+
+def fold_system_into_user(messages: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
+    """Merge system messages into the first user message (blank line between).
+
+    Some chat templates — Mistral-7B-Instruct-v0.2's among them — raise on a ``system`` role; prepending
+    the system text to the first user turn is the usual way to keep its instructions.
+    """
+    system = [m["content"] for m in messages if m["role"] == "system"]
+    rest = [dict(m) for m in messages if m["role"] != "system"]
+    if not system:
+        return rest
+    for message in rest:
+        if message["role"] == "user":
+            message["content"] = "\n\n".join(system + [message["content"]])
+            return rest
+    return [{"role": "user", "content": "\n\n".join(system)}] + rest
+
+
+def render_chat(tokenizer: Any, messages: Sequence[Mapping[str, str]], *, chat_template: str | None = None) -> str:
+    """The prompt text a chat model sees: its chat template applied, with the generation prompt added.
+
+    When the template rejects a ``system`` message, the system text is folded into the first user turn
+    (``fold_system_into_user``) and the template applied again. A tokenizer without a chat template
+    needs ``chat_template=`` (a Jinja string).
+    """
+    template = chat_template or getattr(tokenizer, "chat_template", None)
+    if not template:
+        name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+        raise BerdsError(f"tokenizer {name!r} has no chat template — pass chat_template='<jinja string>' "
+                         "(or a model whose tokenizer_config.json / chat_template.jinja carries one)")
+    kwargs = {"tokenize": False, "add_generation_prompt": True, "chat_template": template}
+    try:
+        return tokenizer.apply_chat_template(list(messages), **kwargs)
+    except Exception as exc:  # jinja2 TemplateError from raise_exception() in the template
+        if not any(m["role"] == "system" for m in messages):
+            raise BerdsError(f"the chat template rejected the prompt: {exc}") from exc
+    try:
+        return tokenizer.apply_chat_template(fold_system_into_user(messages), **kwargs)
+    except Exception as exc:
+        raise BerdsError(f"the chat template rejected the prompt (even with the system message folded "
+                         f"into the first user turn): {exc}") from exc
+
+
+# ---------------------------------------------------------------------------------------- logprobs
+
+
+def merge_logprobs(pairs: Iterable[tuple[str, float]]) -> dict[str, float]:
+    """``[(token_string, logprob), ...]`` -> ``{token_string: logprob}``, summing probabilities of
+    duplicates (two token ids can decode to the same string, e.g. ``"▁Yes"`` and ``"Yes"``)."""
+    merged: dict[str, float] = {}
+    for token, logprob in pairs:
+        logprob = float(logprob)
+        if math.isnan(logprob):
+            continue
+        if token in merged:
+            a, b = merged[token], logprob
+            high = max(a, b)
+            merged[token] = high if high == -math.inf else high + math.log(math.exp(a - high) + math.exp(b - high))
+        else:
+            merged[token] = logprob
+    return merged
+
+
+def generation_from_token_logprobs(
+    text: str, first_token: Iterable[tuple[str, float]] | None, top_n: int
+) -> Generation:
+    """A ``Generation`` from the generated text and the first step's ``(token string, logprob)`` list.
+
+    The list is sorted by log-probability, cut to the ``top_n`` most likely entries (backends such as vLLM
+    add the sampled token as an extra entry), and duplicate strings are merged. ``top_n == 0`` or no list
+    gives ``first_token_logprobs=None``.
+    """
+    if not top_n or first_token is None:
+        return Generation(text=text, first_token_logprobs=None)
+    ranked = sorted(first_token, key=lambda pair: float(pair[1]), reverse=True)[:top_n]
+    if not ranked:
+        return Generation(text=text, first_token_logprobs=None)
+    return Generation(text=text, first_token_logprobs=merge_logprobs(ranked))
+
+
+# -------------------------------------------------------------------------------------- identities
+
+# Files whose names, sizes and sampled bytes identify a local model or adapter folder.
+_IDENTITY_SUFFIXES = (".json", ".safetensors", ".bin", ".gguf", ".model", ".jinja", ".txt", ".pt")
+_SAMPLE_BYTES = 1 << 16
+
+
+def looks_like_local_path(name: str) -> bool:
+    """True for something that is (or is clearly meant to be) a local path rather than a hub name."""
+    return (
+        os.path.exists(os.path.expanduser(name))
+        or name.startswith(("/", "./", "../", "~", "."))
+        or name.count("/") > 1
+        or "\\" in name
+    )
+
+
+def local_fingerprint(path: str | os.PathLike[str]) -> str:
+    """A short hash of a local model/adapter: file names, sizes, and the first and last 64 KiB of each.
+
+    Two different local models never share it (random re-initialisations of one architecture have equal
+    sizes, which is why bytes are sampled too), and it costs a few reads even for a 14 GB model. A single
+    file (a ``.gguf``) is hashed the same way.
+    """
+    root = Path(path).expanduser()
+    files = [root] if root.is_file() else sorted(
+        p for p in root.rglob("*") if p.is_file() and p.suffix in _IDENTITY_SUFFIXES and ".cache" not in p.parts
+    )
+    digest = hashlib.sha256()
+    for file in files:
+        size = file.stat().st_size
+        digest.update(f"{file.relative_to(root) if file != root else file.name}\0{size}\0".encode())
+        with open(file, "rb") as handle:
+            digest.update(handle.read(_SAMPLE_BYTES))
+            if size > 2 * _SAMPLE_BYTES:
+                handle.seek(size - _SAMPLE_BYTES)
+                digest.update(handle.read(_SAMPLE_BYTES))
+    return digest.hexdigest()[:12]
+
+
+def describe_source(name: str, revision: str | None = None) -> str:
+    """``org/model@rev`` for hub names; ``folder-name#fingerprint`` for local paths.
+
+    Local paths are named by their last component plus the content fingerprint (not the full path), so a
+    judgement cache stays valid when the same model is copied to another machine.
+    """
+    if looks_like_local_path(name):
+        path = Path(name).expanduser()
+        if not path.exists():
+            raise BerdsError(f"model path {name!r} does not exist — pass an existing local folder/file "
+                             "or a Hugging Face hub name such as 'mistralai/Mistral-7B-Instruct-v0.2'")
+        label = path.resolve().name
+        return f"{label}#{local_fingerprint(path)}" + (f"@{revision}" if revision else "")
+    return name + (f"@{revision}" if revision else "")
+
+
+def model_identity(
+    backend: str,
+    model: str,
+    *,
+    revision: str | None = None,
+    adapter: str | None = None,
+    adapter_revision: str | None = None,
+    gguf_file: str | None = None,
+) -> str:
+    """The ``id`` of a local-weights backend: backend, model (+revision), GGUF file and adapter.
+
+    Example: ``transformers:mistralai/Mistral-7B-Instruct-v0.2+adapter=timchen0618/Mistral_BERDS_evaluator``.
+    The backend is part of the id because transformers and vLLM kernels do not give bit-identical
+    answers, and the id keys judgement caches.
+    """
+    text = f"{backend}:{describe_source(model, revision)}"
+    if gguf_file:
+        text += f"+gguf={gguf_file}"
+    if adapter:
+        text += f"+adapter={describe_source(adapter, adapter_revision)}"
+    return text

@@ -1,0 +1,230 @@
+"""LLM backend on Hugging Face transformers ``generate()``, with LoRA adapters through peft.
+
+This is how the BERDS study ran its evaluator: Mistral-7B-Instruct-v0.2 plus the published LoRA adapter,
+greedy decoding, 16 new tokens, bf16 on a GPU. A merged checkpoint (adapter already folded into the
+weights) is just another model path with ``adapter=None``.
+
+The model loads on first use (``load()``), so building a judge whose answers are all cached costs
+nothing; the model path is checked at once.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Sequence
+
+from berds.errors import BerdsError
+from berds.lazy import require
+from berds.llm.base import Generation, Prompt
+from berds.llm.shared import (
+    check_generation_options,
+    generation_from_token_logprobs,
+    looks_like_local_path,
+    model_identity,
+    normalise_prompts,
+    render_chat,
+)
+
+_DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
+           "half": "float16", "float32": "float32", "fp32": "float32", "float": "float32"}
+
+
+class TransformersLLM:
+    """A local causal LM (hub name or local path) behind ``berds.llm.base.LLM``.
+
+    * ``adapter``: a LoRA adapter (hub name or local folder) applied with ``peft.PeftModel``;
+      ``merge_adapter=True`` folds it into the weights after loading (faster, tiny numeric differences).
+    * ``device``: ``"cuda"`` when available else ``"cpu"``; ``"auto"`` spreads the model over all GPUs.
+    * ``dtype``: ``"auto"`` = bfloat16 on GPU, float32 on CPU; or ``bfloat16``/``float16``/``float32``.
+    * ``batch_size``: prompts per ``generate()`` call. Prompts are sorted by length before batching
+      (less padding) and results returned in input order. Batches are left-padded.
+    * ``gguf_file``: load a GGUF file inside ``model`` (dequantised by transformers; needs ``gguf``).
+    * ``chat_template``: a Jinja template for tokenizers that lack one.
+
+    Decoding is greedy (``temperature=0``) unless a temperature is given. With ``top_logprobs=N`` each
+    ``Generation`` carries the N most likely first tokens (decoded strings -> natural-log probabilities of
+    the unmodified softmax over the whole vocabulary).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        adapter: str | None = None,
+        revision: str | None = None,
+        adapter_revision: str | None = None,
+        merge_adapter: bool = False,
+        device: str | None = None,
+        dtype: str = "auto",
+        batch_size: int = 8,
+        gguf_file: str | None = None,
+        trust_remote_code: bool = False,
+        chat_template: str | None = None,
+        seed: int = 0,
+    ):
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise BerdsError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if dtype != "auto" and dtype not in _DTYPES:
+            raise BerdsError(f"unknown dtype {dtype!r}; use auto, {', '.join(sorted(set(_DTYPES.values())))}")
+        self.model_name = str(model)
+        self.adapter = str(adapter) if adapter else None
+        self.revision = revision
+        self.adapter_revision = adapter_revision
+        self.merge_adapter = merge_adapter
+        self.requested_device = device
+        self.requested_dtype = dtype
+        self.batch_size = batch_size
+        self.gguf_file = gguf_file
+        self.trust_remote_code = trust_remote_code
+        self.chat_template = chat_template
+        self.seed = seed
+        # Raises at once for a local path that does not exist.
+        self.id = model_identity("transformers", self.model_name, revision=revision, adapter=self.adapter,
+                                 adapter_revision=adapter_revision, gguf_file=gguf_file)
+        self._model: Any = None
+        self._tokenizer: Any = None
+        self.device: str | None = None
+        self.dtype: str | None = None
+
+    def __repr__(self) -> str:
+        return f"TransformersLLM({self.id!r}, loaded={self._model is not None})"
+
+    # ------------------------------------------------------------------------------------ loading
+
+    def load(self) -> "TransformersLLM":
+        """Load tokenizer, model and adapter (idempotent). Called by the first ``generate()``."""
+        if self._model is not None:
+            return self
+        torch = require("torch", extra="llm", purpose="the transformers LLM backend")
+        transformers = require("transformers", extra="llm", purpose="the transformers LLM backend")
+        if self.gguf_file:
+            require("gguf", extra="llm", purpose=f"loading the GGUF file {self.gguf_file}")
+
+        device = self.requested_device or ("cuda" if torch.cuda.is_available() else "cpu")
+        on_gpu = device == "auto" or device.startswith("cuda")
+        dtype = self.requested_dtype
+        dtype = ("bfloat16" if on_gpu else "float32") if dtype == "auto" else _DTYPES[dtype]
+        common: dict[str, Any] = {"revision": self.revision, "trust_remote_code": self.trust_remote_code}
+        if self.gguf_file:
+            common["gguf_file"] = self.gguf_file
+        where = self.model_name + (f" (revision {self.revision})" if self.revision else "")
+
+        tokenizer = _load_or_explain(transformers.AutoTokenizer.from_pretrained, self.model_name, where,
+                                     "tokenizer", **common)
+        tokenizer.padding_side = "left"  # decoder-only models generate after the prompt's last token
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+
+        # device_map puts weights straight onto the device (no full copy in CPU memory first).
+        model = _load_or_explain(transformers.AutoModelForCausalLM.from_pretrained, self.model_name, where,
+                                 "model", dtype=getattr(torch, dtype), device_map=device, **common)
+        if self.adapter:
+            peft = require("peft", extra="llm", purpose=f"the LoRA adapter {self.adapter}")
+            adapter_where = self.adapter + (f" (revision {self.adapter_revision})" if self.adapter_revision else "")
+            model = _load_or_explain(peft.PeftModel.from_pretrained, self.adapter, adapter_where, "LoRA adapter",
+                                     model, revision=self.adapter_revision, first_positional=False)
+            if self.merge_adapter:
+                model = model.merge_and_unload()
+        model.eval()
+        self._torch, self._tokenizer, self._model = torch, tokenizer, model
+        self.device, self.dtype = device, dtype
+        return self
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.load()._tokenizer
+
+    @property
+    def model(self) -> Any:
+        return self.load()._model
+
+    # ---------------------------------------------------------------------------------- generation
+
+    def render(self, prompt: Prompt) -> str:
+        """The exact text the model sees for one chat prompt (chat template applied)."""
+        return render_chat(self.tokenizer, normalise_prompts([prompt])[0], chat_template=self.chat_template)
+
+    def generate(
+        self,
+        prompts: Sequence[Prompt],
+        *,
+        max_new_tokens: int = 16,
+        temperature: float = 0.0,
+        top_logprobs: int = 0,
+    ) -> list[Generation]:
+        """One completion per prompt, in input order (see the class docstring)."""
+        messages = normalise_prompts(prompts)
+        check_generation_options(max_new_tokens, temperature, top_logprobs)
+        if not messages:
+            return []
+        self.load()
+        texts = [render_chat(self._tokenizer, m, chat_template=self.chat_template) for m in messages]
+        lengths = [len(ids) for ids in self._tokenizer(texts, add_special_tokens=False)["input_ids"]]
+        # Longest first: similar lengths share a batch (less padding) and memory peaks show up early.
+        order = sorted(range(len(texts)), key=lambda i: -lengths[i])
+        results: list[Generation | None] = [None] * len(texts)
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start:start + self.batch_size]
+            for index, generation in zip(
+                chunk, self._generate_batch([texts[i] for i in chunk], max_new_tokens, temperature, top_logprobs)
+            ):
+                results[index] = generation
+        return results  # type: ignore[return-value]
+
+    def _generate_batch(
+        self, texts: list[str], max_new_tokens: int, temperature: float, top_logprobs: int
+    ) -> list[Generation]:
+        torch, tokenizer, model = self._torch, self._tokenizer, self._model
+        # The chat template already wrote BOS; adding special tokens again would double it.
+        encoded = tokenizer(texts, add_special_tokens=False, padding=True, return_tensors="pt")
+        # Only ids and mask: some tokenizers add token_type_ids, which causal LMs' generate() rejects.
+        encoded = {k: encoded[k].to(model.device) for k in ("input_ids", "attention_mask")}
+        sampling: dict[str, Any] = {"do_sample": False}
+        if temperature > 0:
+            torch.manual_seed(self.seed)
+            sampling = {"do_sample": True, "temperature": float(temperature), "top_k": 0, "top_p": 1.0}
+        with torch.inference_mode():
+            out = model.generate(
+                **encoded, max_new_tokens=max_new_tokens, **sampling,
+                # Greedy is the point; silence model generation_config defaults (top_p etc.).
+                num_beams=1, pad_token_id=tokenizer.pad_token_id,
+                return_dict_in_generate=True, output_logits=top_logprobs > 0,
+            )
+        prompt_width = encoded["input_ids"].shape[1]
+        new_tokens = out.sequences[:, prompt_width:]
+        first_step = None
+        if top_logprobs > 0:
+            # Raw logits of the first step (before any logits processor) -> log-softmax over the vocabulary.
+            log_probs = torch.log_softmax(out.logits[0].float(), dim=-1)
+            k = min(top_logprobs, log_probs.shape[-1])
+            first_step = torch.topk(log_probs, k, dim=-1)
+        generations = []
+        for row in range(len(texts)):
+            text = tokenizer.decode(new_tokens[row], skip_special_tokens=True).strip()
+            pairs = None
+            if first_step is not None:
+                values = first_step.values[row].tolist()
+                ids = first_step.indices[row].tolist()
+                pairs = [(tokenizer.decode([i]), v) for i, v in zip(ids, values) if not math.isinf(v)]
+            generations.append(generation_from_token_logprobs(text, pairs, top_logprobs))
+        return generations
+
+
+def _load_or_explain(loader: Any, name: str, where: str, what: str, *args: Any,
+                     first_positional: bool = True, **kwargs: Any) -> Any:
+    """Call a ``from_pretrained`` loader; turn "not found / offline" failures into one clear message."""
+    try:
+        return loader(name, *args, **kwargs) if first_positional else loader(*args, name, **kwargs)
+    except (OSError, ValueError) as exc:
+        if looks_like_local_path(name):
+            fix = (f"check that {name} holds a complete {what} (config and weights as written by "
+                   "save_pretrained)")
+        elif os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+            fix = (f"HF_HUB_OFFLINE is set and {name!r} is not in the local Hugging Face cache — download it "
+                   f"first (huggingface-cli download {name}) or pass a local path")
+        else:
+            fix = (f"{name!r} is neither a local path nor reachable on the Hugging Face hub — check the name, "
+                   "your network, or pass a local path (set HF_HUB_OFFLINE=1 to fail fast offline)")
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BerdsError(f"cannot load {what} {where}: {first_line} — {fix}") from exc

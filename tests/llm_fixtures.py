@@ -1,0 +1,107 @@
+"""Tiny LLM fixtures built in the test session (nothing is downloaded).
+
+* ``build_tiny_mistral(folder)``: a random-weight ``MistralForCausalLM`` (hidden size 32, 2 layers) and a
+  word-level tokenizer whose vocabulary covers the judge prompts, with a Mistral-style chat template that —
+  like Mistral-7B-Instruct-v0.2's — rejects ``system`` messages. Tokens use sentencepiece's ``▁`` word
+  marker, and both ``"▁Yes"`` and ``"Yes"`` exist, so two ids decode to one string (as in real vocabularies).
+* ``build_tiny_lora(base, folder)``: a random (non-zero) LoRA adapter on that model, saved with peft.
+
+Use them from a test module with ``from llm_fixtures import tiny_mistral, tiny_lora  # noqa: F401``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+MISTRAL_STYLE_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{% if message['role'] == 'user' %}[INST] {{ message['content'] }} [/INST]"
+    "{% elif message['role'] == 'assistant' %}{{ message['content'] }}{{ eos_token }}"
+    "{% else %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+    "{% endif %}{% endfor %}"
+)
+
+_EXTRA_WORDS = (
+    "Yes No yes no maybe Hello world the a of to is are and or not it this that cities bike lanes safer "
+    "streets shops sales vaccines work taxes should be raised lowered school uniforms help students"
+).split()
+
+
+def _vocabulary() -> dict[str, int]:
+    from berds.evaluate.prompts import PROMPTS
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "[INST]": 3, "[/INST]": 4, "▁": 5}
+    for token in ["Yes", "No", ".", ",", ":", "?", "!", '"', "'", "(", ")", "-"]:
+        vocab.setdefault(token, len(vocab))
+    text = " ".join(p.template for p in PROMPTS.values()) + " " + " ".join(_EXTRA_WORDS)
+    for word in re.findall(r"[A-Za-z]+", text):
+        vocab.setdefault("▁" + word, len(vocab))
+    return vocab
+
+
+def build_tiny_mistral(folder: str | Path, *, seed: int = 0) -> Path:
+    """Write a tiny random Mistral model + tokenizer (with chat template) to ``folder``; return it."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import MistralConfig, MistralForCausalLM, PreTrainedTokenizerFast
+
+    folder = Path(folder)
+    vocab = _vocabulary()
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Metaspace(), pre_tokenizers.Punctuation()])
+    backend.decoder = decoders.Metaspace()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+        additional_special_tokens=["[INST]", "[/INST]"],
+    )
+    tokenizer.chat_template = MISTRAL_STYLE_TEMPLATE
+    tokenizer.save_pretrained(folder)
+
+    config = MistralConfig(
+        vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+        bos_token_id=1, eos_token_id=2, sliding_window=None, tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    model = MistralForCausalLM(config)
+    # Wider-than-default output weights: a peaked next-token distribution, so greedy choices are
+    # decided by clear margins rather than float noise.
+    with torch.no_grad():
+        model.lm_head.weight.normal_(0.0, 0.5)
+    model.save_pretrained(folder)
+    return folder
+
+
+def build_tiny_lora(base: str | Path, folder: str | Path, *, seed: int = 1) -> Path:
+    """Save a LoRA adapter with random, non-zero weights for the model in ``base``."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    folder = Path(folder)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    config = LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj", "o_proj"],
+                        init_lora_weights=False, task_type="CAUSAL_LM")
+    torch.manual_seed(seed)
+    peft_model = get_peft_model(model, config)
+    with torch.no_grad():  # init_lora_weights=False already makes B non-zero; make the effect clear
+        for name, param in peft_model.named_parameters():
+            if "lora_" in name:
+                param.normal_(0.0, 0.3)
+    peft_model.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_mistral(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Path of the tiny Mistral-architecture model + tokenizer."""
+    return build_tiny_mistral(tmp_path_factory.mktemp("tiny-mistral"))
+
+
+@pytest.fixture(scope="session")
+def tiny_lora(tiny_mistral: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Path of a random LoRA adapter for ``tiny_mistral``."""
+    return build_tiny_lora(tiny_mistral, tmp_path_factory.mktemp("tiny-lora"))
