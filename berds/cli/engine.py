@@ -1,9 +1,34 @@
-"""CLI commands for this area (see berds/cli/__init__.py)."""
+"""``berds engine info``: what a job would run on — this process, or a Ray cluster's nodes and resources."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 import typer
+
+engine_app = typer.Typer(help="Execution engines (local, ray): inspect where encoding and judging run.",
+                         no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to the main app."""
+    """Add ``berds engine ...`` to the main app."""
+    app.add_typer(engine_app, name="engine")
+
+
+@engine_app.command("info")
+def info_command(
+    engine: str = typer.Option("ray", "--engine", help="local | ray"),
+    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster: ray://HEAD:10001, or auto (default: start a local instance)."),
+    num_cpus: Optional[int] = typer.Option(None, "--num-cpus", help="CPUs of a local Ray instance started here."),
+    cpus_per_worker: float = typer.Option(1.0, "--cpus-per-worker", help="CPUs each worker reserves."),
+    gpus_per_worker: float = typer.Option(0.0, "--gpus-per-worker", help="GPUs each worker reserves (1 for a 7B judge)."),
+) -> None:
+    """Show the engine's nodes, CPUs, GPUs and memory, and how many workers a job would get."""
+    from rich.console import Console
+
+    from berds.engine import engine_info, info_table
+
+    options = {}
+    if engine == "ray":
+        options = {"num_cpus": num_cpus, "cpus_per_worker": cpus_per_worker, "gpus_per_worker": gpus_per_worker}
+    Console().print(info_table(engine_info(engine, address=address, **options)))

@@ -215,9 +215,12 @@ class LazyJudge:
     Backends build their ``id`` without loading weights, so a fully cached evaluation never loads a model.
     """
 
-    def __init__(self, factory: JudgeFactory):
+    def __init__(self, factory: JudgeFactory, *, recipe: Any = None):
         self._factory = factory
         self._judge: Any = None
+        # How a remote worker rebuilds this judge (``berds.engine.recipes.JudgeRecipe``): engines that run
+        # the judge elsewhere build one instance per worker from it instead of pickling the model.
+        self.recipe = recipe
 
     @property
     def inner(self) -> Any:
@@ -332,8 +335,10 @@ def evaluate_paths(
         check_judge_name(judge)
     runs = [(Path(p), load_run(p)) for p in paths]  # parse everything first: bad input fails fast
     if isinstance(judge, str):
+        from berds.engine.recipes import JudgeRecipe
+
         name, opts = judge, dict(judge_options or {})
-        judge = LazyJudge(lambda: load_judge(name, **opts))
+        judge = LazyJudge(lambda: load_judge(name, **opts), recipe=JudgeRecipe(name, opts))
     cache = JudgementCache(cache_path) if use_cache else None
     results = []
     try:

@@ -1,0 +1,380 @@
+"""The Ray engine: a pool of Ray actors, one model per actor, fed batches by the driver; dead workers replaced.
+
+How a job runs (``RayEngine.map_batches``):
+
+1. The pool: ``num_workers`` actors (default: as many as the cluster's CPUs / ``cpus_per_worker``, or
+   its GPUs / ``gpus_per_worker``), each reserving its CPUs/GPUs, so Ray places one model per GPU and
+   sets ``CUDA_VISIBLE_DEVICES`` and ``OMP_NUM_THREADS`` for it. Each actor builds the recipe's object on
+   its first batch and keeps it; the pool is kept for the next call with the same recipe (``berds eval
+   runs/*`` loads the judge once per worker, not once per run).
+2. Feeding: each actor holds at most ``in_flight_per_worker`` batches (one running, one queued so the
+   transfer overlaps the compute); input batches are read lazily, so a 900M-passage corpus never sits
+   in memory — only the batches in flight do, in the object store.
+3. Results return to the driver as they finish; the caller commits each one (shard file, cache rows).
+4. Faults: when an actor dies (process killed, node lost, out of memory), every batch it held is put
+   back in the queue and a fresh actor takes its place; a batch that has killed ``max_batch_attempts``
+   workers stops the job with an error naming it (a "poison" batch would otherwise kill the pool
+   forever). An exception raised by the model code is not retried (it would fail again): it stops the
+   job, and a ``BerdsError`` from the worker reaches the user unchanged.
+
+Determinism: each batch is processed whole by one worker, so a model that gives the same output for
+the same batch gives byte-identical results on any number of workers; ``ordered=True`` also restores
+input order for writers that need it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator
+
+from berds.engine import BatchResult, JudgeRunner, engine_judge_runner
+from berds.engine.recipes import JudgeRecipe, Recipe
+from berds.errors import BerdsError
+from berds.lazy import require
+
+
+class BatchWorker:
+    """The actor: builds the recipe's callable once (on the first batch) and runs batches through it.
+
+    Building lazily, inside a batch call, means a build failure (missing model file, bad option) comes
+    back as that call's exception with its message, not as an opaque "actor died".
+    """
+
+    def __init__(self, recipe: Recipe):
+        self._recipe = recipe
+        self._fn: Any = None
+        self.build_seconds = 0.0
+
+    def run(self, index: int, batch: Any, attempt: int) -> tuple[Any, dict[str, Any]]:
+        from berds.engine.local import peak_rss_bytes
+
+        if self._fn is None:
+            started = time.perf_counter()
+            self._fn = self._recipe.build()
+            self.build_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        output = self._fn(batch)
+        return output, {
+            "pid": os.getpid(),
+            "node": _node_ip(),
+            "seconds": time.perf_counter() - started,
+            "build_seconds": self.build_seconds,
+            "peak_rss_bytes": peak_rss_bytes(),
+            "attempt": attempt,
+        }
+
+
+def _node_ip() -> str:
+    import ray
+
+    return ray.util.get_node_ip_address()
+
+
+@dataclass
+class _Slot:
+    """One place in the pool; ``actor`` is replaced when it dies, ``generation`` counts replacements."""
+
+    actor: Any
+    generation: int = 0
+    pid: int | None = None
+    node: str = ""
+
+
+@dataclass
+class _Task:
+    index: int
+    batch_ref: Any
+    attempt: int = 1
+    slot: int = -1
+    generation: int = -1
+    last_error: str = ""
+
+
+class RayEngine:
+    """Batches on Ray actors. See the module docstring for scheduling, faults and determinism.
+
+    * ``address`` — ``None`` starts a local Ray instance (``num_cpus``/``num_gpus`` cap it), ``"auto"``
+      joins the instance running on this machine, ``"ray://head:10001"`` a remote cluster (Ray Client).
+      An already initialised Ray (``ray.init`` by the caller) is used as it is.
+    * ``num_workers`` — actors in the pool (default: fill the cluster, see the module docstring).
+    * ``cpus_per_worker`` / ``gpus_per_worker`` — resources each actor reserves (a 7B judge under vLLM:
+      ``gpus_per_worker=1``; CPU encoding: ``cpus_per_worker`` = threads per model).
+    * ``in_flight_per_worker`` — batches queued per actor; ``max_batch_attempts`` — how many workers a
+      batch may lose before the job fails.
+    * ``runtime_env`` — Ray runtime environment for the actors (e.g. ``{"env_vars": {...}}``).
+    * ``judge_batch_size`` — pairs per judge batch on this engine (default: the evaluation's own; a GPU
+      worker under vLLM wants larger batches, at the price of batch-dependent floating point).
+    """
+
+    name = "ray"
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        num_workers: int | None = None,
+        cpus_per_worker: float = 1.0,
+        gpus_per_worker: float = 0.0,
+        in_flight_per_worker: int = 2,
+        max_batch_attempts: int = 3,
+        runtime_env: dict[str, Any] | None = None,
+        judge_batch_size: int | None = None,
+        num_cpus: int | None = None,
+        num_gpus: int | None = None,
+        log_to_driver: bool = False,
+    ):
+        ray = require("ray", extra="ray", purpose="the ray engine (--engine ray)")
+        for label, value in (("num_workers", num_workers), ("judge_batch_size", judge_batch_size)):
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise BerdsError(f"{label} must be a positive integer, got {value!r}")
+        if in_flight_per_worker < 1 or max_batch_attempts < 1:
+            raise BerdsError("in_flight_per_worker and max_batch_attempts must be at least 1")
+        if cpus_per_worker < 0 or gpus_per_worker < 0:
+            raise BerdsError("cpus_per_worker and gpus_per_worker must not be negative")
+        self._ray = ray
+        self._owns_ray = False
+        if not ray.is_initialized():
+            kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING,
+                                      "log_to_driver": log_to_driver}
+            if address:
+                kwargs["address"] = address
+            else:
+                kwargs.update(num_cpus=num_cpus, num_gpus=num_gpus)
+            try:
+                ray.init(**kwargs)
+            except (ConnectionError, TimeoutError, RuntimeError, ValueError) as exc:
+                where = f"the Ray cluster at {address!r}" if address else "a local Ray instance"
+                raise BerdsError(
+                    f"cannot start or reach {where}: {type(exc).__name__}: {exc} — for a cluster, start its head with "
+                    "`ray start --head` and pass --address ray://HEAD:10001 (or auto on a cluster node); locally, "
+                    "Ray needs a working loopback interface"
+                ) from None
+            self._owns_ray = True
+        self.address = address
+        self._num_workers = num_workers
+        self.cpus_per_worker = float(cpus_per_worker)
+        self.gpus_per_worker = float(gpus_per_worker)
+        self.in_flight_per_worker = in_flight_per_worker
+        self.max_batch_attempts = max_batch_attempts
+        self.runtime_env = runtime_env
+        self.judge_batch_size = judge_batch_size
+        self._actor_class = ray.remote(BatchWorker)
+        self._pool_key: str | None = None
+        self._slots: list[_Slot] = []
+        self.replaced_workers = 0  # over the engine's life: how many dead workers were replaced
+
+    # -- pool --------------------------------------------------------------------------------------
+
+    @property
+    def workers(self) -> int:
+        """The pool size the next job gets."""
+        if self._num_workers:
+            return self._num_workers
+        resources = self._ray.cluster_resources()
+        if self.gpus_per_worker > 0:
+            gpus = float(resources.get("GPU", 0.0))
+            if gpus < self.gpus_per_worker:
+                raise BerdsError(f"workers ask for {self.gpus_per_worker:g} GPU each but the Ray cluster has {gpus:g} GPUs "
+                                 "— add GPU nodes, or set gpus_per_worker=0 to run on CPUs")
+            return max(1, int(gpus // self.gpus_per_worker))
+        cpus = float(resources.get("CPU", 1.0))
+        if self.cpus_per_worker == 0:
+            return max(1, int(cpus))
+        return max(1, int(cpus // self.cpus_per_worker))
+
+    def _new_actor(self, recipe: Recipe) -> Any:
+        options: dict[str, Any] = {"num_cpus": self.cpus_per_worker, "num_gpus": self.gpus_per_worker,
+                                   "max_restarts": 0, "max_task_retries": 0}
+        if self.runtime_env:
+            options["runtime_env"] = self.runtime_env
+        return self._actor_class.options(**options).remote(recipe)
+
+    def _pool_for(self, recipe: Recipe) -> list[_Slot]:
+        key = recipe.key()
+        if key != self._pool_key:
+            self._kill_pool()  # one model family at a time: a new recipe frees the old workers' memory
+            self._slots = [_Slot(self._new_actor(recipe)) for _ in range(self.workers)]
+            self._pool_key = key
+        return self._slots
+
+    def _replace(self, slot: _Slot, recipe: Recipe) -> None:
+        try:
+            self._ray.kill(slot.actor, no_restart=True)
+        except Exception:  # already gone: nothing to release
+            pass
+        slot.actor = self._new_actor(recipe)
+        slot.generation += 1
+        slot.pid, slot.node = None, ""
+        self.replaced_workers += 1
+
+    def _kill_pool(self) -> None:
+        for slot in self._slots:
+            try:
+                self._ray.kill(slot.actor, no_restart=True)
+            except Exception:  # a dead actor cannot be killed twice; nothing else to do
+                pass
+        self._slots, self._pool_key = [], None
+
+    def _death_errors(self) -> tuple[type, ...]:
+        names = ("RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError", "NodeDiedError",
+                 "OutOfMemoryError", "ObjectLostError", "OwnerDiedError", "LocalRayletDiedError")
+        return tuple(getattr(self._ray.exceptions, n) for n in names if hasattr(self._ray.exceptions, n))
+
+    # -- jobs --------------------------------------------------------------------------------------
+
+    def map_batches(
+        self,
+        recipe: Recipe,
+        batches: Iterable[Any],
+        *,
+        ordered: bool = False,
+        progress: bool = False,
+        description: str = "",
+        total: int | None = None,
+    ) -> Iterator[BatchResult]:
+        """Run every batch on the pool; yield results as they finish (input order when ``ordered``).
+
+        Every batch is yielded exactly once, even when workers die mid-job (see the module docstring).
+        """
+        from berds.engine.local import _len
+        from berds.engine.progress import batch_progress
+
+        ray = self._ray
+        recipe.check_picklable()
+        death = self._death_errors()
+        slots = self._pool_for(recipe)
+        source = enumerate(iter(batches))
+        source_done = False
+        retry: deque[_Task] = deque()
+        in_flight: dict[Any, _Task] = {}
+        waiting: dict[int, BatchResult] = {}  # ordered mode: finished results waiting for earlier ones
+        next_to_yield = 0
+        finished = False
+        total = total if total is not None else _len(batches)
+
+        def load(i: int) -> int:
+            return sum(1 for t in in_flight.values() if t.slot == i and t.generation == slots[i].generation)
+
+        def next_task() -> _Task | None:
+            nonlocal source_done
+            if retry:
+                return retry.popleft()
+            if source_done:
+                return None
+            try:
+                index, batch = next(source)
+            except StopIteration:
+                source_done = True
+                return None
+            return _Task(index, ray.put(batch))
+
+        try:
+            with batch_progress(progress, description or recipe.label, total) as advance:
+                while True:
+                    # Fill every live worker up to its in-flight limit.
+                    for i, slot in enumerate(slots):
+                        while load(i) < self.in_flight_per_worker:
+                            task = next_task()
+                            if task is None:
+                                break
+                            task.slot, task.generation = i, slot.generation
+                            in_flight[slot.actor.run.remote(task.index, task.batch_ref, task.attempt)] = task
+                    if not in_flight:
+                        break
+                    ready, _ = ray.wait(list(in_flight), num_returns=1)
+                    for ref in ready:
+                        task = in_flight.pop(ref)
+                        slot = slots[task.slot]
+                        try:
+                            output, info = ray.get(ref)
+                        except death as exc:
+                            self._on_worker_death(task, slot, exc, recipe)
+                            retry.append(task)
+                            continue
+                        except ray.exceptions.RayTaskError as exc:
+                            raise _user_error(exc, recipe, task, slot) from exc
+                        if task.generation == slot.generation:
+                            slot.pid, slot.node = info["pid"], info["node"]
+                        result = BatchResult(task.index, output, f"{info['pid']}@{info['node']}", info["pid"], info)
+                        advance()
+                        if not ordered:
+                            yield result
+                            continue
+                        waiting[task.index] = result
+                        while next_to_yield in waiting:
+                            yield waiting.pop(next_to_yield)
+                            next_to_yield += 1
+            finished = True
+        finally:
+            if not finished:  # abandoned or failed: stop the work in flight; the pool's state is unknown
+                for ref in in_flight:
+                    try:
+                        ray.cancel(ref, force=False)
+                    except Exception:  # a finished or lost task cannot be cancelled; nothing to do
+                        pass
+                self._kill_pool()
+
+    def _on_worker_death(self, task: _Task, slot: _Slot, exc: BaseException, recipe: Recipe) -> None:
+        """A batch came back "worker died": count the attempt, replace the worker (once per death)."""
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        task.last_error = f"{type(exc).__name__}: {first_line}"
+        if task.generation == slot.generation:  # the first of the dead worker's batches to report back
+            self._replace(slot, recipe)
+        task.attempt += 1
+        if task.attempt > self.max_batch_attempts:
+            raise BerdsError(
+                f"{recipe.label}: batch {task.index} lost its worker {self.max_batch_attempts} times "
+                f"(last: {task.last_error}) — it may not fit in a worker's memory: use smaller batches or "
+                "more memory per worker"
+            )
+
+    def judge_runner(self, recipe: JudgeRecipe | None = None) -> JudgeRunner:
+        """``judge_missing`` on this pool: one judge per worker, each batch committed to the cache here."""
+        return engine_judge_runner(self, recipe, batch_size=self.judge_batch_size)
+
+    def describe(self) -> dict[str, Any]:
+        """The cluster: Ray version, nodes with their resources, and the pool a job would get."""
+        ray = self._ray
+        nodes = []
+        for node in ray.nodes():
+            res = node.get("Resources", {})
+            nodes.append({
+                "node": node.get("NodeManagerAddress", "?"), "alive": bool(node.get("Alive")),
+                "cpus": res.get("CPU", 0.0), "gpus": res.get("GPU", 0.0),
+                "memory_bytes": res.get("memory", 0.0), "object_store_bytes": res.get("object_store_memory", 0.0),
+            })
+        total = ray.cluster_resources()
+        return {
+            "engine": "ray", "ray_version": ray.__version__, "address": self.address or "local instance",
+            "started_here": self._owns_ray, "nodes": nodes,
+            "cpus": total.get("CPU", 0.0), "gpus": total.get("GPU", 0.0),
+            "cpus_per_worker": self.cpus_per_worker, "gpus_per_worker": self.gpus_per_worker,
+            "workers": self.workers,
+        }
+
+    def close(self) -> None:
+        """Kill the pool; shut Ray down if this engine started it."""
+        self._kill_pool()
+        if self._owns_ray and self._ray.is_initialized():
+            self._ray.shutdown()
+            self._owns_ray = False
+
+    def __enter__(self) -> "RayEngine":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _user_error(exc: Any, recipe: Recipe, task: _Task, slot: _Slot) -> BerdsError:
+    """The model code raised: pass a worker's ``BerdsError`` through as it is, wrap anything else."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BerdsError):
+        return cause
+    what = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc).strip().splitlines()[-1]
+    where = f" on worker {slot.pid}@{slot.node}" if slot.pid else ""
+    return BerdsError(f"{recipe.label}: batch {task.index} failed{where}: {what}")
