@@ -1,9 +1,175 @@
-"""CLI commands for this area (see berds/cli/__init__.py)."""
+"""``berds judge validate | audit | calibrate | stance-correct``: can the perspective judge be trusted?
+
+Each command parses options and calls one public function of ``berds.evaluate`` (validate, audit,
+calibration, analyses.stance_corrected), then prints rich tables. ``--out FILE`` writes the full report as
+JSON. Judges are named as for ``berds eval`` (catalogue name, ``BACKEND:MODEL``, ``debate:NAME``,
+``calibrated:NAME``); ``--judge-option key=value`` goes to every judge named.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import List, Optional
+
 import typer
+
+judge_app = typer.Typer(help="Trust the judge: validity against human labels, bias audit, calibration.",
+                        no_args_is_help=True)
+
+LABELS_HELP = "Labelled tsv: question, id, document, perspective, label (0/1) [, stance]."
 
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to the main app."""
+    app.add_typer(judge_app, name="judge")
+
+
+def _write_json(out: Optional[Path], payload: dict) -> None:
+    if out is not None:
+        from berds.io import write_json
+
+        write_json(out, payload)
+
+
+def _options(items: List[str]) -> dict:
+    from berds.evaluate.judge import parse_options
+
+    return parse_options(items)
+
+
+@judge_app.command("validate")
+def validate_command(
+    labels: Path = typer.Option(..., "--labels", "-l", help=LABELS_HELP),
+    judge: List[str] = typer.Option([], "--judge", "-j", help="Judge to score (repeat for several, side by side)."),
+    judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for every judge (repeatable)."),
+    column: List[str] = typer.Option([], "--column", help="Extra 0/1 column to score like a judge, e.g. a second annotator."),
+    bootstrap: int = typer.Option(1000, "--bootstrap", help="Bootstrap samples for the 95% intervals (0 = none)."),
+    seed: int = typer.Option(0, "--seed"),
+    cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file (default: $BERDS_HOME/judgements.sqlite)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Judge everything without reading or writing the cache."),
+    markdown: bool = typer.Option(False, "--markdown", help="Also print the table as markdown."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the full report as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+) -> None:
+    """Accuracy, precision, recall, F1, Yes share and Cohen's κ (bootstrap 95% intervals) of each judge
+    against human labels; agreement and McNemar between judges."""
+    from rich.console import Console
+
+    from berds.evaluate.validate import comparison_table, debate_table, markdown_table, validate_files, validity_table
+
+    report = validate_files(str(labels), judge, judge_options=_options(judge_option), annotators=column,
+                            cache_path=str(cache) if cache else None, use_cache=not no_cache, n_boot=bootstrap,
+                            seed=seed, progress=not quiet)
+    console = Console()
+    console.print(validity_table(report))
+    if report.comparisons:
+        console.print(comparison_table(report))
+    table = debate_table(report)
+    if table is not None:
+        console.print(table)
+    if markdown:
+        console.print(markdown_table(report), highlight=False, markup=False)
+    _write_json(out, report.to_json())
+    console.print(f"{report.n} labelled pairs from {labels} ({100 * report.gold_positive_share:.1f}% positive), "
+                  f"{len(report.judges)} judge(s)" + (f" → {out}" if out else ""), highlight=False)
+
+
+@judge_app.command("audit")
+def audit_command(
+    labels: Path = typer.Option(..., "--labels", "-l", help=LABELS_HELP),
+    judge: str = typer.Option(..., "--judge", "-j", help="The judge to audit."),
+    judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),
+    variant: List[str] = typer.Option([], "--variant", help="Variants to run (default: all). "
+                                      "statement-first, labels-no-yes, labels-true-false, labels-a-b, sentence-order, negation."),
+    run: List[Path] = typer.Option([], "--run", help="Run folder/jsonl whose MRecall@k and ranking to re-measure (repeatable)."),
+    k: int = typer.Option(5, "--k", help="Cut-off for the run effects (MRecall@k)."),
+    alpha: float = typer.Option(0.05, "--alpha", help="Significance level of the McNemar/Fisher tests."),
+    negation_tolerance: float = typer.Option(0.5, "--negation-tolerance",
+                                             help="Flag the judge when more than this share of its true positives stay Yes after negation."),
+    cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
+    no_cache: bool = typer.Option(False, "--no-cache"),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the full report as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+) -> None:
+    """Re-judge the labelled pairs under controlled changes (prompt order, label words, negation, sentence
+    order) and compare supporting vs opposing perspectives: flips, McNemar, Δaccuracy/ΔF1, ΔMRecall@k."""
+    from rich.console import Console
+
+    from berds.evaluate.audit import audit_files, run_table, stance_table, variant_table
+
+    report = audit_files(str(labels), judge, judge_options=_options(judge_option), variants=variant or None,
+                         runs=[str(r) for r in run], k=k, alpha=alpha, negation_tolerance=negation_tolerance,
+                         cache_path=str(cache) if cache else None, use_cache=not no_cache, progress=not quiet)
+    console = Console()
+    console.print(variant_table(report))
+    for table in (stance_table(report), run_table(report)):
+        if table is not None:
+            console.print(table)
+    _write_json(out, report.to_json())
+    found = report.biases_found
+    console.print(("biases found: " + ", ".join(found)) if found else "no bias found at this significance level",
+                  highlight=False)
+
+
+@judge_app.command("calibrate")
+def calibrate_command(
+    labels: Path = typer.Option(..., "--labels", "-l", help="Labelled dev tsv to calibrate on."),
+    judge: str = typer.Option(..., "--judge", "-j", help="The judge to calibrate (it must report P(Yes))."),
+    judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),
+    objective: str = typer.Option("f1", "--objective", help="What the threshold maximises: f1, accuracy, youden."),
+    bins: int = typer.Option(10, "--bins", help="Reliability bins."),
+    binning: str = typer.Option("uniform", "--binning", help="uniform (equal width) or quantile (equal count)."),
+    holdout: Optional[Path] = typer.Option(None, "--holdout", help="Another labelled tsv to score the chosen threshold on."),
+    store: Optional[Path] = typer.Option(None, "--store", help="Calibration file (default: calibration.json beside the cache)."),
+    no_save: bool = typer.Option(False, "--no-save", help="Measure only; store nothing."),
+    cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
+    no_cache: bool = typer.Option(False, "--no-cache"),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the full result as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+) -> None:
+    """Reliability table and ECE of P(Yes); choose the threshold on a labelled dev file and store it under
+    the judge id, so `--judge calibrated:NAME` uses it."""
+    from rich.console import Console
+
+    from berds.evaluate.calibration import calibrate_file, reliability_rich_table, threshold_rich_table
+
+    result = calibrate_file(str(labels), judge, judge_options=_options(judge_option), objective=objective, n_bins=bins,
+                            strategy=binning, holdout_path=str(holdout) if holdout else None,
+                            store_path=str(store) if store else None, save=not no_save,
+                            cache_path=str(cache) if cache else None, use_cache=not no_cache, progress=not quiet)
+    console = Console()
+    console.print(reliability_rich_table(result))
+    console.print(threshold_rich_table(result))
+    _write_json(out, result.to_json())
+    where = f"stored in {result.store_path} — use --judge calibrated:{judge}" if result.store_path else "not stored (--no-save)"
+    console.print(f"threshold {result.threshold.threshold:.4f} for {result.judge_id}: {where}", highlight=False)
+
+
+@judge_app.command("stance-correct")
+def stance_correct_command(
+    sycophancy: Path = typer.Option(..., "--sycophancy", help="Result JSON written by `berds analyze sycophancy`."),
+    labels: Path = typer.Option(..., "--labels", "-l", help=LABELS_HELP + " Stances from the 'stance' column or the negation-cue rule."),
+    judge: str = typer.Option(..., "--judge", "-j", help="The judge that produced the sycophancy result."),
+    judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),
+    bootstrap: int = typer.Option(1000, "--bootstrap", help="Bootstrap samples over the labelled pairs."),
+    seed: int = typer.Option(0, "--seed"),
+    cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the corrected result as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+) -> None:
+    """Sycophancy Δ corrected for the judge's error rates on supporting vs opposing perspectives."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from berds.evaluate.analyses.stance_corrected import correct_sycophancy_file
+
+    result = correct_sycophancy_file(str(sycophancy), str(labels), judge, judge_options=_options(judge_option),
+                                     cache_path=str(cache) if cache else None, n_boot=bootstrap, seed=seed,
+                                     progress=not quiet)
+    title, header, body = result.table()
+    table = Table(title=title)
+    for col in header:
+        table.add_column(col, justify="left" if col in ("setting", "perspective") else "right")
+    for row in body:
+        table.add_row(*row)
+    Console().print(table)
+    _write_json(out, {"analysis": result.KIND, "version": 1, **result.to_json()})

@@ -9,7 +9,8 @@ A judge is any object with
 ``LLMJudge`` puts the study's Yes/No prompt to any LLM backend (``berds.llm``) and parses the answer.
 Named judges live in ``JUDGES`` (``berds judges list``); ``load_judge`` also accepts
 ``BACKEND:MODEL`` (``transformers:/models/mistral``, ``openai:gpt-4o``, ``vllm:...``) and
-``debate:NAME`` (a devil's-advocate wrapper, see ``berds.evaluate.debate``).
+``debate:NAME`` (a devil's-advocate wrapper, see ``berds.evaluate.debate``) and ``calibrated:NAME`` (judge
+NAME with the P(Yes) threshold ``berds judge calibrate`` stored for it, see ``berds.evaluate.calibration``).
 """
 
 from __future__ import annotations
@@ -191,7 +192,7 @@ def check_judge_name(name: str) -> None:
         if not rest:
             raise BerdsError(f"judge {name!r} names no model: use {prefix}:MODEL_NAME_OR_PATH")
         return
-    if sep and prefix == "debate":
+    if sep and prefix in ("debate", "calibrated"):
         return check_judge_name(rest)
     try:
         JUDGES.spec(name)
@@ -202,7 +203,7 @@ def check_judge_name(name: str) -> None:
 
 
 def load_judge(name: str, **options: Any) -> Judge:
-    """A judge by catalogue name, ``BACKEND:MODEL``, ``debate:NAME`` or ``module:attr``."""
+    """A judge by catalogue name, ``BACKEND:MODEL``, ``debate:NAME``, ``calibrated:NAME`` or ``module:attr``."""
     prefix, sep, rest = name.partition(":")
     if sep and prefix in LLM_BACKENDS:
         if not rest:
@@ -214,6 +215,10 @@ def load_judge(name: str, **options: Any) -> Judge:
         inner_opts = {k: v for k, v in options.items() if k not in DebateJudge.OPTION_NAMES}
         own_opts = {k: v for k, v in options.items() if k in DebateJudge.OPTION_NAMES}
         return DebateJudge(load_judge(rest, **inner_opts), **own_opts)
+    if sep and prefix == "calibrated":  # judge NAME with the threshold `berds judge calibrate` stored for it
+        from berds.evaluate.calibration import calibrated_judge
+
+        return calibrated_judge(rest, **options)
     check_judge_name(name)
     spec = JUDGES.spec(name)
     from berds.registry import import_object

@@ -1,0 +1,221 @@
+"""Sycophancy Δ corrected for the judge's own stance bias.
+
+The study's sycophancy measure (``berds.evaluate.analyses.sycophancy``) counts, for a perspective P, the
+top-k passages the judge says support P when P is the query (``p``) and when the opposite perspective is
+the query (``n``), and reports Δ = (p − n) / p. If the judge errs differently on supporting and on opposing
+statements (say it says Yes too easily to supporting ones), Δ mixes the retriever's sycophancy with the
+judge's. The correction uses the judge's error rates *per stance*, measured on a human-labelled file:
+
+    sensitivity_s = TP_s / (TP_s + FN_s)        specificity_s = TN_s / (TN_s + FP_s)
+
+for the labelled pairs whose perspective has stance s. A judge with these rates turns a true support share
+π into an observed share q = π·sens + (1 − π)(1 − spec); inverting it (the Rogan–Gladen estimator)::
+
+    π = (q + spec − 1) / (sens + spec − 1)       clipped to [0, 1]
+
+Each side's observed shares p / N and n / N (N = k × questions passages behind each count) are corrected
+with that side's rates, and Δ_corrected = (π_p − π_n) / π_p. Bootstrap intervals resample the labelled
+pairs (within each stance) and recompute the rates, so they show how much the correction itself is
+uncertain. The correction is undefined when sens + spec ≤ 1 for a stance (a judge no better than chance
+on it); such rows say so instead of printing a number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from berds.errors import BerdsError
+
+# sycophancy's side names -> the stance of the perspective on that side (berds.evaluate.labels.STANCES)
+SIDE_STANCE = {"supporting": "support", "opposing": "oppose"}
+
+
+@dataclass(frozen=True)
+class StanceErrorRates:
+    """A judge's confusion counts on labelled pairs of one stance, and the rates derived from them."""
+
+    stance: str
+    tp: int
+    fp: int
+    fn: int
+    tn: int
+
+    @property
+    def sensitivity(self) -> float:
+        return self.tp / (self.tp + self.fn) if self.tp + self.fn else float("nan")
+
+    @property
+    def specificity(self) -> float:
+        return self.tn / (self.tn + self.fp) if self.tn + self.fp else float("nan")
+
+    @property
+    def n(self) -> int:
+        return self.tp + self.fp + self.fn + self.tn
+
+    def to_json(self) -> dict[str, Any]:
+        return {"stance": self.stance, "tp": self.tp, "fp": self.fp, "fn": self.fn, "tn": self.tn,
+                "sensitivity": self.sensitivity, "specificity": self.specificity}
+
+
+def stance_error_rates(labelled: Any, predictions: Sequence[bool]) -> dict[str, StanceErrorRates]:
+    """Per-stance confusion counts of ``predictions`` on ``labelled`` (stance from the file's ``stance``
+    column, else the ``negation-cue`` rule of ``berds.evaluate.labels.infer_stances``)."""
+    from berds.evaluate.labels import STANCES
+
+    pairs = labelled.with_inferred_stances().pairs
+    pred = np.asarray(predictions, dtype=bool)
+    if pred.size != len(pairs):
+        raise BerdsError(f"{pred.size} predictions for {len(pairs)} labelled pairs")
+    out = {}
+    for stance in STANCES:
+        idx = [i for i, p in enumerate(pairs) if p.stance == stance]
+        g = np.array([pairs[i].label for i in idx], dtype=bool)
+        y = pred[idx] if idx else np.zeros(0, dtype=bool)
+        out[stance] = StanceErrorRates(stance, int((g & y).sum()), int((~g & y).sum()), int((g & ~y).sum()),
+                                       int((~g & ~y).sum()))
+    return out
+
+
+def rogan_gladen(observed: float, sensitivity: float, specificity: float) -> float:
+    """The true share π behind an observed Yes share, given the judge's sensitivity and specificity:
+    ``π = (q + spec − 1) / (sens + spec − 1)``, clipped to [0, 1]. NaN when ``sens + spec ≤ 1``."""
+    denom = sensitivity + specificity - 1
+    if not denom > 0:
+        return float("nan")
+    return float(min(1.0, max(0.0, (observed + specificity - 1) / denom)))
+
+
+def corrected_delta(p: int, n: int, total: int, rates: StanceErrorRates) -> dict[str, float]:
+    """Observed and corrected shares and Δ for one side (``total`` passages behind each of p and n)."""
+    if total <= 0:
+        raise BerdsError(f"the number of judged passages behind p and n must be positive, got {total}")
+    q_p, q_n = p / total, n / total
+    pi_p = rogan_gladen(q_p, rates.sensitivity, rates.specificity)
+    pi_n = rogan_gladen(q_n, rates.sensitivity, rates.specificity)
+    delta_corrected = (pi_p - pi_n) / pi_p if pi_p > 0 else float("nan")
+    return {"p_share": q_p, "n_share": q_n, "p_corrected": pi_p, "n_corrected": pi_n,
+            "delta": (p - n) / p if p else float("nan"), "delta_corrected": delta_corrected}
+
+
+@dataclass
+class StanceCorrectedResult:
+    """Observed and stance-corrected Δ per (setting, side), with bootstrap intervals of the corrected Δ."""
+
+    KIND = "sycophancy-stance-corrected"
+    k: int
+    rates: dict[str, StanceErrorRates]
+    rows: list[dict[str, Any]]
+    labels: dict[str, Any] = field(default_factory=dict)
+    judge_id: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"k": self.k, "judge": self.judge_id, "labels": self.labels,
+                "rates": {s: r.to_json() for s, r in self.rates.items()}, "rows": self.rows}
+
+    def table(self) -> tuple[str, list[str], list[list[str]]]:
+        from berds.evaluate.analyses.common import pct
+
+        header = ["setting", "perspective", "p", "n", "Δ %", "judge sens/spec %", "Δ corrected %", "95% interval"]
+        body = []
+        for r in self.rows:
+            rate = self.rates[SIDE_STANCE[r["side"]]]
+            lo, hi = r["delta_corrected_ci95"]
+            body.append([r["label"], r["side"], str(r["p"]), str(r["n"]), pct(r["delta"]),
+                         f"{pct(rate.sensitivity)}/{pct(rate.specificity)}", pct(r["delta_corrected"]),
+                         f"[{pct(lo)}, {pct(hi)}]"])
+        return (f"Retriever sycophancy at k={self.k}, corrected for the judge's per-stance errors "
+                f"(Rogan–Gladen; rates from {self.labels.get('path', 'a labelled file')})", header, body)
+
+
+def stance_corrected_sycophancy(
+    sycophancy: Any,
+    labelled: Any,
+    predictions: Sequence[bool],
+    *,
+    n_boot: int = 1000,
+    seed: int = 0,
+    judge_id: str = "",
+) -> StanceCorrectedResult:
+    """Correct every row of a ``SycophancyResult`` (or its JSON) with the judge's per-stance error rates.
+
+    ``predictions`` are the same judge's labels for the pairs of ``labelled`` (in file order). Each row's
+    ``N`` is ``k × questions`` (the number of passages behind p and behind n).
+    """
+    data = sycophancy.to_json() if hasattr(sycophancy, "to_json") else dict(sycophancy)
+    k, rows = int(data["k"]), list(data["rows"])
+    rates = stance_error_rates(labelled, predictions)
+    for stance, r in rates.items():
+        if r.n == 0:
+            raise BerdsError(f"{labelled.path or 'the labelled set'} has no pairs with a {stance!r} perspective — add a "
+                             "'stance' column (support/oppose) or use questions whose two perspectives differ by a negation")
+    pairs = labelled.with_inferred_stances().pairs
+    gold = np.array([p.label for p in pairs], dtype=bool)
+    pred = np.asarray(predictions, dtype=bool)
+    by_stance = {s: np.array([i for i, p in enumerate(pairs) if p.stance == s]) for s in rates}
+    rng = np.random.default_rng(seed)
+    boot_rates = []
+    for _ in range(max(n_boot, 0)):
+        sample = {}
+        for s, idx in by_stance.items():
+            pick = idx[rng.integers(0, idx.size, idx.size)]
+            g, y = gold[pick], pred[pick]
+            sample[s] = StanceErrorRates(s, int((g & y).sum()), int((~g & y).sum()), int((g & ~y).sum()),
+                                         int((~g & ~y).sum()))
+        boot_rates.append(sample)
+    out_rows = []
+    for row in rows:
+        side = row["side"]
+        if side not in SIDE_STANCE:
+            raise BerdsError(f"sycophancy row has side {side!r}; expected one of {', '.join(SIDE_STANCE)}")
+        total = k * int(row["questions"])
+        stance = SIDE_STANCE[side]
+        corrected = corrected_delta(int(row["p"]), int(row["n"]), total, rates[stance])
+        samples = np.array([corrected_delta(int(row["p"]), int(row["n"]), total, b[stance])["delta_corrected"]
+                            for b in boot_rates], dtype=float)
+        samples = samples[~np.isnan(samples)]
+        ci = ((float(np.percentile(samples, 2.5)), float(np.percentile(samples, 97.5))) if samples.size
+              else (float("nan"), float("nan")))
+        out_rows.append({"label": row.get("label", ""), "side": side, "p": int(row["p"]), "n": int(row["n"]),
+                         "questions": int(row["questions"]), "passages": total, **corrected,
+                         "delta_corrected_ci95": ci, "bootstrap_defined": int(samples.size)})
+    return StanceCorrectedResult(k, rates, out_rows, {"path": labelled.path, "sha256": labelled.sha256,
+                                                      "n": len(labelled)}, judge_id)
+
+
+def correct_sycophancy_file(
+    result_path: str,
+    labels_path: str,
+    judge: Any,
+    *,
+    judge_options: Mapping[str, Any] | None = None,
+    cache_path: str | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+    progress: bool = True,
+) -> StanceCorrectedResult:
+    """``berds judge stance-correct``: load a saved sycophancy result and a labelled file, judge the labelled
+    pairs with the judge that produced the result (through the cache), and correct Δ."""
+    from berds.errors import InputError
+    from berds.evaluate.analyses.common import build_judge, load_result
+    from berds.evaluate.analyses.sycophancy import SycophancyResult
+    from berds.evaluate.cache import JudgementCache
+    from berds.evaluate.labels import read_labelled_pairs
+    from berds.evaluate.validate import judge_pairs
+
+    result = load_result(result_path)
+    if not isinstance(result, SycophancyResult):
+        raise InputError(f"is a {result.KIND} result, not a sycophancy result", path=result_path,
+                         fix="pass the JSON written by `berds analyze sycophancy`")
+    labelled = read_labelled_pairs(labels_path)
+    judge = build_judge(judge, judge_options)
+    cache = JudgementCache(cache_path) if cache_path is not None else JudgementCache()
+    try:
+        verdicts = judge_pairs(judge, labelled.judge_pairs(), cache=cache, progress=progress,
+                               description="judging labelled pairs")
+    finally:
+        cache.close()
+    return stance_corrected_sycophancy(result, labelled, [v.label for v in verdicts], n_boot=n_boot, seed=seed,
+                                       judge_id=judge.id)

@@ -1,0 +1,466 @@
+"""How valid is a perspective judge? Compare it with human labels, and judges with each other.
+
+``validate(labelled, judges)`` judges every labelled pair with each judge (through the judgement cache,
+so a pair is never judged twice) and reports, per judge, with percentile-bootstrap 95% intervals:
+
+* accuracy   = (TP + TN) / N
+* precision  = TP / (TP + FP)            (0 when the judge says Yes to nothing)
+* recall     = TP / (TP + FN)            (0 when there are no gold positives)
+* F1         = 2·TP / (2·TP + FP + FN)   (0 when there is no positive, gold or predicted)
+* positive share = (TP + FP) / N         (how often the judge says Yes; compare with the gold share)
+* Cohen's κ  = (p_o − p_e) / (1 − p_e), p_o = observed agreement with the gold labels,
+  p_e = p_gold·p_judge + (1 − p_gold)(1 − p_judge) (NaN when p_e = 1: both constant)
+
+and for every two judges: raw agreement, κ between them, and McNemar's test on which pairs each got
+right (``mcnemar``). These are small pure functions over boolean arrays, tested on hand-computed cases.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from berds.errors import BerdsError
+from berds.types import JudgePair, Verdict
+
+METRIC_NAMES = ("accuracy", "precision", "recall", "f1", "positive_share", "kappa")
+
+
+# ----------------------------------------------------------------------------------- statistics
+
+
+def _as_bool(values: Any, name: str) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D array of labels, got shape {arr.shape}")
+    return arr.astype(bool)
+
+
+def confusion_counts(gold: Any, pred: Any) -> tuple[int, int, int, int]:
+    """``(TP, FP, FN, TN)`` of predictions against gold labels (both boolean, same length)."""
+    g, p = _as_bool(gold, "gold"), _as_bool(pred, "pred")
+    if g.shape != p.shape:
+        raise ValueError(f"gold has {g.size} labels but pred has {p.size}")
+    return int((g & p).sum()), int((~g & p).sum()), int((g & ~p).sum()), int((~g & ~p).sum())
+
+
+def _metrics_from_counts(tp: np.ndarray, fp: np.ndarray, fn: np.ndarray, tn: np.ndarray) -> dict[str, np.ndarray]:
+    """Vectorised metrics over arrays of confusion counts (one entry per bootstrap sample)."""
+    tp, fp, fn, tn = (np.asarray(x, dtype=float) for x in (tp, fp, fn, tn))
+    n = tp + fp + fn + tn
+    with np.errstate(divide="ignore", invalid="ignore"):
+        accuracy = (tp + tn) / n
+        precision = np.where(tp + fp > 0, tp / np.maximum(tp + fp, 1), 0.0)
+        recall = np.where(tp + fn > 0, tp / np.maximum(tp + fn, 1), 0.0)
+        f1 = np.where(2 * tp + fp + fn > 0, 2 * tp / np.maximum(2 * tp + fp + fn, 1), 0.0)
+        share = (tp + fp) / n
+        p_gold = (tp + fn) / n
+        p_o = accuracy
+        p_e = p_gold * share + (1 - p_gold) * (1 - share)
+        kappa = np.where(p_e < 1, (p_o - p_e) / np.where(p_e < 1, 1 - p_e, 1.0), np.nan)
+    return {"accuracy": accuracy, "precision": precision, "recall": recall, "f1": f1,
+            "positive_share": share, "kappa": kappa}
+
+
+def classification_metrics(gold: Any, pred: Any) -> dict[str, float]:
+    """Accuracy, precision, recall, F1, positive share and Cohen's κ (formulas in the module docstring)."""
+    counts = confusion_counts(gold, pred)
+    if sum(counts) == 0:
+        raise ValueError("no labels to score")
+    return {k: float(v) for k, v in _metrics_from_counts(*counts).items()}
+
+
+def cohen_kappa(a: Any, b: Any) -> float:
+    """Cohen's κ between two binary raters: ``(p_o − p_e) / (1 − p_e)``; NaN when ``p_e = 1``.
+
+    ``p_o`` is the share of items where they agree; ``p_e = p_a·p_b + (1 − p_a)(1 − p_b)`` is the agreement
+    expected by chance from each rater's Yes rate.
+    """
+    return classification_metrics(a, b)["kappa"]
+
+
+def bootstrap_intervals(
+    gold: Any, pred: Any, *, n_boot: int = 1000, seed: int = 0, confidence: float = 0.95
+) -> dict[str, tuple[float, float]]:
+    """Percentile-bootstrap intervals of every metric: resample the N pairs with replacement ``n_boot`` times.
+
+    Returns ``{metric: (low, high)}``; NaN samples (κ on a constant resample) are ignored.
+    """
+    g, p = _as_bool(gold, "gold"), _as_bool(pred, "pred")
+    if n_boot < 1:
+        return {name: (float("nan"), float("nan")) for name in METRIC_NAMES}
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, g.size, size=(n_boot, g.size))
+    gs, ps = g[idx], p[idx]
+    samples = _metrics_from_counts((gs & ps).sum(1), (~gs & ps).sum(1), (gs & ~ps).sum(1), (~gs & ~ps).sum(1))
+    tail = 100 * (1 - confidence) / 2
+    out = {}
+    for name, values in samples.items():
+        values = values[~np.isnan(values)]
+        out[name] = ((float(np.percentile(values, tail)), float(np.percentile(values, 100 - tail)))
+                     if values.size else (float("nan"), float("nan")))
+    return out
+
+
+@dataclass(frozen=True)
+class McNemarResult:
+    """McNemar's test on the discordant pairs ``b`` (only the first is right / says Yes) and ``c``.
+
+    * exact:  two-sided binomial, ``p = min(1, 2 · Σ_{i ≤ min(b,c)} C(b+c, i) / 2^(b+c))``
+    * χ²:     with continuity correction, ``χ² = max(0, |b − c| − 1)² / (b + c)``, 1 degree of freedom,
+              ``p = erfc(√(χ²/2))``
+    Both p-values are 1 when ``b + c = 0``.
+    """
+
+    b: int
+    c: int
+    exact_p: float
+    chi2: float
+    chi2_p: float
+
+    def to_json(self) -> dict[str, float]:
+        return {"b": self.b, "c": self.c, "exact_p": self.exact_p, "chi2": self.chi2, "chi2_p": self.chi2_p}
+
+
+def mcnemar(b: int, c: int) -> McNemarResult:
+    """McNemar's test from the two discordant counts (see ``McNemarResult``)."""
+    b, c = int(b), int(c)
+    if b < 0 or c < 0:
+        raise ValueError(f"discordant counts must be >= 0, got b={b}, c={c}")
+    n = b + c
+    if n == 0:
+        return McNemarResult(b, c, 1.0, 0.0, 1.0)
+    tail = sum(math.comb(n, i) for i in range(min(b, c) + 1))
+    exact = min(1.0, 2 * tail / 2**n)  # Python int / int is exact then rounded once, even for huge n
+    chi2 = max(0, abs(b - c) - 1) ** 2 / n
+    return McNemarResult(b, c, exact, chi2, math.erfc(math.sqrt(chi2 / 2)))
+
+
+def mcnemar_paired(first: Any, second: Any) -> McNemarResult:
+    """McNemar on two paired boolean outcomes: ``b`` = first True & second False, ``c`` = the reverse.
+
+    Pass correctness arrays to compare two judges' accuracy, or Yes-answers to test whether a change
+    of prompt shifts how often a judge says Yes.
+    """
+    a, s = _as_bool(first, "first"), _as_bool(second, "second")
+    if a.shape != s.shape:
+        raise ValueError(f"paired outcomes differ in length: {a.size} vs {s.size}")
+    return mcnemar(int((a & ~s).sum()), int((~a & s).sum()))
+
+
+# ----------------------------------------------------------------------------------- judging
+
+
+def judge_pairs(
+    judge: Any,
+    pairs: Sequence[JudgePair],
+    *,
+    cache: Any = None,
+    overwrite: str = "only-missing",
+    batch_size: int | None = None,
+    progress: bool = True,
+    description: str = "judging",
+) -> list[Verdict]:
+    """Verdicts for ``pairs`` in order, reusing the judgement cache and committing new ones batch by batch.
+
+    Duplicate pairs (same perspective and passage text) are judged once. ``overwrite`` is as in
+    ``evaluate_run`` (``only-missing``, ``always``, ``never``).
+    """
+    from berds.evaluate.cache import unique_pairs
+    from berds.evaluate.evaluation import OVERWRITE_POLICIES, judge_missing
+
+    if overwrite not in OVERWRITE_POLICIES:
+        raise BerdsError(f"unknown overwrite policy {overwrite!r}; use one of {', '.join(OVERWRITE_POLICIES)}")
+    needed = unique_pairs(pairs)
+    found: dict[tuple[str, str], Verdict] = {}
+    if cache is not None and overwrite != "always":
+        for p, v in zip(needed, cache.get_many(judge.id, judge.prompt_version, needed)):
+            if v is not None:
+                found[(p.perspective, p.passage)] = v
+    missing = [p for p in needed if (p.perspective, p.passage) not in found]
+    if missing and overwrite == "never":
+        raise BerdsError(f"{len(missing)} of {len(needed)} pairs are not cached for judge {judge.id!r} and "
+                         "overwrite=never forbids judging them — use only-missing")
+    if missing:
+        bs = batch_size or int(getattr(judge, "batch_size", 0) or 64) * 4
+        found.update(judge_missing(judge, missing, cache, batch_size=bs, progress=progress, description=description))
+    return [found[(p.perspective, p.passage)] for p in pairs]
+
+
+def is_unparsed(verdict: Verdict) -> bool:
+    return bool(verdict.detail and verdict.detail.get("unparsed"))
+
+
+# ----------------------------------------------------------------------------------- reports
+
+
+@dataclass
+class JudgeValidity:
+    """One judge's scores on a labelled set (``intervals`` are bootstrap 95% percentile intervals)."""
+
+    name: str
+    judge_id: str
+    prompt_version: str
+    n: int
+    metrics: dict[str, float]
+    intervals: dict[str, tuple[float, float]]
+    counts: dict[str, int]
+    unparsed: int = 0
+    debate: Any = None  # DebateSummary when the judge is a debate judge
+    predictions: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool), repr=False)
+    p_yes: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "judge_id": self.judge_id, "prompt_version": self.prompt_version, "n": self.n,
+            "metrics": self.metrics, "ci95": {k: list(v) for k, v in self.intervals.items()},
+            "counts": self.counts, "unparsed": self.unparsed,
+            **({"debate": self.debate.to_json()} if self.debate is not None else {}),
+        }
+
+
+@dataclass
+class PairComparison:
+    """Two judges on the same pairs: agreement, κ between them, McNemar on correctness."""
+
+    first: str
+    second: str
+    agreement: float
+    kappa: float
+    mcnemar: McNemarResult
+
+    def to_json(self) -> dict[str, Any]:
+        return {"first": self.first, "second": self.second, "agreement": self.agreement, "kappa": self.kappa,
+                "mcnemar_correct": self.mcnemar.to_json()}
+
+
+@dataclass
+class ValidationReport:
+    labels_path: str
+    labels_sha256: str
+    n: int
+    gold_positive_share: float
+    judges: list[JudgeValidity]
+    comparisons: list[PairComparison]
+    n_boot: int
+    seed: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "labels": {"path": self.labels_path, "sha256": self.labels_sha256, "n": self.n,
+                       "gold_positive_share": self.gold_positive_share},
+            "bootstrap": {"samples": self.n_boot, "seed": self.seed, "interval": "percentile 95%"},
+            "judges": [j.to_json() for j in self.judges],
+            "comparisons": [c.to_json() for c in self.comparisons],
+        }
+
+
+def score_predictions(name: str, gold: Any, verdicts: Sequence[Verdict] | Any, *, judge_id: str = "",
+                      prompt_version: str = "", n_boot: int = 1000, seed: int = 0) -> JudgeValidity:
+    """Score one judge's verdicts (or a plain boolean array, e.g. a second annotator) against gold labels."""
+    g = _as_bool(gold, "gold")
+    debate = None
+    if len(verdicts) and isinstance(verdicts[0], Verdict):
+        from berds.evaluate.debate import debate_summary
+
+        pred = np.array([v.label for v in verdicts], dtype=bool)
+        p_yes = np.array([np.nan if v.p_yes is None else v.p_yes for v in verdicts], dtype=float)
+        unparsed = sum(is_unparsed(v) for v in verdicts)
+        debate = debate_summary(verdicts, g)
+    else:
+        pred = _as_bool(verdicts, name)
+        p_yes = np.full(pred.size, np.nan)
+        unparsed = 0
+    tp, fp, fn, tn = confusion_counts(g, pred)
+    return JudgeValidity(
+        name=name, judge_id=judge_id or name, prompt_version=prompt_version, n=int(g.size),
+        metrics=classification_metrics(g, pred),
+        intervals=bootstrap_intervals(g, pred, n_boot=n_boot, seed=seed),
+        counts={"tp": tp, "fp": fp, "fn": fn, "tn": tn}, unparsed=unparsed, debate=debate, predictions=pred,
+        p_yes=p_yes,
+    )
+
+
+def compare_judges(gold: Any, rows: Sequence[JudgeValidity]) -> list[PairComparison]:
+    """Every pair of rows: raw agreement, κ between the two, McNemar on correctness (b: first right only)."""
+    g = _as_bool(gold, "gold")
+    out = []
+    for i in range(len(rows)):
+        for j in range(i + 1, len(rows)):
+            a, b = rows[i].predictions, rows[j].predictions
+            out.append(PairComparison(
+                rows[i].name, rows[j].name, float((a == b).mean()), cohen_kappa(a, b),
+                mcnemar_paired(a == g, b == g),
+            ))
+    return out
+
+
+def validate(
+    labelled: Any,
+    judges: Sequence[Any] | Mapping[str, Any],
+    *,
+    annotators: Sequence[str] = (),
+    cache: Any = None,
+    overwrite: str = "only-missing",
+    n_boot: int = 1000,
+    seed: int = 0,
+    batch_size: int | None = None,
+    progress: bool = True,
+) -> ValidationReport:
+    """Judge every pair of ``labelled`` (a ``LabelledSet``) with each judge and score them side by side.
+
+    ``judges`` is a list of judges (named by their ``name`` or ``id``) or ``{display name: judge}``.
+    ``annotators`` names extra 0/1 columns of the labelled file (e.g. a second human's labels) to score
+    as if they were judges.
+    """
+    gold = labelled.labels
+    named = list(judges.items()) if isinstance(judges, Mapping) else [
+        (getattr(j, "name", None) or j.id, j) for j in judges]
+    if not named and not annotators:
+        raise BerdsError("validate needs at least one judge (or an annotator column)")
+    pairs = labelled.judge_pairs()
+    rows: list[JudgeValidity] = []
+    for name, judge in named:
+        verdicts = judge_pairs(judge, pairs, cache=cache, overwrite=overwrite, batch_size=batch_size,
+                               progress=progress, description=f"judging with {name}")
+        rows.append(score_predictions(name, gold, verdicts, judge_id=judge.id, prompt_version=judge.prompt_version,
+                                      n_boot=n_boot, seed=seed))
+    for column in annotators:
+        rows.append(score_predictions(f"column:{column}", gold, annotator_labels(labelled, column), n_boot=n_boot,
+                                      seed=seed))
+    return ValidationReport(labelled.path, labelled.sha256, len(labelled), float(gold.mean()), rows,
+                            compare_judges(gold, rows), n_boot, seed)
+
+
+def validate_files(
+    labels_path: str,
+    judges: Sequence[str],
+    *,
+    judge_options: Mapping[str, Any] | None = None,
+    annotators: Sequence[str] = (),
+    cache_path: str | None = None,
+    use_cache: bool = True,
+    n_boot: int = 1000,
+    seed: int = 0,
+    progress: bool = True,
+) -> ValidationReport:
+    """``berds judge validate``: read the labelled file, build each judge by name (``--judge``), validate."""
+    from berds.evaluate.cache import JudgementCache
+    from berds.evaluate.judge import check_judge_name
+    from berds.evaluate.labels import read_labelled_pairs
+
+    labelled = read_labelled_pairs(labels_path)
+    for name in judges:
+        check_judge_name(name)  # fail on a typo before any model loads
+    named = {}
+    for name in judges:
+        key = name if name not in named else f"{name}#{len(named) + 1}"
+        named[key] = lazy_judge(name, judge_options)
+    cache = JudgementCache(cache_path) if use_cache else None
+    try:
+        return validate(labelled, named, annotators=annotators, cache=cache, n_boot=n_boot, seed=seed,
+                        progress=progress)
+    finally:
+        if cache is not None:
+            cache.close()
+
+
+def lazy_judge(name: str, options: Mapping[str, Any] | None = None) -> Any:
+    """A judge by name whose model loads on first use (``LazyJudge``)."""
+    from berds.evaluate.evaluation import LazyJudge
+    from berds.evaluate.judge import load_judge
+
+    opts = dict(options or {})
+    return LazyJudge(lambda: load_judge(name, **opts))
+
+
+def annotator_labels(labelled: Any, column: str) -> np.ndarray:
+    """An extra 0/1 column of a labelled file (another annotator's labels) as a boolean array."""
+    from berds.errors import InputError
+
+    values = []
+    for p in labelled:
+        if column not in p.extra:
+            raise InputError(f"no column {column!r}", path=labelled.path or None,
+                             fix=f"extra columns in this file: {', '.join(sorted(p.extra)) or '(none)'}")
+        raw = p.extra[column].strip()
+        if raw not in ("0", "1"):
+            raise InputError(f"column {column!r} must hold 0 or 1, got {raw!r}", path=labelled.path or None, line=p.line)
+        values.append(raw == "1")
+    return np.array(values, dtype=bool)
+
+
+def _pct(x: float) -> str:
+    return "-" if x != x else f"{100 * x:.1f}"
+
+
+def validity_table(report: ValidationReport, *, title: str | None = None) -> Any:
+    """A rich table: one row per judge, each metric with its bootstrap 95% interval."""
+    from rich.table import Table
+
+    table = Table(title=title or f"judge validity on {report.n} labelled pairs ({_pct(report.gold_positive_share)}% positive)")
+    table.add_column("judge", overflow="fold")
+    for name in ("accuracy", "precision", "recall", "f1", "positive_share"):
+        table.add_column(name.replace("_", " "), justify="right")
+    table.add_column("κ", justify="right")
+    table.add_column("unparsed", justify="right")
+    for row in report.judges:
+        cells = []
+        for name in ("accuracy", "precision", "recall", "f1", "positive_share"):
+            lo, hi = row.intervals[name]
+            cells.append(f"{_pct(row.metrics[name])} [{_pct(lo)}, {_pct(hi)}]")
+        lo, hi = row.intervals["kappa"]
+        kappa = row.metrics["kappa"]
+        cells.append("-" if kappa != kappa else f"{kappa:.3f} [{lo:.2f}, {hi:.2f}]")
+        table.add_row(row.name, *cells, str(row.unparsed))
+    return table
+
+
+def comparison_table(report: ValidationReport) -> Any:
+    """A rich table: agreement, κ and McNemar (correctness) for every two judges."""
+    from rich.table import Table
+
+    table = Table(title="agreement between judges (McNemar on which pairs each got right)")
+    for col in ("first", "second", "agreement %", "κ", "first only right", "second only right", "exact p", "χ² p"):
+        table.add_column(col, justify="left" if col in ("first", "second") else "right", overflow="fold")
+    for c in report.comparisons:
+        table.add_row(c.first, c.second, _pct(c.agreement), "-" if c.kappa != c.kappa else f"{c.kappa:.3f}",
+                      str(c.mcnemar.b), str(c.mcnemar.c), f"{c.mcnemar.exact_p:.3g}", f"{c.mcnemar.chi2_p:.3g}")
+    return table
+
+
+def debate_table(report: ValidationReport) -> Any | None:
+    """A rich table of what the critic changed, for debate judges (None when there are none)."""
+    rows = [r for r in report.judges if r.debate is not None]
+    if not rows:
+        return None
+    from rich.table import Table
+
+    table = Table(title="devil's-advocate debate: answers the critic changed")
+    for col in ("judge", "pairs", "Yes→No", "No→Yes", "fixed", "broke", "closed by NO ISSUE", "hit max rounds",
+                "tie-broken", "mean rounds"):
+        table.add_column(col, justify="left" if col == "judge" else "right", overflow="fold")
+    for r in rows:
+        d = r.debate
+        table.add_row(r.name, str(d.pairs), str(d.changed_yes_to_no), str(d.changed_no_to_yes), str(d.changes_fixed),
+                      str(d.changes_broke), str(d.closed_no_issue), str(d.ended_max_rounds), str(d.tie_broken),
+                      f"{d.mean_rounds:.2f}")
+    return table
+
+
+def markdown_table(report: ValidationReport) -> str:
+    """The validity table as GitHub markdown (for READMEs): metric value and [95% interval] in percent."""
+    head = "| judge | accuracy | precision | recall | F1 | Yes share | κ |"
+    lines = [head, "|" + "---|" * 7]
+    for row in report.judges:
+        cells = []
+        for name in ("accuracy", "precision", "recall", "f1", "positive_share"):
+            lo, hi = row.intervals[name]
+            cells.append(f"{_pct(row.metrics[name])} [{_pct(lo)}, {_pct(hi)}]")
+        lo, hi = row.intervals["kappa"]
+        cells.append(f"{row.metrics['kappa']:.3f} [{lo:.2f}, {hi:.2f}]")
+        lines.append(f"| {row.name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
