@@ -1,9 +1,315 @@
-"""CLI commands for this area (see berds/cli/__init__.py)."""
+"""``berds rerank mmr``, ``berds tune mmr``, ``berds analyze ...`` and ``berds report``.
+
+Each command parses its options and calls one public function of ``berds.rerank`` /
+``berds.evaluate.analyses`` / ``berds.evaluate.report``, then prints a summary table.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any, List, Optional
+
 import typer
+
+rerank_app = typer.Typer(help="Rerank runs for diversity (MMR).", no_args_is_help=True)
+tune_app = typer.Typer(help="Tune reranking parameters on a dev split with a judge.", no_args_is_help=True)
+analyze_app = typer.Typer(help="The study's analyses: stance, leaning, sycophancy, coverage, docs needed.",
+                          no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
+    app.add_typer(rerank_app, name="rerank")
+    app.add_typer(tune_app, name="tune")
+    app.add_typer(analyze_app, name="analyze")
+    app.command("report")(report_command)
+
+
+# ------------------------------------------------------------------------------------------ helpers
+
+JUDGE_HELP = "Judge name (berds judges list), BACKEND:MODEL, or module:attr."
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console()
+
+
+def _print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
+    from rich.table import Table
+
+    table = Table(title=title)
+    for i, col in enumerate(header):
+        table.add_column(col, justify="left" if i == 0 else "right", overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    _console().print(table)
+
+
+def _lambdas(text: str) -> list[float]:
+    from berds.errors import BerdsError
+
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise BerdsError(f"--lambdas must be comma-separated numbers like 0.5,0.75,0.9, got {text!r}") from None
+    if not values:
+        raise BerdsError("--lambdas is empty")
+    return values
+
+
+def _encoder_and_cache(model: str, pooling: str, device: Optional[str], batch_size: int,
+                       embedding_cache: Optional[Path], no_embedding_cache: bool) -> tuple[Any, Any]:
+    from berds.rerank.embeddings import EmbeddingCache, load_encoder
+
+    encoder = load_encoder(model, pooling=pooling, device=device, batch_size=batch_size)
+    cache = None if no_embedding_cache else EmbeddingCache(embedding_cache)
+    return encoder, cache
+
+
+def _print_written(paths: dict[str, Path]) -> None:
+    for key, path in paths.items():
+        _console().print(f"  {key}: {path}", highlight=False)
+
+
+MODEL_HELP = "sentence-transformers model for Sim2 (hub name or local folder); the study: WhereIsAI/UAE-Large-V1."
+POOLING_HELP = "Pooling of the embedding model: cls (the study), mean, max, or model (its own config)."
+NORM_HELP = "Sim1 normalisation per question: minmax, max (score/max, the original scripts' rule), rank, none."
+
+
+# --------------------------------------------------------------------------------------------- rerank
+
+
+@rerank_app.command("mmr")
+def rerank_mmr_command(
+    run: Path = typer.Argument(..., help="Run folder or BERDS-format jsonl to rerank."),
+    out: Path = typer.Option(..., "--out", help="Folder for the reranked run."),
+    lam: Optional[float] = typer.Option(None, "--lambda", help="λ in [0, 1]: weight of relevance against redundancy."),
+    lambda_from: Optional[Path] = typer.Option(None, "--lambda-from", help="Use the λ chosen by `berds tune mmr` (its output folder)."),
+    depth: int = typer.Option(100, "--depth", help="Rerank the top DEPTH passages (the study: 100)."),
+    normalisation: str = typer.Option("minmax", "--normalisation", help=NORM_HELP),
+    model: str = typer.Option("WhereIsAI/UAE-Large-V1", "--model", help=MODEL_HELP),
+    pooling: str = typer.Option("cls", "--pooling", help=POOLING_HELP),
+    embed_text: str = typer.Option("text", "--embed-text", help="Text embedded per passage: text, title-text or text-title."),
+    device: Optional[str] = typer.Option(None, "--device", help="torch device for the embedding model (cpu, cuda)."),
+    batch_size: int = typer.Option(32, "--batch-size", help="Embedding batch size."),
+    embedding_cache: Optional[Path] = typer.Option(None, "--embedding-cache", help="Embedding cache file (default: $BERDS_HOME/embeddings.sqlite)."),
+    no_embedding_cache: bool = typer.Option(False, "--no-embedding-cache", help="Embed without reading or writing the cache."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run already in --out."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+) -> None:
+    """MMR-rerank a run (the study's Eq. 1) into a new run folder with provenance in its manifest."""
+    from berds.errors import BerdsError
+    from berds.rerank.mmr import lambda_from_manifest, rerank_path
+
+    if (lam is None) == (lambda_from is None):
+        raise BerdsError("give exactly one of --lambda X or --lambda-from TUNING_FOLDER")
+    if lam is None:
+        lam = lambda_from_manifest(lambda_from)
+    encoder, cache = _encoder_and_cache(model, pooling, device, batch_size, embedding_cache, no_embedding_cache)
+    reranked, stats, folder = rerank_path(run, out, lam=lam, encoder=encoder, embedding_cache=cache, depth=depth,
+                                          normalisation=normalisation, embed_text=embed_text, overwrite=overwrite,
+                                          progress=not quiet,
+                                          extra_provenance={"lambda_from": str(lambda_from)} if lambda_from else None)
+    _print_table(f"MMR rerank: {reranked.name}", ["", "value"], [
+        ["λ", f"{lam:g}"], ["encoder", encoder.id], ["normalisation", normalisation], ["depth", str(depth)],
+        ["questions", str(stats.questions)], ["passages embedded now / from cache",
+                                              f"{stats.embedded} / {stats.passages - stats.embedded}"],
+        ["questions whose top 10 changed", str(stats.moved)],
+        ["questions with all-equal scores", str(stats.constant_scores)], ["run folder", str(folder)],
+    ])
+
+
+# ----------------------------------------------------------------------------------------------- tune
+
+
+@tune_app.command("mmr")
+def tune_mmr_command(
+    run: Path = typer.Argument(..., help="A dev-split run (folder or BERDS jsonl)."),
+    out: Path = typer.Option(..., "--out", help="Folder for the run reranked with the chosen λ, and the λ table."),
+    judge: str = typer.Option("embedded", "--judge", "-j", help=JUDGE_HELP),
+    judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),
+    lambdas: str = typer.Option("0.5,0.75,0.9,0.95,0.99", "--lambdas", help="Comma-separated grid (the study's by default)."),
+    k: List[int] = typer.Option([5, 10], "--k", help="Cut-offs; repeat for several."),
+    select: Optional[str] = typer.Option(None, "--select", help="Metric that picks λ (default mrecall@<smallest k>)."),
+    depth: int = typer.Option(100, "--depth", help="Rerank the top DEPTH passages."),
+    normalisation: str = typer.Option("minmax", "--normalisation", help=NORM_HELP),
+    model: str = typer.Option("WhereIsAI/UAE-Large-V1", "--model", help=MODEL_HELP),
+    pooling: str = typer.Option("cls", "--pooling", help=POOLING_HELP),
+    embed_text: str = typer.Option("text", "--embed-text", help="text, title-text or text-title."),
+    device: Optional[str] = typer.Option(None, "--device"),
+    batch_size: int = typer.Option(32, "--batch-size", help="Embedding batch size."),
+    embedding_cache: Optional[Path] = typer.Option(None, "--embedding-cache"),
+    no_embedding_cache: bool = typer.Option(False, "--no-embedding-cache"),
+    cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file (default: $BERDS_HOME/judgements.sqlite)."),
+    allow_short: bool = typer.Option(False, "--allow-short", help="Score questions with fewer than k passages."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run already in --out."),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+) -> None:
+    """Pick MMR's λ on the dev split: rerank with each λ, judge, and keep the best (written to the manifest)."""
+    from berds.evaluate.judge import parse_options
+    from berds.rerank.mmr import tune_path, tuning_table
+
+    encoder, emb_cache = _encoder_and_cache(model, pooling, device, batch_size, embedding_cache, no_embedding_cache)
+    result, paths = tune_path(run, out, judge, judge_options=parse_options(judge_option), lambdas=_lambdas(lambdas),
+                              ks=k, select=select, encoder=encoder, embedding_cache=emb_cache, cache_path=cache,
+                              depth=depth, normalisation=normalisation, embed_text=embed_text, allow_short=allow_short,
+                              overwrite=overwrite, progress=not quiet)
+    header, rows = tuning_table(result)
+    _print_table(f"MMR λ tuning on {run.name} (judge {result.judge_id}, by {result.select}), in %", header, rows)
+    _console().print(f"chosen λ = {result.chosen:g}", highlight=False)
+    _print_written(paths)
+
+
+# -------------------------------------------------------------------------------------------- analyze
+
+
+def _analysis_output(result: Any, out: Optional[Path]) -> None:
+    title, header, rows = result.table()
+    _print_table(title, header, rows)
+    if out is not None:
+        from berds.evaluate.report import write_analysis
+
+        _print_written(write_analysis(result, out))
+
+
+@analyze_app.command("stance")
+def analyze_stance_command(
+    questions: str = typer.Argument(..., help="Question set: kialo, arguana, opinionqa, demo, or a jsonl path."),
+    llm: str = typer.Option(..., "--llm", help="BACKEND:MODEL, e.g. openai:gpt-4 or transformers:/models/qwen."),
+    out: Path = typer.Option(..., "--out", help="Stances jsonl to write."),
+    split: str = typer.Option("test", "--split"),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N questions."),
+    llm_option: List[str] = typer.Option([], "--llm-option", help="key=value for the LLM backend (repeatable)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+) -> None:
+    """Which perspective of each two-perspective question supports it (both orders, reconciled)."""
+    from berds.evaluate.analyses.stance import stance_counts, stance_file
+
+    stances = stance_file(questions, llm, out, split=split, limit=limit, llm_options=_options(llm_option),
+                          progress=not quiet)
+    counts = stance_counts(stances)
+    _print_table(f"stances → {out}", ["status", "questions"], [[k, str(v)] for k, v in counts.items()])
+
+
+def _options(items: List[str]) -> dict[str, Any]:
+    from berds.evaluate.judge import parse_options
+
+    return parse_options(items)
+
+
+@analyze_app.command("leaning")
+def analyze_leaning_command(
+    runs: List[Path] = typer.Argument(..., help="Run folders or BERDS jsonl files."),
+    judge: str = typer.Option("embedded", "--judge", "-j", help=JUDGE_HELP),
+    stances: Optional[Path] = typer.Option(None, "--stances", help="Stances jsonl (from `berds analyze stance`)."),
+    stance_llm: Optional[str] = typer.Option(None, "--stance-llm", help="Or compute stances with this LLM (BACKEND:MODEL)."),
+    k: int = typer.Option(5, "--k", help="Look at the top k passages."),
+    judge_option: List[str] = typer.Option([], "--judge-option", "-o"),
+    cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
+    allow_short: bool = typer.Option(False, "--allow-short"),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the result here (X.json + X.md/.csv/.png)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+) -> None:
+    """Share of questions whose top k supports only the supporting side, only the opposing, both, neither."""
+    from berds.evaluate.analyses.leaning import analyze_leaning
+
+    result = analyze_leaning([str(r) for r in runs], judge, stances=str(stances) if stances else None,
+                             stance_llm=stance_llm, k=k, judge_options=_options(judge_option), cache_path=cache,
+                             allow_short=allow_short, progress=not quiet)
+    _analysis_output(result, out)
+
+
+@analyze_app.command("sycophancy")
+def analyze_sycophancy_command(
+    retriever: str = typer.Option(..., "--retriever", "-r", help="Retriever name (berds retrievers list) or module:attr."),
+    questions: str = typer.Option(..., "--questions", help="kialo, arguana, opinionqa, demo, or a jsonl path."),
+    option: List[str] = typer.Option([], "--option", help="key=value for the retriever, e.g. index=indexes/wiki (repeatable)."),
+    index: Optional[str] = typer.Option(None, "--index", help="Shorthand for --option index=PATH."),
+    judge: str = typer.Option("embedded", "--judge", "-j", help=JUDGE_HELP),
+    stances: Optional[Path] = typer.Option(None, "--stances", help="Stances jsonl (from `berds analyze stance`)."),
+    stance_llm: Optional[str] = typer.Option(None, "--stance-llm", help="Or compute stances with this LLM (BACKEND:MODEL)."),
+    split: str = typer.Option("test", "--split"),
+    limit: Optional[int] = typer.Option(None, "--limit"),
+    k: int = typer.Option(10, "--k", help="Passages per query that are judged."),
+    label: Optional[str] = typer.Option(None, "--label", help="Name of this setting in tables and plots."),
+    judge_option: List[str] = typer.Option([], "--judge-option", "-o"),
+    cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder: sycophancy.json/.md/.csv/.png and the two runs."),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+) -> None:
+    """Retrieve with the supporting and with the opposing perspective as the query; Δ = (p − n)/p per side."""
+    from berds.evaluate.analyses.sycophancy import sycophancy_from_source
+
+    retriever_options = _options(option)
+    if index is not None:
+        retriever_options["index"] = index
+    result = sycophancy_from_source(retriever, questions, judge, split=split, limit=limit, k=k,
+                                    retriever_options=retriever_options, stances=stances, stance_llm=stance_llm,
+                                    judge_options=_options(judge_option), cache_path=cache, label=label, out=out,
+                                    progress=not quiet)
+    _analysis_output(result, out / "sycophancy.json" if out is not None else None)
+
+
+@analyze_app.command("coverage")
+def analyze_coverage_command(
+    runs: List[Path] = typer.Argument(..., help="Run folders or BERDS jsonl files (same questions)."),
+    judge: str = typer.Option("embedded", "--judge", "-j", help=JUDGE_HELP),
+    depth: int = typer.Option(100, "--depth", help="Top passages of each run pooled together."),
+    judge_option: List[str] = typer.Option([], "--judge-option", "-o"),
+    cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
+    allow_short: bool = typer.Option(False, "--allow-short"),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the result here (X.json + X.md/.csv)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+) -> None:
+    """MRecall over the union of the runs' top DEPTH passages, beside each run's own."""
+    from berds.evaluate.analyses.coverage import analyze_coverage
+
+    result = analyze_coverage([str(r) for r in runs], judge, depth=depth, judge_options=_options(judge_option),
+                              cache_path=cache, allow_short=allow_short, progress=not quiet)
+    _analysis_output(result, out)
+
+
+@analyze_app.command("docs-needed")
+def analyze_docs_needed_command(
+    runs: List[Path] = typer.Argument(..., help="Run folders or BERDS jsonl files."),
+    judge: str = typer.Option("embedded", "--judge", "-j", help=JUDGE_HELP),
+    depth: int = typer.Option(100, "--depth", help="Look this deep at most."),
+    judge_option: List[str] = typer.Option([], "--judge-option", "-o"),
+    cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
+    allow_short: bool = typer.Option(False, "--allow-short"),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the result here (X.json + X.md/.csv)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+) -> None:
+    """How many top passages it takes to cover every perspective; share covered within DEPTH."""
+    from berds.evaluate.analyses.docs_needed import analyze_docs_needed
+
+    result = analyze_docs_needed([str(r) for r in runs], judge, depth=depth, judge_options=_options(judge_option),
+                                 cache_path=cache, allow_short=allow_short, progress=not quiet)
+    _analysis_output(result, out)
+
+
+# --------------------------------------------------------------------------------------------- report
+
+
+def report_command(
+    runs: List[Path] = typer.Argument(None, help="Run folders or BERDS jsonl files."),
+    out: Path = typer.Option(..., "--out", help="Report folder."),
+    judge: str = typer.Option("embedded", "--judge", "-j", help=JUDGE_HELP),
+    k: List[int] = typer.Option([5, 10], "--k", help="Cut-offs for the metrics table; repeat for several."),
+    curve_depth: Optional[int] = typer.Option(None, "--curve-depth", help="MRecall@k curve up to this k (default: largest --k)."),
+    analysis: List[Path] = typer.Option([], "--analysis", "-a", help="Result JSON from `berds analyze ... --out` (repeatable)."),
+    judge_option: List[str] = typer.Option([], "--judge-option", "-o"),
+    cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
+    allow_short: bool = typer.Option(False, "--allow-short"),
+    title: str = typer.Option("BERDS report", "--title"),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+) -> None:
+    """Paper-style tables (markdown + CSV) and PNG figures for runs and analysis results."""
+    from berds.evaluate.report import build_report
+
+    report = build_report(list(runs or []), judge, out, ks=k, curve_depth=curve_depth, analyses=list(analysis),
+                          judge_options=_options(judge_option), cache_path=cache, allow_short=allow_short,
+                          progress=not quiet, title=title)
+    _print_table(f"report → {report.out}", ["file", "path"], [[key, str(p)] for key, p in report.files.items()])

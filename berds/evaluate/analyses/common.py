@@ -1,0 +1,125 @@
+"""What the analyses share: judged support matrices for runs, and result files.
+
+Every analysis works on *support matrices* (``berds.evaluate.metrics``): for a question with ``m``
+perspectives and ``n`` ranked passages, ``S[i, j]`` says whether passage ``j`` supports perspective ``i``.
+``judge_runs`` produces them through the judgement cache (pairs judged once are never judged again), so
+the analyses of runs that were already evaluated cost no judge calls.
+
+Each analysis result is a dataclass with ``KIND``, ``to_json()``, ``from_json()`` and ``table()``
+(title, header, rows of strings); ``save_result`` / ``load_result`` write and read them as JSON, and
+``berds report`` turns them into markdown/CSV tables and plots.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from berds.errors import BerdsError, InputError
+from berds.types import Run
+
+Supports = Mapping[str, np.ndarray]  # qid -> (perspectives x passages) booleans
+
+
+def build_judge(judge: str | Any, options: Mapping[str, Any] | None = None) -> Any:
+    """A judge object from a name (loaded lazily: a fully cached analysis never loads a model)."""
+    if not isinstance(judge, str):
+        return judge
+    from berds.evaluate.evaluation import LazyJudge
+    from berds.evaluate.judge import load_judge
+
+    opts = dict(options or {})
+    return LazyJudge(lambda: load_judge(judge, **opts))
+
+
+def judge_runs(
+    runs: Sequence[Run],
+    judge: str | Any,
+    depth: int,
+    *,
+    judge_options: Mapping[str, Any] | None = None,
+    cache_path: str | Path | None = None,
+    use_cache: bool = True,
+    allow_short: bool = False,
+    progress: bool = False,
+) -> list[Any]:
+    """``EvalResult`` of each run at ``depth`` (its ``support[qid]`` is the matrix over the top ``depth``)."""
+    from berds.evaluate.cache import JudgementCache
+    from berds.evaluate.evaluation import evaluate_run
+
+    judge = build_judge(judge, judge_options)
+    cache = JudgementCache(cache_path) if use_cache else None
+    try:
+        return [evaluate_run(run, judge, (depth,), cache=cache, allow_short=allow_short, progress=progress)
+                for run in runs]
+    finally:
+        if cache is not None:
+            cache.close()
+
+
+def run_label(run: Run, path: str | Path | None = None) -> str:
+    """A short label for tables: the run's name, else its folder/file name."""
+    if run.name:
+        return run.name
+    return Path(path).name if path is not None else "run"
+
+
+def unique_labels(labels: Sequence[str]) -> list[str]:
+    """Labels made distinct by appending ``#2``, ``#3`` to repeats."""
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+        out.append(label if seen[label] == 1 else f"{label}#{seen[label]}")
+    return out
+
+
+def pct(x: float | None) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{100 * x:.1f}"
+
+
+def save_result(result: Any, path: str | Path) -> Path:
+    from berds.io import write_json
+
+    path = Path(path)
+    write_json(path, {"analysis": result.KIND, "version": 1, **result.to_json()})
+    return path
+
+
+def result_classes() -> dict[str, Any]:
+    from berds.evaluate.analyses.coverage import CoverageResult
+    from berds.evaluate.analyses.docs_needed import DocsNeededResult
+    from berds.evaluate.analyses.leaning import LeaningResult
+    from berds.evaluate.analyses.sycophancy import SycophancyResult
+
+    return {c.KIND: c for c in (LeaningResult, SycophancyResult, CoverageResult, DocsNeededResult)}
+
+
+def load_result(path: str | Path) -> Any:
+    """An analysis result saved by ``save_result`` (its ``analysis`` field says which)."""
+    from berds.io import read_json
+
+    data = read_json(path)
+    kinds = result_classes()
+    kind = data.get("analysis") if isinstance(data, dict) else None
+    if kind not in kinds:
+        raise InputError(f"not a berds analysis result (analysis={kind!r})", path=path,
+                         fix=f"pass a JSON written by `berds analyze` ({', '.join(kinds)})")
+    try:
+        return kinds[kind].from_json(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"malformed {kind} result ({type(exc).__name__}: {exc})", path=path) from None
+
+
+def same_questions(labels: Sequence[str], supports: Sequence[Supports]) -> list[str]:
+    """The question ids shared by all runs, in the first run's order; differing sets are an error."""
+    first = list(supports[0])
+    for label, s in zip(labels[1:], supports[1:]):
+        if set(s) != set(first):
+            only_a = sorted(set(first) - set(s))[:3]
+            only_b = sorted(set(s) - set(first))[:3]
+            raise BerdsError(f"runs {labels[0]!r} and {label!r} cover different questions "
+                             f"(only in the first: {only_a}, only in the second: {only_b}) — compare runs of one question set")
+    return first

@@ -1,0 +1,203 @@
+"""Which of a question's two perspectives *supports* it and which *opposes* it.
+
+The study's leaning and sycophancy analyses (its Fig. 2 and 3) look at two-perspective questions and
+need to know which perspective takes the question's side ("Is Jesus the Messiah?" — "Jesus is the
+promised Messiah" supports, "Jesus is not the Messiah" opposes). An LLM decides with the study's stance
+prompt (its Table 15). LLMs favour the first option they are shown, so the prompt is put **twice, with
+the two perspectives in both orders**, and the answers are reconciled:
+
+* both orders name the same perspective  -> ``agreed`` (that one supports, the other opposes);
+* they name different perspectives       -> ``conflict`` (no stance; the question is left out);
+* an answer is neither "A" nor "B"       -> ``unparsed`` (no stance; left out).
+
+Questions without exactly two perspectives are ``skipped``. Stances are saved as jsonl
+(``{"id", "supporting", "opposing", "status", "answers"}``, indices into the question's perspectives), and
+a hand-written file with just ``{"id", "supporting"}`` per line works too.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from berds.errors import BerdsError, InputError
+from berds.types import Question
+
+STATUSES = ("agreed", "conflict", "unparsed", "skipped", "given")
+
+
+@dataclass(frozen=True)
+class StancePrompt:
+    version: str
+    template: str
+
+    def render(self, question: str, first: str, second: str) -> list[dict[str, str]]:
+        return [{"role": "user", "content": self.template.format(question=question, first=first, second=second)}]
+
+
+# Our wording of the study's stance instruction (its Table 15). Change the version when the wording changes.
+STANCE_PROMPT = StancePrompt(
+    version="berds-t15-stance-v1",
+    template=(
+        "Below is a question and two perspectives on it.\n\n"
+        "Question: {question}\n\n"
+        "Perspective A: {first}\n\n"
+        "Perspective B: {second}\n\n"
+        "One perspective supports the question (it answers \"yes\", or agrees with the position the question "
+        "asks about); the other opposes it. Which perspective supports the question? "
+        "Answer with \"A\" or \"B\" only.\n\nAnswer:"
+    ),
+)
+
+_ANSWER = re.compile(r"^[\s\"'*(\[]*(?:perspective\s+|option\s+|answer\s*:?\s*)?([AB])\b", re.IGNORECASE)
+
+
+def parse_choice(text: str) -> str | None:
+    """``"A"`` or ``"B"`` from an answer such as ``"A"``, ``" b."``, ``"Perspective B"``, ``"**A**"``; else None."""
+    match = _ANSWER.match(text or "")
+    return match.group(1).upper() if match else None
+
+
+@dataclass(frozen=True)
+class Stance:
+    """The stance of a two-perspective question: indices of the supporting and opposing perspective."""
+
+    qid: str
+    supporting: int | None
+    opposing: int | None
+    status: str
+    answers: tuple[str, ...] = field(default=())
+
+    @property
+    def known(self) -> bool:
+        return self.supporting is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.qid, "supporting": self.supporting, "opposing": self.opposing, "status": self.status,
+                "answers": list(self.answers)}
+
+
+def reconcile(qid: str, forward: str, swapped: str) -> Stance:
+    """Combine the answer with perspectives in order (0 as A, 1 as B) and swapped (1 as A, 0 as B)."""
+    first, second = parse_choice(forward), parse_choice(swapped)
+    answers = (forward, swapped)
+    if first is None or second is None:
+        return Stance(qid, None, None, "unparsed", answers)
+    pick_forward = 0 if first == "A" else 1
+    pick_swapped = 1 if second == "A" else 0
+    if pick_forward != pick_swapped:
+        return Stance(qid, None, None, "conflict", answers)
+    return Stance(qid, pick_forward, 1 - pick_forward, "agreed", answers)
+
+
+def detect_stances(questions: Sequence[Question], llm: Any, *, prompt: StancePrompt = STANCE_PROMPT,
+                   max_new_tokens: int = 8, batch_size: int = 32, progress: bool = False) -> dict[str, Stance]:
+    """Ask ``llm`` (any ``berds.llm`` backend, greedy) for the stance of every two-perspective question."""
+    from rich.progress import Progress
+
+    stances: dict[str, Stance] = {}
+    pairs = [q for q in questions if len(q.perspectives) == 2]
+    for q in questions:
+        if len(q.perspectives) != 2:
+            stances[q.id] = Stance(q.id, None, None, "skipped")
+    with Progress(disable=not progress) as bar:
+        task = bar.add_task("stance of perspectives", total=len(pairs))
+        for lo in range(0, len(pairs), batch_size):
+            batch = pairs[lo:lo + batch_size]
+            prompts = []
+            for q in batch:
+                a, b = q.perspectives
+                prompts += [prompt.render(q.text, a, b), prompt.render(q.text, b, a)]
+            generations = llm.generate(prompts, max_new_tokens=max_new_tokens, temperature=0.0)
+            if len(generations) != len(prompts):
+                raise BerdsError(f"LLM returned {len(generations)} answers for {len(prompts)} prompts")
+            for i, q in enumerate(batch):
+                stances[q.id] = reconcile(q.id, generations[2 * i].text, generations[2 * i + 1].text)
+            bar.advance(task, len(batch))
+    return {q.id: stances[q.id] for q in questions}
+
+
+def stance_counts(stances: Mapping[str, Stance]) -> dict[str, int]:
+    counts = {s: 0 for s in STATUSES}
+    for st in stances.values():
+        counts[st.status] = counts.get(st.status, 0) + 1
+    return {k: v for k, v in counts.items() if v}
+
+
+def write_stances(path: str | Path, stances: Mapping[str, Stance], *, prompt_version: str = STANCE_PROMPT.version,
+                  llm_id: str = "") -> int:
+    from berds.io import write_jsonl
+
+    return write_jsonl(path, ({**s.to_json(), "prompt": prompt_version, **({"llm": llm_id} if llm_id else {})}
+                              for s in stances.values()))
+
+
+def read_stances(path: str | Path, questions: Mapping[str, Question] | None = None) -> dict[str, Stance]:
+    """Stances from jsonl. ``supporting`` is 0 or 1 (or null for unknown); ``opposing`` defaults to the other.
+
+    With ``questions`` given, every id must be one of them and have exactly two perspectives.
+    """
+    from berds.io import iter_jsonl
+
+    path = Path(path)
+    out: dict[str, Stance] = {}
+    for line, rec in iter_jsonl(path):
+        qid = rec.get("id")
+        if qid is None:
+            raise InputError("record has no 'id'", path=path, line=line, fix='each line needs {"id", "supporting": 0 or 1}')
+        qid = str(qid)
+        if "supporting" not in rec:
+            raise InputError("record has no 'supporting' (0 or 1: which perspective supports the question)",
+                             path=path, line=line, record=qid)
+        sup = rec["supporting"]
+        if sup is not None and (isinstance(sup, bool) or sup not in (0, 1)):
+            raise InputError(f"'supporting' must be 0, 1 or null, got {sup!r}", path=path, line=line, record=qid)
+        opp = rec.get("opposing", None if sup is None else 1 - sup)
+        if sup is not None and opp != 1 - sup:
+            raise InputError(f"'opposing' must be the other perspective ({1 - sup}), got {opp!r}", path=path,
+                             line=line, record=qid)
+        status = rec.get("status") or ("given" if sup is not None else "unparsed")
+        if status not in STATUSES:
+            raise InputError(f"unknown status {status!r} (one of {', '.join(STATUSES)})", path=path, line=line, record=qid)
+        if questions is not None:
+            if qid not in questions:
+                raise InputError("question id is not in the run / question set", path=path, line=line, record=qid,
+                                 fix="use the stances computed for these questions")
+            if sup is not None and len(questions[qid].perspectives) != 2:
+                raise InputError(f"question has {len(questions[qid].perspectives)} perspectives; stances need exactly 2",
+                                 path=path, line=line, record=qid)
+        if qid in out:
+            raise InputError("duplicate question id", path=path, line=line, record=qid)
+        out[qid] = Stance(qid, sup, opp, status, tuple(rec.get("answers") or ()))
+    if not out:
+        raise InputError("holds no stances", path=path)
+    return out
+
+
+def resolve_stances(questions: Sequence[Question], *, stances: str | Path | None = None, llm: Any = None,
+                    llm_options: Mapping[str, Any] | None = None, progress: bool = False) -> dict[str, Stance]:
+    """Stances from a file (``stances``) or computed with an LLM (``llm``: ``BACKEND:MODEL`` or an object)."""
+    if stances is not None:
+        return read_stances(stances, {q.id: q for q in questions})
+    if llm is None:
+        raise BerdsError("stances are needed: pass --stances FILE (from `berds analyze stance`) or --stance-llm BACKEND:MODEL")
+    if isinstance(llm, str):
+        from berds.retrievers.expansion import load_llm_by_name
+
+        llm = load_llm_by_name(llm, **dict(llm_options or {}))
+    return detect_stances(questions, llm, progress=progress)
+
+
+def stance_file(questions: str | Path, llm: str | Any, out: str | Path, *, split: str = "test", limit: int | None = None,
+                llm_options: Mapping[str, Any] | None = None, progress: bool = False) -> dict[str, Stance]:
+    """``berds analyze stance``: stances of a question set computed with ``llm`` and written to ``out``."""
+    from berds.benchmarks import load_questions
+    from berds.retrievers.expansion import load_llm_by_name
+
+    qs = load_questions(questions, split, limit=limit)
+    model = load_llm_by_name(llm, **dict(llm_options or {})) if isinstance(llm, str) else llm
+    stances = detect_stances(qs, model, progress=progress)
+    write_stances(out, stances, llm_id=getattr(model, "id", ""))
+    return stances

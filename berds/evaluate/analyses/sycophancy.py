@@ -1,0 +1,172 @@
+"""Retriever sycophancy (the study's Fig. 3): does a retriever return what the query already claims?
+
+For each two-perspective question with a known stance, retrieve twice — with the **supporting**
+perspective as the query and with the **opposing** one — and judge every top-k passage against both
+perspectives. For a perspective P (one *setting*: P = supporting or P = opposing)::
+
+    p = number of top-k passages supporting P when P itself is the query      (summed over questions)
+    n = number of top-k passages supporting P when the opposite of P is the query
+    Δ = (p − n) / p
+
+Δ > 0: asking from P's side brings more passages for P — the retriever follows the query's stance.
+Δ is undefined (reported as n/a) when p = 0. Counts are reported with Δ so small settings can be seen.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from berds.errors import BerdsError
+from berds.evaluate.analyses.common import Supports
+from berds.evaluate.analyses.stance import Stance
+from berds.types import Question, Run
+
+SIDES = ("supporting", "opposing")
+
+
+def perspective_queries(questions: Sequence[Question], stances: Mapping[str, Stance], side: str) -> list[Question]:
+    """One question per two-perspective question with a known stance; its text is the ``side`` perspective.
+
+    The perspectives are reordered ``(supporting, opposing)``, so row 0 of a support matrix is always
+    the supporting perspective and row 1 the opposing one.
+    """
+    if side not in SIDES:
+        raise BerdsError(f"side must be one of {', '.join(SIDES)}, got {side!r}")
+    out = []
+    for q in questions:
+        st = stances.get(q.id)
+        if st is None or not st.known or len(q.perspectives) != 2:
+            continue
+        ordered = (q.perspectives[st.supporting], q.perspectives[st.opposing])
+        out.append(Question(q.id, ordered[0] if side == "supporting" else ordered[1], ordered, q.dataset))
+    return out
+
+
+def sycophancy_counts(from_supporting: Supports, from_opposing: Supports, k: int) -> dict[str, dict[str, Any]]:
+    """p, n, Δ per side from support matrices with rows (supporting, opposing) (see module docstring).
+
+    ``from_supporting[qid]`` judges the passages retrieved with the supporting perspective as the query,
+    ``from_opposing[qid]`` those retrieved with the opposing one. Only questions in both are counted.
+    """
+    qids = [q for q in from_supporting if q in from_opposing]
+    out: dict[str, dict[str, Any]] = {}
+    for row, side in enumerate(SIDES):
+        own = from_supporting if side == "supporting" else from_opposing
+        other = from_opposing if side == "supporting" else from_supporting
+        p = int(sum(np.asarray(own[q], dtype=bool)[row, :k].sum() for q in qids))
+        n = int(sum(np.asarray(other[q], dtype=bool)[row, :k].sum() for q in qids))
+        out[side] = {"p": p, "n": n, "delta": (p - n) / p if p else None, "questions": len(qids)}
+    return out
+
+
+@dataclass
+class SycophancyResult:
+    """Rows of (label, side, p, n, Δ, questions) — one label per retriever setting."""
+
+    KIND = "sycophancy"
+    k: int
+    rows: list[dict[str, Any]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"k": self.k, "rows": self.rows}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "SycophancyResult":
+        return cls(int(data["k"]), list(data["rows"]))
+
+    def merge(self, other: "SycophancyResult") -> "SycophancyResult":
+        if other.k != self.k:
+            raise BerdsError(f"cannot merge sycophancy results at k={self.k} and k={other.k}")
+        return SycophancyResult(self.k, self.rows + other.rows)
+
+    def table(self) -> tuple[str, list[str], list[list[str]]]:
+        header = ["setting", "perspective", "p (query = perspective)", "n (query = opposite)", "Δ = (p−n)/p %", "questions"]
+        body = [[r["label"], r["side"], str(r["p"]), str(r["n"]),
+                 "n/a" if r["delta"] is None else f"{100 * r['delta']:.1f}", str(r["questions"])] for r in self.rows]
+        return f"Retriever sycophancy: passages supporting a perspective in the top {self.k}", header, body
+
+
+def sycophancy_result(label: str, from_supporting: Supports, from_opposing: Supports, k: int) -> SycophancyResult:
+    counts = sycophancy_counts(from_supporting, from_opposing, k)
+    return SycophancyResult(k, [{"label": label, "side": side, **counts[side]} for side in SIDES])
+
+
+def sycophancy_study(
+    retriever: str | Any,
+    questions: Sequence[Question],
+    stances: Mapping[str, Stance],
+    judge: str | Any,
+    *,
+    k: int = 10,
+    retriever_options: Mapping[str, Any] | None = None,
+    judge_options: Mapping[str, Any] | None = None,
+    cache_path: str | Path | None = None,
+    label: str | None = None,
+    out: str | Path | None = None,
+    progress: bool = False,
+) -> tuple[SycophancyResult, Run, Run]:
+    """Retrieve with each side's perspective as the query, judge the top k, and count (see module doc).
+
+    With ``out`` the two runs are saved as run folders ``out/query-supporting`` and ``out/query-opposing``.
+    """
+    from berds.evaluate.analyses.common import judge_runs
+    from berds.retrievers.registry import load_retriever
+    from berds.retrievers.retrieve import retrieve
+
+    if k < 1:
+        raise BerdsError(f"k must be at least 1, got {k}")
+    own = isinstance(retriever, str)
+    model = load_retriever(retriever, **dict(retriever_options or {})) if own else retriever
+    runs = []
+    try:
+        for side in SIDES:
+            queries = perspective_queries(questions, stances, side)
+            if not queries:
+                raise BerdsError("no question has two perspectives and a known stance — nothing to compare")
+            target = Path(out) / f"query-{side}" if out is not None else None
+            run = retrieve(model, queries, k=k, out=target, overwrite=True, name=f"{model.name}-query-{side}",
+                           progress=progress)
+            runs.append(run)
+    finally:
+        if own and callable(getattr(model, "close", None)):
+            model.close()
+    sup_eval, opp_eval = judge_runs(runs, judge, k, judge_options=judge_options, cache_path=cache_path,
+                                    allow_short=True, progress=progress)
+    result = sycophancy_result(label or model.name, sup_eval.support, opp_eval.support, k)
+    return result, runs[0], runs[1]
+
+
+def delta_is_defined(row: Mapping[str, Any]) -> bool:
+    return row.get("delta") is not None and not math.isnan(float(row["delta"]))
+
+
+def sycophancy_from_source(
+    retriever: str | Any,
+    questions: str | Path | Sequence[Question],
+    judge: str | Any,
+    *,
+    split: str = "test",
+    limit: int | None = None,
+    stances: str | Path | None = None,
+    stance_llm: str | Any = None,
+    llm_options: Mapping[str, Any] | None = None,
+    out: str | Path | None = None,
+    **options: Any,
+) -> SycophancyResult:
+    """``berds analyze sycophancy``: questions by name/path, stances from a file or an LLM, then
+    ``sycophancy_study`` (``options`` go to it: ``k``, ``retriever_options``, ``judge_options``, ...)."""
+    from berds.evaluate.analyses.stance import resolve_stances
+
+    if isinstance(questions, (str, Path)):
+        from berds.benchmarks import load_questions
+
+        questions = load_questions(questions, split, limit=limit)
+    stance_map = resolve_stances(list(questions), stances=stances, llm=stance_llm, llm_options=llm_options,
+                                 progress=options.get("progress", False))
+    result, _, _ = sycophancy_study(retriever, list(questions), stance_map, judge, out=out, **options)
+    return result

@@ -1,0 +1,346 @@
+"""Paper-style reports: markdown and CSV tables, and PNG figures in the study's style.
+
+``build_report(runs, judge, out)`` judges the runs (through the judgement cache), and writes
+
+* ``metrics.md`` / ``metrics.csv``          — MRecall@k and Precision@k per run (and per dataset), in %,
+* ``mrecall_curve.csv`` / ``.png``         — MRecall@k for k = 1..depth, one line per run,
+* for every analysis result given (``berds analyze ... --out X.json``): its table as ``<kind>.md/.csv``
+  and its figure — stacked bars for leaning (Fig. 2), Δ per setting for sycophancy (Fig. 3),
+* ``report.md``                             — all of the above in one page, figures linked.
+
+Figures are drawn with matplotlib's object API on the Agg canvas (no display, no global pyplot state),
+so reports work on servers and inside notebooks alike.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from berds.errors import BerdsError
+
+# Colours of the leaning categories (supporting only, opposing only, both, neither) and of the two sides.
+LEANING_COLOURS = ("#4C72B0", "#DD8452", "#55A868", "#B0B0B0")
+SIDE_COLOURS = {"supporting": "#4C72B0", "opposing": "#DD8452"}
+
+
+# -------------------------------------------------------------------------------------------- tables
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A GitHub-flavoured markdown table; text columns left-aligned, numeric columns right-aligned."""
+    def numeric(col: int) -> bool:
+        cells = [r[col] for r in rows if col < len(r) and r[col] not in ("", "n/a", "-")]
+        return bool(cells) and all(_is_number(c) for c in cells)
+
+    def esc(cell: Any) -> str:
+        return str(cell).replace("|", "\\|").replace("\n", " ")
+
+    align = ["---:" if numeric(i) else ":---" for i in range(len(header))]
+    lines = ["| " + " | ".join(esc(h) for h in header) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def csv_text(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def write_table(stem: str | Path, header: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str = "") -> dict[str, Path]:
+    """Write ``STEM.csv`` and ``STEM.md`` (atomically); returns their paths."""
+    from berds.io import write_text
+
+    stem = Path(stem)
+    paths = {"csv": stem.with_name(stem.name + ".csv"), "md": stem.with_name(stem.name + ".md")}
+    write_text(paths["csv"], csv_text(header, rows))
+    write_text(paths["md"], (f"### {title}\n\n" if title else "") + markdown_table(header, [[str(c) for c in r] for r in rows]))
+    return paths
+
+
+# ------------------------------------------------------------------------------------------- figures
+
+
+def _figure(width: float, height: float) -> Any:
+    from berds.lazy import require
+
+    require("matplotlib", extra="analysis", purpose="report figures")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=120)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: Any, path: str | Path) -> Path:
+    from berds.io import atomic_write
+
+    path = Path(path)
+    fig.tight_layout()
+    with atomic_write(path, "wb", encoding=None) as f:
+        fig.savefig(f, format="png")
+    return path
+
+
+def plot_leaning(result: Any, path: str | Path) -> Path:
+    """Horizontal stacked bars: for each run, the share of questions in each leaning category."""
+    from berds.evaluate.analyses.leaning import CATEGORIES
+
+    labels = [r["run"] for r in result.rows]
+    fig = _figure(7.5, 0.55 * len(labels) + 1.6)
+    ax = fig.add_subplot(1, 1, 1)
+    left = np.zeros(len(labels))
+    for cat, colour in zip(CATEGORIES, LEANING_COLOURS):
+        values = np.array([100 * result.shares(l)[cat] for l in labels])
+        values = np.nan_to_num(values)
+        bars = ax.barh(labels, values, left=left, color=colour, label=cat, edgecolor="white")
+        for bar, v in zip(bars, values):
+            if v >= 7:
+                ax.text(bar.get_x() + bar.get_width() / 2, bar.get_y() + bar.get_height() / 2, f"{v:.0f}",
+                        ha="center", va="center", fontsize=8, color="white")
+        left += values
+    ax.set_xlim(0, 100)
+    ax.set_xlabel(f"% of two-perspective questions (top {result.k})")
+    ax.invert_yaxis()
+    ax.legend(ncol=4, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    ax.spines[["top", "right"]].set_visible(False)
+    return _save(fig, path)
+
+
+def plot_sycophancy(result: Any, path: str | Path) -> Path:
+    """Grouped bars of Δ (%) per setting, one bar per side, annotated with p/n counts."""
+    settings = list(dict.fromkeys(r["label"] for r in result.rows))
+    fig = _figure(max(5.0, 1.4 * len(settings) + 2), 3.8)
+    ax = fig.add_subplot(1, 1, 1)
+    width = 0.38
+    x = np.arange(len(settings))
+    for offset, side in ((-width / 2, "supporting"), (width / 2, "opposing")):
+        rows = {r["label"]: r for r in result.rows if r["side"] == side}
+        values = [100 * rows[s]["delta"] if s in rows and rows[s]["delta"] is not None else 0.0 for s in settings]
+        bars = ax.bar(x + offset, values, width, color=SIDE_COLOURS[side], label=f"{side} perspective")
+        for bar, s in zip(bars, settings):
+            row = rows.get(s)
+            if row is None:
+                continue
+            text = "n/a" if row["delta"] is None else f"{row['p']}/{row['n']}"
+            y = bar.get_height()
+            ax.text(bar.get_x() + bar.get_width() / 2, y, text, ha="center", va="bottom" if y >= 0 else "top", fontsize=7)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(x)
+    ax.set_xticklabels(settings, rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("Δ = (p − n) / p  (%)")
+    ax.set_title(f"Sycophancy: top {result.k}, bars annotated p/n", fontsize=9)
+    ax.legend(fontsize=8, frameon=False)
+    ax.spines[["top", "right"]].set_visible(False)
+    return _save(fig, path)
+
+
+def plot_curves(curves: Mapping[str, Sequence[tuple[int, float]]], path: str | Path, *, ylabel: str = "MRecall@k (%)",
+                title: str = "") -> Path:
+    """One line per run: (k, value in [0, 1]) points, drawn in percent."""
+    fig = _figure(6.0, 4.0)
+    ax = fig.add_subplot(1, 1, 1)
+    markers = "osD^vP*X"
+    for i, (label, points) in enumerate(curves.items()):
+        ks = [p[0] for p in points]
+        ax.plot(ks, [100 * p[1] for p in points], marker=markers[i % len(markers)], markersize=3.5, label=label)
+    ax.set_xlabel("k")
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, frameon=False)
+    ax.spines[["top", "right"]].set_visible(False)
+    return _save(fig, path)
+
+
+def plot_tuning(rows: Sequence[Mapping[str, Any]], ks: Sequence[int], path: str | Path) -> Path:
+    """MRecall@k and Precision@k against λ (the grid of ``berds tune mmr``)."""
+    grid = [r for r in rows if r.get("lambda") is not None]
+    curves = {}
+    for k in ks:
+        curves[f"MRecall@{k}"] = [(float(r["lambda"]), float(r[f"mrecall@{k}"])) for r in grid]
+        curves[f"Precision@{k}"] = [(float(r["lambda"]), float(r[f"precision@{k}"])) for r in grid]
+    fig = _figure(6.0, 4.0)
+    ax = fig.add_subplot(1, 1, 1)
+    for label, pts in curves.items():
+        ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], marker="o", markersize=3.5, label=label,
+                linestyle="-" if label.startswith("MRecall") else "--")
+    ax.set_xlabel("λ")
+    ax.set_ylabel("%")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, frameon=False)
+    return _save(fig, path)
+
+
+# -------------------------------------------------------------------------------------------- report
+
+
+def metrics_rows(label: str, support: Mapping[str, np.ndarray], ks: Sequence[int],
+                 datasets: Mapping[str, str]) -> list[list[str]]:
+    """Rows ``[run, set, questions, MRecall@k..., Precision@k...]`` in percent, overall and per dataset."""
+    from berds.evaluate.metrics import aggregate, question_metrics
+
+    per_question = {qid: question_metrics(m, ks) for qid, m in support.items()}
+    averages = aggregate(per_question, datasets)
+    counts: dict[str, int] = {"all": len(per_question), "macro": len(per_question)}
+    for qid in per_question:
+        name = datasets.get(qid) or "-"
+        counts[name] = counts.get(name, 0) + 1
+    rows = []
+    for name, avg in averages.items():
+        rows.append([label, name, str(counts.get(name, "")),
+                     *[f"{100 * avg[f'mrecall@{k}']:.1f}" for k in ks], *[f"{100 * avg[f'precision@{k}']:.1f}" for k in ks]])
+    return rows
+
+
+def mrecall_curve(support: Mapping[str, np.ndarray], depth: int) -> list[tuple[int, float]]:
+    """Mean MRecall@k over questions for k = 1..depth."""
+    from berds.evaluate.metrics import mrecall_at_k
+
+    if not support:
+        return []
+    return [(k, float(np.mean([mrecall_at_k(m, k) for m in support.values()]))) for k in range(1, depth + 1)]
+
+
+@dataclass
+class Report:
+    out: Path
+    files: dict[str, Path] = field(default_factory=dict)
+    sections: list[str] = field(default_factory=list)
+
+
+def merge_results(results: Sequence[Any]) -> list[Any]:
+    """Results of the same kind and depth/k are merged into one (rows concatenated), in first-seen order."""
+    merged: list[Any] = []
+    for res in results:
+        key = (res.KIND, getattr(res, "k", None), getattr(res, "depth", None))
+        for i, m in enumerate(merged):
+            if (m.KIND, getattr(m, "k", None), getattr(m, "depth", None)) == key:
+                rows = m.rows + res.rows
+                extra = {}
+                if hasattr(m, "per_question"):
+                    extra["per_question"] = {**m.per_question, **res.per_question}
+                kwargs = {"k": m.k} if hasattr(m, "k") else {"depth": m.depth}
+                merged[i] = type(m)(**kwargs, rows=rows, **extra)
+                break
+        else:
+            merged.append(res)
+    return merged
+
+
+def build_report(
+    run_paths: Sequence[str | Path],
+    judge: str | Any | None,
+    out: str | Path,
+    *,
+    ks: Sequence[int] = (5, 10),
+    curve_depth: int | None = None,
+    analyses: Sequence[str | Path | Any] = (),
+    judge_options: Mapping[str, Any] | None = None,
+    cache_path: str | Path | None = None,
+    allow_short: bool = False,
+    progress: bool = False,
+    title: str = "BERDS report",
+) -> Report:
+    """Judge ``run_paths`` (cached), and write tables, figures and ``report.md`` into ``out``.
+
+    ``analyses`` are result files from ``berds analyze ... --out`` (or result objects). ``curve_depth``
+    (default ``max(ks)``) is how far the MRecall@k curve goes; deeper curves judge more passages.
+    """
+    from berds.evaluate.analyses.common import judge_runs, load_result, run_label, unique_labels
+    from berds.io import write_text
+    from berds.runs import load_run
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    ks = tuple(sorted({int(k) for k in ks}))
+    if not ks or ks[0] < 1:
+        raise BerdsError(f"--k values must be positive integers, got {list(ks)}")
+    if not run_paths and not analyses:
+        raise BerdsError("nothing to report: give run folders and/or --analysis result files")
+    report = Report(out)
+    md = [f"# {title}", "", f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}."]
+
+    if run_paths:
+        if judge is None:
+            raise BerdsError("reporting runs needs a judge: --judge NAME")
+        depth = max(ks[-1], curve_depth or ks[-1])
+        runs = [load_run(p) for p in run_paths]
+        results = judge_runs(runs, judge, depth, judge_options=judge_options, cache_path=cache_path,
+                             allow_short=allow_short, progress=progress)
+        labels = unique_labels([run_label(r, p) for r, p in zip(runs, run_paths)])
+        header = ["run", "set", "questions", *[f"MRecall@{k}" for k in ks], *[f"Precision@{k}" for k in ks]]
+        rows = []
+        for label, run, res in zip(labels, runs, results):
+            datasets = {qid: q.dataset for qid, q in run.questions.items()}
+            rows += metrics_rows(label, res.support, ks, datasets)
+        report.files.update({f"metrics.{k}": v for k, v in write_table(out / "metrics", header, rows).items()})
+        md += ["", "## Retrieval quality", "",
+               f"Judge: `{results[0].judge_id}` (prompt `{results[0].prompt_version}`). Values in %.", "",
+               markdown_table(header, rows)]
+        curve_k = curve_depth or ks[-1]
+        curves = {label: mrecall_curve({q: m[:, :curve_k] for q, m in res.support.items()}, curve_k)
+                  for label, res in zip(labels, results)}
+        curve_rows = [[label, k, f"{100 * v:.2f}"] for label, pts in curves.items() for k, v in pts]
+        report.files.update({f"mrecall_curve.{k}": v for k, v in
+                             write_table(out / "mrecall_curve", ["run", "k", "MRecall@k"], curve_rows).items()})
+        report.files["mrecall_curve.png"] = plot_curves(curves, out / "mrecall_curve.png", title="MRecall@k")
+        md += ["### MRecall@k", "", "![MRecall@k](mrecall_curve.png)", ""]
+
+    loaded = [load_result(a) if isinstance(a, (str, Path)) else a for a in analyses]
+    seen_kinds: dict[str, int] = {}
+    for res in merge_results(loaded):
+        seen_kinds[res.KIND] = seen_kinds.get(res.KIND, 0) + 1
+        stem = res.KIND if seen_kinds[res.KIND] == 1 else f"{res.KIND}-{seen_kinds[res.KIND]}"
+        table_title, header, rows = res.table()
+        report.files.update({f"{stem}.{k}": v for k, v in write_table(out / stem, header, rows).items()})
+        md += ["", f"## {table_title}", "", markdown_table(header, rows)]
+        figure = None
+        if res.KIND == "leaning":
+            figure = plot_leaning(res, out / f"{stem}.png")
+        elif res.KIND == "sycophancy":
+            figure = plot_sycophancy(res, out / f"{stem}.png")
+        if figure is not None:
+            report.files[f"{stem}.png"] = figure
+            md += [f"![{res.KIND}]({figure.name})", ""]
+    write_text(out / "report.md", "\n".join(md).rstrip() + "\n")
+    report.files["report.md"] = out / "report.md"
+    return report
+
+
+def write_analysis(result: Any, json_path: str | Path) -> dict[str, Path]:
+    """Save an analysis result as ``X.json`` plus its table (``X.md``, ``X.csv``) and figure (``X.png``)."""
+    from berds.evaluate.analyses.common import save_result
+
+    json_path = Path(json_path)
+    if json_path.suffix != ".json":
+        json_path = json_path.with_name(json_path.name + ".json")
+    stem = json_path.with_suffix("")
+    paths = {"json": save_result(result, json_path)}
+    table_title, header, rows = result.table()
+    paths.update(write_table(stem, header, rows, title=table_title))
+    if result.KIND == "leaning":
+        paths["png"] = plot_leaning(result, stem.with_name(stem.name + ".png"))
+    elif result.KIND == "sycophancy":
+        paths["png"] = plot_sycophancy(result, stem.with_name(stem.name + ".png"))
+    return paths

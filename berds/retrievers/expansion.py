@@ -1,0 +1,502 @@
+"""LLM query expansion: a wrapper that makes any retriever search with several perspectives per question.
+
+The BERDS study's expansion baseline asks an LLM to write diverse perspectives on the question (as
+JSON, its Table 12 prompt), uses each perspective as a query, and merges the ranked lists
+**round-robin in generation order** — rank 1 of every perspective's list, then rank 2, ... — skipping
+passages already taken and keeping the first ``k``.
+
+    from berds.retrievers.expansion import ExpandedRetriever, FileExpander
+    base = load_retriever("bm25", index="indexes/wiki-bm25")
+    retriever = ExpandedRetriever(base, FileExpander("kialo.dev.expansions.jsonl"))
+    hits = retriever.search(questions, k=100)
+
+Perspectives come from an ``Expander``: ``FileExpander`` reads precomputed ones (the format of
+``shared/data/berds-dev/*.expansions.jsonl``: ``{"id", "question", "expansions": [{"name", "text"}]}``),
+``LLMExpander`` asks any ``berds.llm`` backend. LLM output is parsed tolerantly (code fences, prose
+around the JSON, trailing commas, Python-style quotes, nested values); output with no usable
+perspective raises ``ExpansionParseError`` naming the question and showing the start of the output.
+
+Merged hits are re-scored ``n − position`` (n hits), so a merged list satisfies the retriever contract
+(scores decrease down the list) and TREC tools keep the round-robin order. The wrapped run can be
+MMR-reranked like any other (``berds.rerank.mmr``).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Protocol, Sequence
+
+from berds.errors import BerdsError, InputError
+from berds.types import Hit, Question
+
+EXPANSION_SEP = "::exp"
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """One generated perspective: a short name and the text used as a query."""
+
+    name: str
+    text: str
+
+
+class ExpansionParseError(BerdsError):
+    """LLM output from which no perspective could be read."""
+
+
+# ------------------------------------------------------------------------------------------- prompt
+
+
+@dataclass(frozen=True)
+class ExpansionPrompt:
+    """A prompt asking for perspectives as JSON; ``version`` is recorded in run manifests."""
+
+    version: str
+    template: str
+
+    def render(self, question: str, n: int | None = None) -> list[dict[str, str]]:
+        how_many = f"{n} " if n else ""
+        return [{"role": "user", "content": self.template.format(question=question, n=how_many)}]
+
+
+# Our wording of the study's expansion instruction (its Table 12): diverse perspectives on the question,
+# each a short argued paragraph, returned as one JSON object {name: text}. Change the version id whenever
+# the wording changes.
+EXPANSION_PROMPT = ExpansionPrompt(
+    version="berds-t12-expansion-v1",
+    template=(
+        "Here is a question on which people disagree.\n\n"
+        "Question: {question}\n\n"
+        "Write {n}diverse perspectives on this question: different positions a person could hold, including "
+        "opposing ones, not only the most common view. Write each perspective as a short paragraph (two or "
+        "three sentences) that states the position and its main reason, so that it could be used to search "
+        "for documents that argue for it.\n\n"
+        "Answer with a single JSON object and nothing else. Each key is a short name for a perspective "
+        "(words joined by underscores, e.g. \"Economic_Cost_Perspective\"), and each value is the text of "
+        "that perspective."
+    ),
+)
+
+
+# ------------------------------------------------------------------------------------------ parsing
+
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_-]*)[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL)
+_TRAILING_COMMA = re.compile(r",\s*([}\]])")
+_SMART_QUOTES = str.maketrans({"“": '"', "”": '"', "„": '"', "‘": "'", "’": "'"})
+# Field names that hold a perspective's text / name when the model returns a list of objects.
+_TEXT_KEYS = ("text", "perspective", "description", "content", "statement", "argument", "position", "summary",
+              "query", "viewpoint", "claim", "value")
+_NAME_KEYS = ("name", "title", "label", "perspective_name", "key", "id", "stance")
+# Keys of a wrapper object around the perspectives ({"perspectives": [...]}).
+_WRAPPER_KEYS = ("perspectives", "expansions", "viewpoints", "positions", "views", "queries", "arguments", "results",
+                 "output", "answer", "response", "data")
+
+
+def _candidates(text: str) -> Iterable[str]:
+    """Pieces of ``text`` that may hold the JSON: fenced blocks first, then the whole text."""
+    for match in _FENCE.finditer(text):
+        body = match.group(2).strip()
+        if body:
+            yield body
+    yield text
+
+
+def _decode_first_value(text: str) -> Any:
+    """The first JSON (or Python-literal) object or array in ``text``, ignoring text around it."""
+    decoder = json.JSONDecoder()
+    starts = [i for i, ch in enumerate(text) if ch in "{["]
+    for variant in (text, text.translate(_SMART_QUOTES)):
+        for start in starts:
+            try:
+                value, _ = decoder.raw_decode(variant, start)
+            except json.JSONDecodeError:
+                pass
+            else:
+                if isinstance(value, (dict, list)) and value:
+                    return value
+    # Repairs: trailing commas, single-quoted Python literals. Only from the first opening bracket to the
+    # matching last closing one, so prose around the object cannot break the literal parser.
+    for variant in (text, text.translate(_SMART_QUOTES)):
+        first = min((variant.find(ch) for ch in "{[" if ch in variant), default=-1)
+        if first < 0:
+            continue
+        last = max(variant.rfind("}"), variant.rfind("]"))
+        if last <= first:
+            continue
+        body = _TRAILING_COMMA.sub(r"\1", variant[first:last + 1])
+        try:
+            return json.loads(body)
+        except json.JSONDecodeError:
+            pass
+        try:
+            value = ast.literal_eval(body)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            continue
+        if isinstance(value, (dict, list)):
+            return value
+    return None
+
+
+def _flatten_text(value: Any) -> str:
+    """A perspective's text from a nested value: strings joined in order (lists, dicts, numbers)."""
+    if isinstance(value, str):
+        return value.strip()
+    if isinstance(value, Mapping):
+        for key in _TEXT_KEYS:
+            for k, v in value.items():
+                if str(k).lower() == key and isinstance(v, str) and v.strip():
+                    return v.strip()
+        return " ".join(t for t in (_flatten_text(v) for v in value.values()) if t)
+    if isinstance(value, (list, tuple)):
+        return " ".join(t for t in (_flatten_text(v) for v in value) if t)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return ""
+    return ""
+
+
+def _name_of(item: Mapping[str, Any]) -> str | None:
+    for key in _NAME_KEYS:
+        for k, v in item.items():
+            if str(k).lower() == key and isinstance(v, str) and v.strip():
+                return v.strip()
+    return None
+
+
+def _perspectives_from_value(value: Any) -> list[Expansion]:
+    if isinstance(value, Mapping):
+        # {"perspectives": [...]} and similar wrappers (only when that is all the object holds)
+        if len(value) == 1:
+            (key, inner), = value.items()
+            if str(key).lower() in _WRAPPER_KEYS and isinstance(inner, (list, dict)):
+                return _perspectives_from_value(inner)
+        # one perspective given as {"name": ..., "text": ...}
+        name = _name_of(value)
+        text_keys = {k for k in value if str(k).lower() in _TEXT_KEYS and isinstance(value[k], str)}
+        if name is not None and text_keys and len(value) <= 4:
+            return [Expansion(name, _flatten_text(value))]
+        # {name: text or nested value, ...}
+        return [Expansion(str(k).strip(), _flatten_text(v)) for k, v in value.items()]
+    if isinstance(value, list):
+        out = []
+        for i, item in enumerate(value, start=1):
+            if isinstance(item, str):
+                out.append(Expansion(f"perspective_{i}", item.strip()))
+            elif isinstance(item, Mapping):
+                name = _name_of(item)
+                if name is None and len(item) == 1:  # [{"Name": "text"}, ...]
+                    (key, inner), = item.items()
+                    out.append(Expansion(str(key).strip(), _flatten_text(inner)))
+                else:
+                    rest = {k: v for k, v in item.items() if str(k).lower() not in _NAME_KEYS} or item
+                    out.append(Expansion(name or f"perspective_{i}", _flatten_text(rest)))
+            else:
+                out.append(Expansion(f"perspective_{i}", _flatten_text(item)))
+        return out
+    return []
+
+
+def parse_expansions(output: str, *, qid: str | None = None) -> list[Expansion]:
+    """Perspectives from an LLM's answer, in generation order; empty texts and repeated texts are dropped.
+
+    Accepts a JSON object ``{name: text}`` (the prompt's format), a list of strings or of
+    ``{"name", "text"}``-like objects, a wrapper such as ``{"perspectives": [...]}``, nested values
+    (their strings are joined), code fences, text before/after the JSON, trailing commas and Python-style
+    single quotes. Raises ``ExpansionParseError`` when nothing usable is there.
+    """
+    where = f"question {qid!r}: " if qid else ""
+    shown = output.strip().replace("\n", " ")
+    shown = (shown[:200] + "…") if len(shown) > 200 else shown
+    fix = ("use a stronger model or a larger max_new_tokens (the answer may have been cut off), or pass "
+           "precomputed perspectives with --expand file --expansions FILE")
+    if not output.strip():
+        raise ExpansionParseError(f"{where}the LLM returned no text for query expansion — {fix}")
+    value = None
+    for candidate in _candidates(output):
+        value = _decode_first_value(candidate)
+        if value is not None:
+            break
+    if value is None:
+        raise ExpansionParseError(
+            f"{where}no JSON object or list of perspectives in the LLM output (it began: {shown!r}) — {fix}")
+    seen: set[str] = set()
+    found = []
+    for exp in _perspectives_from_value(value):
+        key = " ".join(exp.text.split()).lower()
+        if exp.text and key not in seen:
+            seen.add(key)
+            found.append(Expansion(exp.name or f"perspective_{len(found) + 1}", exp.text))
+    if not found:
+        raise ExpansionParseError(
+            f"{where}the LLM output holds JSON but no perspective text in it (it began: {shown!r}) — {fix}")
+    return found
+
+
+# -------------------------------------------------------------------------------------------- files
+
+
+def read_expansions(path: str | Path) -> dict[str, list[Expansion]]:
+    """``qid -> [Expansion]`` from a jsonl of ``{"id", "question", "expansions": [{"name", "text"}]}``."""
+    from berds.io import iter_jsonl
+
+    path = Path(path)
+    out: dict[str, list[Expansion]] = {}
+    for line, rec in iter_jsonl(path):
+        qid = rec.get("id")
+        if qid is None:
+            raise InputError("record has no 'id'", path=path, line=line,
+                             fix='each line needs {"id", "question", "expansions": [{"name", "text"}]}')
+        qid = str(qid)
+        items = rec.get("expansions")
+        if not isinstance(items, list) or not items:
+            raise InputError("'expansions' must be a non-empty list of {\"name\", \"text\"}", path=path, line=line,
+                             record=qid)
+        exps = []
+        for i, item in enumerate(items):
+            if isinstance(item, str):
+                item = {"name": f"perspective_{i + 1}", "text": item}
+            text = item.get("text") if isinstance(item, dict) else None
+            if not isinstance(text, str) or not text.strip():
+                raise InputError(f"expansions[{i}] has no 'text' string", path=path, line=line, record=qid)
+            exps.append(Expansion(str(item.get("name") or f"perspective_{i + 1}"), text.strip()))
+        if qid in out:
+            raise InputError("duplicate question id", path=path, line=line, record=qid)
+        out[qid] = exps
+    if not out:
+        raise InputError("holds no expansions", path=path)
+    return out
+
+
+def write_expansions(path: str | Path, questions: Sequence[Question], expansions: Mapping[str, Sequence[Expansion]]) -> int:
+    """Write expansions in the same jsonl format ``read_expansions`` reads (atomic)."""
+    from berds.io import write_jsonl
+
+    return write_jsonl(path, (
+        {"id": q.id, "question": q.text, "expansions": [{"name": e.name, "text": e.text} for e in expansions[q.id]]}
+        for q in questions if q.id in expansions
+    ))
+
+
+# ---------------------------------------------------------------------------------------- expanders
+
+
+class Expander(Protocol):
+    """Where perspectives come from: ``expand(questions) -> {qid: [Expansion]}`` plus ``provenance()``."""
+
+    def expand(self, questions: Sequence[Question]) -> dict[str, list[Expansion]]:
+        ...
+
+    def provenance(self) -> dict[str, Any]:
+        ...
+
+
+class FileExpander:
+    """Precomputed perspectives from a jsonl file (e.g. the study's GPT-4 expansions)."""
+
+    def __init__(self, path: str | Path):
+        from berds.io import sha256_file
+
+        self.path = Path(path)
+        self.expansions = read_expansions(self.path)
+        self.sha256 = sha256_file(self.path)
+
+    def expand(self, questions: Sequence[Question]) -> dict[str, list[Expansion]]:
+        missing = [q.id for q in questions if q.id not in self.expansions]
+        if missing:
+            raise InputError(
+                f"no expansions for {len(missing)} question(s), e.g. {', '.join(map(repr, missing[:3]))}",
+                path=self.path, fix="expand those questions (--expand llm) or use an expansions file for this question set",
+            )
+        return {q.id: list(self.expansions[q.id]) for q in questions}
+
+    def provenance(self) -> dict[str, Any]:
+        return {"source": "file", "path": str(self.path), "sha256": self.sha256}
+
+
+class LLMExpander:
+    """Perspectives written by an LLM (any ``berds.llm`` backend) with the study's expansion prompt.
+
+    Greedy decoding. ``n`` asks for a fixed number of perspectives (default: the model decides).
+    ``on_error="raise"`` (default) stops at the first answer with no usable perspective;
+    ``"question"`` falls back to the question itself as the only query for that question and counts it.
+    """
+
+    ON_ERROR = ("raise", "question")
+
+    def __init__(self, llm: Any, *, prompt: ExpansionPrompt = EXPANSION_PROMPT, n: int | None = None,
+                 max_new_tokens: int = 1024, on_error: str = "raise", batch_size: int = 16):
+        if on_error not in self.ON_ERROR:
+            raise BerdsError(f"unknown on_error {on_error!r}; use one of {', '.join(self.ON_ERROR)}")
+        self.llm = llm
+        self.prompt = prompt
+        self.n = n
+        self.max_new_tokens = max_new_tokens
+        self.on_error = on_error
+        self.batch_size = batch_size
+        self.fallbacks: list[str] = []
+        self.raw: dict[str, str] = {}
+
+    def expand(self, questions: Sequence[Question]) -> dict[str, list[Expansion]]:
+        out: dict[str, list[Expansion]] = {}
+        for lo in range(0, len(questions), self.batch_size):
+            batch = list(questions[lo:lo + self.batch_size])
+            generations = self.llm.generate([self.prompt.render(q.text, self.n) for q in batch],
+                                            max_new_tokens=self.max_new_tokens, temperature=0.0)
+            if len(generations) != len(batch):
+                raise BerdsError(f"LLM {getattr(self.llm, 'id', '?')!r} returned {len(generations)} answers for "
+                                 f"{len(batch)} prompts")
+            for q, gen in zip(batch, generations):
+                self.raw[q.id] = gen.text
+                try:
+                    out[q.id] = parse_expansions(gen.text, qid=q.id)
+                except ExpansionParseError:
+                    if self.on_error == "raise":
+                        raise
+                    self.fallbacks.append(q.id)
+                    out[q.id] = [Expansion("question", q.text)]
+        return out
+
+    def provenance(self) -> dict[str, Any]:
+        return {"source": "llm", "llm": getattr(self.llm, "id", type(self.llm).__name__),
+                "prompt_version": self.prompt.version, "n": self.n, "max_new_tokens": self.max_new_tokens,
+                "on_error": self.on_error, "fallbacks": len(self.fallbacks)}
+
+
+def load_llm_by_name(name: str, **options: Any) -> Any:
+    """``BACKEND:MODEL`` (``openai:gpt-4``, ``transformers:/models/qwen``, ``vllm:...``) -> an LLM backend."""
+    from berds.llm import LLMS, load_llm
+
+    backend, sep, model = name.partition(":")
+    if not sep or not model:
+        raise BerdsError(f"LLM {name!r} must look like BACKEND:MODEL, e.g. openai:gpt-4 or transformers:/path/to/model "
+                         f"(backends: {', '.join(LLMS.names())})")
+    return load_llm(backend, model, **options)
+
+
+# ------------------------------------------------------------------------------------------ merging
+
+
+def round_robin_merge(ranked_lists: Sequence[Sequence[Hit]], k: int) -> list[Hit]:
+    """Rank 1 of every list (in list order), then rank 2, ...; passages already taken are skipped.
+
+    Lists may have different lengths (exhausted ones are passed over). Stops after ``k`` distinct
+    passages. Returned hits are the input ``Hit`` objects (first occurrence of each passage).
+    """
+    if k < 1:
+        return []
+    merged: list[Hit] = []
+    seen: set[str] = set()
+    longest = max((len(h) for h in ranked_lists), default=0)
+    for rank in range(longest):
+        for hits in ranked_lists:
+            if rank < len(hits):
+                hit = hits[rank]
+                if hit.passage.id not in seen:
+                    seen.add(hit.passage.id)
+                    merged.append(hit)
+                    if len(merged) == k:
+                        return merged
+    return merged
+
+
+def rescore_by_position(hits: Sequence[Hit]) -> list[Hit]:
+    """Scores ``n, n−1, ..., 1`` down the list, so the list order is the score order."""
+    n = len(hits)
+    return [Hit(h.passage, float(n - i)) for i, h in enumerate(hits)]
+
+
+class ExpandedRetriever:
+    """Any retriever, searched with one query per perspective and merged round-robin (see module doc).
+
+    ``k_per_query`` is the depth retrieved for each perspective (default ``k``). ``include_question``
+    also searches with the question itself, placed first. ``record_to`` writes the perspectives used to a
+    jsonl file (the format ``FileExpander`` reads) after each ``search`` call, so LLM expansions can be
+    reused and inspected.
+    """
+
+    def __init__(self, base: Any, expander: Expander, *, k_per_query: int | None = None, include_question: bool = False,
+                 record_to: str | Path | None = None):
+        if not callable(getattr(base, "search", None)):
+            raise BerdsError(f"{base!r} is not a retriever (it needs a search(questions, *, k) method)")
+        self.base = base
+        self.expander = expander
+        self.k_per_query = k_per_query
+        self.include_question = include_question
+        self.record_to = Path(record_to) if record_to is not None else None
+        self.name = f"{base.name}+expansion"
+        self.used: dict[str, list[Expansion]] = {}
+        self._questions: dict[str, Question] = {}
+
+    def search(self, questions: Sequence[Question], *, k: int) -> list[list[Hit]]:
+        expansions = self.expander.expand(questions)
+        queries: list[Question] = []
+        spans: list[tuple[int, int]] = []
+        for q in questions:
+            exps = list(expansions[q.id])
+            if self.include_question:
+                exps = [Expansion("question", q.text)] + exps
+            if not exps:
+                raise BerdsError(f"question {q.id!r}: the expander gave no perspectives")
+            self.used[q.id] = exps
+            self._questions[q.id] = q
+            start = len(queries)
+            queries += [Question(f"{q.id}{EXPANSION_SEP}{i}", e.text, q.perspectives, q.dataset) for i, e in enumerate(exps)]
+            spans.append((start, len(queries)))
+        results = self.base.search(queries, k=self.k_per_query or k)
+        if len(results) != len(queries):
+            raise BerdsError(f"retriever {self.base.name!r} returned {len(results)} lists for {len(queries)} queries")
+        merged = [rescore_by_position(round_robin_merge(results[a:b], k)) for a, b in spans]
+        if self.record_to is not None:
+            write_expansions(self.record_to, list(self._questions.values()), self.used)
+        return merged
+
+    def provenance(self) -> dict[str, Any]:
+        from berds.retrievers.base import provenance_of
+
+        base = provenance_of(self.base)
+        return {
+            "base": {k: v for k, v in base.items() if k not in ("corpus", "index")},
+            "corpus": base.get("corpus"),
+            "index": base.get("index"),
+            "expansion": {**self.expander.provenance(), "merge": "round-robin in generation order, duplicates skipped",
+                          "k_per_query": self.k_per_query, "include_question": self.include_question,
+                          "recorded_to": str(self.record_to) if self.record_to else None,
+                          "score": "n - position after merging"},
+        }
+
+    def close(self) -> None:
+        close = getattr(self.base, "close", None)
+        if callable(close):
+            close()
+
+
+def expanded_retriever(
+    base: Any,
+    *,
+    expand: str,
+    expansions: str | Path | None = None,
+    llm: str | Any | None = None,
+    llm_options: Mapping[str, Any] | None = None,
+    n: int | None = None,
+    k_per_query: int | None = None,
+    include_question: bool = False,
+    record_to: str | Path | None = None,
+    on_error: str = "raise",
+) -> ExpandedRetriever:
+    """Wrap retriever ``base`` for ``berds retrieve --expand file|llm`` (``--expansions``, ``--llm``)."""
+    if expand == "file":
+        if expansions is None:
+            raise BerdsError("--expand file needs --expansions FILE (a jsonl of {id, question, expansions})")
+        expander: Any = FileExpander(expansions)
+    elif expand == "llm":
+        if llm is None:
+            raise BerdsError("--expand llm needs --llm BACKEND:MODEL (e.g. openai:gpt-4, transformers:/path)")
+        model = load_llm_by_name(llm, **dict(llm_options or {})) if isinstance(llm, str) else llm
+        expander = LLMExpander(model, n=n, on_error=on_error)
+    else:
+        raise BerdsError(f"unknown --expand {expand!r}; use file or llm")
+    return ExpandedRetriever(base, expander, k_per_query=k_per_query, include_question=include_question,
+                             record_to=record_to)
