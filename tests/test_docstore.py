@@ -214,3 +214,21 @@ def test_load_passages_jsonl(tmp_path):
     path.write_text('{"text": "alpha"}\n')
     with pytest.raises(InputError, match=r"line 1: missing or empty \"id\""):
         list(load_passages_jsonl(path))
+
+
+def test_hash_collisions_are_resolved_by_the_stored_id(tmp_path, monkeypatch):
+    """Ids are indexed by a 64-bit hash; force every id onto a handful of hashes and check nothing mixes up."""
+    import berds.corpora.docstore as docstore
+
+    monkeypatch.setattr(docstore, "id_hash", lambda pid: len(pid) % 3)
+    passages = make_passages(60)
+    with PassageStoreWriter(tmp_path / "s", block_bytes=120, shard_size=25) as w:
+        w.add_many(passages)
+        with pytest.raises(InputError, match="duplicate passage id 'p42'"):
+            w.add(Passage(id="p42", text="clash"))
+    store = PassageStore.open(tmp_path / "s")
+    assert [store.get(p.id) for p in passages] == passages
+    assert store.get_many([p.id for p in reversed(passages)]) == passages[::-1]
+    assert "p60" not in store
+    with pytest.raises(PassageNotFoundError, match="'p61'"):
+        store.get_many(["p1", "p61"])

@@ -137,7 +137,7 @@ def info_command(
     from rich.console import Console
     from rich.table import Table
 
-    from berds.corpora.docstore import PassageStore, _human
+    from berds.corpora.docstore import PassageStore, human_bytes
 
     info = PassageStore.open(path).info()
     if as_json:
@@ -148,7 +148,7 @@ def info_command(
     table.add_column(overflow="fold")
     for key, value in info.items():
         if key.endswith("_bytes"):
-            value = _human(value)
+            value = human_bytes(value)
         elif isinstance(value, int):
             value = f"{value:,}"
         elif isinstance(value, dict):

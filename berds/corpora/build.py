@@ -16,7 +16,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from berds.corpora.docstore import PassageStore, PassageStoreWriter, _human, estimate_store_size
+from berds.corpora.docstore import PassageStore, PassageStoreWriter, human_bytes, estimate_store_size
 from berds.errors import BerdsError
 from berds.types import Passage
 
@@ -146,12 +146,12 @@ def check_disk_and_announce(out: Path, *, input_bytes: int, avg_passage_bytes: f
     free = shutil.disk_usage(parent).free
     if input_bytes >= big and console is not None:
         console.print(
-            f"estimate: ~{n_est:,} passages -> ~{_human(est['disk_bytes'])} on disk "
-            f"(free: {_human(free)}), ~{_human(est['writer_memory_bytes'])} writer memory", highlight=False,
+            f"estimate: ~{n_est:,} passages -> ~{human_bytes(est['disk_bytes'])} on disk "
+            f"(free: {human_bytes(free)}), ~{human_bytes(est['writer_memory_bytes'])} writer memory", highlight=False,
         )
     if est["disk_bytes"] > free:
         raise BerdsError(
-            f"not enough disk for {out}: the store needs ~{_human(est['disk_bytes'])} but only {_human(free)} is free "
+            f"not enough disk for {out}: the store needs ~{human_bytes(est['disk_bytes'])} but only {human_bytes(free)} is free "
             "— free some space or choose another --out"
         )
     return est

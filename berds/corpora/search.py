@@ -332,6 +332,8 @@ class PageFetcher:
         except (requests.exceptions.InvalidURL, requests.exceptions.MissingSchema, requests.exceptions.InvalidSchema) as exc:
             raise _Failure(f"invalid url ({type(exc).__name__})", retry=False) from None
         except requests.ConnectionError as exc:
+            if "timed out" in str(exc).lower():  # requests reports a read timeout mid-body as a ConnectionError
+                raise _Failure("timeout", retry=True) from None
             raise _Failure(f"connection error ({type(exc).__name__})", retry=True) from None
         except requests.RequestException as exc:
             raise _Failure(f"request failed ({type(exc).__name__})", retry=False) from None
@@ -523,13 +525,25 @@ def build_search_corpus(
 
     report.extra.update({"questions": len(qs), "search requests made": searched, "pages downloaded now": downloaded,
                          "pages from cache": len(records) - downloaded})
+
+    def with_empty_questions(pairs: Iterable[tuple[Passage, str]]) -> Iterable[tuple[Passage, str]]:
+        """Pass passages through; afterwards, list questions that got none (their group will be absent)."""
+        covered: set[str] = set()
+        for passage, group in pairs:
+            covered.add(group)
+            yield passage, group
+        empty = [q.id for q in qs if q.id not in covered]
+        report.extra["questions without passages"] = len(empty)
+        for qid in empty:
+            failures.append(SearchFailure(qid, "", 0, "no usable page for this question"))
     metadata = {
         "source": {"kind": "search", "provider": search.name, "params": search.cache_params(), "top": top,
                    "questions": str(questions) if isinstance(questions, (str, os.PathLike)) else f"{len(qs)} questions",
                    "split": split, "cache": str(cache.root)},
         "options": {"words_per_passage": words_per_passage, "cleaner": CLEANER_VERSION, "max_bytes": fetcher.options.max_bytes},
     }
-    store = write_passages(stream(), out, report, overwrite=overwrite, metadata=metadata)
+    metadata["questions"] = [q.id for q in qs]
+    store = write_passages(with_empty_questions(stream()), out, report, overwrite=overwrite, metadata=metadata)
     report.seconds = time.monotonic() - start
     write_jsonl(out / "failures.jsonl", (asdict(f) for f in failures))
     report.extra["failures listed in"] = str(out / "failures.jsonl")
