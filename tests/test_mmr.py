@@ -17,6 +17,7 @@ from berds.rerank.mmr import (
 )
 from berds.runs import load_run, save_run
 from berds.types import Hit, Passage, Question, Run
+from analysis_fixtures import LettersEncoder
 from conftest import make_run
 
 
@@ -105,34 +106,16 @@ def test_cosine_matrix_handles_zero_vectors():
 # ----------------------------------------------------------------------------------- embeddings
 
 
-class CountingEncoder:
-    """Deterministic bag-of-letters vectors; counts how many texts it was asked to embed."""
-
-    id = "test-letters-v1"
-
-    def __init__(self):
-        self.calls = 0
-
-    def encode(self, texts):
-        self.calls += len(texts)
-        out = np.zeros((len(texts), 26), dtype=np.float32)
-        for i, t in enumerate(texts):
-            for ch in t.lower():
-                if "a" <= ch <= "z":
-                    out[i, ord(ch) - 97] += 1
-        return out
-
-
 def test_embedding_cache_reuses_vectors_and_is_keyed_by_model(tmp_path):
     cache = EmbeddingCache(tmp_path / "emb.sqlite")
-    enc = CountingEncoder()
+    enc = LettersEncoder()
     vecs, computed = embed_texts(["abc", "abd", "abc"], enc, cache)
     assert computed == 2 and enc.calls == 2  # the repeated text is embedded once
     assert vecs[0].tolist() == vecs[2].tolist()
     again, computed = embed_texts(["abd", "abc"], enc, cache)
     assert computed == 0 and enc.calls == 2
     assert np.array_equal(again[0], vecs[1])
-    other = CountingEncoder()
+    other = LettersEncoder()
     other.id = "another-model"
     _, computed = embed_texts(["abc"], other, cache)
     assert computed == 1
@@ -196,7 +179,7 @@ def test_mmr_rerank_promotes_the_different_passage_and_records_provenance(tmp_pa
 
 
 def test_mmr_rerank_cuts_to_depth_and_refuses_scoreless_runs():
-    enc = CountingEncoder()
+    enc = LettersEncoder()
     run = make_run(n_questions=2, depth=6)
     out, stats = mmr_rerank(run, lam=0.9, encoder=enc, depth=4)
     assert all(len(h) == 4 for h in out.hits.values())
@@ -223,7 +206,7 @@ def test_tune_mmr_with_a_judge_writes_the_table_and_the_chosen_lambda(tmp_path):
     run = make_run(n_questions=3, depth=6)
     judge = OverlapJudge()
     with JudgementCache(tmp_path / "j.sqlite") as jc:
-        result = tune_mmr(run, judge, lambdas=[0.99, 0.5, 0.9], ks=(2, 3), encoder=CountingEncoder(),
+        result = tune_mmr(run, judge, lambdas=[0.99, 0.5, 0.9], ks=(2, 3), encoder=LettersEncoder(),
                           judgement_cache=jc)
         judged_pairs = jc.count()
     assert [r["lambda"] for r in result.rows] == [None, 0.5, 0.9, 0.99]

@@ -146,12 +146,21 @@ def retrieve_command(
     name: Optional[str] = typer.Option(None, "--name", help="Run name (default: the retriever's)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing run folder."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
+    expand: Optional[str] = typer.Option(None, "--expand", help="Query expansion: file (--expansions) or llm (--llm); each perspective is a query, merged round-robin."),
+    expansions: Optional[Path] = typer.Option(None, "--expansions", help="Precomputed perspectives jsonl ({id, question, expansions: [{name, text}]})."),
+    llm: Optional[str] = typer.Option(None, "--llm", help="BACKEND:MODEL that writes the perspectives for --expand llm."),
+    llm_option: List[str] = typer.Option([], "--llm-option", help="key=value for the expansion LLM backend (repeatable)."),
 ) -> None:
     """Retrieve the top k passages for each question into a run folder (what `berds eval` reads)."""
     from berds.retrievers.retrieve import retrieve
 
     options = _options(option)
     options.update({k_: v for k_, v in (("index", index), ("corpus", corpus), ("device", device)) if v is not None})
+    if expand is not None:  # wrap the retriever; the perspectives used are kept in the run folder
+        from berds.retrievers.expansion import expansion_options
+
+        retriever, options = expansion_options(retriever, options, expand=expand, expansions=expansions, llm=llm,
+                                               llm_options=_options(llm_option), record_to=out / "expansions.jsonl")
     retrieve(retriever, questions, k=k, split=split, limit=limit, options=options, out=out, overwrite=overwrite,
              batch_size=batch_size, name=name, progress=not quiet)
 

@@ -105,39 +105,61 @@ def _candidates(text: str) -> Iterable[str]:
     yield text
 
 
+def _balanced_end(text: str, start: int) -> int | None:
+    """Index of the bracket closing the one at ``start`` (quotes of either kind and escapes respected)."""
+    pairs = {"{": "}", "[": "]"}
+    stack: list[str] = []
+    quote: str | None = None
+    i = start
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif ch == quote:
+                quote = None
+        elif ch in "\"'":
+            quote = ch
+        elif ch in pairs:
+            stack.append(pairs[ch])
+        elif ch in "}]":
+            if not stack or stack.pop() != ch:
+                return None
+            if not stack:
+                return i
+        i += 1
+    return None
+
+
+def _decode_at(text: str, start: int) -> Any:
+    """The JSON value starting at ``start``; failing that, the bracketed span repaired (trailing commas)
+    or read as a Python literal (single quotes). None when nothing works."""
+    try:
+        return json.JSONDecoder().raw_decode(text, start)[0]
+    except json.JSONDecodeError:
+        pass
+    end = _balanced_end(text, start)
+    if end is None:
+        return None
+    body = text[start:end + 1]
+    try:
+        return json.loads(_TRAILING_COMMA.sub(r"\1", body))
+    except json.JSONDecodeError:
+        pass
+    try:
+        return ast.literal_eval(body)
+    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+        return None
+
+
 def _decode_first_value(text: str) -> Any:
     """The first JSON (or Python-literal) object or array in ``text``, ignoring text around it."""
-    decoder = json.JSONDecoder()
-    starts = [i for i, ch in enumerate(text) if ch in "{["]
-    for variant in (text, text.translate(_SMART_QUOTES)):
-        for start in starts:
-            try:
-                value, _ = decoder.raw_decode(variant, start)
-            except json.JSONDecodeError:
-                pass
-            else:
+    for variant in dict.fromkeys((text, text.translate(_SMART_QUOTES))):
+        for start, ch in enumerate(variant):
+            if ch in "{[":
+                value = _decode_at(variant, start)
                 if isinstance(value, (dict, list)) and value:
                     return value
-    # Repairs: trailing commas, single-quoted Python literals. Only from the first opening bracket to the
-    # matching last closing one, so prose around the object cannot break the literal parser.
-    for variant in (text, text.translate(_SMART_QUOTES)):
-        first = min((variant.find(ch) for ch in "{[" if ch in variant), default=-1)
-        if first < 0:
-            continue
-        last = max(variant.rfind("}"), variant.rfind("]"))
-        if last <= first:
-            continue
-        body = _TRAILING_COMMA.sub(r"\1", variant[first:last + 1])
-        try:
-            return json.loads(body)
-        except json.JSONDecodeError:
-            pass
-        try:
-            value = ast.literal_eval(body)
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            continue
-        if isinstance(value, (dict, list)):
-            return value
     return None
 
 
@@ -474,9 +496,10 @@ class ExpandedRetriever:
 
 
 def expanded_retriever(
-    base: Any,
     *,
+    base: str | Any,
     expand: str,
+    base_options: Mapping[str, Any] | None = None,
     expansions: str | Path | None = None,
     llm: str | Any | None = None,
     llm_options: Mapping[str, Any] | None = None,
@@ -486,7 +509,10 @@ def expanded_retriever(
     record_to: str | Path | None = None,
     on_error: str = "raise",
 ) -> ExpandedRetriever:
-    """Wrap retriever ``base`` for ``berds retrieve --expand file|llm`` (``--expansions``, ``--llm``)."""
+    """A factory for the retriever catalogue: ``base`` (a retriever name + ``base_options``, or an object)
+    searched with perspectives from a file (``expand="file"``, ``expansions=PATH``) or an LLM
+    (``expand="llm"``, ``llm="BACKEND:MODEL"``). All options are keywords, so ``retrieve`` records them in
+    the run manifest and resumes an interrupted run only with the same ones."""
     if expand == "file":
         if expansions is None:
             raise BerdsError("--expand file needs --expansions FILE (a jsonl of {id, question, expansions})")
@@ -498,5 +524,42 @@ def expanded_retriever(
         expander = LLMExpander(model, n=n, on_error=on_error)
     else:
         raise BerdsError(f"unknown --expand {expand!r}; use file or llm")
-    return ExpandedRetriever(base, expander, k_per_query=k_per_query, include_question=include_question,
+    if isinstance(base, str):
+        from berds.retrievers.registry import load_retriever
+
+        base_retriever = load_retriever(base, **dict(base_options or {}))
+    else:
+        if base_options:
+            raise BerdsError("base_options cannot be applied to a retriever that is already built")
+        base_retriever = base
+    return ExpandedRetriever(base_retriever, expander, k_per_query=k_per_query, include_question=include_question,
                              record_to=record_to)
+
+
+EXPANDED_FACTORY = "berds.retrievers.expansion:expanded_retriever"
+
+
+def expansion_options(
+    retriever: str,
+    options: Mapping[str, Any],
+    *,
+    expand: str,
+    expansions: str | Path | None = None,
+    llm: str | None = None,
+    llm_options: Mapping[str, Any] | None = None,
+    record_to: str | Path | None = None,
+    **extra: Any,
+) -> tuple[str, dict[str, Any]]:
+    """What ``berds retrieve --expand`` hands to ``retrieve``: the wrapper's factory and its options
+    (the base retriever's name and options nested inside)."""
+    opts: dict[str, Any] = {"base": retriever, "base_options": dict(options), "expand": expand}
+    if expansions is not None:
+        opts["expansions"] = str(expansions)
+    if llm is not None:
+        opts["llm"] = llm
+    if llm_options:
+        opts["llm_options"] = dict(llm_options)
+    if record_to is not None:
+        opts["record_to"] = str(record_to)
+    opts.update({k: v for k, v in extra.items() if v is not None})
+    return EXPANDED_FACTORY, opts
