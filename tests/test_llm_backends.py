@@ -585,6 +585,41 @@ def test_client_errors_are_not_retried_and_connection_errors_are():
 
 
 @pytest.mark.network
+def test_one_failed_request_stops_the_others_retrying():
+    from berds.llm.openai_backend import OpenAILLM
+
+    def respond(body, n):
+        if body["messages"][-1]["content"] == "bad":
+            time.sleep(0.2)  # let the others start retrying first
+            return 403, {}, {"error": {"message": "not allowed"}}
+        return 503, {}, {"error": {"message": "busy"}}
+
+    prompts = [user_prompt("bad")] + [user_prompt(str(i)) for i in range(3)]
+    with ScriptedServer(respond) as server:
+        client = OpenAILLM("m", base_url=server.url, concurrency=4, max_retries=1000, backoff_base=0.05,
+                           backoff_max=0.05)
+        started = time.monotonic()
+        with pytest.raises(BerdsError, match="HTTP 403: not allowed"):
+            client.generate(prompts)
+        assert time.monotonic() - started < 5
+        time.sleep(0.3)
+        settled = len(server.requests)
+        time.sleep(0.3)
+    assert len(server.requests) == settled < 200  # nobody kept retrying after the failure
+
+
+@pytest.mark.network
+def test_max_tokens_field_for_newer_openai_models():
+    from berds.llm.openai_backend import OpenAILLM
+
+    with ScriptedServer(lambda body, n: (200, {}, completion("ok"))) as server:
+        OpenAILLM("m", base_url=server.url, max_tokens_field="max_completion_tokens").generate(
+            [user_prompt("q")], max_new_tokens=7)
+    body = server.requests[0][2]
+    assert body["max_completion_tokens"] == 7 and "max_tokens" not in body
+
+
+@pytest.mark.network
 def test_rejected_logprobs_degrade_to_text_only_with_one_warning():
     from berds.llm.openai_backend import OpenAILLM
 
@@ -641,6 +676,10 @@ def test_openai_backend_options_are_checked_without_network(monkeypatch):
     assert 3.0 <= min(delays) and max(delays) <= 6.0  # capped at backoff_max, jitter in the upper half
     assert 0.5 <= client.backoff_delay(0) <= 1.0
     assert client.backoff_delay(5, retry_after=0.25) == 0.25
+    capped = OpenAILLM("m", base_url="http://127.0.0.1:1/v1", max_retry_after=10)
+    assert capped.backoff_delay(0, retry_after=3600) == 10  # a huge Retry-After does not stall a run for hours
+    with pytest.raises(BerdsError, match="max_tokens_field"):
+        OpenAILLM("m", base_url="http://127.0.0.1:1/v1", max_tokens_field="tokens")
 
 
 # ------------------------------------------------------------------------------------------- CLI

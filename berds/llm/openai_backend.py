@@ -36,7 +36,9 @@ class OpenAILLM:
     * ``max_retries``: retries after the first attempt for 429/5xx/timeouts/connection errors, waiting
       ``Retry-After`` when the server sends it, else ``min(backoff_max, backoff_base * 2**attempt)`` with
       jitter (a uniform draw in its upper half).
-    * ``timeout``: seconds per request.
+    * ``timeout``: seconds per request; ``max_retry_after`` caps how long a ``Retry-After`` may make it wait.
+    * ``max_tokens_field``: ``max_tokens`` (default) or ``max_completion_tokens`` (newer OpenAI models
+      refuse the former).
     * ``id``: overrides the identity used as cache key (default ``openai:MODEL@HOST[:PORT]/PATH``; pass a
       stable name when the same local model is served on changing ports).
     * ``seed``, ``extra_body``: sent with every request (``extra_body`` merged into the JSON body).
@@ -57,6 +59,8 @@ class OpenAILLM:
         timeout: float = 120.0,
         backoff_base: float = 1.0,
         backoff_max: float = 60.0,
+        max_retry_after: float = 300.0,
+        max_tokens_field: str = "max_tokens",
         seed: int | None = None,
         extra_body: Mapping[str, Any] | None = None,
         id: str | None = None,  # noqa: A002 - matches the LLM protocol's attribute
@@ -81,6 +85,10 @@ class OpenAILLM:
         self.timeout = float(timeout)
         self.backoff_base = float(backoff_base)
         self.backoff_max = float(backoff_max)
+        self.max_retry_after = float(max_retry_after)
+        if max_tokens_field not in ("max_tokens", "max_completion_tokens"):
+            raise BerdsError(f"max_tokens_field must be max_tokens or max_completion_tokens, got {max_tokens_field!r}")
+        self.max_tokens_field = max_tokens_field
         self.seed = seed
         self.extra_body = dict(extra_body or {})
         self.logprobs_supported = True
@@ -107,8 +115,10 @@ class OpenAILLM:
         if not messages:
             return []
 
+        stop = threading.Event()  # set on the first failure (or Ctrl-C): other workers stop retrying
+
         def one(conversation: list[dict[str, str]]) -> Generation:
-            return self._complete(conversation, max_new_tokens, temperature, top_logprobs)
+            return self._complete(conversation, max_new_tokens, temperature, top_logprobs, stop)
 
         if self.concurrency == 1 or len(messages) == 1:
             return [one(m) for m in messages]
@@ -116,24 +126,27 @@ class OpenAILLM:
                                   thread_name_prefix="berds-openai")
         try:
             return list(pool.map(one, messages))
+        except BaseException:
+            stop.set()
+            pool.shutdown(wait=False, cancel_futures=True)  # requests not yet sent are dropped
+            raise
         finally:
-            # On an error, drop the requests not yet started instead of sending them all first.
-            pool.shutdown(wait=True, cancel_futures=True)
+            pool.shutdown(wait=False)
 
     def _complete(self, messages: list[dict[str, str]], max_new_tokens: int, temperature: float,
-                  top_logprobs: int) -> Generation:
-        body: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": max_new_tokens,
+                  top_logprobs: int, stop: threading.Event | None = None) -> Generation:
+        body: dict[str, Any] = {"model": self.model, "messages": messages, self.max_tokens_field: max_new_tokens,
                                 "temperature": float(temperature), "n": 1, **self.extra_body}
         if self.seed is not None:
             body["seed"] = self.seed
         asked = top_logprobs > 0 and self.logprobs_supported
         if asked:
             body.update(logprobs=True, top_logprobs=top_logprobs)
-        status, payload = self._post(body)
+        status, payload = self._post(body, stop)
         if status in (400, 422) and asked:
             # Some servers (older llama.cpp, some hosted models) reject logprobs: ask once more without.
             retry_body = {k: v for k, v in body.items() if k not in ("logprobs", "top_logprobs")}
-            status, retry_payload = self._post(retry_body)
+            status, retry_payload = self._post(retry_body, stop)
             if status == 200:
                 self._disable_logprobs(_error_message(payload))
                 asked = False
@@ -181,15 +194,19 @@ class OpenAILLM:
             self._local.session = session
         return session
 
-    def _post(self, body: dict[str, Any]) -> tuple[int, Any]:
+    def _post(self, body: dict[str, Any], stop: threading.Event | None = None) -> tuple[int, Any]:
         """POST with retries; returns ``(status, parsed JSON or text)`` for any final HTTP answer.
 
-        Raises ``BerdsError`` when retries run out (naming the URL, the last status or error, attempts).
+        Raises ``BerdsError`` when retries run out (naming the URL, the last status or error, attempts),
+        or when ``stop`` is set because another request of the same batch failed.
         """
         import requests
 
+        stop = stop or threading.Event()
         last = ""
         for attempt in range(self.max_retries + 1):
+            if stop.is_set():
+                raise BerdsError(f"POST {self.url}: abandoned because another request of this batch failed")
             retry_after: float | None = None
             try:
                 response = self._session().post(self.url, json=body, timeout=self.timeout)
@@ -207,7 +224,7 @@ class OpenAILLM:
                 last = f"HTTP {response.status_code}: {_error_message(_json_or_text(response))}"
                 retry_after = parse_retry_after(response.headers.get("Retry-After"))
             if attempt < self.max_retries:
-                time.sleep(self.backoff_delay(attempt, retry_after))
+                stop.wait(self.backoff_delay(attempt, retry_after))  # wakes at once when stop is set
         raise BerdsError(f"POST {self.url} failed after {self.max_retries + 1} attempts; last answer: {last} — "
                          "check that the server is up and not overloaded (or raise max_retries / lower concurrency)")
 
@@ -215,7 +232,7 @@ class OpenAILLM:
         """Seconds to wait before retry ``attempt + 1``: the server's ``Retry-After`` when given, else
         exponential backoff with jitter in ``[d/2, d]``, ``d = min(backoff_max, backoff_base * 2**attempt)``."""
         if retry_after is not None:
-            return max(0.0, retry_after)
+            return min(max(0.0, retry_after), self.max_retry_after)
         ceiling = min(self.backoff_max, self.backoff_base * (2 ** attempt))
         return ceiling / 2 + random.uniform(0.0, ceiling / 2)
 

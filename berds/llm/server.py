@@ -21,6 +21,7 @@ import argparse
 import json
 import queue
 import signal
+import socket
 import sys
 import threading
 import time
@@ -273,6 +274,12 @@ def _make_handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
         protocol_version = "HTTP/1.1"  # keep-alive: clients reuse connections
         server_version = "berds-llm-server"
 
+        def setup(self) -> None:
+            super().setup()
+            # Headers and body go out as two writes; without TCP_NODELAY, Nagle's algorithm plus the
+            # client's delayed ACK stall every response by ~40 ms.
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
             if server.log_requests:
                 sys.stderr.write(f"{self.address_string()} {format % args}\n")
@@ -391,8 +398,8 @@ def serve(
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m berds.llm.server", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backend", default="transformers", help="LLM backend: transformers, vllm, openai")
-    parser.add_argument("--model", required=True, help="hub name or local path")
+    parser.add_argument("--backend", "-b", default="transformers", help="LLM backend: transformers, vllm, openai")
+    parser.add_argument("--model", "-m", required=True, help="hub name or local path")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="0 = any free port (printed when ready)")
     parser.add_argument("--served-model-name", default=None, help="the name clients send (default: --model)")
