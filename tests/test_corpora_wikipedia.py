@@ -98,6 +98,19 @@ def test_build_from_dump_reproduces_dpr_passages(tmp_path):
     assert page_ids.get("12-0").text.startswith("Aaron ( or ; )")
 
 
+@pytest.mark.slow
+def test_parallel_markup_stripping_gives_the_same_store(tmp_path):
+    pages = [page(f"Article {i}", 100 + i, f"'''Article {i}''' is [[about]] {{{{tmpl}}}} " + " ".join(f"w{j}" for j in range(i * 7)))
+             for i in range(150)] + [page("Talk:X", 9, "talk", ns=1)]
+    path = tmp_path / "dump.xml"
+    path.write_text(dump(pages))
+    one, r1 = build_wikipedia(tmp_path / "one", dump=path, progress=False)
+    two, r2 = build_wikipedia(tmp_path / "two", dump=path, workers=2, progress=False)
+    assert two.fingerprint == one.fingerprint and list(two.ids()) == list(one.ids())
+    assert r2.skipped == r1.skipped == {"not an article (namespace != 0)": 1}
+    assert len(one) > 150
+
+
 def test_dump_streaming_keeps_memory_flat(tmp_path):
     def peak_for(n_pages: int) -> int:
         path = tmp_path / f"d{n_pages}.xml"

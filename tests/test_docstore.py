@@ -232,3 +232,32 @@ def test_hash_collisions_are_resolved_by_the_stored_id(tmp_path, monkeypatch):
     assert "p60" not in store
     with pytest.raises(PassageNotFoundError, match="'p61'"):
         store.get_many(["p1", "p61"])
+
+
+def test_group_numbers_follow_store_order(tmp_path):
+    with PassageStoreWriter(tmp_path / "s") as w:
+        w.add(Passage(id="a", text="x"), group="g2")
+        w.add(Passage(id="b", text="x"))
+        w.add(Passage(id="c", text="x"), group="g1")
+        w.add(Passage(id="d", text="x"), group="g2")
+    store = PassageStore.open(tmp_path / "s")
+    assert store.groups() == ["g2", "g1"]
+    assert store.group_numbers().tolist() == [0, -1, 1, 0]
+    assert write_passage_store(make_passages(3), tmp_path / "t").group_numbers().tolist() == [-1, -1, -1]
+
+
+def test_size_estimate_and_disk_check(tmp_path):
+    from berds.corpora.build import check_disk_and_announce
+    from berds.corpora.docstore import estimate_store_size
+
+    est = estimate_store_size(1000, 620)
+    assert est == {"disk_bytes": 295238 + 12000, "data_bytes": 295238, "index_bytes": 12000, "writer_memory_bytes": 48000}
+    assert estimate_store_size(1000, 620, compression="none")["data_bytes"] == 620_000
+
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    check_disk_and_announce(tmp_path / "s", input_bytes=300_000_000, avg_passage_bytes=600, console=console)
+    assert "estimate: ~500,000 passages" in console.export_text()
+    with pytest.raises(BerdsError, match="not enough disk"):
+        check_disk_and_announce(tmp_path / "s", input_bytes=10**17, avg_passage_bytes=600)

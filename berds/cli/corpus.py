@@ -53,6 +53,7 @@ def build_wikipedia_command(
                                        help="Start each article's text with its title, as DPR's passages do (dump only)."),
     ids: str = typer.Option("page", "--ids", help="Passage ids from a dump: page ({page_id}-{n}) or dpr (a counter from 1)."),
     keep_lists: bool = typer.Option(False, "--keep-lists", help="Keep list items (DPR dropped them)."),
+    workers: int = typer.Option(1, "--workers", help="Processes stripping wiki markup (dump only; same output as 1)."),
     words: int = WORDS, overwrite: bool = OVERWRITE, resume: bool = RESUME, shard_size: int = SHARD,
     compression: str = COMPRESSION, quiet: bool = QUIET,
 ) -> None:
@@ -60,7 +61,7 @@ def build_wikipedia_command(
     from berds.corpora.wikipedia import build_wikipedia
 
     _, report = build_wikipedia(out, dpr_tsv=dpr_tsv, dump=dump, words_per_passage=words, title_in_text=title_in_text,
-                                id_scheme=ids, keep_lists=keep_lists, overwrite=overwrite, resume=resume,
+                                id_scheme=ids, keep_lists=keep_lists, workers=workers, overwrite=overwrite, resume=resume,
                                 shard_size=shard_size, compression=compression, progress=not quiet)
     _print_report(report)
 

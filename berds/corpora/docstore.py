@@ -706,6 +706,15 @@ class PassageStore:
                                        fix="a per-question corpus groups passages by question id")
         return np.nonzero(np.asarray(self._record_groups) == self._group_names.index(group))[0]
 
+    def group_numbers(self) -> np.ndarray:
+        """The group of every passage in store order, as indexes into ``groups()`` (-1: no group).
+
+        One array read instead of one ``group_ids`` call per group: what an index needs to tag its rows.
+        """
+        if self._record_groups is None:
+            return np.full(self._count, -1, dtype=np.int32)
+        return np.asarray(self._record_groups, dtype=np.int32)
+
     def group_ids(self, group: str) -> list[str]:
         """Ids of the passages in ``group``, in store order."""
         return [p.id for p in self.group_passages(group)]

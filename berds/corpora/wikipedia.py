@@ -202,30 +202,61 @@ def wikitext_to_text(wikitext: str, *, keep_lists: bool = False) -> str:
     return "\n".join(line for line in lines if line)
 
 
+def _page_text(page: DumpPage, keep_lists: bool, keep_disambiguation: bool) -> tuple[str | None, str]:
+    """(skip reason or None, plain text) for one page; a top-level function so worker processes can run it."""
+    if page.namespace != 0:
+        return "not an article (namespace != 0)", ""
+    if page.redirect:
+        return "redirect", ""
+    if not keep_disambiguation and _DISAMBIGUATION.search(page.wikitext):
+        return "disambiguation page", ""
+    text = wikitext_to_text(page.wikitext, keep_lists=keep_lists)
+    if not text.split():
+        return "empty after removing markup", ""
+    return None, text
+
+
+def _page_text_star(args: tuple) -> tuple[str | None, str]:
+    return _page_text(*args)
+
+
 def iter_dump_documents(path: str | os.PathLike, report: BuildReport | None = None, *, keep_lists: bool = False,
-                        keep_disambiguation: bool = False, raw_holder: list | None = None) -> Iterator[Document]:
-    """Main-namespace articles of a dump as plain-text documents (id = page id, source = page id)."""
-    for page in iter_dump_pages(path, raw_holder=raw_holder):
-        if report is not None:
-            report.documents_read += 1
-        reason = None
-        if page.namespace != 0:
-            reason = "not an article (namespace != 0)"
-        elif page.redirect:
-            reason = "redirect"
-        elif not keep_disambiguation and _DISAMBIGUATION.search(page.wikitext):
-            reason = "disambiguation page"
-        if reason is None:
-            text = wikitext_to_text(page.wikitext, keep_lists=keep_lists)
-            if not text.split():
-                reason = "empty after removing markup"
-        if reason is not None:
+                        keep_disambiguation: bool = False, workers: int = 1, raw_holder: list | None = None) -> Iterator[Document]:
+    """Main-namespace articles of a dump as plain-text documents (id = page id, source = page id).
+
+    ``workers`` > 1 strips markup in that many processes (mwparserfromhell is the slow part); the output
+    order, and so the passage ids, stay exactly those of ``workers=1``.
+    """
+    pages = iter_dump_pages(path, raw_holder=raw_holder)
+    pool = None
+    if workers > 1:
+        import multiprocessing
+        from itertools import islice
+
+        pool = multiprocessing.get_context("spawn").Pool(workers)
+
+        def in_batches() -> Iterator[tuple[DumpPage, tuple[str | None, str]]]:
+            # Bounded batches (Pool.imap would read the whole dump ahead): memory stays flat.
+            while batch := list(islice(pages, workers * 64)):
+                results = pool.map(_page_text_star, [(p, keep_lists, keep_disambiguation) for p in batch], chunksize=16)
+                yield from zip(batch, results)
+
+        pairs: Iterator[tuple[DumpPage, tuple[str | None, str]]] = in_batches()
+    else:
+        pairs = ((page, _page_text(page, keep_lists, keep_disambiguation)) for page in pages)
+    try:
+        for page, (reason, text) in pairs:
             if report is not None:
-                report.skip(reason)
-            continue
-        if report is not None:
-            report.documents_used += 1
-        yield Document(id=page.page_id, text=text, title=page.title, source=page.page_id)
+                report.documents_read += 1
+                if reason is not None:
+                    report.skip(reason)
+                else:
+                    report.documents_used += 1
+            if reason is None:
+                yield Document(id=page.page_id, text=text, title=page.title, source=page.page_id)
+    finally:
+        if pool is not None:
+            pool.terminate()
 
 
 # --------------------------------------------------------------------------------- build
@@ -238,6 +269,7 @@ def build_wikipedia(
     title_in_text: bool = True,
     id_scheme: str = "page",
     keep_lists: bool = False,
+    workers: int = 1,
     overwrite: bool = False,
     resume: bool = False,
     shard_size: int = 1_000_000,
@@ -248,7 +280,7 @@ def build_wikipedia(
 
     From a dump: ``title_in_text`` (default, DPR's behaviour) starts each article's text with its title;
     ``id_scheme`` is ``"page"`` (``"{page_id}-{n}"``, stable across dumps) or ``"dpr"`` (a corpus-wide
-    counter from 1, as in ``psgs_w100.tsv``).
+    counter from 1, as in ``psgs_w100.tsv``). ``workers`` processes strip markup in parallel (same output).
     """
     if (dpr_tsv is None) == (dump is None):
         raise InputError("give exactly one of a DPR tsv (--dpr-tsv) or an XML dump (--dump)")
@@ -274,7 +306,7 @@ def build_wikipedia(
         options = {}
     else:
         id_fn = DprCounterIds() if id_scheme == "dpr" else doc_ids
-        docs = iter_dump_documents(source, report, keep_lists=keep_lists, raw_holder=raw_holder)
+        docs = iter_dump_documents(source, report, keep_lists=keep_lists, workers=workers, raw_holder=raw_holder)
         stream = ((p, None) for d in docs for p in split_document(
             d, words_per_passage=words_per_passage, title_in_text=title_in_text, passage_id=id_fn))
         options = {"words_per_passage": words_per_passage, "title_in_text": title_in_text, "id_scheme": id_scheme,
