@@ -189,9 +189,14 @@ _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=\S)")
 
 
 def reverse_sentences(text: str) -> str:
-    """The sentences of ``text`` in reverse order (split after ``.``, ``!``, ``?`` followed by space)."""
+    """The sentences of ``text`` in reverse order (split after ``.``, ``!``, ``?`` followed by space).
+
+    A trailing fragment without end punctuation — typically the title BERDS appends to a passage
+    (``text + " " + title``) — stays last, so it is not glued onto another sentence.
+    """
     parts = [p for p in _SENTENCE.split(text.strip()) if p]
-    return " ".join(reversed(parts))
+    tail = [parts.pop()] if parts and parts[-1][-1] not in ".!?\"'”’)" else []
+    return " ".join(list(reversed(parts)) + tail)
 
 
 INPUT_TRANSFORMS: dict[str, Callable[[JudgePair], JudgePair]] = {

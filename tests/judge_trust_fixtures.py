@@ -1,0 +1,216 @@
+"""Judge-trust test fixtures: a rule-based judge LLM with *known, injected* biases, and a server launcher.
+
+``ScriptedJudgeLLM`` implements ``berds.llm.base.LLM``. It reads the prompts berds really sends — the
+study's judge prompt and every audit variant of it, the debate critic prompt and the revision turn — finds
+the document and the perspective in them, and answers from a truth table (a labelled tsv, given as the
+``model`` path, so ``python -m berds.llm.server --backend judge_trust_fixtures:ScriptedJudgeLLM --model
+pairs.tsv`` serves it over real HTTP). Unbiased, it answers every variant correctly in that variant's own
+answer words. Biases are injected on purpose so the audit has something to find:
+
+* ``label-order``    — when the instruction lists the negative word first ("No" or "Yes"), say Yes to a
+                       ``rate`` share of the gold negatives (the position bias "favour the last label");
+* ``negation-blind`` — answer a negated statement ("It is not the case that X") as if it were X;
+* ``stance-yes``     — say Yes to a ``rate`` share of gold negatives whose perspective is a supporting one;
+* ``errors``         — a share of first answers simply wrong (for the debate critic to catch).
+
+Which pairs are hit is decided by a hash of the pair, so the expected counts can be computed in the test.
+With ``top_logprobs > 0`` each answer carries first-token log-probabilities: ``confidence`` for the word
+given, the rest for the other answer word.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from berds.llm.base import Generation
+
+NEGATION_PREFIX = "It is not the case that "
+_WORDS = re.compile(r'Answer with "(\w+)" or "(\w+)" only')
+_ANSWERED = re.compile(r"The judge answered: (Yes|No)")
+POSITIVE_WORDS = ("Yes", "True", "A")
+
+
+def sentence_key(text: str) -> tuple[str, ...]:
+    """A document's sentences as a sorted tuple: the same key for the document with sentences reordered."""
+    return tuple(sorted(s.strip() for s in re.split(r"(?<=[.!?])\s+", text.strip()) if s.strip()))
+
+
+def pair_hash(perspective: str, document: str, salt: str) -> float:
+    """A number in [0, 1) fixed for a pair (and salt): decides which pairs an injected bias hits."""
+    digest = hashlib.sha256(f"{salt}\x00{perspective}\x00{document}".encode()).hexdigest()
+    return int(digest[:8], 16) / 2**32
+
+
+def _last_block(text: str, name: str) -> str | None:
+    start = text.rfind(f"{name}: ")
+    if start < 0:
+        return None
+    body = text[start + len(name) + 2:]
+    end = body.find("\n\n")
+    return body if end < 0 else body[:end]
+
+
+class ScriptedJudgeLLM:
+    """A rule-based judge LLM answering from a labelled tsv, with optional injected biases (module docstring)."""
+
+    def __init__(self, model: str, *, bias: str = "none", rate: float = 1.0, errors: float = 0.0,
+                 confidence: float = 0.9, critic: str = "truth", revision: str = "truth", id: str | None = None):  # noqa: A002
+        from berds.evaluate.labels import read_labelled_pairs
+
+        if bias not in ("none", "label-order", "negation-blind", "stance-yes"):
+            raise ValueError(f"unknown bias {bias!r}")
+        labelled = read_labelled_pairs(model)
+        self.truth: dict[tuple[str, tuple[str, ...]], tuple[bool, str | None]] = {
+            (p.perspective.lower(), sentence_key(p.document)): (p.label, p.stance) for p in labelled}
+        self.bias, self.rate, self.errors = bias, float(rate), float(errors)
+        self.confidence, self.critic, self.revision = float(confidence), critic, revision
+        self.id = id or f"scripted:{bias}@{rate:g}+errors@{errors:g}:{Path(model).name}"
+        self.calls: list[int] = []  # prompts per generate() call
+        self.unknown = 0
+
+    # ------------------------------------------------------------------------------------ truth
+
+    def lookup(self, perspective: str, document: str) -> tuple[bool, bool, str | None] | None:
+        """``(gold label of the statement as written, is it negated, stance)`` or None when unknown."""
+        negated = perspective.startswith(NEGATION_PREFIX)
+        original = perspective[len(NEGATION_PREFIX):] if negated else perspective
+        found = self.truth.get((original.lower(), sentence_key(document)))
+        if found is None:
+            return None
+        label, stance = found
+        return (False if negated else label), negated, stance
+
+    def first_answer(self, perspective: str, document: str, words: tuple[str, str]) -> bool | None:
+        found = self.lookup(perspective, document)
+        if found is None:
+            return None
+        answer, negated, stance = found
+        if negated and self.bias == "negation-blind":
+            answer = self.lookup(perspective[len(NEGATION_PREFIX):], document)[0]
+        if self.errors and pair_hash(perspective, document, "errors") < self.errors:
+            answer = not answer
+        hit = pair_hash(perspective, document, "bias") < self.rate
+        if self.bias == "label-order" and words[0] not in POSITIVE_WORDS and not answer and hit:
+            answer = True
+        if self.bias == "stance-yes" and stance == "support" and not answer and hit:
+            answer = True
+        return answer
+
+    # ------------------------------------------------------------------------------------ LLM
+
+    def generate(self, prompts: Sequence[Sequence[dict]], *, max_new_tokens: int = 16, temperature: float = 0.0,
+                 top_logprobs: int = 0) -> list[Generation]:
+        self.calls.append(len(prompts))
+        return [self._one(list(p), top_logprobs) for p in prompts]
+
+    def _one(self, messages: list[dict], top_logprobs: int) -> Generation:
+        first, last = messages[0]["content"], messages[-1]["content"]
+        if "devil's advocate" in last:
+            return Generation(self._critique(last))
+        source = first if len(messages) > 1 else last
+        perspective, document = _last_block(source, "Perspective"), _last_block(source, "Document")
+        match = _WORDS.search(source)
+        words = (match.group(1), match.group(2)) if match else ("Yes", "No")
+        positive = next((w for w in words if w in POSITIVE_WORDS), "Yes")
+        negative = next((w for w in words if w != positive), "No")
+        if perspective is None or document is None:
+            return Generation("I cannot find the document.")
+        answer = self.first_answer(perspective, document, words)
+        if answer is None:
+            self.unknown += 1
+            return Generation("Unknown pair.")
+        if len(messages) > 1 and "A reviewer objects" in last:  # a revision turn
+            previous = messages[-2]["content"].strip().split()[0].strip(".").lower() == positive.lower()
+            truth = self.lookup(perspective, document)[0]
+            answer = {"truth": truth, "stubborn": previous, "flip": not previous}[self.revision]
+        word = positive if answer else negative
+        other = negative if answer else positive
+        logprobs = {word: math.log(self.confidence), other: math.log(1 - self.confidence)} if top_logprobs else None
+        return Generation(f"{word}.", logprobs)
+
+    def _critique(self, prompt: str) -> str:
+        perspective, document = _last_block(prompt, "Perspective"), _last_block(prompt, "Document")
+        said = _ANSWERED.search(prompt)
+        found = self.lookup(perspective or "", document or "")
+        if found is None or said is None:
+            return "I cannot review this."
+        if self.critic == "truth" and (said.group(1) == "Yes") == found[0]:
+            return "NO ISSUE"
+        return (f"The answer {said.group(1)} looks wrong: read the document again, it "
+                f"{'does not support' if said.group(1) == 'Yes' else 'argues for'} the perspective.")
+
+
+# ---------------------------------------------------------------------------------------- server
+
+
+@contextlib.contextmanager
+def served(backend: str, model: str, *, options: Sequence[str] = (), log_dir: Path, extra_args: Sequence[str] = (),
+           timeout: float = 120.0) -> Iterator[str]:
+    """Start ``python -m berds.llm.server`` on a free port (tests/ on its PYTHONPATH); yield its base URL."""
+    tests_dir = str(Path(__file__).parent)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": os.pathsep.join(x for x in (tests_dir, os.environ.get("PYTHONPATH", "")) if x)}
+    args = [sys.executable, "-m", "berds.llm.server", "--backend", backend, "--model", str(model),
+            "--host", "127.0.0.1", "--port", "0", "--max-batch-size", "32", *extra_args]
+    for option in options:
+        args += ["--option", option]
+    stderr = open(log_dir / "server-stderr.txt", "w+")  # a file: a full pipe would block the server
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(iter(process.stdout.readline, "")), daemon=True).start()
+    url, deadline = None, time.monotonic() + timeout
+    while url is None and time.monotonic() < deadline and process.poll() is None:
+        for line in list(lines):
+            match = re.search(r"ready: (http://127\.0\.0\.1:\d+/v1)", line)
+            if match:
+                url = match.group(1)
+        time.sleep(0.05)
+    try:
+        if url is None:
+            process.kill()
+            stderr.seek(0)
+            raise RuntimeError(f"server did not become ready: {stderr.read()[-2000:]}")
+        yield url
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            process.wait(timeout=30)
+        stderr.close()
+
+
+# ---------------------------------------------------------------------------------------- labelled data
+
+
+def demo_labelled_path() -> Path:
+    import berds
+
+    return Path(berds.__file__).parent / "data" / "demo" / "labelled_pairs.tsv"
+
+
+def write_demo_subset(path: Path, questions: Sequence[str] = ("demo-01", "demo-02", "demo-03", "demo-04"),
+                      *, with_stance: bool = True) -> Path:
+    """Demo labelled pairs of some two-perspective questions, with a ``stance`` column: the demo's first
+    perspective argues for the question's claim (``support``), the second against it (``oppose``)."""
+    from dataclasses import replace
+
+    from berds.evaluate.labels import read_labelled_pairs, write_labelled_pairs
+
+    pairs, first = [], {}
+    for p in read_labelled_pairs(demo_labelled_path()):
+        if p.id not in questions:
+            continue
+        first.setdefault(p.question, p.perspective)
+        stance = ("support" if p.perspective == first[p.question] else "oppose") if with_stance else None
+        pairs.append(replace(p, stance=stance))
+    write_labelled_pairs(path, pairs)
+    return path

@@ -1,0 +1,346 @@
+"""The bias audit must find a bias injected on purpose — and must not find one in an unbiased judge.
+
+Judges: the scripted judge LLM (``judge_trust_fixtures``), unbiased or with an injected bias, behind the
+real OpenAI-compatible server process or in process; a tiny random-weight Mistral through transformers;
+the embedded judge. Plus the statistics (Fisher, Kendall's τ-b) and the stance-corrected sycophancy Δ
+checked by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+
+import numpy as np
+import pytest
+
+from berds.errors import BerdsError, UnknownNameError
+from berds.evaluate.audit import (
+    VARIANTS, InputTransformJudge, audit, fisher_exact, kendall_tau_b, negate_statement, p_label_from_logprobs,
+    parse_label_word, prompt_variant, ranks_desc, reverse_sentences, variant_judge,
+)
+from berds.evaluate.judge import LLMJudge
+from berds.evaluate.labels import read_labelled_pairs
+from berds.evaluate.metrics import mrecall_at_k
+from berds.evaluate.prompts import ONE_SHOT, ZERO_SHOT, PromptTemplate
+from berds.types import Hit, JudgePair, Passage, Question, Run
+from conftest import berds_cmd, subprocess_env
+from judge_trust_fixtures import ScriptedJudgeLLM, pair_hash, served, write_demo_subset
+from llm_fixtures import tiny_mistral  # noqa: F401  (a pytest fixture)
+
+# ----------------------------------------------------------------------------------- variants
+
+
+def test_prompt_variants_rewrite_the_study_prompt():
+    t, pos, neg = prompt_variant(ZERO_SHOT, "labels-no-yes")
+    assert (pos, neg) == ("Yes", "No") and 'Answer with "No" or "Yes" only.' in t.template
+    assert t.version == "berds-t14-zeroshot-v1~labels-no-yes"
+    t, pos, neg = prompt_variant(ZERO_SHOT, "labels-a-b")
+    assert (pos, neg) == ("A", "B") and "(A) Yes\n(B) No\nAnswer:" in t.template
+    assert '"Yes"' not in t.template
+    t, *_ = prompt_variant(ZERO_SHOT, "statement-first")
+    assert t.template.index("Perspective: {perspective}") < t.template.index("Document: {document}")
+    # the one-shot example is rewritten too: its answer in the new words, its blocks in the new order
+    t, pos, _ = prompt_variant(ONE_SHOT, "labels-true-false")
+    assert "Answer: True\n\nNow the real task." in t.template and t.template.count("True or False:") == 2
+    t, *_ = prompt_variant(ONE_SHOT, "statement-first")
+    assert t.template.index("Perspective: Protected") < t.template.index("Document: Cities")
+    rendered = t.render(document="DOC", perspective="PER")[-1]["content"]
+    assert rendered.endswith("Perspective: PER\n\nDocument: DOC\n\nDoes the document support the perspective? Answer:")
+    # a custom prompt without the study's wording: the variant does not apply
+    custom = PromptTemplate("mine-v1", "Doc {document} / claim {perspective}? yes or no")
+    assert prompt_variant(custom, "labels-a-b") is None and prompt_variant(custom, "statement-first") is None
+
+
+def test_answer_word_parsing_and_probabilities():
+    assert parse_label_word(" (A) because ...", "A", "B") == (True, True)
+    assert parse_label_word("false.", "True", "False") == (False, True)
+    assert parse_label_word("Answer: A", "A", "B") == (False, False)
+    p = p_label_from_logprobs({"▁A": math.log(0.3), "A": math.log(0.1), "B": math.log(0.2), "C": math.log(0.4)}, "A", "B")
+    assert p == pytest.approx(0.4 / 0.6)
+    assert p_label_from_logprobs({"x": 0.0}, "A", "B") is None
+
+
+def test_input_transforms():
+    assert negate_statement("Protected bike lanes make streets safer.") == \
+        "It is not the case that protected bike lanes make streets safer."
+    assert negate_statement("NASA should fund it.") == "It is not the case that NASA should fund it."
+    assert negate_statement("I think so.") == "It is not the case that I think so."
+    assert reverse_sentences("One two. Three four! Five six? A Title") == "Five six? Three four! One two. A Title"
+    assert reverse_sentences("no sentence end") == "no sentence end"
+    with pytest.raises(UnknownNameError, match="Did you mean .labels-a-b."):
+        variant_judge(object(), "labels-a-c")
+
+
+def test_fisher_exact_kendall_tau_and_ranks_by_hand():
+    # the classic 2x2 table [[1, 9], [11, 3]]: two-sided p = 0.0027594561852...
+    assert fisher_exact(1, 9, 11, 3) == pytest.approx(0.0027594561852200836, rel=1e-9)
+    # [[3, 1], [1, 3]]: P(a) for a = 0..4 is 1, 16, 36, 16, 1 over 70; two-sided sums those <= 16/70
+    assert fisher_exact(3, 1, 1, 3) == pytest.approx(34 / 70)
+    assert fisher_exact(0, 0, 0, 0) == 1.0
+    assert kendall_tau_b([1, 2, 3], [1, 3, 2]) == pytest.approx(1 / 3)
+    assert kendall_tau_b([1, 1, 2], [1, 2, 3]) == pytest.approx(2 / math.sqrt(2 * 3))
+    assert math.isnan(kendall_tau_b([1, 2], [5, 5]))
+    assert ranks_desc([0.5, 0.9, 0.5, 0.1]) == [2.5, 1.0, 2.5, 4.0]
+
+
+# ----------------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def labelled_path(tmp_path_factory):
+    return write_demo_subset(tmp_path_factory.mktemp("labels") / "pairs.tsv")
+
+
+@pytest.fixture(scope="module")
+def labelled(labelled_path):
+    return read_labelled_pairs(labelled_path)
+
+
+@pytest.fixture(scope="module")
+def unbiased_server(labelled_path, tmp_path_factory):
+    with served("judge_trust_fixtures:ScriptedJudgeLLM", str(labelled_path), extra_args=["--served-model-name", "fair"],
+                log_dir=tmp_path_factory.mktemp("fair")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def label_order_server(labelled_path, tmp_path_factory):
+    """Says Yes to half the gold negatives (by pair hash) when the instruction lists "No" before "Yes"."""
+    with served("judge_trust_fixtures:ScriptedJudgeLLM", str(labelled_path), options=["bias=label-order", "rate=0.5"],
+                extra_args=["--served-model-name", "biased"], log_dir=tmp_path_factory.mktemp("biased")) as url:
+        yield url
+
+
+def http_judge(url: str, name: str) -> LLMJudge:
+    from berds.llm.openai_backend import OpenAILLM
+
+    return LLMJudge(OpenAILLM(name, base_url=url, concurrency=8), top_logprobs=2)
+
+
+def label_order_hits(labelled, rate=0.5):
+    """Pairs the label-order bias turns from No to Yes: gold negatives whose bias hash is below ``rate``."""
+    return np.array([not p.label and pair_hash(p.perspective, p.document, "bias") < rate for p in labelled])
+
+
+def make_runs(labelled) -> dict[str, Run]:
+    """Three runs over the labelled questions, top 5 each, from documents with known labels:
+    ``diverse`` covers both perspectives of every question, ``half`` covers them for half the questions,
+    ``background`` holds only passages that support neither perspective."""
+    by_q: dict[str, dict] = {}
+    for p in labelled:
+        entry = by_q.setdefault(p.id, {"text": p.question, "persp": [], "docs": {}})
+        if p.perspective not in entry["persp"]:
+            entry["persp"].append(p.perspective)
+        entry["docs"].setdefault(p.document, set())
+        if p.label:
+            entry["docs"][p.document].add(entry["persp"].index(p.perspective))
+    runs: dict[str, list] = {"diverse": [], "half": [], "background": []}
+    questions = []
+    for qi, (qid, e) in enumerate(sorted(by_q.items())):
+        questions.append(Question(qid, e["text"], tuple(e["persp"])))
+        neither = [d for d, s in e["docs"].items() if not s]
+        first = [d for d, s in e["docs"].items() if s == {0}]
+        second = [d for d, s in e["docs"].items() if s == {1}]
+        diverse = [first[0], second[0]] + neither[:3]
+        half = diverse if qi % 2 == 0 else [first[0], first[1]] + neither[:3]
+        for name, docs in (("diverse", diverse), ("half", half), ("background", neither[:5])):
+            runs[name].append([Hit(Passage(f"{qid}-{name}-{i}", d), score=5.0 - i) for i, d in enumerate(docs)])
+    return {name: Run.from_lists(questions, hits, name=name) for name, hits in runs.items()}
+
+
+# ----------------------------------------------------------------------------------- the audit
+
+
+@pytest.mark.network
+def test_unbiased_judge_behind_the_server_shows_no_bias(labelled, unbiased_server):
+    report = audit(labelled, http_judge(unbiased_server, "fair"), runs=make_runs(labelled), k=5, progress=False)
+    assert report.biases_found == []
+    assert report.base_metrics["accuracy"] == 1.0
+    for v in report.variants:
+        assert v.applicable
+        if v.expectation == "same":
+            assert (v.yes_to_no, v.no_to_yes, v.unparsed) == (0, 0, 0), v.name
+            assert v.runs.tau == pytest.approx(1.0) and not v.runs.ranking_changed
+        else:  # negation: every supported statement becomes unsupported once negated
+            assert v.negation_still_yes == 0 and v.negation_base_true_positives == int(labelled.labels.sum())
+    assert report.base_runs == {"diverse": 1.0, "half": 0.5, "background": 0.0}
+    assert report.stance.fisher_fp_p == 1.0 and not report.stance.biased
+
+
+@pytest.mark.network
+def test_label_order_bias_is_found_with_exact_counts_and_its_effect_on_runs(labelled, label_order_server):
+    runs = make_runs(labelled)
+    report = audit(labelled, http_judge(label_order_server, "biased"), runs=runs, k=5, progress=False)
+    assert report.biases_found == ["labels-no-yes"]
+    v = report.variant("labels-no-yes")
+    hits = label_order_hits(labelled)
+    assert (v.yes_to_no, v.no_to_yes) == (0, int(hits.sum())) and hits.sum() > 20
+    assert v.mcnemar_answers.exact_p == pytest.approx(2 / 2 ** int(hits.sum()))
+    assert v.delta("positive_share") == pytest.approx(hits.mean())
+    assert v.delta("accuracy") == pytest.approx(-hits.mean())
+    for other in ("statement-first", "labels-true-false", "labels-a-b", "sentence-order"):
+        assert report.variant(other).flips == 0 and not report.variant(other).biased
+    # MRecall@5 under the No/Yes prompt, computed here from the labels and the bias hashes
+    hit_pairs = {(p.perspective, p.document) for p, h in zip(labelled, hits) if h}
+    gold_pairs = {(p.perspective, p.document) for p in labelled if p.label}
+    expected = {}
+    for name, run in runs.items():
+        scores = []
+        for qid, q in run.questions.items():
+            docs = [h.passage.text for h in run.hits[qid]]
+            support = np.array([[(pp, d) in gold_pairs or (pp, d) in hit_pairs for d in docs] for pp in q.perspectives])
+            scores.append(mrecall_at_k(support, 5))
+        expected[name] = float(np.mean(scores))
+    assert v.runs.variant == expected
+    assert v.runs.base == {"diverse": 1.0, "half": 0.5, "background": 0.0}
+    assert expected["background"] > 0.5 and v.runs.ranking_changed  # the bias reorders the retrievers
+    expected_tau = kendall_tau_b([1.0, 0.5, 0.0], list(expected.values()))  # NaN when the bias makes all equal
+    assert v.runs.tau == pytest.approx(expected_tau, nan_ok=True)
+
+
+@pytest.mark.network
+def test_cli_audit_writes_the_report_and_names_the_bias(labelled_path, label_order_server, tmp_path):
+    from berds.runs import save_run
+
+    labelled = read_labelled_pairs(labelled_path)
+    run_dirs = [save_run(run, tmp_path / name) for name, run in make_runs(labelled).items()]
+    out = tmp_path / "audit.json"
+    args = ["judge", "audit", "--labels", str(labelled_path), "--judge", "openai:biased", "-o", f"base_url={label_order_server}",
+            "--variant", "labels-no-yes", "--variant", "labels-a-b", "--out", str(out), "--cache", str(tmp_path / "c.sqlite"), "-q"]
+    for d in run_dirs:
+        args += ["--run", str(d)]
+    proc = subprocess.run(berds_cmd(*args), capture_output=True, text=True, env=subprocess_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "biases found: labels-no-yes" in proc.stdout
+    data = json.loads(out.read_text())
+    assert [v["name"] for v in data["variants"]] == ["labels-no-yes", "labels-a-b"]
+    assert data["variants"][0]["flips"] == {"yes_to_no": 0, "no_to_yes": int(label_order_hits(labelled).sum())}
+    assert data["variants"][0]["runs"]["ranking_changed"] is True
+    assert data["variants"][1]["bias_found"] is False
+    bad = subprocess.run(berds_cmd("judge", "audit", "--labels", str(labelled_path), "--judge", "embedded",
+                                   "--variant", "label-no-yes"), capture_output=True, text=True, env=subprocess_env())
+    assert bad.returncode == 2 and "unknown audit variant 'label-no-yes'. Did you mean 'labels-no-yes'" in bad.stderr
+
+
+def test_negation_blind_judge_is_flagged_and_nothing_else(labelled):
+    report = audit(labelled, LLMJudge(ScriptedJudgeLLM(labelled.path, bias="negation-blind")), progress=False)
+    assert report.biases_found == ["negation"]
+    v = report.variant("negation")
+    assert v.negation_still_yes == v.negation_base_true_positives == int(labelled.labels.sum())
+    assert v.yes_to_no == 0
+
+
+def test_stance_bias_is_found_and_the_sycophancy_delta_corrected(labelled):
+    from berds.evaluate.analyses.stance_corrected import stance_corrected_sycophancy, stance_error_rates
+    from berds.evaluate.analyses.sycophancy import sycophancy_result
+    from berds.evaluate.evaluation import evaluate_run
+
+    biased = LLMJudge(ScriptedJudgeLLM(labelled.path, bias="stance-yes", rate=0.5))
+    report = audit(labelled, biased, variants=["labels-no-yes"], progress=False)
+    assert report.biases_found == ["stance"]
+    support_fp = sum(1 for p in labelled if p.stance == "support" and not p.label
+                     and pair_hash(p.perspective, p.document, "bias") < 0.5)
+    assert report.stance.counts["support"]["fp"] == support_fp > 10
+    assert report.stance.counts["oppose"]["fp"] == 0
+    assert report.stance.fisher_fp_p == pytest.approx(
+        fisher_exact(support_fp, 54 - support_fp, 0, 54))  # 54 gold negatives per stance in this subset
+
+    # Sycophancy runs: the query is one side's perspective; each question's top 6 leans to the query's side.
+    pred = np.array([v.label for v in biased.judge(labelled.judge_pairs())])
+    rates = stance_error_rates(labelled, pred)
+    assert rates["support"].specificity == pytest.approx(1 - support_fp / 54) and rates["oppose"].specificity == 1.0
+    runs = {}
+    for side in ("supporting", "opposing"):
+        questions, hits = [], []
+        for q_run in make_runs(labelled)["diverse"].questions.values():
+            sup, opp = q_run.perspectives
+            docs = {p.document: set() for p in labelled if p.id == q_run.id}
+            for p in labelled:
+                if p.id == q_run.id and p.label:
+                    docs[p.document].add(p.perspective)
+            mine = [d for d, s in docs.items() if s == {sup if side == "supporting" else opp}]
+            theirs = [d for d, s in docs.items() if s == {opp if side == "supporting" else sup}]
+            neither = [d for d, s in docs.items() if not s]
+            top = mine[:3] + theirs[:1] + neither[:2]
+            questions.append(Question(q_run.id, sup if side == "supporting" else opp, (sup, opp)))
+            hits.append([Hit(Passage(f"{q_run.id}-{side}-{i}", d), 6.0 - i) for i, d in enumerate(top)])
+        runs[side] = Run.from_lists(questions, hits, name=side)
+    exact = LLMJudge(ScriptedJudgeLLM(labelled.path))
+
+    def delta(judge):
+        ev = [evaluate_run(runs[s], judge, (6,), progress=False) for s in ("supporting", "opposing")]
+        return sycophancy_result("tiny", ev[0].support, ev[1].support, 6)
+
+    truth, observed = delta(exact), delta(biased)
+    corrected = stance_corrected_sycophancy(observed, labelled, pred, n_boot=200, seed=0)
+    t_sup, o_sup, c_sup = truth.rows[0], observed.rows[0], corrected.rows[0]
+    assert t_sup["side"] == o_sup["side"] == "supporting"
+    assert o_sup["n"] > t_sup["n"]  # the judge's extra Yes on supporting statements inflates n ...
+    # ... and the correction, using the rates measured on the labelled file, moves Δ back towards the truth
+    assert abs(c_sup["delta_corrected"] - t_sup["delta"]) < abs(o_sup["delta"] - t_sup["delta"])
+    # the opposing side: no stance errors, so the correction changes nothing
+    assert corrected.rows[1]["delta_corrected"] == pytest.approx(truth.rows[1]["delta"])
+    lo, hi = c_sup["delta_corrected_ci95"]
+    assert lo <= c_sup["delta_corrected"] <= hi
+
+
+def test_rogan_gladen_and_corrected_delta_by_hand():
+    from berds.evaluate.analyses.stance_corrected import StanceErrorRates, corrected_delta, rogan_gladen
+
+    assert rogan_gladen(0.3, 0.8, 0.9) == pytest.approx(0.2 / 0.7)
+    assert rogan_gladen(0.05, 0.8, 0.9) == 0.0 and rogan_gladen(0.99, 0.8, 0.9) == 1.0  # clipped
+    assert math.isnan(rogan_gladen(0.3, 0.5, 0.5))  # no better than chance: undefined
+    rates = StanceErrorRates("support", tp=8, fn=2, tn=9, fp=1)  # sensitivity 0.8, specificity 0.9
+    row = corrected_delta(30, 10, 100, rates)
+    assert row["delta"] == pytest.approx(20 / 30)
+    assert row["p_corrected"] == pytest.approx(0.2 / 0.7) and row["n_corrected"] == 0.0
+    assert row["delta_corrected"] == pytest.approx(1.0)
+
+
+# ----------------------------------------------------------------------------------- other real judges
+
+
+def test_tiny_transformers_judge_runs_prompt_variants(labelled, tiny_mistral, tmp_path):
+    from berds.evaluate.cache import JudgementCache
+    from berds.llm.transformers_backend import TransformersLLM
+
+    small = labelled.subset(range(0, len(labelled), 30))  # 6 pairs
+    judge = LLMJudge(TransformersLLM(str(tiny_mistral), device="cpu", batch_size=8), top_logprobs=5, max_new_tokens=3)
+    with JudgementCache(tmp_path / "c.sqlite") as cache:
+        report = audit(small, judge, variants=["labels-no-yes", "labels-a-b"], cache=cache,
+                       progress=False)
+        versions = {prompt for _, prompt, _ in cache.judges()}
+        for v in report.variants:
+            assert v.applicable and v.prompt_version in versions
+            cached = cache.get_many(v.judge_id, v.prompt_version, small.judge_pairs())
+            base = cache.get_many(judge.id, judge.prompt_version, small.judge_pairs())
+            assert v.yes_to_no == sum(b.label and not c.label for b, c in zip(base, cached))
+            assert v.no_to_yes == sum(c.label and not b.label for b, c in zip(base, cached))
+    assert report.variant("labels-a-b").judge_id.endswith("|answers=A/B")
+
+
+class _NotAnLLMJudge:
+    """A judge without an LLM (prompt variants cannot apply): says Yes when the perspective's first word
+    occurs in the passage."""
+
+    id = "first-word-judge"
+    prompt_version = "none"
+
+    def judge(self, pairs):
+        from berds.types import Verdict
+
+        return [Verdict(p.perspective.split()[0].lower() in p.passage.lower()) for p in pairs]
+
+
+def test_prompt_variants_are_not_applicable_to_a_judge_without_an_llm(labelled):
+    report = audit(labelled, _NotAnLLMJudge(), progress=False)
+    kinds = {v.name: v.applicable for v in report.variants}
+    assert kinds == {name: VARIANTS[name].kind == "input" for name in VARIANTS}
+    assert isinstance(variant_judge(_NotAnLLMJudge(), "negation"), InputTransformJudge)
+    pair = JudgePair("Cats purr.", "Cats purr a lot. Dogs bark.")
+    seen = InputTransformJudge(_NotAnLLMJudge(), "sentence-order").transform(pair)
+    assert seen.passage == "Dogs bark. Cats purr a lot." and seen.perspective == pair.perspective
+    with pytest.raises(BerdsError, match="unknown input transform"):
+        InputTransformJudge(_NotAnLLMJudge(), "shuffle")
