@@ -283,6 +283,15 @@ def test_bad_options_and_missing_models_are_clear_errors(tmp_path):
         TransformersLLM(str(tmp_path / "empty"), dtype="int3")
 
 
+def test_missing_peft_names_the_extra(tiny_mistral, tiny_lora, monkeypatch):
+    from berds.llm.transformers_backend import TransformersLLM
+
+    monkeypatch.setitem(sys.modules, "peft", None)  # what an environment without peft looks like to import
+    with pytest.raises(MissingExtraError, match=r"'peft' is not installed \(needed for the LoRA adapter .*"
+                                                r"pip install 'berds\[llm\]'"):
+        TransformersLLM(str(tiny_mistral), adapter=str(tiny_lora), device="cpu").load()
+
+
 def test_hub_name_offline_fails_fast_with_the_fix():
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": os.path.join(os.environ.get("TMPDIR", "/tmp"), "berds-no-hf")}
     started = time.monotonic()
