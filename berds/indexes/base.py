@@ -78,7 +78,7 @@ def read_index_meta(path: str | os.PathLike, expect_type: str | None = None) -> 
         raise InputError("no index here (folder not found)", path=folder, fix=build_hint)
     meta_path = folder / INDEX_META
     if not meta_path.is_file():
-        unfinished = any(folder.iterdir()) if folder.is_dir() else False
+        unfinished = (folder / BUILDING_MARKER).is_file()
         why = "unfinished index (no meta.json yet)" if unfinished else "not an index folder (no meta.json)"
         fix = "re-run the same `berds index ...` command to resume it" if unfinished else build_hint
         raise InputError(why, path=folder, fix=fix)

@@ -22,7 +22,8 @@ repeated term), ``N`` the number of documents with at least one token, ``avgdl``
 count, and ``dl`` the document's token count *as Lucene stores it*: one byte per document
 (``SmallFloat.intToByte4``), exact below 24 tokens and rounded down beyond (60 and 61 both read back as
 60, 100 as 96). Note Lucene dropped the textbook ``(k1 + 1)`` factor from the numerator (it does not
-change rankings). Anserini then rounds every score to 4 decimals and breaks ties by docid.
+change rankings). Anserini ranks by score, then docid, and then rounds every score to 4 decimals,
+lowering scores that rounding made equal by 1e-6 steps (``anserini_adjust_scores``).
 
 **Per-question corpora** (a store whose passages are split into groups, e.g. web search results per
 question): building 2,400 on-disk Lucene indexes is slow and clutters disks, and one shared index with a
@@ -30,13 +31,14 @@ per-question filter would compute idf/avgdl over the union of all questions' pag
 per-question corpus means. Instead the build analyses each passage once with the *same* Lucene analyzer
 and stores its term counts (``groups/``: a CSR matrix of term ids and frequencies per row). A question is
 then scored in memory against its own group with exactly the formula above (group-local N, df, avgdl,
-Lucene's length quantisation, 4-decimal rounding): the same ranking a separate Lucene index per
-question would give, at numpy speed. ``tests/test_bm25.py`` checks the two agree.
+Lucene's length quantisation, Anserini's ordering and rounding): the same ranking and scores a
+separate Lucene index per question would give, at numpy speed. ``tests/test_bm25.py`` checks the two agree.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import time
@@ -120,9 +122,23 @@ def bm25_term_score(tf: float, df: int, n_docs: int, dl: int, avgdl: float, *, k
     return bm25_idf(df, n_docs) * tf / (tf + k1 * (1 - b + b * length / avgdl))
 
 
-def round_like_anserini(scores: np.ndarray) -> np.ndarray:
-    """Anserini rounds scores to 4 decimals (so runs are identical across platforms); we do the same."""
-    return np.round(np.asarray(scores, dtype=np.float64), 4).astype(np.float32)
+def anserini_adjust_scores(scores: Sequence[float]) -> np.ndarray:
+    """Anserini's final touch on a ranked list (``ScoreTiesAdjusterReranker``), reproduced exactly.
+
+    Every score is rounded to 4 decimals (``Math.round(s * 10000) / 10000``, as float32); when a score is
+    within 1e-4 of the (already adjusted) score above it, it is lowered by ``1e-6 * d`` where ``d`` counts
+    the ties so far, so the ranking order stays visible in the numbers. ``scores`` must be in rank order.
+    """
+    out = np.asarray(scores, dtype=np.float32).copy()
+    ties = 0
+    for i in range(len(out)):
+        out[i] = np.float32(math.floor(float(out[i]) * 10000.0 + 0.5) / 10000.0)
+        if i == 0 or np.float32(out[i - 1] - out[i]) > np.float32(1e-4):
+            ties = 0
+        else:
+            ties += 1
+            out[i] = np.float32(out[i] - np.float32(1e-6) * np.float32(ties))
+    return out
 
 
 # ---------------------------------------------------------------------------- Java side
@@ -399,10 +415,12 @@ class GroupedBM25:
             scores[local_rows[sel]] += weight - weight / (np.float32(1) + freq * ni)
             matched[local_rows[sel]] = True
         candidates = np.nonzero(matched)[0]
-        rounded = round_like_anserini(scores[candidates].astype(np.float32))
+        raw = scores[candidates].astype(np.float32)
         docids = [self.ids[int(rows[i])] for i in candidates]
-        order = sorted(range(len(candidates)), key=lambda j: (-float(rounded[j]), docids[j]))[:k]
-        return [(docids[j], float(rounded[j])) for j in order]
+        # Anserini sorts by raw score, then by docid; then rounds and separates ties (anserini_adjust_scores).
+        order = sorted(range(len(candidates)), key=lambda j: (-float(raw[j]), docids[j]))[:k]
+        adjusted = anserini_adjust_scores([raw[j] for j in order])
+        return [(docids[j], float(score)) for j, score in zip(order, adjusted)]
 
 
 def analyze(texts: Iterable[str]) -> list[list[str]]:

@@ -360,6 +360,7 @@ def build_dense_index(
         rows=len(store),
         grouped=grouped,
         embeddings_kept=keep,
+        encoded_now=stats["encoded"],  # passages encoded by this call (fewer when it resumed)
         embed_seconds=round(stats["seconds"], 3),
         passages_per_second=round(stats["encoded"] / stats["seconds"], 2) if stats["encoded"] and stats["seconds"] > 0 else None,
         faiss_seconds=round(faiss_seconds, 3),

