@@ -172,7 +172,7 @@ JUDGES.register(Spec(
     tags=("api",),
 ))
 
-LLM_BACKENDS = ("transformers", "vllm", "openai", "llamacpp")
+LLM_BACKENDS = ("transformers", "vllm", "openai")  # llama.cpp: its server speaks the openai API
 _JUDGE_KEYS = {"prompt", "parse", "max_new_tokens", "top_logprobs", "threshold", "name"}
 
 
