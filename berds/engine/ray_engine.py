@@ -186,6 +186,10 @@ class RayEngine:
             return max(1, int(cpus))
         return max(1, int(cpus // self.cpus_per_worker))
 
+    def worker_pids(self) -> list[int]:
+        """Process ids of the pool's workers that have reported back at least once (for monitoring)."""
+        return [slot.pid for slot in self._slots if slot.pid is not None]
+
     def _new_actor(self, recipe: Recipe) -> Any:
         options: dict[str, Any] = {"num_cpus": self.cpus_per_worker, "num_gpus": self.gpus_per_worker,
                                    "max_restarts": 0, "max_task_retries": 0}

@@ -1,0 +1,112 @@
+"""Dense encoding on an engine: each embedding shard is encoded by a worker and written by the driver.
+
+``embed_corpus_on_engine`` is the engine twin of ``berds.indexes.faiss.embed_corpus`` and produces the
+same files: ``shard-NNNNN.npy`` + ``shard-NNNNN.ids.txt`` per ``shard_size`` passages, in store order,
+each written atomically by the driver as soon as its vectors arrive. So:
+
+* resume works as before — shards already on disk are skipped, whichever engine wrote them;
+* a worker that dies loses only the shards it held; the engine re-runs them on a fresh worker, and no
+  partial shard ever reaches the disk;
+* a worker splits its shard into the same ``batch_size`` chunks as the local loop, so a deterministic
+  encoder gives byte-identical shard files on any engine and any number of workers.
+
+Each worker loads the encoder once (``ShardEncoder``, built from the picklable ``EncoderSpec``); with
+``gpus_per_worker=1`` Ray gives each worker its own GPU and ``device="cuda"`` means that GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from berds.engine.recipes import Recipe
+from berds.errors import BerdsError
+
+
+class ShardEncoder:
+    """A worker's encoder: one ``Encoder`` built from a spec, encoding whole shards in fixed-size chunks."""
+
+    def __init__(self, *, spec: Any, device: str = "cpu", batch_size: int = 32, dtype: str | None = None):
+        from berds.indexes.encoders import Encoder, encoder_spec
+
+        self.encoder = Encoder(encoder_spec(spec), device=device, batch_size=batch_size, dtype=dtype)
+
+    def encode_shard(self, passages: Sequence[Any]) -> np.ndarray:
+        """float32 ``[len(passages), dim]``, chunked exactly as ``embed_corpus`` chunks a shard."""
+        size = self.encoder.batch_size
+        parts = [self.encoder.encode_passages(list(passages[i:i + size])) for i in range(0, len(passages), size)]
+        return np.concatenate(parts) if parts else np.zeros((0, self.encoder.spec.dim or 0), dtype=np.float32)
+
+
+def encoder_recipe(spec: Any, *, device: str = "cpu", batch_size: int = 32, dtype: str | None = None) -> Recipe:
+    """The worker recipe for passage encoding with ``spec`` (an ``EncoderSpec``, a name, or its dict)."""
+    from berds.indexes.encoders import encoder_spec
+
+    spec = encoder_spec(spec)
+    return Recipe("berds.engine.encoding:ShardEncoder",
+                  {"spec": spec, "device": device, "batch_size": int(batch_size), "dtype": dtype},
+                  method="encode_shard", label=f"encode {spec.name}")
+
+
+def embed_corpus_on_engine(
+    engine: Any,
+    store: Any,
+    spec: Any,
+    folder: Path,
+    *,
+    shard_size: int,
+    device: str = "cpu",
+    batch_size: int = 32,
+    dtype: str | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """``embed_corpus`` with the shards encoded by ``engine``'s workers (same files, same return value:
+    ``{"dim", "rows", "shards", "encoded", "seconds"}``)."""
+    from berds.indexes.base import progress_bar
+    from berds.indexes.faiss import _iter_shard_passages, _save_shard, _shard_path
+
+    recipe = encoder_recipe(spec, device=device, batch_size=batch_size, dtype=dtype)
+    declared_dim = recipe.options["spec"].dim
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    n = len(store)
+    n_shards = max(1, math.ceil(n / shard_size))
+    done_rows = sum(min(shard_size, n - i * shard_size) for i in range(n_shards) if _shard_path(folder, i).is_file())
+    pending: dict[int, tuple[int, list[str]]] = {}  # batch position -> (shard number, passage ids), while in flight
+
+    def shards_to_encode() -> Iterator[list[Any]]:
+        for shard, passages in _iter_shard_passages(store, shard_size, min(shard_size, 1024)):
+            if _shard_path(folder, shard).is_file():
+                continue
+            pending[len(pending_order)] = (shard, [p.id for p in passages])
+            pending_order.append(shard)
+            yield passages
+
+    pending_order: list[int] = []
+    dim: int | None = None
+    encoded = 0
+    started = time.perf_counter()
+    with progress_bar("passages", enabled=progress) as bar:
+        task = bar.add_task(f"embed ({recipe.label.split(' ', 1)[-1]}, {engine.name} x{engine.workers})", total=n,
+                            completed=done_rows)
+        for result in engine.map_batches(recipe, shards_to_encode()):
+            shard, ids = pending.pop(result.index)
+            vectors = np.asarray(result.output)
+            if vectors.ndim != 2 or vectors.shape[0] != len(ids):
+                raise BerdsError(f"{recipe.label}: shard {shard} came back with shape {vectors.shape} for {len(ids)} passages")
+            if dim is None:
+                dim = int(vectors.shape[1])
+                if declared_dim and dim != declared_dim:
+                    raise BerdsError(f"encoder {recipe.label!r} declares dim={declared_dim} but produced {dim}-d vectors")
+            elif vectors.shape[1] != dim:
+                raise BerdsError(f"{recipe.label}: shard {shard} has {vectors.shape[1]}-d vectors, earlier shards {dim}-d")
+            _save_shard(folder, shard, vectors, ids)
+            encoded += len(ids)
+            bar.advance(task, len(ids))
+    if dim is None:  # everything was already on disk
+        dim = int(np.load(_shard_path(folder, 0), mmap_mode="r").shape[1])
+    return {"dim": dim, "rows": n, "shards": n_shards, "encoded": encoded, "seconds": time.perf_counter() - started}
