@@ -178,4 +178,4 @@ def check_retriever_command(
     report = check_retriever(retriever, k=k, options=_options(option))
     Console().print(report.table())
     if not report.ok:
-        raise typer.Exit(1)
+        raise SystemExit(1)  # (typer.Exit's code is swallowed when the app runs with standalone_mode=False)

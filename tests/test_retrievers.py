@@ -1,0 +1,213 @@
+"""The retriever registry, retrieve() into run folders (contract checks, resume), TART, the contract test."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from berds.errors import BerdsError, UnknownNameError
+from berds.retrievers import RETRIEVERS, load_retriever, retrieve
+from berds.runs import load_run
+from berds.testing import TINY_PASSAGES, check_retriever, tiny_questions
+from berds.types import Hit, Passage, Question, rank_hits
+
+QUESTIONS = [Question(f"q{i}", f"question {i}", ("a", "b")) for i in range(5)]
+
+
+class FixedRetriever:
+    """Returns the same three tiny passages for every question, scores 3, 2, 2 (a tie broken by id)."""
+
+    name = "fixed"
+
+    def __init__(self, *, flavour: str = "ok"):
+        self.flavour = flavour
+        self.calls: list[list[str]] = []
+
+    def search(self, questions, *, k):
+        self.calls.append([q.id for q in questions])
+        hits = [Hit(TINY_PASSAGES[0], 3.0), Hit(TINY_PASSAGES[2], 2.0), Hit(TINY_PASSAGES[1], 2.0)]
+        if self.flavour == "unsorted":
+            return [list(reversed(rank_hits(hits)))[:k] for _ in questions]  # worst first
+        if self.flavour == "too-many":
+            return [hits for _ in questions]
+        if self.flavour == "duplicates":
+            return [[hits[0], hits[0]][:k] for _ in questions]
+        if self.flavour == "boom-after-first" and len(self.calls) > 1:
+            raise RuntimeError("killed")
+        return [rank_hits(hits)[:k] for _ in questions]
+
+
+FIXED = f"{__name__}:FixedRetriever"
+
+
+def test_listing_retrievers_imports_nothing_heavy():
+    code = ("import sys; from berds.retrievers.registry import RETRIEVERS; names = RETRIEVERS.names(); "
+            "from berds.cli import main; "
+            "heavy = [m for m in ('torch', 'faiss', 'jnius', 'transformers', 'pyserini', 'sentence_transformers') if m in sys.modules]; "
+            "print(names, heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "'bm25'" in out and "'tart'" in out and "'contriever'" in out and out.strip().endswith("[]")
+
+
+def test_unknown_names_suggest_and_module_attr_works():
+    with pytest.raises(UnknownNameError, match="Did you mean 'contriever'"):
+        RETRIEVERS.spec("contriver")
+    retriever = load_retriever(FIXED, flavour="ok")
+    assert isinstance(retriever, FixedRetriever)
+    with pytest.raises(BerdsError, match="does not take option\\(s\\) 'index'.*it takes: flavour"):
+        load_retriever(FIXED, index="somewhere")
+    assert load_retriever(FIXED, index=None).flavour == "ok"  # unset CLI flags are dropped
+    with pytest.raises(BerdsError, match="needs a `name` string"):
+        load_retriever("berds.types:Passage", id="x", text="y")
+    with pytest.raises(BerdsError, match="cannot import module"):
+        load_retriever("no_such_module_xyz:Thing")
+
+
+def test_retrieve_writes_a_run_folder_with_provenance(tmp_path):
+    run = retrieve(FIXED, QUESTIONS, k=2, out=tmp_path / "run", batch_size=2, progress=False)
+    assert [h.passage.id for h in run.hits["q0"]] == ["bees-1", "bees-2"]  # tie at 2.0: bees-2 < bees-3
+    loaded = load_run(tmp_path / "run")
+    assert list(loaded.questions) == [q.id for q in QUESTIONS]
+    assert [h.passage.text for h in loaded.hits["q3"]] == [TINY_PASSAGES[0].text, TINY_PASSAGES[1].text]
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["retriever"]["class"].endswith(":FixedRetriever") and manifest["k"] == 2
+    assert manifest["question_set"]["count"] == 5
+    assert not (tmp_path / "run" / ".partial.jsonl").exists()
+    trec = (tmp_path / "run" / "run.trec").read_text().splitlines()
+    assert trec[0].split()[:4] == ["q0", "Q0", "bees-1", "1"] and len(trec) == 10
+
+
+@pytest.mark.parametrize("flavour, message", [
+    ("unsorted", "not ordered best first"),
+    ("too-many", "3 hits for k=2"),
+    ("duplicates", "appears twice"),
+])
+def test_retrieve_refuses_results_that_break_the_contract(flavour, message, tmp_path):
+    with pytest.raises(BerdsError, match=message):
+        retrieve(FIXED, QUESTIONS, k=2, options={"flavour": flavour}, progress=False)
+
+
+def test_an_interrupted_retrieval_resumes_after_the_last_finished_batch(tmp_path):
+    retriever = FixedRetriever(flavour="boom-after-first")
+    with pytest.raises(RuntimeError, match="killed"):
+        retrieve(retriever, QUESTIONS, k=2, out=tmp_path / "run", batch_size=2, progress=False)
+    assert not (tmp_path / "run" / "manifest.json").exists()
+    partial = (tmp_path / "run" / ".partial.jsonl").read_text().splitlines()
+    assert len(partial) == 3  # header + the 2 questions of the first batch
+    again = FixedRetriever()
+    run = retrieve(again, QUESTIONS, k=2, out=tmp_path / "run", batch_size=2, progress=False)
+    assert again.calls == [["q2", "q3"], ["q4"]]  # q0, q1 were not searched again
+    assert run.manifest["timing"]["resumed"] == 2 and list(run.questions) == [q.id for q in QUESTIONS]
+    assert [h.passage.id for h in load_run(tmp_path / "run").hits["q0"]] == ["bees-1", "bees-2"]
+    # Other settings (here k) do not reuse a partial file: everything is retrieved again.
+    with pytest.raises(RuntimeError):
+        retrieve(FixedRetriever(flavour="boom-after-first"), QUESTIONS, k=1, out=tmp_path / "run2", batch_size=2, progress=False)
+    fresh = FixedRetriever()
+    retrieve(fresh, QUESTIONS, k=3, out=tmp_path / "run2", batch_size=2, progress=False)
+    assert fresh.calls[0] == ["q0", "q1"]
+
+
+def test_contract_checker_reports_each_broken_rule():
+    assert check_retriever(FixedRetriever()).ok
+    report = check_retriever(FixedRetriever(flavour="unsorted"))
+    assert not report.ok and "not ordered best first" in report.failures[0].detail
+
+    class Flaky(FixedRetriever):
+        counter = 0
+
+        def search(self, questions, *, k):
+            Flaky.counter += 1
+            hits = super().search(questions, k=k)
+            return [[Hit(h.passage, h.score + Flaky.counter) for h in row] for row in hits]
+
+    report = check_retriever(Flaky())
+    assert [c.name for c in report.failures] == ["deterministic", "batch = one by one"]
+
+    class NoKeyword:
+        name = "nok"
+
+        def search(self, questions, depth):
+            return [[] for _ in questions]
+
+    assert [c.name for c in check_retriever(NoKeyword()).failures] == ["search signature"]
+    with pytest.raises(AssertionError, match="FAILED"):
+        from berds.testing import assert_retriever_contract
+
+        assert_retriever_contract(FixedRetriever(flavour="duplicates"))
+    report = check_retriever("not_a_module_abc:Thing")
+    assert report.failures[0].name == "builds" and "cannot import" in report.failures[0].detail
+
+
+@pytest.mark.java
+def test_builtin_bm25_passes_the_contract_on_the_tiny_corpus(tmp_path):
+    report = check_retriever("bm25", workdir=tmp_path)
+    assert report.ok, report.summary()
+    assert next(c for c in report.checks if c.name == "sanity").status == "pass"
+
+
+def test_tart_reranks_the_first_stage_by_cross_encoder_probability(tmp_path):
+    pytest.importorskip("transformers")
+    import torch
+
+    from berds.indexes.encoders import EncoderSpec
+    from berds.indexes.faiss import build_dense_index
+    from berds.retrievers.tart import TartRetriever, TartScorer, enc_t5_class
+    from retrieval_fixtures import tiny_bert, tiny_t5_classifier, word_store
+
+    store = word_store(tmp_path / "store", n=40)
+    bert = tiny_bert(tmp_path / "bert")
+    build_dense_index(store, tmp_path / "idx", encoder=EncoderSpec(name="tiny", model=str(bert), max_length=32), progress=False)
+    t5 = tiny_t5_classifier(tmp_path / "t5")
+    with pytest.raises(BerdsError, match="not 'contriever-msmarco'"):
+        TartRetriever(index=tmp_path / "idx", model=str(t5))  # the study's first stage is Contriever
+    tart = TartRetriever(index=tmp_path / "idx", model=str(t5), first_stage_encoder="index", candidates=10)
+    question = Question("q1", "apple river storm", ("x",))
+    first = tart.first_stage.search([question], k=10)[0]
+    reranked = tart.search([question], k=5)[0]
+    # Independently: the same classifier applied by hand to "<s> instruction [SEP] q </s> passage </s>".
+    from transformers import T5Tokenizer
+
+    tok, model = T5Tokenizer.from_pretrained(t5), enc_t5_class().from_pretrained(t5).eval()
+    unk = tok.unk_token_id  # T5 has no "<s>": TART's bos maps to the unknown token
+    expected = {}
+    for h in first:
+        p = f"{h.passage.title} {h.passage.text}" if h.passage.title else h.passage.text
+        ids = [unk] + tok(f"Retrieve a passage that answers this question. [SEP] {question.text}", add_special_tokens=False)["input_ids"]
+        ids += [tok.eos_token_id] + tok(p, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        with torch.no_grad():
+            hidden = model.encoder(input_ids=torch.tensor([ids])).last_hidden_state[:, 0]
+            expected[h.passage.id] = torch.softmax(model.classifier(hidden), -1)[0, 1].item()
+    best = sorted(expected, key=lambda pid: (-expected[pid], pid))[:5]
+    assert [h.passage.id for h in reranked] == best
+    assert [h.score for h in reranked] == pytest.approx([expected[p] for p in best], abs=1e-5)
+    with pytest.raises(BerdsError, match="k <= 10"):
+        tart.search([question], k=20)
+    provenance = tart.provenance()
+    assert provenance["reranker"]["bos_token_id"] == unk and provenance["first_stage"]["encoder"]["name"] == "tiny"
+    assert isinstance(TartScorer(str(t5)).score("q", ["a", "b"])[0], float)
+
+
+def test_cli_lists_retrievers_and_checks_one(capsys):
+    from berds.cli import main
+
+    main(["retrievers", "list"])
+    out = capsys.readouterr().out
+    assert "bm25" in out and "tart" in out and "built-in" in out
+    main(["check-retriever", FIXED])
+    assert "deterministic" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exited:
+        main(["check-retriever", FIXED, "--option", "flavour=unsorted"])
+    assert exited.value.code == 1
+    main(["encoders", "list"])
+    assert "contriever-msmarco" in capsys.readouterr().out
+
+
+def test_tiny_questions_have_their_answers_in_the_tiny_corpus():
+    ids = {p.id for p in TINY_PASSAGES}
+    from berds.testing import EXPECTED
+
+    assert all(EXPECTED[q.id] in ids for q in tiny_questions())
+    assert isinstance(TINY_PASSAGES[0], Passage)
