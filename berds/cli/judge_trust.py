@@ -119,7 +119,7 @@ def calibrate_command(
     bins: int = typer.Option(10, "--bins", help="Reliability bins."),
     binning: str = typer.Option("uniform", "--binning", help="uniform (equal width) or quantile (equal count)."),
     holdout: Optional[Path] = typer.Option(None, "--holdout", help="Another labelled tsv to score the chosen threshold on."),
-    store: Optional[Path] = typer.Option(None, "--store", help="Calibration file (default: calibration.json beside the cache)."),
+    store: Optional[Path] = typer.Option(None, "--store", help="Calibration file (default: $BERDS_HOME/calibration.json)."),
     no_save: bool = typer.Option(False, "--no-save", help="Measure only; store nothing."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
     no_cache: bool = typer.Option(False, "--no-cache"),

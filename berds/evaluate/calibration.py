@@ -12,8 +12,8 @@ LLM judges expose P(Yes) through first-token log-probabilities (``p_yes_from_log
   P(Yes) values (with 0 and 1 added), so a chosen threshold never sits exactly on a dev score; ties go to
   the candidate nearest 0.5.
 
-The chosen threshold is stored in a small JSON file (``calibration.json`` next to the judgement cache,
-by default in berds' home folder) keyed by the judge id. ``--judge calibrated:NAME`` then wraps judge NAME
+The chosen threshold is stored in a small JSON file keyed by the judge id (``calibration.json`` in
+berds' home folder, next to the default judgement cache; ``--store`` / ``calibration=PATH`` choose another). ``--judge calibrated:NAME`` then wraps judge NAME
 in a ``ThresholdJudge`` using it; ``--judge-option threshold=T`` sets one by hand for judges that take it.
 """
 
@@ -84,7 +84,10 @@ def reliability_table(p_yes: Any, gold: Any, *, n_bins: int = 10, strategy: str 
     """
     p, g = _check_scores(p_yes, gold)
     edges = bin_edges(p, n_bins, strategy)
-    which = np.clip(np.searchsorted(edges, p, side="right") - 1, 0, len(edges) - 2)
+    if strategy == "uniform":  # p * n_bins, rounded first so 0.9 lands in [0.9, 1] despite float edges
+        which = np.clip(np.floor(np.round(p * n_bins, 9)).astype(int), 0, n_bins - 1)
+    else:
+        which = np.clip(np.searchsorted(edges, p, side="right") - 1, 0, len(edges) - 2)
     out = []
     for b in range(len(edges) - 1):
         mask = which == b
@@ -164,10 +167,9 @@ def choose_threshold(p_yes: Any, gold: Any, *, objective: str = "f1") -> Thresho
 # ----------------------------------------------------------------------------------- storage
 
 
-def default_store_path(cache_path: str | Path | None = None) -> Path:
-    """``calibration.json`` beside the judgement cache file (default: in berds' home folder)."""
-    if cache_path is not None:
-        return Path(cache_path).parent / "calibration.json"
+def default_store_path() -> Path:
+    """``calibration.json`` in berds' home folder, beside the default judgement cache. One fixed place, so
+    ``--judge calibrated:NAME`` finds a threshold whatever ``--cache`` a command used."""
     from berds.benchmarks import home_dir
 
     return home_dir() / "calibration.json"
@@ -428,7 +430,7 @@ def calibrate_file(
     dev = read_labelled_pairs(labels_path)
     held = read_labelled_pairs(holdout_path) if holdout_path else None
     check_judge_name(judge)
-    store = CalibrationStore(store_path or default_store_path(cache_path)) if save else None
+    store = CalibrationStore(store_path or default_store_path()) if save else None
     cache = JudgementCache(cache_path) if use_cache else None
     try:
         return calibrate(dev, lazy_judge(judge, judge_options), objective=objective, n_bins=n_bins, strategy=strategy,
