@@ -70,6 +70,19 @@ def test_judge_recipe_comes_from_a_judge_loaded_by_name(tmp_path):
         JudgeRecipe.from_judge(object())
 
 
+def test_recipes_ask_for_a_gpu_only_for_gpu_models():
+    from berds.engine.encoding import encoder_recipe
+    from berds.indexes.encoders import EncoderSpec
+
+    assert JudgeRecipe("mistral-berds").recipe().gpus == 1.0  # catalogue judge tagged gpu
+    assert JudgeRecipe("vllm:/models/mistral").recipe().gpus == 1.0
+    assert JudgeRecipe("transformers:/models/m", {"device": "cuda:0"}).recipe().gpus == 1.0
+    assert JudgeRecipe("transformers:/models/m").recipe().gpus == 0.0
+    assert JudgeRecipe("embedded").recipe().gpus == 0.0
+    spec = EncoderSpec(name="t", model="/m")
+    assert encoder_recipe(spec, device="cuda").gpus == 1.0 and encoder_recipe(spec).gpus == 0.0
+
+
 # ---------------------------------------------------------------------------------------- engines
 
 
@@ -101,6 +114,15 @@ def test_local_engine_judge_runner_is_judge_missing():
     from berds.evaluate.evaluation import judge_missing
 
     assert get_engine("local").judge_runner() is judge_missing
+
+
+def test_index_dense_cli_rejects_an_unknown_engine(tmp_path, capsys):
+    from berds.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["index", "dense", str(tmp_path), "--out", str(tmp_path / "i"), "--encoder", "minilm", "--engine", "rya"])
+    assert exit_info.value.code == 2
+    assert "unknown engine 'rya'. Did you mean 'ray'?" in capsys.readouterr().err.replace("\n", "")
 
 
 def test_engine_info_cli_for_the_local_engine(capsys):
@@ -192,6 +214,16 @@ def test_ray_encoding_writes_the_same_shards_even_when_a_worker_is_killed(tmp_pa
     assert _folder_bytes(tmp_path / "killed") == expected
     assert not [p for p in (tmp_path / "killed").iterdir() if p.name.startswith(".")]  # no half-written temp files
 
+    # Through build_dense_index(engine=...): the FAISS index and its row ids are the same bytes.
+    from berds.indexes.faiss import build_dense_index
+
+    metas = {name: build_dense_index(store, tmp_path / f"index-{name}", encoder=spec, batch_size=8, shard_size=20,
+                                     progress=False, engine=engine)
+             for name, engine in (("local", None), ("ray", ray_engine))}
+    assert metas["ray"]["rows"] == metas["local"]["rows"] == 240
+    for name in ("faiss.index", "docids.txt"):
+        assert (tmp_path / "index-ray" / name).read_bytes() == (tmp_path / "index-local" / name).read_bytes()
+
     # Resume: with 5 shards removed, only those 5 are encoded again.
     for i in (0, 3, 4, 9, 11):
         (tmp_path / "killed" / f"shard-{i:05d}.npy").unlink()
@@ -282,6 +314,12 @@ def test_ray_passes_user_errors_through_and_stops_on_a_poison_batch(ray_engine):
     doubled = sorted(ray_engine.map_batches(Recipe.function("engine_fixtures:double_all"), [[1, 2], [3]]),
                      key=lambda r: r.index)
     assert [r.output for r in doubled] == [[2, 4], [6]]  # the shared instance still works after both failures
+
+
+@ray_mark
+def test_ray_refuses_gpu_workers_on_a_cluster_without_gpus(ray_engine):
+    with pytest.raises(BerdsError, match="ask for 1 GPU each but the Ray cluster has 0 GPUs"):
+        ray_engine.workers_for(JudgeRecipe("mistral-berds").recipe())
 
 
 @ray_mark

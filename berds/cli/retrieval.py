@@ -78,15 +78,23 @@ def index_dense(
     keep_embeddings: Optional[bool] = typer.Option(None, "--keep-embeddings/--drop-embeddings", help="Keep shard files after FAISS is built (default: only for grouped stores)."),
     overwrite: str = typer.Option("missing", "--overwrite", help="missing (keep an identical index, resume an unfinished one) | always | never"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    engine: str = typer.Option("local", "--engine", help="local | ray: where the shards are encoded (same files either way)."),
+    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address, e.g. ray://HEAD:10001 (with --engine ray)."),
 ) -> None:
     """Embed a passage store in shards (resumable) and build a FAISS index."""
+    from berds.engine import get_engine
     from berds.indexes.faiss import build_dense_index
 
-    meta = build_dense_index(
-        corpus, out, encoder=encoder, encoder_options=_options(encoder_option), device=device, dtype=dtype,
-        batch_size=batch_size, shard_size=shard_size, faiss=faiss, faiss_options=_options(faiss_option),
-        keep_embeddings=keep_embeddings, overwrite=overwrite, progress=not quiet,
-    )
+    runner = get_engine(engine, address=address)
+    try:
+        meta = build_dense_index(
+            corpus, out, encoder=encoder, encoder_options=_options(encoder_option), device=device, dtype=dtype,
+            batch_size=batch_size, shard_size=shard_size, faiss=faiss, faiss_options=_options(faiss_option),
+            keep_embeddings=keep_embeddings, overwrite=overwrite, progress=not quiet,
+            engine=None if runner.name == "local" else runner,
+        )
+    finally:
+        runner.close()
     rate = meta.get("passages_per_second")
     _print_meta(f"dense index: {out}", meta, [
         ("encoder", f"{meta['encoder']['name']} ({meta['encoder']['model']}, {meta['dim']}-d)"),

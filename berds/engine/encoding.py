@@ -11,7 +11,8 @@ each written atomically by the driver as soon as its vectors arrive. So:
   encoder gives byte-identical shard files on any engine and any number of workers.
 
 Each worker loads the encoder once (``ShardEncoder``, built from the picklable ``EncoderSpec``); with
-``gpus_per_worker=1`` Ray gives each worker its own GPU and ``device="cuda"`` means that GPU.
+``device="cuda"`` the recipe asks for one GPU per worker, Ray gives each worker its own, and ``cuda``
+inside the worker means that GPU.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def encoder_recipe(spec: Any, *, device: str = "cpu", batch_size: int = 32, dtyp
     spec = encoder_spec(spec)
     return Recipe("berds.engine.encoding:ShardEncoder",
                   {"spec": spec, "device": device, "batch_size": int(batch_size), "dtype": dtype},
-                  method="encode_shard", label=f"encode {spec.name}")
+                  method="encode_shard", label=f"encode {spec.name}", gpus=1.0 if device.startswith("cuda") else 0.0)
 
 
 def embed_corpus_on_engine(
@@ -65,7 +66,21 @@ def embed_corpus_on_engine(
     progress: bool = True,
 ) -> dict[str, Any]:
     """``embed_corpus`` with the shards encoded by ``engine``'s workers (same files, same return value:
-    ``{"dim", "rows", "shards", "encoded", "seconds"}``)."""
+    ``{"dim", "rows", "shards", "encoded", "seconds"}``). ``engine`` is an ``Engine`` or a name."""
+    from berds.engine import get_engine
+
+    owned = isinstance(engine, str)  # an engine given by name is started here and closed at the end
+    engine = get_engine(engine)
+    try:
+        return _embed(engine, store, spec, folder, shard_size=shard_size, device=device, batch_size=batch_size,
+                      dtype=dtype, progress=progress)
+    finally:
+        if owned:
+            engine.close()
+
+
+def _embed(engine: Any, store: Any, spec: Any, folder: Path, *, shard_size: int, device: str, batch_size: int,
+           dtype: str | None, progress: bool) -> dict[str, Any]:
     from berds.indexes.base import progress_bar
     from berds.indexes.faiss import _iter_shard_passages, _save_shard, _shard_path
 

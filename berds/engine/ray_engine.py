@@ -101,8 +101,9 @@ class RayEngine:
       joins the instance running on this machine, ``"ray://head:10001"`` a remote cluster (Ray Client).
       An already initialised Ray (``ray.init`` by the caller) is used as it is.
     * ``num_workers`` — actors in the pool (default: fill the cluster, see the module docstring).
-    * ``cpus_per_worker`` / ``gpus_per_worker`` — resources each actor reserves (a 7B judge under vLLM:
-      ``gpus_per_worker=1``; CPU encoding: ``cpus_per_worker`` = threads per model).
+    * ``cpus_per_worker`` / ``gpus_per_worker`` — resources each actor reserves (CPU encoding:
+      ``cpus_per_worker`` = threads per model). ``gpus_per_worker=None`` (default) takes the recipe's
+      hint: 1 for a GPU judge (``mistral-berds``, ``vllm:...``) or an encoder on ``device="cuda"``, else 0.
     * ``in_flight_per_worker`` — batches queued per actor; ``max_batch_attempts`` — how many workers a
       batch may lose before the job fails.
     * ``runtime_env`` — Ray runtime environment for the actors (e.g. ``{"env_vars": {...}}``).
@@ -118,7 +119,7 @@ class RayEngine:
         *,
         num_workers: int | None = None,
         cpus_per_worker: float = 1.0,
-        gpus_per_worker: float = 0.0,
+        gpus_per_worker: float | None = None,
         in_flight_per_worker: int = 2,
         max_batch_attempts: int = 3,
         runtime_env: dict[str, Any] | None = None,
@@ -133,7 +134,7 @@ class RayEngine:
                 raise BerdsError(f"{label} must be a positive integer, got {value!r}")
         if in_flight_per_worker < 1 or max_batch_attempts < 1:
             raise BerdsError("in_flight_per_worker and max_batch_attempts must be at least 1")
-        if cpus_per_worker < 0 or gpus_per_worker < 0:
+        if cpus_per_worker < 0 or (gpus_per_worker is not None and gpus_per_worker < 0):
             raise BerdsError("cpus_per_worker and gpus_per_worker must not be negative")
         self._ray = ray
         self._owns_ray = False
@@ -157,7 +158,7 @@ class RayEngine:
         self.address = address
         self._num_workers = num_workers
         self.cpus_per_worker = float(cpus_per_worker)
-        self.gpus_per_worker = float(gpus_per_worker)
+        self.gpus_per_worker = None if gpus_per_worker is None else float(gpus_per_worker)
         self.in_flight_per_worker = in_flight_per_worker
         self.max_batch_attempts = max_batch_attempts
         self.runtime_env = runtime_env
@@ -171,16 +172,29 @@ class RayEngine:
 
     @property
     def workers(self) -> int:
-        """The pool size the next job gets."""
+        """The pool size a CPU job gets (``workers_for(recipe)`` for a given recipe)."""
+        return self.workers_for(None)
+
+    def gpus_for(self, recipe: Recipe | None) -> float:
+        """GPUs each worker reserves: the engine's setting, else the recipe's hint."""
+        if self.gpus_per_worker is not None:
+            return self.gpus_per_worker
+        return float(recipe.gpus) if recipe is not None else 0.0
+
+    def workers_for(self, recipe: Recipe | None) -> int:
+        """The pool size for ``recipe``: ``num_workers``, else as many as the cluster's GPUs (GPU
+        workers) or CPUs allow."""
         if self._num_workers:
             return self._num_workers
         resources = self._ray.cluster_resources()
-        if self.gpus_per_worker > 0:
+        gpus_each = self.gpus_for(recipe)
+        if gpus_each > 0:
             gpus = float(resources.get("GPU", 0.0))
-            if gpus < self.gpus_per_worker:
-                raise BerdsError(f"workers ask for {self.gpus_per_worker:g} GPU each but the Ray cluster has {gpus:g} GPUs "
-                                 "— add GPU nodes, or set gpus_per_worker=0 to run on CPUs")
-            return max(1, int(gpus // self.gpus_per_worker))
+            if gpus < gpus_each:
+                what = f"{recipe.label!r} workers ask" if recipe is not None else "workers ask"
+                raise BerdsError(f"{what} for {gpus_each:g} GPU each but the Ray cluster has {gpus:g} GPUs "
+                                 "— add GPU nodes, or run on CPUs (gpus_per_worker=0, device cpu)")
+            return max(1, int(gpus // gpus_each))
         cpus = float(resources.get("CPU", 1.0))
         if self.cpus_per_worker == 0:
             return max(1, int(cpus))
@@ -191,7 +205,7 @@ class RayEngine:
         return [slot.pid for slot in self._slots if slot.pid is not None]
 
     def _new_actor(self, recipe: Recipe) -> Any:
-        options: dict[str, Any] = {"num_cpus": self.cpus_per_worker, "num_gpus": self.gpus_per_worker,
+        options: dict[str, Any] = {"num_cpus": self.cpus_per_worker, "num_gpus": self.gpus_for(recipe),
                                    "max_restarts": 0, "max_task_retries": 0}
         if self.runtime_env:
             options["runtime_env"] = self.runtime_env
@@ -201,7 +215,7 @@ class RayEngine:
         key = recipe.key()
         if key != self._pool_key:
             self._kill_pool()  # one model family at a time: a new recipe frees the old workers' memory
-            self._slots = [_Slot(self._new_actor(recipe)) for _ in range(self.workers)]
+            self._slots = [_Slot(self._new_actor(recipe)) for _ in range(self.workers_for(recipe))]
             self._pool_key = key
         return self._slots
 
@@ -356,7 +370,7 @@ class RayEngine:
             "engine": "ray", "ray_version": ray.__version__, "address": self.address or "local instance",
             "started_here": self._owns_ray, "nodes": nodes,
             "cpus": total.get("CPU", 0.0), "gpus": total.get("GPU", 0.0),
-            "cpus_per_worker": self.cpus_per_worker, "gpus_per_worker": self.gpus_per_worker,
+            "cpus_per_worker": self.cpus_per_worker, "gpus_per_worker": self.gpus_for(None),
             "workers": self.workers,
         }
 

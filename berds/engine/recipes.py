@@ -36,6 +36,8 @@ class Recipe:
     * ``method``  — the object's method each batch goes through (``obj.method(batch)``); ``None`` calls
       the object itself (``obj(batch)``).
     * ``label``   — a short name for progress bars and error messages.
+    * ``gpus``    — GPUs one worker needs for this model (a hint: a distributed engine reserves that many
+      per worker unless it was told otherwise; 0 runs on CPUs).
 
     Options must be picklable (strings, numbers, paths, lists, dicts): they travel to every worker.
     """
@@ -44,6 +46,7 @@ class Recipe:
     options: Mapping[str, Any] = field(default_factory=dict)
     method: str | None = None
     label: str = ""
+    gpus: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.factory, str) or ":" not in self.factory:
@@ -147,7 +150,19 @@ class JudgeRecipe:
     def recipe(self) -> Recipe:
         """The worker recipe: one ``JudgeWorker`` per worker, each batch through ``judge_batch``."""
         return Recipe("berds.engine.recipes:JudgeWorker", {"name": self.name, "options": dict(self.options)},
-                      method="judge_batch", label=f"judge {self.name}")
+                      method="judge_batch", label=f"judge {self.name}", gpus=1.0 if self.needs_gpu() else 0.0)
+
+    def needs_gpu(self) -> bool:
+        """Whether one worker needs a GPU: a catalogue judge tagged ``gpu``, a ``vllm:`` model, or a
+        ``device=cuda...`` option (checked without importing the judge)."""
+        if str(self.options.get("device", "")).startswith("cuda"):
+            return True
+        prefix, sep, _ = self.name.partition(":")
+        if sep and prefix == "vllm":
+            return True
+        from berds.evaluate.judge import JUDGES
+
+        return self.name in JUDGES and "gpu" in JUDGES.spec(self.name).tags
 
     def build(self) -> Any:
         """The judge itself, in this process."""

@@ -311,11 +311,14 @@ def build_dense_index(
     keep_embeddings: bool | None = None,
     overwrite: str = "missing",
     progress: bool = True,
+    engine: Any = None,
 ) -> dict[str, Any]:
     """Embed a passage store with ``encoder`` and build a FAISS index in ``out``; returns ``meta.json``.
 
     ``keep_embeddings`` keeps the shard files after FAISS is built (default: only for stores with
     groups, whose per-question search reads them; a flat FAISS index holds the same vectors anyway).
+    ``engine`` (``"ray"`` or a ``berds.engine`` Engine) encodes the shards on its workers; the shard
+    files, and so the index, are the same as without it.
     """
     store = open_store(corpus)
     spec = encoder_spec(encoder, **(encoder_options or {}))
@@ -331,10 +334,16 @@ def build_dense_index(
     out = Path(out)
     if not prepare_index_folder(out, settings, overwrite=overwrite):
         return read_index_meta(out, "dense")
-    encoder_ = Encoder(spec, device=device, batch_size=batch_size, dtype=dtype)
     emb_dir = out / EMBEDDINGS_DIR
-    stats = embed_corpus(store, encoder_, emb_dir, shard_size=shard_size, progress=progress)
-    encoder_.close()
+    if engine is not None and engine != "local":  # shards encoded by an execution engine's workers
+        from berds.engine.encoding import embed_corpus_on_engine
+
+        stats = embed_corpus_on_engine(engine, store, spec, emb_dir, shard_size=shard_size, device=device,
+                                       batch_size=batch_size, dtype=dtype, progress=progress)
+    else:
+        encoder_ = Encoder(spec, device=device, batch_size=batch_size, dtype=dtype)
+        stats = embed_corpus(store, encoder_, emb_dir, shard_size=shard_size, progress=progress)
+        encoder_.close()
     embeddings = ShardedEmbeddings(emb_dir, len(store), shard_size)
     write_ids(out / "docids.txt", list(embeddings.ids()))
     if grouped:
