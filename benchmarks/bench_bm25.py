@@ -1,0 +1,239 @@
+"""BM25 benchmark: berds' Lucene BM25 (pyserini/Anserini) next to bm25s on the same data, same run.
+
+Measured, on synthetic 100-word passages (Zipf-distributed vocabulary of 30k pseudo-words plus English
+stopwords, so analysis and posting lists look like text):
+
+* indexing  — passages/s: ``berds.indexes.bm25.build_bm25_index`` (reads the passage store, Anserini
+              SimpleIndexer) vs ``bm25s`` (tokenize with its English stopwords + Snowball stemmer, then
+              index; the ``lucene`` BM25 variant with the same k1=0.9, b=0.4). Also disk size.
+* search    — queries/s at k=10 and k=100 (1 and 2 threads for Lucene; bm25s with its numba backend when
+              numba is installed, else numpy), and how often the two agree on the top hit / top 10.
+* groups    — per-question corpora (one small corpus per question): berds' exact in-memory per-group
+              scorer vs the naive way, one Lucene index per question (built, opened, searched, closed);
+              measured on a sample of groups and extrapolated.
+
+Ratios are printed against the baseline measured in the same process. Peak RSS includes the JVM.
+
+    python benchmarks/bench_bm25.py                       # 1M passages (~10 min on 2 cores)
+    python benchmarks/bench_bm25.py --passages 100000     # quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+STOPWORDS = "the of and to in is that for it as was with be by on not he this are or his from".split()
+
+
+def vocabulary(n: int = 30_000, seed: int = 0) -> tuple[list[str], np.ndarray]:
+    rng = random.Random(seed)
+    letters = "etaoinshrdlcumwfgypbvkjxqz"
+    words = sorted({"".join(rng.choices(letters, weights=range(26, 0, -1), k=rng.randint(3, 10))) for _ in range(n * 2)})
+    words = [w for w in words if w not in STOPWORDS][:n]
+    rng.shuffle(words)
+    words = STOPWORDS + words  # stopwords are the most frequent ranks, as in English
+    probs = 1.0 / np.arange(1, len(words) + 1) ** 1.05
+    return words, probs / probs.sum()
+
+
+def synthetic_texts(n: int, seed: int = 0) -> list[str]:
+    words, probs = vocabulary()
+    rng = np.random.default_rng(seed)
+    vocab = np.array(words, dtype=object)
+    out: list[str] = []
+    for start in range(0, n, 20_000):
+        idx = rng.choice(len(words), size=(min(20_000, n - start), 100), p=probs)
+        out += [" ".join(row) for row in vocab[idx]]
+    return out
+
+
+def synthetic_queries(n: int, seed: int = 1) -> list[str]:
+    words, _ = vocabulary()
+    rng = random.Random(seed)
+    content = words[len(STOPWORDS):]
+    # Queries mix frequent and rarer words (ranks 20..5000), 3-8 words, sometimes a stopword.
+    return [" ".join(rng.choice(content[20:5000]) for _ in range(rng.randint(3, 8)))
+            + (" the" if rng.random() < 0.3 else "") for _ in range(n)]
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def folder_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
+
+
+def timed(fn, *args, **kwargs):
+    start = time.perf_counter()
+    result = fn(*args, **kwargs)
+    return result, time.perf_counter() - start
+
+
+def lucene_part(texts: list[str], queries: list[str], work: Path, threads: int) -> dict:
+    from berds.corpora.docstore import write_passage_store
+    from berds.indexes.bm25 import LuceneSearcher, build_bm25_index
+    from berds.types import Passage
+
+    _, store_s = timed(write_passage_store, (Passage(str(i), t) for i, t in enumerate(texts)), work / "store")
+    _, index_s = timed(build_bm25_index, work / "store", work / "bm25", threads=threads, progress=False)
+    searcher, open_s = timed(LuceneSearcher, work / "bm25" / "lucene")
+    out = {"store_s": store_s, "index_s": index_s, "open_s": open_s, "disk_mb": folder_mb(work / "bm25" / "lucene")}
+    searcher.search(queries, 100)  # one untimed pass: JIT warm-up and page cache, as bm25s gets its numba compile
+    for k in (10, 100):
+        for t in (1, 2):
+            hits, s = timed(searcher.search, queries, k, threads=t)
+            out[f"q{k}_t{t}"] = len(queries) / s
+            if t == 1:
+                out[f"hits{k}"] = hits
+    searcher.close()
+    return out
+
+
+def bm25s_part(texts: list[str], queries: list[str], work: Path) -> dict:
+    import bm25s
+
+    try:
+        import Stemmer
+
+        stemmer = Stemmer.Stemmer("english")
+    except ImportError:
+        stemmer = None
+    try:
+        import numba  # noqa: F401
+
+        backend = "numba"
+    except ImportError:
+        backend = "numpy"
+    start = time.perf_counter()
+    tokens = bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False)
+    model = bm25s.BM25(k1=0.9, b=0.4, method="lucene", backend=backend)
+    model.index(tokens, show_progress=False)
+    index_s = time.perf_counter() - start
+    del tokens
+    model.save(str(work / "bm25s"))
+    out = {"index_s": index_s, "disk_mb": folder_mb(work / "bm25s"), "backend": backend, "stemmer": stemmer is not None}
+    q_tokens = bm25s.tokenize(queries, stopwords="en", stemmer=stemmer, show_progress=False)
+    model.retrieve(q_tokens, k=100, show_progress=False, n_threads=1)  # one untimed pass (numba compile, caches)
+    for k in (10, 100):
+        start = time.perf_counter()
+        q_tokens = bm25s.tokenize(queries, stopwords="en", stemmer=stemmer, show_progress=False)
+        docs, _ = model.retrieve(q_tokens, k=k, show_progress=False, n_threads=1)
+        out[f"q{k}_t1"] = len(queries) / (time.perf_counter() - start)
+        out[f"hits{k}"] = [[str(int(d)) for d in row] for row in docs]
+    return out
+
+
+def groups_part(n_groups: int, per_group: int, sample: int, work: Path) -> dict:
+    """Per-question corpora: exact in-memory per-group BM25 vs one Lucene index per question."""
+    from berds.corpora.docstore import PassageStoreWriter, write_passage_store
+    from berds.indexes.bm25 import GroupedBM25, LuceneSearcher, build_bm25_index
+    from berds.types import Passage
+
+    texts = synthetic_texts(n_groups * per_group, seed=5)
+    queries = synthetic_queries(n_groups, seed=6)
+    with PassageStoreWriter(work / "gstore") as w:
+        for g in range(n_groups):
+            for j in range(per_group):
+                w.add(Passage(f"g{g}-{j}", texts[g * per_group + j]), group=f"g{g}")
+    _, build_s = timed(build_bm25_index, work / "gstore", work / "gindex", progress=False)
+    grouped = GroupedBM25(work / "gindex")
+    grouped.search("g0", queries[0], 100)  # starts the query analyzer
+    start = time.perf_counter()
+    for g in range(n_groups):
+        grouped.search(f"g{g}", queries[g], 100)
+    search_s = time.perf_counter() - start
+    # The naive way on a sample of groups: a store + Lucene index per question, opened and searched.
+    start = time.perf_counter()
+    for g in range(sample):
+        ps = [Passage(f"g{g}-{j}", texts[g * per_group + j]) for j in range(per_group)]
+        write_passage_store(ps, work / f"one-{g}")
+        build_bm25_index(work / f"one-{g}", work / f"one-index-{g}", progress=False)
+        searcher = LuceneSearcher(work / f"one-index-{g}" / "lucene")
+        searcher.search([queries[g]], 100)
+        searcher.close()
+    naive_per_group = (time.perf_counter() - start) / sample
+    return {"groups": n_groups, "per_group": per_group, "grouped_build_s": build_s, "grouped_search_s": search_s,
+            "naive_per_group_s": naive_per_group, "naive_total_s": naive_per_group * n_groups, "sample": sample}
+
+
+def overlap(a: list[list[str]], b: list[list[str]], depth: int) -> tuple[float, float]:
+    top1 = np.mean([bool(x and y and x[0] == y[0]) for x, y in zip(a, b)])
+    topk = np.mean([len(set(x[:depth]) & set(y[:depth])) / depth for x, y in zip(a, b)])
+    return float(top1), float(topk)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--passages", type=int, default=1_000_000)
+    parser.add_argument("--queries", type=int, default=1000)
+    parser.add_argument("--threads", type=int, default=2, help="Lucene indexing threads")
+    parser.add_argument("--groups", type=int, default=2400, help="per-question corpora: number of questions")
+    parser.add_argument("--per-group", type=int, default=100, help="passages per question corpus")
+    parser.add_argument("--group-sample", type=int, default=20, help="per-question Lucene indexes actually built")
+    parser.add_argument("--workdir", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    work = Path(tempfile.mkdtemp(prefix="berds-bench-bm25-", dir=args.workdir))
+    try:
+        console.print(f"generating {args.passages:,} synthetic 100-word passages and {args.queries} queries ...")
+        (texts, gen_s) = timed(synthetic_texts, args.passages)
+        queries = synthetic_queries(args.queries)
+        console.print(f"  {gen_s:.1f} s; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+        console.print("Lucene (berds / pyserini) ...")
+        lucene = lucene_part(texts, queries, work, args.threads)
+        console.print("bm25s ...")
+        base = bm25s_part(texts, queries, work)
+        del texts
+        console.print(f"per-question corpora: {args.groups} x {args.per_group} passages ...")
+        groups = groups_part(args.groups, args.per_group, args.group_sample, work)
+
+        n = args.passages
+        table = Table(title=f"BM25 on {n:,} passages, {args.queries} queries (load avg {os.getloadavg()[0]:.1f})")
+        for col in ("measure", "berds Lucene", f"bm25s ({base['backend']})", "Lucene / bm25s"):
+            table.add_column(col, justify="right")
+        table.add_row("index passages/s", f"{n / lucene['index_s']:,.0f}", f"{n / base['index_s']:,.0f}",
+                      f"{base['index_s'] / lucene['index_s']:.2f}x")
+        table.add_row("index size MB", f"{lucene['disk_mb']:,.0f}", f"{base['disk_mb']:,.0f}", f"{lucene['disk_mb'] / base['disk_mb']:.2f}x")
+        for k in (10, 100):
+            table.add_row(f"queries/s k={k} (1 thread)", f"{lucene[f'q{k}_t1']:,.0f}", f"{base[f'q{k}_t1']:,.0f}",
+                          f"{lucene[f'q{k}_t1'] / base[f'q{k}_t1']:.2f}x")
+            table.add_row(f"queries/s k={k} (Lucene 2 threads)", f"{lucene[f'q{k}_t2']:,.0f}", "", "")
+        top1, top10 = overlap([[d for d, _ in h] for h in lucene["hits10"]], base["hits10"], 10)
+        table.add_row("agreement top-1 / top-10 overlap", f"{top1:.1%} / {top10:.1%}", "", "")
+        table.add_row("(not timed) passage store write s", f"{lucene['store_s']:.1f}", "", "")
+        table.add_row("searcher open s", f"{lucene['open_s']:.2f}", "", "")
+        table.add_row("peak RSS MB (process, incl. JVM)", f"{peak_rss_mb():,.0f}", "", "")
+        console.print(table)
+
+        g = groups
+        gt = Table(title=f"per-question corpora: {g['groups']} questions x {g['per_group']} passages, k=100")
+        for col in ("way", "build s", "search s", "total s", "vs per-question Lucene"):
+            gt.add_column(col, justify="right")
+        total = g["grouped_build_s"] + g["grouped_search_s"]
+        gt.add_row("berds: one index + exact per-group scoring", f"{g['grouped_build_s']:.1f}", f"{g['grouped_search_s']:.2f}",
+                   f"{total:.1f}", f"{g['naive_total_s'] / total:.1f}x faster")
+        gt.add_row(f"one Lucene index per question (measured on {g['sample']}, extrapolated)", "", "",
+                   f"{g['naive_total_s']:.1f}", "1x")
+        gt.add_row("per-group queries/s", f"{g['groups'] / g['grouped_search_s']:,.0f}", "", "", "")
+        console.print(gt)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
