@@ -70,10 +70,12 @@ def normalise_scores(scores: Sequence[float] | np.ndarray, method: str = "minmax
 
 def cosine_matrix(embeddings: np.ndarray) -> np.ndarray:
     """Pairwise cosine similarities of the rows of ``embeddings`` (zero vectors have cosine 0 with all)."""
-    e = np.asarray(embeddings, dtype=np.float64)
+    # float32 like the embeddings themselves: the product is several times faster than in float64, and
+    # cosines need no more precision than the vectors carry.
+    e = np.asarray(embeddings, dtype=np.float32)
     norms = np.linalg.norm(e, axis=1, keepdims=True)
     unit = np.divide(e, norms, out=np.zeros_like(e), where=norms > 0)
-    return unit @ unit.T
+    return (unit @ unit.T).astype(np.float64)
 
 
 def mmr_order(relevance: Sequence[float] | np.ndarray, similarity: np.ndarray, lam: float,
