@@ -309,3 +309,15 @@ def test_analyze_stance_command_through_a_served_model(tmp_path, monkeypatch):
     assert [(s.qid, s.supporting, s.status) for s in stances.values()] == \
         [("q1", 0, "agreed"), ("q2", 1, "agreed"), ("q3", None, "skipped")]
     assert len(llm.prompts) == 4 and "agreed" in result.output
+
+
+def test_a_stance_file_for_a_whole_set_serves_a_run_of_some_questions(tmp_path):
+    from berds.evaluate.analyses.stance import resolve_stances
+
+    path = tmp_path / "all.jsonl"
+    path.write_text('{"id": "q1", "supporting": 0}\n{"id": "elsewhere", "supporting": 1}\n')
+    assert list(resolve_stances(QUESTIONS[:1], stances=path)) == ["q1"]
+    with pytest.raises(InputError, match="no stance for any of these questions"):
+        resolve_stances(QUESTIONS[1:2], stances=path)
+    with pytest.raises(BerdsError, match="--stances FILE"):
+        resolve_stances(QUESTIONS)

@@ -134,10 +134,13 @@ def write_stances(path: str | Path, stances: Mapping[str, Stance], *, prompt_ver
                               for s in stances.values()))
 
 
-def read_stances(path: str | Path, questions: Mapping[str, Question] | None = None) -> dict[str, Stance]:
+def read_stances(path: str | Path, questions: Mapping[str, Question] | None = None, *,
+                 allow_extra: bool = False) -> dict[str, Stance]:
     """Stances from jsonl. ``supporting`` is 0 or 1 (or null for unknown); ``opposing`` defaults to the other.
 
-    With ``questions`` given, every id must be one of them and have exactly two perspectives.
+    With ``questions`` given, every id must be one of them (``allow_extra``: ids of other questions are
+    left out, e.g. a whole set's stances used for a run of some of its questions) and have exactly two
+    perspectives.
     """
     from berds.io import iter_jsonl
 
@@ -163,6 +166,8 @@ def read_stances(path: str | Path, questions: Mapping[str, Question] | None = No
             raise InputError(f"unknown status {status!r} (one of {', '.join(STATUSES)})", path=path, line=line, record=qid)
         if questions is not None:
             if qid not in questions:
+                if allow_extra:
+                    continue
                 raise InputError("question id is not in the run / question set", path=path, line=line, record=qid,
                                  fix="use the stances computed for these questions")
             if sup is not None and len(questions[qid].perspectives) != 2:
@@ -171,7 +176,7 @@ def read_stances(path: str | Path, questions: Mapping[str, Question] | None = No
         if qid in out:
             raise InputError("duplicate question id", path=path, line=line, record=qid)
         out[qid] = Stance(qid, sup, opp, status, tuple(rec.get("answers") or ()))
-    if not out:
+    if not out and not allow_extra:
         raise InputError("holds no stances", path=path)
     return out
 
@@ -180,7 +185,11 @@ def resolve_stances(questions: Sequence[Question], *, stances: str | Path | None
                     llm_options: Mapping[str, Any] | None = None, progress: bool = False) -> dict[str, Stance]:
     """Stances from a file (``stances``) or computed with an LLM (``llm``: ``BACKEND:MODEL`` or an object)."""
     if stances is not None:
-        return read_stances(stances, {q.id: q for q in questions})
+        found = read_stances(stances, {q.id: q for q in questions}, allow_extra=True)
+        if not found:
+            raise InputError("holds no stance for any of these questions", path=stances,
+                             fix="use the stances computed for this question set (`berds analyze stance`)")
+        return found
     if llm is None:
         raise BerdsError("stances are needed: pass --stances FILE (from `berds analyze stance`) or --stance-llm BACKEND:MODEL")
     if isinstance(llm, str):
