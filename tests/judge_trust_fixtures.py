@@ -214,3 +214,57 @@ def write_demo_subset(path: Path, questions: Sequence[str] = ("demo-01", "demo-0
         pairs.append(replace(p, stance=stance))
     write_labelled_pairs(path, pairs)
     return path
+
+
+# ---------------------------------------------------------------------------------------- a biased transformer
+
+
+def build_last_label_mistral(folder: str | Path) -> Path:
+    """A tiny Mistral (the LLM fixture's architecture and tokenizer) whose weights are *set by hand* so that
+    it answers with whichever of "Yes" / "No" appears last in its prompt — the position bias of LLM judges
+    that favour the last-listed label. Given the study's instruction ('Answer with "Yes" or "No" only.') it
+    says No to everything; with the labels listed No/Yes it says Yes to everything.
+
+    How (one attention head does it; every other weight is zero, so the rest of the network is identity):
+    the residual stream holds a constant feature and "is Yes" / "is No" features. The query at the last
+    position and the keys of Yes/No tokens live in the slowest rotary pair (θ = 10000^(-6/8) = 0.001), so
+    the score ``C·cos(θ·distance)`` is large for label tokens and a little larger for nearer ones: softmax
+    picks the most recent label token. Its value (+1 for Yes, −1 for No) is written to one residual feature
+    that the output layer maps to the logits of "▁Yes" (+) and "▁No" (−).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from llm_fixtures import build_tiny_mistral
+
+    folder = build_tiny_mistral(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    vocab = tokenizer.get_vocab()
+    yes_ids, no_ids = [vocab["Yes"], vocab["▁Yes"]], [vocab["No"], vocab["▁No"]]
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    config = model.config
+    head_dim = config.head_dim
+    slow = head_dim // 2 - 1  # index of the slowest rotary pair's first component (pairs are (i, i + head_dim/2))
+    with torch.no_grad():
+        for param in model.parameters():
+            param.zero_()
+        const, is_yes, is_no, answer = 0, 1, 2, 3  # residual features
+        emb = model.model.embed_tokens.weight
+        emb[:, const] = 1.0
+        emb[yes_ids, is_yes] = 1.0
+        emb[no_ids, is_no] = 1.0
+        for layer in model.model.layers:
+            layer.input_layernorm.weight.fill_(1.0)
+            layer.post_attention_layernorm.weight.fill_(1.0)
+        attn = model.model.layers[0].self_attn
+        attn.q_proj.weight[slow, const] = 80.0                  # query head 0
+        attn.k_proj.weight[slow, is_yes] = 80.0                 # key head 0: label tokens only
+        attn.k_proj.weight[slow, is_no] = 80.0
+        attn.v_proj.weight[0, is_yes] = 1.0                     # value: +1 Yes, -1 No
+        attn.v_proj.weight[0, is_no] = -1.0
+        attn.o_proj.weight[answer, 0] = 1.0                     # head 0, dim 0 -> the answer feature
+        model.model.norm.weight.fill_(1.0)
+        model.lm_head.weight[vocab["▁Yes"], answer] = 1.0
+        model.lm_head.weight[vocab["▁No"], answer] = -1.0
+    model.save_pretrained(folder)
+    return Path(folder)

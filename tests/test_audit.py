@@ -344,3 +344,36 @@ def test_prompt_variants_are_not_applicable_to_a_judge_without_an_llm(labelled):
     assert seen.passage == "Dogs bark. Cats purr a lot." and seen.perspective == pair.perspective
     with pytest.raises(BerdsError, match="unknown input transform"):
         InputTransformJudge(_NotAnLLMJudge(), "shuffle")
+
+
+@pytest.fixture(scope="module")
+def last_label_server(tmp_path_factory):
+    """A tiny Mistral with hand-set weights that answers whichever of Yes/No its prompt lists last,
+    served by the real server process through the transformers backend."""
+    from judge_trust_fixtures import build_last_label_mistral
+
+    folder = build_last_label_mistral(tmp_path_factory.mktemp("last-label"))
+    with served("transformers", str(folder), options=["device=cpu", "batch_size=16"],
+                extra_args=["--served-model-name", "last-label"], log_dir=tmp_path_factory.mktemp("ll")) as url:
+        yield url
+
+
+@pytest.mark.network
+def test_audit_finds_the_position_bias_built_into_a_transformer(labelled, last_label_server):
+    import re
+
+    from berds.llm.openai_backend import OpenAILLM
+
+    # documents and perspectives free of the words Yes/No, so the only label words are the instruction's
+    clean = [i for i, p in enumerate(labelled) if not re.search(r"\b(Yes|No)\b", p.document + p.perspective)]
+    small = labelled.subset(clean[::10])
+    judge = LLMJudge(OpenAILLM("last-label", base_url=last_label_server, concurrency=8), max_new_tokens=2, top_logprobs=5)
+    report = audit(small, judge, progress=False)
+    assert report.base_metrics["positive_share"] == 0.0  # 'Answer with "Yes" or "No"': No is last -> always No
+    v = report.variant("labels-no-yes")                   # '"No" or "Yes"': Yes is last -> always Yes
+    assert (v.yes_to_no, v.no_to_yes) == (0, len(small)) and v.biased
+    assert v.delta("positive_share") == 1.0 and v.delta("accuracy") == pytest.approx(2 * small.labels.mean() - 1)  # acc: 1-pos -> pos
+    assert report.biases_found == ["labels-no-yes"]
+    assert report.variant("statement-first").flips == 0
+    # it never writes A/B or True/False: those answers are unusable, and the report counts them
+    assert report.variant("labels-a-b").unparsed == len(small) == report.variant("labels-true-false").unparsed
