@@ -377,3 +377,31 @@ def test_audit_finds_the_position_bias_built_into_a_transformer(labelled, last_l
     assert report.variant("statement-first").flips == 0
     # it never writes A/B or True/False: those answers are unusable, and the report counts them
     assert report.variant("labels-a-b").unparsed == len(small) == report.variant("labels-true-false").unparsed
+
+
+def test_cli_stance_correct_on_a_saved_sycophancy_result(labelled_path, labelled, tmp_path):
+    from judges_for_tests import OverlapJudge
+
+    from berds.evaluate.analyses.common import save_result
+    from berds.evaluate.analyses.stance_corrected import stance_error_rates
+    from berds.evaluate.analyses.sycophancy import SycophancyResult
+
+    saved = save_result(SycophancyResult(5, [
+        {"label": "bm25", "side": "supporting", "p": 12, "n": 7, "delta": 5 / 12, "questions": 4},
+        {"label": "bm25", "side": "opposing", "p": 9, "n": 6, "delta": 3 / 9, "questions": 4}]), tmp_path / "syco.json")
+    out = tmp_path / "corrected.json"
+    proc = subprocess.run(berds_cmd("judge", "stance-correct", "--sycophancy", str(saved), "--labels", str(labelled_path),
+                                    "--judge", "judges_for_tests:OverlapJudge", "-o", "threshold=0.3",
+                                    "--bootstrap", "100", "--out", str(out), "-q"),
+                          capture_output=True, text=True, env=subprocess_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["analysis"] == "sycophancy-stance-corrected" and data["judge"] == "test-overlap|threshold=0.3"
+    pred = [v.label for v in OverlapJudge(threshold=0.3).judge(labelled.judge_pairs())]
+    rates = stance_error_rates(labelled, pred)
+    for row in data["rows"]:
+        r = rates["support" if row["side"] == "supporting" else "oppose"]
+        assert row["passages"] == 20
+        expected_p = (row["p"] / 20 + r.specificity - 1) / (r.sensitivity + r.specificity - 1)
+        assert row["p_corrected"] == pytest.approx(min(1.0, max(0.0, expected_p)))
+    assert "corrected for the judge's per-stance errors" in proc.stdout.replace("\n", " ")
