@@ -290,3 +290,21 @@ def test_expansion_over_lucene_bm25(tmp_path):
     expected = round_robin_merge(per_query, 4)
     assert ids(merged) == ids(expected)
     assert merged[0].passage.id.startswith("bees") and merged[1].passage.id.startswith("tides")
+
+
+def test_recorded_perspectives_survive_a_resumed_run_but_not_a_fresh_one(tmp_path, expansions_file):
+    from berds.retrievers.retrieve import PARTIAL
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    record = run_dir / "expansions.jsonl"
+    other = Question("q0", "An earlier question?", ("a", "b"))
+    write_expansions(record, [other], {"q0": [Expansion("old", "an earlier perspective")]})
+    (run_dir / PARTIAL).write_text("{}\n")  # retrieve() will resume this folder: keep what was recorded
+    _, options = expansion_options("x", {}, expand="file", expansions=expansions_file, record_to=record)
+    wrapped = ExpandedRetriever(OverlapRetriever(passages=PASSAGES), FileExpander(expansions_file), record_to=record)
+    wrapped.search([QUESTION], k=2)
+    assert list(read_expansions(record)) == ["q0", "q1"]
+    (run_dir / PARTIAL).unlink()  # a fresh run in the same folder starts a new record
+    expansion_options("x", {}, expand="file", expansions=expansions_file, record_to=record)
+    assert not record.exists()

@@ -436,7 +436,7 @@ class ExpandedRetriever:
     ``k_per_query`` is the depth retrieved for each perspective (default ``k``). ``include_question``
     also searches with the question itself, placed first. ``record_to`` writes the perspectives used to a
     jsonl file (the format ``FileExpander`` reads) after each ``search`` call, so LLM expansions can be
-    reused and inspected.
+    reused and inspected; records already in that file (a resumed run) are kept.
     """
 
     def __init__(self, base: Any, expander: Expander, *, k_per_query: int | None = None, include_question: bool = False,
@@ -450,7 +450,12 @@ class ExpandedRetriever:
         self.record_to = Path(record_to) if record_to is not None else None
         self.name = f"{base.name}+expansion"
         self.used: dict[str, list[Expansion]] = {}
-        self._questions: dict[str, Question] = {}
+        self._records: dict[str, dict[str, Any]] = {}
+        if self.record_to is not None and self.record_to.exists():
+            # an interrupted run being resumed: keep the perspectives of the questions it already did
+            from berds.io import iter_jsonl
+
+            self._records = {str(rec.get("id")): rec for _, rec in iter_jsonl(self.record_to)}
 
     def search(self, questions: Sequence[Question], *, k: int) -> list[list[Hit]]:
         expansions = self.expander.expand(questions)
@@ -463,7 +468,8 @@ class ExpandedRetriever:
             if not exps:
                 raise BerdsError(f"question {q.id!r}: the expander gave no perspectives")
             self.used[q.id] = exps
-            self._questions[q.id] = q
+            self._records[q.id] = {"id": q.id, "question": q.text,
+                                   "expansions": [{"name": e.name, "text": e.text} for e in exps]}
             start = len(queries)
             queries += [Question(f"{q.id}{EXPANSION_SEP}{i}", e.text, q.perspectives, q.dataset) for i, e in enumerate(exps)]
             spans.append((start, len(queries)))
@@ -472,7 +478,9 @@ class ExpandedRetriever:
             raise BerdsError(f"retriever {self.base.name!r} returned {len(results)} lists for {len(queries)} queries")
         merged = [rescore_by_position(round_robin_merge(results[a:b], k)) for a, b in spans]
         if self.record_to is not None:
-            write_expansions(self.record_to, list(self._questions.values()), self.used)
+            from berds.io import write_jsonl
+
+            write_jsonl(self.record_to, self._records.values())
         return merged
 
     def provenance(self) -> dict[str, Any]:
@@ -551,7 +559,18 @@ def expansion_options(
     **extra: Any,
 ) -> tuple[str, dict[str, Any]]:
     """What ``berds retrieve --expand`` hands to ``retrieve``: the wrapper's factory and its options
-    (the base retriever's name and options nested inside)."""
+    (the base retriever's name and options nested inside).
+
+    ``record_to`` (where the perspectives used are written) is kept when ``retrieve`` will resume an
+    interrupted run in that folder (its ``.partial.jsonl`` exists) and removed otherwise, so a fresh run
+    never inherits another run's perspectives.
+    """
+    if record_to is not None:
+        from berds.retrievers.retrieve import PARTIAL
+
+        record = Path(record_to)
+        if record.exists() and not (record.parent / PARTIAL).exists():
+            record.unlink()
     opts: dict[str, Any] = {"base": retriever, "base_options": dict(options), "expand": expand}
     if expansions is not None:
         opts["expansions"] = str(expansions)
