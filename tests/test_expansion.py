@@ -9,7 +9,7 @@ import pytest
 
 from analysis_fixtures import LettersEncoder, OverlapRetriever, ScriptedLLM, write_corpus
 from llm_fixtures import tiny_mistral  # noqa: F401  (session fixture)
-from berds.errors import BerdsError, InputError
+from berds.errors import InputError
 from berds.retrievers.expansion import (
     EXPANSION_PROMPT, Expansion, ExpandedRetriever, ExpansionParseError, FileExpander, LLMExpander,
     expansion_options, parse_expansions, read_expansions, round_robin_merge, write_expansions,
