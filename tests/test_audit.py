@@ -17,7 +17,7 @@ import pytest
 
 from berds.errors import BerdsError, UnknownNameError
 from berds.evaluate.audit import (
-    VARIANTS, InputTransformJudge, audit, fisher_exact, kendall_tau_b, negate_statement, p_label_from_logprobs,
+    VARIANTS, InputTransformJudge, audit, fisher_exact, holm_adjust, kendall_tau_b, negate_statement, p_label_from_logprobs,
     parse_label_word, prompt_variant, ranks_desc, reverse_sentences, variant_judge,
 )
 from berds.evaluate.judge import LLMJudge
@@ -83,6 +83,9 @@ def test_fisher_exact_kendall_tau_and_ranks_by_hand():
     assert kendall_tau_b([1, 1, 2], [1, 2, 3]) == pytest.approx(2 / math.sqrt(2 * 3))
     assert math.isnan(kendall_tau_b([1, 2], [5, 5]))
     assert ranks_desc([0.5, 0.9, 0.5, 0.1]) == [2.5, 1.0, 2.5, 4.0]
+    # Holm: sorted 0.01, 0.02, 0.04, 0.5 -> 4*0.01, 3*0.02, max(0.06, 2*0.04), max(0.08, 1*0.5)
+    assert holm_adjust([0.5, 0.01, 0.04, 0.02]) == pytest.approx([0.5, 0.04, 0.08, 0.06])
+    assert holm_adjust([]) == []
 
 
 # ----------------------------------------------------------------------------------- fixtures

@@ -278,6 +278,20 @@ def fisher_exact(a: int, b: int, c: int, d: int) -> float:
     return float(min(1.0, sum(p for p in (prob(x) for x in range(lo, hi + 1)) if p <= observed * (1 + 1e-9))))
 
 
+def holm_adjust(p_values: Sequence[float]) -> list[float]:
+    """Holm–Bonferroni adjusted p-values, in the input order: with the m p-values sorted ascending,
+    ``p_adj_(i) = max_{j <= i} min(1, (m − j) · p_(j))`` (j from 0). Rejecting ``p_adj < alpha`` keeps the
+    chance of any false alarm across all m tests below alpha."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
 def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float:
     """Kendall's τ-b: (concordant − discordant) / √((n0 − ties_x)(n0 − ties_y)), n0 = n(n−1)/2.
     NaN when either side is constant."""
@@ -356,6 +370,8 @@ class VariantResult:
     negation_base_true_positives: int = 0
     negation_still_yes: int = 0
     runs: RunEffect | None = None
+    p_value: float | None = None      # min(1, 2·min(McNemar p on answers, on correctness))
+    p_adjusted: float | None = None   # Holm-adjusted over all the audit's tests
     biased: bool = False
     reason: str = ""
 
@@ -378,7 +394,7 @@ class VariantResult:
             "mcnemar_correct": self.mcnemar_correct.to_json() if self.mcnemar_correct else None,
             "base": self.base_metrics, "variant": self.variant_metrics,
             "delta": {k: self.delta(k) for k in self.base_metrics},
-            "bias_found": self.biased, "reason": self.reason,
+            "p_value": self.p_value, "p_holm": self.p_adjusted, "bias_found": self.biased, "reason": self.reason,
         })
         if self.expectation == "negated":
             out["negation"] = {"base_true_positives": self.negation_base_true_positives,
@@ -400,6 +416,8 @@ class StanceAudit:
     both_sides_judge: int = 0                   # documents the judge says support both sides
     both_sides_gold: int = 0                    # ... and the humans
     documents_with_both: int = 0
+    p_value: float = 1.0              # min(1, 2·min(fisher_fp_p, fisher_fn_p))
+    p_adjusted: float | None = None   # Holm-adjusted over all the audit's tests
     biased: bool = False
 
     def rates(self, stance: str) -> dict[str, float]:
@@ -416,7 +434,7 @@ class StanceAudit:
                 "fisher_false_positive_p": self.fisher_fp_p, "fisher_false_negative_p": self.fisher_fn_p,
                 "documents_judged_on_both_sides": self.documents_with_both,
                 "judge_says_supports_both": self.both_sides_judge, "humans_say_supports_both": self.both_sides_gold,
-                "bias_found": self.biased}
+                "p_value": self.p_value, "p_holm": self.p_adjusted, "bias_found": self.biased}
 
 
 @dataclass
@@ -486,7 +504,8 @@ def stance_audit(labelled: Any, predictions: Any, *, alpha: float = 0.05) -> Sta
         n_with, n_without, counts, fp_p, fn_p,
         both_sides_judge=sum(all(v[0] for v in sides.values()) for sides in both),
         both_sides_gold=sum(all(v[1] for v in sides.values()) for sides in both),
-        documents_with_both=len(both), biased=min(fp_p, fn_p) < alpha,
+        documents_with_both=len(both), p_value=min(1.0, 2 * min(fp_p, fn_p)),
+        biased=min(1.0, 2 * min(fp_p, fn_p)) < alpha,
     )
 
 
@@ -515,11 +534,14 @@ def audit(
 ) -> AuditReport:
     """Audit ``judge`` on the pairs of ``labelled`` (a ``LabelledSet``) under each variant.
 
-    A variant with expectation ``same`` *finds a bias* when McNemar's exact test on the answers (does the
-    change move the Yes rate?) or on correctness gives p < ``alpha``. ``negation`` finds one when the judge
-    still says Yes to the negated statement for more than ``negation_tolerance`` of the gold positives
-    it said Yes to. The stance section finds one when Fisher's test on the false-positive or the
-    false-negative rate of supporting vs opposing perspectives gives p < ``alpha``.
+    Each variant with expectation ``same`` is tested with McNemar's exact test on the answers (does the
+    change move the Yes rate?) and on correctness; the stance section with Fisher's exact test on the
+    false-positive and on the false-negative rate of supporting vs opposing perspectives. Each gets one
+    p-value (twice the smaller of its two, Bonferroni), and the p-values of all of them are Holm-adjusted
+    together: a bias is *found* where the adjusted p < ``alpha``, so an unbiased judge raises a false alarm
+    anywhere in the report with probability below ``alpha``. ``negation`` finds one when the judge still
+    says Yes to the negated statement for more than ``negation_tolerance`` of the gold positives it said
+    Yes to.
 
     ``runs`` (``{name: Run}`` or runs with ``.name``) are judged to depth ``k`` by the base judge and by
     each applicable ``same`` variant, to show the change in MRecall@k and in the runs' ranking.
@@ -562,7 +584,7 @@ def audit(
             r.mcnemar_correct = mcnemar_paired(base == gold, var == gold)
             r.base_metrics, r.variant_metrics = base_metrics, classification_metrics(gold, var)
             p_answers, p_correct = r.mcnemar_answers.exact_p, r.mcnemar_correct.exact_p
-            r.biased = min(p_answers, p_correct) < alpha
+            r.p_value = min(1.0, 2 * min(p_answers, p_correct))
             r.reason = (f"answers: {r.yes_to_no} Yes->No, {r.no_to_yes} No->Yes (McNemar p={p_answers:.3g}); "
                         f"correctness McNemar p={p_correct:.3g}")
             if runs:
@@ -583,10 +605,15 @@ def audit(
             r.reason = (f"{r.negation_still_yes} of {r.negation_base_true_positives} supported statements still "
                         f"judged supported after negation ({100 * share:.0f}%; tolerance {100 * negation_tolerance:.0f}%)")
         results.append(r)
+    stance = stance_audit(labelled, base, alpha=alpha)
+    tested: list[Any] = [r for r in results if r.p_value is not None] + ([stance] if stance is not None else [])
+    for item, adjusted in zip(tested, holm_adjust([t.p_value for t in tested])):
+        item.p_adjusted = adjusted
+        item.biased = adjusted < alpha
     return AuditReport(
         judge_id=judge.id, prompt_version=judge.prompt_version, labels_path=labelled.path,
         labels_sha256=labelled.sha256, n=len(labelled), alpha=alpha, base_metrics=base_metrics,
-        variants=results, stance=stance_audit(labelled, base, alpha=alpha), k=k, base_runs=base_runs,
+        variants=results, stance=stance, k=k, base_runs=base_runs,
     )
 
 
@@ -607,20 +634,20 @@ def variant_table(report: AuditReport) -> Any:
 
     table = Table(title=f"bias audit of {report.judge_id} on {report.n} labelled pairs "
                         f"(base accuracy {_pct(report.base_metrics['accuracy'])}, F1 {_pct(report.base_metrics['f1'])})")
-    for col in ("variant", "kind", "Yes→No", "No→Yes", "McNemar p (answers)", "Δacc", "ΔF1", "ΔYes share",
-                "unparsed", "bias?"):
+    for col in ("variant", "kind", "Yes→No", "No→Yes", "McNemar p (answers)", "p (Holm)", "Δacc", "ΔF1",
+                "ΔYes share", "unparsed", "bias?"):
         table.add_column(col, justify="left" if col in ("variant", "kind", "bias?") else "right", overflow="fold")
     for v in report.variants:
         if not v.applicable:
-            table.add_row(v.name, v.kind, *["-"] * 7, "n/a (not an LLM judge)")
+            table.add_row(v.name, v.kind, *["-"] * 8, "n/a (not an LLM judge)")
             continue
         if v.expectation == "negated":
             table.add_row(v.name, v.kind, str(v.yes_to_no), str(v.no_to_yes), f"{v.mcnemar_answers.exact_p:.3g}",
-                          "", "", "", str(v.unparsed),
+                          "", "", "", "", str(v.unparsed),
                           ("[red]ignores negation[/]: " if v.biased else "ok: ") + v.reason)
             continue
         table.add_row(v.name, v.kind, str(v.yes_to_no), str(v.no_to_yes), f"{v.mcnemar_answers.exact_p:.3g}",
-                      _signed(v.delta("accuracy")), _signed(v.delta("f1")), _signed(v.delta("positive_share")),
+                      f"{v.p_adjusted:.3g}", _signed(v.delta("accuracy")), _signed(v.delta("f1")), _signed(v.delta("positive_share")),
                       str(v.unparsed), "[red]BIAS[/]" if v.biased else "no")
     return table
 
@@ -650,7 +677,9 @@ def stance_table(report: AuditReport) -> Any | None:
 
     st = report.stance
     table = Table(title=f"supporting vs opposing perspectives ({st.n_with_stance} pairs with a stance, "
-                        f"{st.n_without_stance} without): Fisher p FP={st.fisher_fp_p:.3g}, FN={st.fisher_fn_p:.3g}")
+                        f"{st.n_without_stance} without): Fisher p FP={st.fisher_fp_p:.3g}, FN={st.fisher_fn_p:.3g}, "
+                        f"Holm {st.p_adjusted if st.p_adjusted is not None else st.p_value:.3g}"
+                        + (" — BIAS" if st.biased else ""))
     for col in ("stance", "pairs", "gold Yes %", "judge Yes %", "false-positive rate", "false-negative rate"):
         table.add_column(col, justify="right")
     for stance, c in st.counts.items():
