@@ -183,6 +183,8 @@ class DebateJudge:
                 initial=v.label,
             ))
         threshold = getattr(self.inner, "threshold", None)
+        if threshold is None:
+            threshold = getattr(scorer, "threshold", None)
         for rnd in range(1, self.rounds + 1):
             open_states = [s for s in states if s.open]
             if not open_states:
