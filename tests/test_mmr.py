@@ -227,6 +227,7 @@ def test_tune_mmr_with_a_judge_writes_the_table_and_the_chosen_lambda(tmp_path):
     assert csv_lines[0].startswith("λ,MRecall@2,MRecall@3,Precision@2,Precision@3")
     assert len(csv_lines) == 5 and csv_lines[1].startswith("original,")
     assert "| λ |" in paths["md"].read_text()
+    assert paths["png"].read_bytes()[:4] == b"\x89PNG"
 
 
 def run_cli(*args: str) -> tuple[int, str, str]:

@@ -316,7 +316,7 @@ def write_tuning(result: TuneResult, out_dir: str | Path, *, overwrite: bool = F
     """Write the run reranked with the chosen λ (its manifest records the whole grid) and the λ table.
 
     Files: ``OUT/manifest.json`` + run files (a normal run folder), ``OUT/tuning.csv``, ``OUT/tuning.md``,
-    ``OUT/tuning.json``.
+    ``OUT/tuning.json``, and ``OUT/tuning.png`` (MRecall@k and Precision@k against λ).
     """
     from berds.evaluate.report import write_table
     from berds.io import write_json
@@ -331,6 +331,9 @@ def write_tuning(result: TuneResult, out_dir: str | Path, *, overwrite: bool = F
     paths = write_table(out / "tuning", header, body, title=f"MMR λ tuning ({result.select}; judge {result.judge_id})")
     write_json(out / "tuning.json", result.to_json())
     paths["json"] = out / "tuning.json"
+    from berds.evaluate.report import plot_tuning
+
+    paths["png"] = plot_tuning(result.rows, result.ks, out / "tuning.png")
     paths["run"] = out
     return paths
 
