@@ -234,17 +234,19 @@ def embed_corpus(store: Any, encoder: Encoder, folder: Path, *, shard_size: int,
         for shard, passages in _iter_shard_passages(store, shard_size, min(shard_size, 1024)):
             if _shard_path(folder, shard).is_file():
                 continue
-            parts = []
+            vectors = None  # one shard's vectors, filled batch by batch (no concatenation copy)
             for i in range(0, len(passages), encoder.batch_size):
                 chunk = passages[i:i + encoder.batch_size]
-                parts.append(encoder.encode_passages(chunk))
+                part = encoder.encode_passages(chunk)
+                if vectors is None:
+                    dim = int(part.shape[1])
+                    if encoder.spec.dim and dim != encoder.spec.dim:
+                        raise BerdsError(f"encoder {encoder.spec.name!r} declares dim={encoder.spec.dim} but produced {dim}-d vectors")
+                    vectors = np.empty((len(passages), dim), dtype=np.float32)
+                vectors[i:i + len(chunk)] = part
                 bar.advance(task, len(chunk))
-            vectors = np.concatenate(parts)
-            if dim is None:
-                dim = int(vectors.shape[1])
-                if encoder.spec.dim and dim != encoder.spec.dim:
-                    raise BerdsError(f"encoder {encoder.spec.name!r} declares dim={encoder.spec.dim} but produced {dim}-d vectors")
             _save_shard(folder, shard, vectors, [p.id for p in passages])
+            del vectors
             encoded += len(passages)
     if dim is None:  # everything was already on disk
         dim = int(np.load(_shard_path(folder, 0), mmap_mode="r").shape[1])
