@@ -113,11 +113,12 @@ def retrievers_list() -> None:
     from berds.retrievers.registry import RETRIEVERS
 
     table = Table(title="retrievers (also: any module:attr)")
-    for col in ("name", "description", "defaults", "tags", "source"):
-        table.add_column(col, overflow="fold")
+    table.add_column("name", no_wrap=True)
+    table.add_column("description", overflow="fold", ratio=3)
+    table.add_column("source", overflow="fold", ratio=1)
     for spec in RETRIEVERS.specs():
-        defaults = ", ".join(f"{k}={v}" for k, v in spec.options.items())
-        table.add_row(spec.name, spec.description or spec.loader, defaults, ", ".join(spec.tags), spec.source)
+        tags = f" [dim]({', '.join(spec.tags)})[/]" if spec.tags else ""
+        table.add_row(spec.name, (spec.description or spec.loader) + tags, spec.source)
     Console().print(table)
 
 

@@ -398,7 +398,7 @@ class DenseIndex:
         self.encoder_identity: dict[str, Any] = self.meta["encoder"]
         self.ids = read_ids(self.path / "docids.txt")
         self._index = None
-        self._groups: tuple[np.ndarray, dict[str, int]] | None = None
+        self._groups: tuple[list[np.ndarray], dict[str, int]] | None = None
         self._embeddings: ShardedEmbeddings | None = None
 
     @property
@@ -425,24 +425,26 @@ class DenseIndex:
     def has_group(self, group: str) -> bool:
         return group in self._group_index()[1]
 
-    def _group_index(self) -> tuple[np.ndarray, dict[str, int]]:
+    def _group_index(self) -> tuple[list[np.ndarray], dict[str, int]]:
         if self._groups is None:
             if not self.grouped:
                 raise BerdsError(f"index {self.path} was built from a store without groups")
+            from berds.indexes.bm25 import group_row_lists
+
             names = read_json(self.path / "group-names.json")
-            self._groups = (np.load(self.path / "row-groups.npy"), {g: i for i, g in enumerate(names)})
+            self._groups = (group_row_lists(np.load(self.path / "row-groups.npy"), len(names)), {g: i for i, g in enumerate(names)})
         return self._groups
 
     def search_group(self, group: str, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
         """Exact top-``k`` inner products of ``vector`` against the rows of ``group`` only."""
-        row_groups, numbers = self._group_index()
+        group_rows, numbers = self._group_index()
         if group not in numbers:
             raise BerdsError(f"group {group!r} is not in index {self.path}")
         if self._embeddings is None:
             if not self.meta.get("embeddings_kept"):
                 raise BerdsError(f"index {self.path} did not keep its embeddings; rebuild it with keep_embeddings")
             self._embeddings = ShardedEmbeddings(self.path / EMBEDDINGS_DIR, int(self.meta["rows"]), int(self.meta["shard_size"]))
-        rows = np.nonzero(row_groups == numbers[group])[0]
+        rows = group_rows[numbers[group]]
         scores = self._embeddings.rows(rows) @ np.asarray(vector, dtype=np.float32)
         ranked = sorted(((self.ids[int(r)], float(s)) for r, s in zip(rows, scores)), key=lambda t: (-t[1], t[0]))
         return ranked[:k]  # ties broken by docid before cutting at k
