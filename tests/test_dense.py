@@ -208,3 +208,14 @@ def test_minilm_from_pypi_finds_the_obvious_passage(tmp_path):
     report = assert_retriever_contract("minilm", workdir=tmp_path)
     sanity = next(c for c in report.checks if c.name == "sanity")
     assert sanity.status == "pass", sanity.detail
+
+
+def test_a_gpu_device_without_a_gpu_is_a_one_line_error(spec, store, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(BerdsError, match="torch sees no CUDA GPU"):
+        build_dense_index(store, tmp_path / "idx", encoder=spec, device="cuda", progress=False)
+    with pytest.raises(BerdsError, match="unknown device"):
+        load_encoder(spec, device="gpu0").encode_queries(["x"])

@@ -66,8 +66,11 @@ class TartScorer:
 
     def __init__(self, model: str = TART_MODEL, *, revision: str | None = None, device: str = "cpu",
                  dtype: str | None = None, batch_size: int = 16, max_length: int = 512, bos_token: str = "<s>"):
+        from berds.indexes.encoders import check_device
+
         torch = require("torch", extra="dense", purpose="TART")
         transformers = require("transformers", extra="dense", purpose="TART")
+        check_device(device)
         try:
             self.tokenizer = transformers.T5Tokenizer.from_pretrained(model, revision=revision)
             kwargs = {"dtype": getattr(torch, dtype)} if dtype else {}
