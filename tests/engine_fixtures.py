@@ -53,7 +53,7 @@ def write_test_head(path: str | os.PathLike) -> Path:
     weights = {"cos_passage": 2.0, "cos_best_segment": 3.0, "stance_passage": 4.0, "lex_recall": 3.0, "lex_best_segment": 1.0}
     for name, w in weights.items():
         coef[FEATURE_NAMES.index(name)] = w
-    head = JudgeHead(tuple(FEATURE_NAMES), np.zeros(n), np.ones(n), coef, -4.0, 0.5)
+    head = JudgeHead(tuple(FEATURE_NAMES), np.zeros(n), np.ones(n), coef, -6.0, 0.5)
     path = Path(path)
     path.write_text(json.dumps(head.to_json()), encoding="utf-8")
     return path

@@ -266,6 +266,8 @@ def test_ray_judging_gives_identical_outputs_and_cache_even_when_a_worker_dies(t
     [(_, local, _)] = evaluate("local", None)
     pairs = local.stats.judged
     assert pairs == local.stats.pairs > 16  # several batches of 8 pairs
+    labels = {row[4] for row in _cache_rows(tmp_path / "local.sqlite")}
+    assert labels == {0, 1}  # the test head says Yes to some pairs and No to others
     assert sorted(p.name for p in (tmp_path / "local").iterdir()) == ["judgements.jsonl", "metrics.json"]
     expected = _eval_outputs(tmp_path / "local")
 

