@@ -24,7 +24,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from berds.errors import BerdsError, InputError
 from berds.io import new_manifest, read_json, write_json
@@ -191,16 +191,46 @@ def _clear(folder: Path) -> None:
             child.unlink()
 
 
-def write_ids(path: str | os.PathLike, ids: "list[str]") -> None:
-    """Row -> passage id, one id per line (ids with line breaks cannot be stored and are refused)."""
+def write_id(f: Any, pid: str) -> None:
+    """Append one row id to an open ids file (see ``write_ids``)."""
+    if "\n" in pid or "\r" in pid:
+        raise InputError("passage id contains a line break", record=pid, fix="passage ids must be single-line strings")
+    f.write(pid)
+    f.write("\n")
+
+
+def write_ids(path: str | os.PathLike, ids: Iterable[str]) -> None:
+    """Row -> passage id, one id per line, written atomically (ids with line breaks are refused)."""
     from berds.io import atomic_write
 
     with atomic_write(path) as f:
         for pid in ids:
-            if "\n" in pid or "\r" in pid:
-                raise InputError("passage id contains a line break", record=pid, fix="passage ids must be single-line strings")
-            f.write(pid)
-            f.write("\n")
+            write_id(f, pid)
+
+
+class IdTable:
+    """Row -> passage id for a ``write_ids`` file, compactly: one bytes blob plus line offsets.
+
+    21M DPR ids cost ~0.3 GB this way instead of ~1.5 GB as a list of Python strings.
+    ``table[i]`` is the id of row ``i``; ``len(table)`` the number of rows.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        import numpy as np
+
+        try:
+            self._blob = Path(path).read_bytes()
+        except FileNotFoundError:
+            raise InputError("index is incomplete: row ids file is missing", path=path, fix="rebuild the index") from None
+        ends = np.flatnonzero(np.frombuffer(self._blob, dtype=np.uint8) == 10)
+        self._starts = np.concatenate([[0], ends[:-1] + 1]).astype(np.int64)
+        self._ends = ends.astype(np.int64)
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    def __getitem__(self, row: int) -> str:
+        return self._blob[self._starts[row]:self._ends[row]].decode("utf-8")
 
 
 def read_ids(path: str | os.PathLike) -> list[str]:

@@ -50,6 +50,7 @@ import numpy as np
 
 from berds.errors import BerdsError, InputError
 from berds.indexes.base import (
+    IdTable,
     corpus_record,
     finish_index_folder,
     open_store,
@@ -57,8 +58,9 @@ from berds.indexes.base import (
     progress_bar,
     read_ids,
     read_index_meta,
-    write_ids,
+    write_id,
 )
+from berds.io import atomic_write
 
 DEFAULT_K1 = 0.9  # Pyserini / Anserini defaults, used by the BERDS study's BM25 runs
 DEFAULT_B = 0.4
@@ -321,11 +323,11 @@ def build_bm25_index(
     grouped = bool(store.groups())
     terms = _GroupTermsWriter(LuceneAnalyzer()) if grouped else None
     indexer = autoclass("io.anserini.index.SimpleIndexer")(str(partial), False, int(threads))
-    ids: list[str] = []
     skipped: list[str] = []
     started = time.perf_counter()
     try:
-        with progress_bar("passages", enabled=progress) as bar:
+        # Row ids stream to docids.txt as passages go by (a 21M-passage id list would cost GBs of RAM).
+        with progress_bar("passages", enabled=progress) as bar, atomic_write(out / "docids.txt") as id_file:
             task = bar.add_task("BM25 index", total=len(store))
             for batch in store.iter_batches(batch_size):
                 docs = []
@@ -333,7 +335,7 @@ def build_bm25_index(
                 if terms is not None:
                     terms.add_many(texts)
                 for p, text in zip(batch, texts):
-                    ids.append(p.id)
+                    write_id(id_file, p.id)
                     if not text.strip():
                         skipped.append(p.id)
                         continue
@@ -347,9 +349,8 @@ def build_bm25_index(
         indexer.close()
     seconds = time.perf_counter() - started
     os.replace(partial, out / LUCENE_DIR)
-    write_ids(out / "docids.txt", ids)
     if terms is not None:
-        row_groups, names = _row_groups(store, ids)
+        row_groups, names = _row_groups(store, read_ids(out / "docids.txt"))
         terms.save(out / GROUPS_DIR, row_groups, names)
     searcher = LuceneSearcher(out / LUCENE_DIR)
     n_docs = searcher.num_docs
@@ -394,7 +395,7 @@ class GroupedBM25:
         self.group_names: list[str] = read_json(folder / "group-names.json")
         self._group_number = {g: i for i, g in enumerate(self.group_names)}
         self._group_rows = group_row_lists(self.row_groups, len(self.group_names))
-        self.ids = read_ids(Path(index_dir) / "docids.txt")
+        self.ids = IdTable(Path(index_dir) / "docids.txt")
         self._analyzer: LuceneAnalyzer | None = None
 
     def has_group(self, group: str) -> bool:

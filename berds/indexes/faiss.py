@@ -43,6 +43,7 @@ from berds.indexes.base import (
     open_store,
     prepare_index_folder,
     progress_bar,
+    IdTable,
     read_ids,
     read_index_meta,
     write_ids,
@@ -347,7 +348,7 @@ def build_dense_index(
         stats = embed_corpus(store, encoder_, emb_dir, shard_size=shard_size, progress=progress)
         encoder_.close()
     embeddings = ShardedEmbeddings(emb_dir, len(store), shard_size)
-    write_ids(out / "docids.txt", list(embeddings.ids()))
+    write_ids(out / "docids.txt", embeddings.ids())  # streamed shard by shard
     if grouped:
         from berds.indexes.bm25 import _row_groups  # same row -> group mapping as BM25 indexes
 
@@ -396,7 +397,7 @@ class DenseIndex:
         self.path = Path(self.path)
         self.meta = read_index_meta(self.path, "dense")
         self.encoder_identity: dict[str, Any] = self.meta["encoder"]
-        self.ids = read_ids(self.path / "docids.txt")
+        self.ids = IdTable(self.path / "docids.txt")
         self._index = None
         self._groups: tuple[list[np.ndarray], dict[str, int]] | None = None
         self._embeddings: ShardedEmbeddings | None = None
