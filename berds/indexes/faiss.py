@@ -121,7 +121,10 @@ def _to_device(index: Any, device: str) -> Any:
     gpu_id = int(device.split(":")[1]) if ":" in device else 0
     if gpu_id not in _GPU_RESOURCES:  # one resource pool per GPU, alive as long as the process
         _GPU_RESOURCES[gpu_id] = faiss.StandardGpuResources()
-    return faiss.index_cpu_to_gpu(_GPU_RESOURCES[gpu_id], gpu_id, index)
+    options = faiss.GpuClonerOptions()
+    # GPU IVF-PQ with many sub-quantisers (e.g. 96 for 768-d) needs float16 lookup tables; flat stays float32.
+    options.useFloat16 = isinstance(index, faiss.IndexIVFPQ)
+    return faiss.index_cpu_to_gpu(_GPU_RESOURCES[gpu_id], gpu_id, index, options)
 
 
 def _to_cpu(index: Any) -> Any:
