@@ -13,6 +13,7 @@ cache_app = typer.Typer(help="The judgement cache.", no_args_is_help=True)
 
 def register(app: typer.Typer) -> None:
     app.command("eval")(eval_command)
+    app.command("demo")(demo_command)
     app.add_typer(judges_app, name="judges")
     app.add_typer(cache_app, name="cache")
 
@@ -64,6 +65,18 @@ def eval_command(
             + f" → {files['metrics']}",
             highlight=False,
         )
+
+
+def demo_command(
+    out: Path = typer.Option(Path("demo-out"), "--out", help="Folder for the corpus, indexes, runs and judgements."),
+    judge: str = typer.Option("embedded", "--judge", "-j", help="Judge for the main table."),
+    k: List[int] = typer.Option([5, 10], "--k", help="Cut-offs; repeat for several."),
+    mmr_lambda: float = typer.Option(0.75, "--lambda", help="MMR λ for the reranked MiniLM run."),
+) -> None:
+    """Run the whole pipeline on the shipped demo data: corpus, BM25 + dense index, retrieve, MMR, judge, metrics."""
+    from berds.demo import run_demo
+
+    run_demo(out, judge=judge, ks=k, mmr_lambda=mmr_lambda)
 
 
 @judges_app.command("list")

@@ -272,15 +272,22 @@ def write_eval_outputs(result: EvalResult, run: Run, out_dir: str | Path, *, leg
 
 
 def metrics_table(results: Sequence[EvalResult], *, title: str = "BERDS metrics") -> Any:
-    """A rich table: one row per (run, dataset average), MRecall@k and Precision@k columns in percent."""
+    """A rich table: one row per run (and per dataset when a run mixes several), metrics in percent.
+
+    The judge goes into the title when every result shares it, else into a column.
+    """
     from rich.table import Table
 
     ks = sorted({k for r in results for k in r.ks})
-    table = Table(title=title)
-    table.add_column("run")
-    table.add_column("judge", overflow="fold")
-    table.add_column("set")
-    table.add_column("questions", justify="right")
+    judges = sorted({r.judge_id for r in results})
+    multi_set = any(len(r.averages) > 1 for r in results)
+    table = Table(title=title if len(judges) != 1 else f"{title}\n[dim]judge: {judges[0]}[/]")
+    table.add_column("run", overflow="fold")
+    if len(judges) > 1:
+        table.add_column("judge", overflow="fold")
+    if multi_set:
+        table.add_column("set")
+    table.add_column("n", justify="right")
     for k in ks:
         table.add_column(f"MRecall@{k}", justify="right")
     for k in ks:
@@ -293,8 +300,12 @@ def metrics_table(results: Sequence[EvalResult], *, title: str = "BERDS metrics"
         for name, avg in r.averages.items():
             cells = [f"{100 * avg[f'mrecall@{k}']:.1f}" if f"mrecall@{k}" in avg else "" for k in ks]
             cells += [f"{100 * avg[f'precision@{k}']:.1f}" if f"precision@{k}" in avg else "" for k in ks]
-            table.add_row(r.run_name, r.judge_id if name == "all" else "", name,
-                          str(counts.get(name, "")), *cells)
+            row = [r.run_name if name == "all" else ""]
+            if len(judges) > 1:
+                row.append(r.judge_id if name == "all" else "")
+            if multi_set:
+                row.append(name)
+            table.add_row(*row, str(counts.get(name, "")), *cells)
     return table
 
 

@@ -149,6 +149,12 @@ JUDGES.register(Spec(
     tags=("cpu",),
 ))
 JUDGES.register(Spec(
+    name="demo-gold",
+    loader="berds.demo:DemoGoldJudge",
+    description="The demo data's labels by construction: exact, but only for the shipped demo corpus.",
+    tags=("cpu",),
+))
+JUDGES.register(Spec(
     name="mistral-berds",
     loader="berds.evaluate.judge:llm_judge",
     description="The study's evaluator: Mistral-7B-Instruct-v0.2 + BERDS LoRA adapter, transformers, greedy, 16 tokens.",

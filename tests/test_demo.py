@@ -1,0 +1,42 @@
+"""`berds demo`: the whole pipeline on the shipped demo data, and the demo-gold judge."""
+
+import pytest
+
+from berds.benchmarks import DEMO_DIR
+from berds.demo import DemoGoldJudge, run_demo
+from berds.errors import BerdsError
+from berds.runs import load_run
+from berds.types import JudgePair
+
+
+def test_shipped_demo_run_is_a_valid_berds_jsonl():
+    run = load_run(DEMO_DIR / "run.ctxs.jsonl")
+    assert len(run) == 12 and all(len(h) == 20 for h in run.hits.values())
+
+
+def test_demo_gold_judge_knows_only_demo_passages():
+    judge = DemoGoldJudge()
+    run = load_run(DEMO_DIR / "run.ctxs.jsonl")
+    q = run.questions["demo-01"]
+    verdicts = judge.judge([JudgePair(p, h.passage.judge_text()) for h in run.hits["demo-01"] for p in q.perspectives])
+    assert any(v.label for v in verdicts) and not all(v.label for v in verdicts)
+    with pytest.raises(BerdsError, match="only knows the demo corpus"):
+        judge.judge([JudgePair(q.perspectives[0], "a passage that is not in the demo corpus")])
+
+
+@pytest.mark.slow
+@pytest.mark.java
+def test_whole_pipeline_on_demo_data(tmp_path):
+    results = run_demo(tmp_path / "demo", judge="judges_for_tests:OverlapJudge", ks=(5, 10), progress=False)
+    names = [r.run_name for r in results["judge"]]
+    assert names == ["bm25", "minilm", "minilm-mmr0.75"]
+    truth = {r.run_name: r.averages["all"] for r in results["gold"]}
+    for metrics in truth.values():
+        assert 0.0 < metrics["mrecall@10"] <= 1.0 and 0.0 < metrics["precision@5"] <= 1.0
+    for sub in ("corpus", "indexes/bm25/meta.json", "indexes/minilm/meta.json", "runs/bm25/run.trec",
+                "runs/minilm-mmr0.75/manifest.json", "judgements.sqlite"):
+        assert (tmp_path / "demo" / sub).exists(), sub
+    # a second run reuses everything: the overlap judge is answered from the cache
+    again = run_demo(tmp_path / "demo", judge="judges_for_tests:OverlapJudge", ks=(5, 10), progress=False, gold=False)
+    assert all(r.stats.judged == 0 for r in again["judge"])
+    assert [r.per_question for r in again["judge"]] == [r.per_question for r in results["judge"]]
