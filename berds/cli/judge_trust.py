@@ -67,7 +67,7 @@ def validate_command(
     if table is not None:
         console.print(table)
     if markdown:
-        console.print(markdown_table(report), highlight=False, markup=False)
+        console.print(markdown_table(report), highlight=False, markup=False, soft_wrap=True)
     _write_json(out, report.to_json())
     console.print(f"{report.n} labelled pairs from {labels} ({100 * report.gold_positive_share:.1f}% positive), "
                   f"{len(report.judges)} judge(s)" + (f" → {out}" if out else ""), highlight=False)
@@ -104,6 +104,9 @@ def audit_command(
     for table in (stance_table(report), run_table(report)):
         if table is not None:
             console.print(table)
+    if report.stance is None:
+        console.print("stance: no pair has a known stance — add a 'stance' column (support/oppose) to compare "
+                      "supporting and opposing perspectives", highlight=False)
     _write_json(out, report.to_json())
     found = report.biases_found
     console.print(("biases found: " + ", ".join(found)) if found else "no bias found at this significance level",

@@ -393,7 +393,7 @@ class VariantResult:
             "mcnemar_answers": self.mcnemar_answers.to_json() if self.mcnemar_answers else None,
             "mcnemar_correct": self.mcnemar_correct.to_json() if self.mcnemar_correct else None,
             "base": self.base_metrics, "variant": self.variant_metrics,
-            "delta": {k: self.delta(k) for k in self.base_metrics},
+            **({"delta": {k: self.delta(k) for k in self.base_metrics}} if self.expectation == "same" else {}),
             "p_value": self.p_value, "p_holm": self.p_adjusted, "bias_found": self.biased, "reason": self.reason,
         })
         if self.expectation == "negated":
@@ -644,7 +644,8 @@ def variant_table(report: AuditReport) -> Any:
         if v.expectation == "negated":
             table.add_row(v.name, v.kind, str(v.yes_to_no), str(v.no_to_yes), f"{v.mcnemar_answers.exact_p:.3g}",
                           "", "", "", "", str(v.unparsed),
-                          ("[red]ignores negation[/]: " if v.biased else "ok: ") + v.reason)
+                          ("[red]ignores negation[/]" if v.biased else "respects negation")
+                          + f" ({v.negation_still_yes}/{v.negation_base_true_positives} Yes kept)")
             continue
         table.add_row(v.name, v.kind, str(v.yes_to_no), str(v.no_to_yes), f"{v.mcnemar_answers.exact_p:.3g}",
                       f"{v.p_adjusted:.3g}", _signed(v.delta("accuracy")), _signed(v.delta("f1")), _signed(v.delta("positive_share")),
