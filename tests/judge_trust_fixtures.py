@@ -268,3 +268,46 @@ def build_last_label_mistral(folder: str | Path) -> Path:
         model.lm_head.weight[vocab["▁No"], answer] = -1.0
     model.save_pretrained(folder)
     return Path(folder)
+
+
+# ---------------------------------------------------------------------------------------- the embedded judge
+
+import pytest  # noqa: E402  (fixtures below)
+
+
+@pytest.fixture(scope="session")
+def embedded_judge():
+    """The shipped embedded judge (MiniLM from PyPI + the shipped head), loaded once per session."""
+    from berds.evaluate.judge import load_judge
+
+    return load_judge("embedded")
+
+
+@pytest.fixture(scope="session")
+def embedded_small(tmp_path_factory):
+    """26 demo pairs (both stances, both labels) and a judgement cache shared by the tests that judge them
+    with the embedded judge, so each pair is embedded once per session."""
+    from berds.evaluate.cache import JudgementCache
+    from berds.evaluate.labels import read_labelled_pairs
+
+    folder = tmp_path_factory.mktemp("embedded")
+    labelled = read_labelled_pairs(write_demo_subset(folder / "pairs.tsv"))
+    small = labelled.subset(range(0, len(labelled), 7))
+    cache = JudgementCache(folder / "cache.sqlite")
+    yield small, cache
+    cache.close()
+
+
+class StanceYesJudge:
+    """Any judge with an injected stance bias: it says Yes to every pair whose perspective is a supporting one."""
+
+    def __init__(self, inner, supporting: set[str]):
+        self.inner, self.supporting = inner, supporting
+        self.id = f"{inner.id}|injected=stance-yes"
+        self.prompt_version = inner.prompt_version
+
+    def judge(self, pairs):
+        from berds.types import Verdict
+
+        return [Verdict(True, v.p_yes, v.raw, {"injected": True}) if p.perspective in self.supporting else v
+                for p, v in zip(pairs, self.inner.judge(pairs))]

@@ -27,6 +27,7 @@ from berds.evaluate.prompts import ONE_SHOT, ZERO_SHOT, PromptTemplate
 from berds.types import Hit, JudgePair, Passage, Question, Run
 from conftest import berds_cmd, subprocess_env
 from judge_trust_fixtures import ScriptedJudgeLLM, pair_hash, served, write_demo_subset
+from judge_trust_fixtures import embedded_judge, embedded_small  # noqa: F401  (pytest fixtures)
 from llm_fixtures import tiny_mistral  # noqa: F401  (a pytest fixture)
 
 # ----------------------------------------------------------------------------------- variants
@@ -408,3 +409,29 @@ def test_cli_stance_correct_on_a_saved_sycophancy_result(labelled_path, labelled
         expected_p = (row["p"] / 20 + r.specificity - 1) / (r.sensitivity + r.specificity - 1)
         assert row["p_corrected"] == pytest.approx(min(1.0, max(0.0, expected_p)))
     assert "corrected for the judge's per-stance errors" in proc.stdout.replace("\n", " ")
+
+
+def test_embedded_judge_audit_and_an_injected_stance_bias(embedded_judge, embedded_small):
+    from berds.evaluate.audit import negate_statement
+    from judge_trust_fixtures import StanceYesJudge
+
+    small, cache = embedded_small
+    assert {p.stance for p in small} == {"support", "oppose"}
+    report = audit(small, embedded_judge, cache=cache, progress=False)
+    assert {v.name for v in report.variants if v.applicable} == {"sentence-order", "negation"}
+    assert "stance" not in report.biases_found
+    # the negation variant's cached answers are the embedded judge's answers for the negated statements
+    v = report.variant("negation")
+    base = cache.get_many(embedded_judge.id, embedded_judge.prompt_version, small.judge_pairs())
+    negated = cache.get_many(v.judge_id, v.prompt_version, small.judge_pairs())
+    direct = embedded_judge.judge([JudgePair(negate_statement(p.perspective), p.document) for p in small.pairs[:6]])
+    assert [d.p_yes for d in direct] == pytest.approx([n.p_yes for n in negated[:6]])
+    tp = [b.label and p.label for b, p in zip(base, small)]
+    assert v.negation_base_true_positives == sum(tp)
+    assert v.negation_still_yes == sum(t and n.label for t, n in zip(tp, negated))
+
+    supporting = {p.perspective for p in small if p.stance == "support"}
+    biased = audit(small, StanceYesJudge(embedded_judge, supporting), variants=[], cache=cache, progress=False)
+    assert biased.biases_found == ["stance"]
+    assert biased.stance.counts["support"]["fn"] == 0 and biased.stance.counts["support"]["tn"] == 0
+    assert biased.stance.counts["oppose"] == report.stance.counts["oppose"]  # untouched side

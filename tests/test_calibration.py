@@ -23,6 +23,7 @@ from berds.evaluate.labels import read_labelled_pairs
 from berds.types import JudgePair, Verdict
 from conftest import berds_cmd, subprocess_env
 from judge_trust_fixtures import pair_hash, served, write_demo_subset
+from judge_trust_fixtures import embedded_judge, embedded_small  # noqa: F401  (pytest fixtures)
 from llm_fixtures import tiny_mistral  # noqa: F401  (a pytest fixture)
 
 # ----------------------------------------------------------------------------------- by hand
@@ -228,3 +229,18 @@ def test_p_yes_of_a_tiny_transformers_judge_is_the_renormalised_first_token_soft
         yes, no = float(probs[yes_ids].sum()), float(probs[no_ids].sum())
         assert verdict.p_yes == pytest.approx(yes / (yes + no), rel=1e-3)
     assert 0.0 <= result.ece <= 1.0 and math.isfinite(result.brier)
+
+
+def test_calibrate_the_embedded_judge_and_load_it_calibrated(embedded_judge, embedded_small, tmp_path):
+    small, cache = embedded_small
+    store = CalibrationStore(tmp_path / "calibration.json")
+    result = calibrate(small, embedded_judge, cache=cache, store=store, objective="accuracy", progress=False)
+    p = np.array([v.p_yes for v in cache.get_many(embedded_judge.id, embedded_judge.prompt_version, small.judge_pairs())])
+    assert result.n_scored == len(small) and sum(b.count for b in result.bins) == len(small)
+    assert result.ece == pytest.approx(expected_calibration_error(p, small.labels))
+    best = choose_threshold(p, small.labels, objective="accuracy")
+    assert result.threshold.threshold == best.threshold
+    assert result.dev_at_threshold["accuracy"] == pytest.approx(best.value)
+    judge = load_judge("calibrated:embedded", calibration=str(store.path))
+    assert isinstance(judge, ThresholdJudge) and judge.threshold == pytest.approx(best.threshold)
+    assert judge.id == f"{embedded_judge.id}|calibrated-threshold={best.threshold:.6g}"
