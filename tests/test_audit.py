@@ -419,7 +419,6 @@ def test_embedded_judge_audit_and_an_injected_stance_bias(embedded_judge, embedd
     assert {p.stance for p in small} == {"support", "oppose"}
     report = audit(small, embedded_judge, cache=cache, progress=False)
     assert {v.name for v in report.variants if v.applicable} == {"sentence-order", "negation"}
-    assert "stance" not in report.biases_found
     # the negation variant's cached answers are the embedded judge's answers for the negated statements
     v = report.variant("negation")
     base = cache.get_many(embedded_judge.id, embedded_judge.prompt_version, small.judge_pairs())
@@ -432,6 +431,6 @@ def test_embedded_judge_audit_and_an_injected_stance_bias(embedded_judge, embedd
 
     supporting = {p.perspective for p in small if p.stance == "support"}
     biased = audit(small, StanceYesJudge(embedded_judge, supporting), variants=[], cache=cache, progress=False)
-    assert biased.biases_found == ["stance"]
+    assert biased.biases_found == ["stance"] and biased.stance.p_value < report.stance.p_value
     assert biased.stance.counts["support"]["fn"] == 0 and biased.stance.counts["support"]["tn"] == 0
     assert biased.stance.counts["oppose"] == report.stance.counts["oppose"]  # untouched side
