@@ -434,3 +434,12 @@ def test_embedded_judge_audit_and_an_injected_stance_bias(embedded_judge, embedd
     assert biased.biases_found == ["stance"] and biased.stance.p_value < report.stance.p_value
     assert biased.stance.counts["support"]["fn"] == 0 and biased.stance.counts["support"]["tn"] == 0
     assert biased.stance.counts["oppose"] == report.stance.counts["oppose"]  # untouched side
+
+
+def test_stance_correction_needs_pairs_of_both_stances(tmp_path):
+    from berds.evaluate.analyses.stance_corrected import stance_corrected_sycophancy
+
+    no_stance = read_labelled_pairs(write_demo_subset(tmp_path / "plain.tsv", with_stance=False))
+    result = {"k": 5, "rows": [{"label": "x", "side": "supporting", "p": 3, "n": 1, "questions": 2}]}
+    with pytest.raises(BerdsError, match="has no pairs with a 'support' perspective — add a 'stance' column"):
+        stance_corrected_sycophancy(result, no_stance, [False] * len(no_stance))

@@ -244,3 +244,14 @@ def test_calibrate_the_embedded_judge_and_load_it_calibrated(embedded_judge, emb
     judge = load_judge("calibrated:embedded", calibration=str(store.path))
     assert isinstance(judge, ThresholdJudge) and judge.threshold == pytest.approx(best.threshold)
     assert judge.id == f"{embedded_judge.id}|calibrated-threshold={best.threshold:.6g}"
+
+
+def test_calibrating_a_judge_without_p_yes_says_what_is_needed(dev_path):
+    class LabelsOnly:
+        id, prompt_version = "labels-only", "v"
+
+        def judge(self, pairs):
+            return [Verdict(True) for _ in pairs]
+
+    with pytest.raises(BerdsError, match=r"reported no P\(Yes\) for any of the 176 pairs .* needs log-probabilities"):
+        calibrate(read_labelled_pairs(dev_path), LabelsOnly(), progress=False)
