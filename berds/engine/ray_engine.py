@@ -174,7 +174,7 @@ class RayEngine:
                 raise BerdsError(
                     f"cannot start or reach {where}: {type(exc).__name__}: {exc} — for a cluster, start its head with "
                     "`ray start --head` and pass --address ray://HEAD:10001 (or auto on a cluster node); a cluster with "
-                    "token authentication (the default since Ray 2.5x) also needs RAY_AUTH_MODE=token and its token in "
+                    "token authentication (the default in recent Ray) also needs RAY_AUTH_MODE=token and its token in "
                     "~/.ray/auth_token here; locally, Ray needs a working loopback interface"
                 ) from None
             self._owns_ray = True
