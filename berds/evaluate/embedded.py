@@ -7,11 +7,12 @@ as smoke-test numbers, never as BERDS scores.
 
 How a pair (perspective, passage) is scored:
 
-1. The passage is cut into segments (sentences; long ones into ~30-word pieces) and windows of two
-   consecutive segments. The perspective, an automatically negated copy of it ("X is Y" -> "X is not
-   Y"), the whole passage, every segment and every window are embedded with all-MiniLM-L6-v2 (mean
-   pooling, unit length), batched and de-duplicated across the whole call.
-2. ``FEATURE_NAMES`` are computed: cosines to the whole passage / best segment / best window, a
+1. The passage is cut into segments (sentences; long ones into ~30-word pieces). The perspective, an
+   automatically negated copy of it ("X is Y" -> "X is not Y") and the passage are embedded with
+   all-MiniLM-L6-v2 (mean pooling, unit length), batched and de-duplicated across the whole call;
+   each segment's embedding is the mean of the passage's contextual token states inside it (so a
+   passage costs one forward pass, however many sentences it has).
+2. ``FEATURE_NAMES`` are computed: cosines to the whole passage / best segments, a
    "stance margin" (cosine to the perspective minus cosine to its negation), content-word overlap and
    negation cues (see ``PairFeaturizer``).
 3. A logistic head (standardised features, weights in a JSON file, no pickle) gives
@@ -48,7 +49,6 @@ FEATURE_NAMES: tuple[str, ...] = (
     "cos_best_segment",     # max over segments of cosine(perspective, segment)
     "cos_mean_segment",     # mean over segments
     "cos_top2_segment",     # mean of the two best segments (= best when there is one)
-    "cos_best_window",      # max over two-segment windows (= best segment when there is one)
     "stance_passage",       # cosine(passage, perspective) - cosine(passage, negated perspective)
     "stance_best_segment",  # the same margin on the segment most similar to the perspective
     "lex_recall",           # share of the perspective's content words found in the passage
@@ -63,7 +63,9 @@ FEATURE_NAMES: tuple[str, ...] = (
 # ------------------------------------------------------------------------------------------ text
 
 
-_SENTENCE_END = re.compile(r"(?<=[.!?;])[\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9])")
+_TOKEN = re.compile(r"\S+")
+_ENDS_SENTENCE = re.compile(r"[.!?;][\"'”’)\]]*$")
+_STARTS_SENTENCE = re.compile(r"^[\"'“‘(\[]?[A-Z0-9]")
 _WORD = re.compile(r"[A-Za-z0-9]+(?:['’][A-Za-z]+)?")
 MAX_SEGMENT_WORDS = 40
 SEGMENT_PIECE_WORDS = 30
@@ -93,28 +95,41 @@ _NEGATED_AUX = {
 }
 
 
-def split_segments(text: str) -> list[str]:
-    """Cut a passage into sentence-like segments of at most ``MAX_SEGMENT_WORDS`` words.
+def segment_spans(text: str) -> list[tuple[int, int]]:
+    """Character spans ``(start, end)`` of a passage's sentence-like segments (at most ``MAX_SEGMENT_WORDS`` words).
 
-    Sentences end at ``. ! ? ;`` followed by a capital or digit; longer ones are cut every
-    ``SEGMENT_PIECE_WORDS`` words (web passages often lack punctuation); fragments shorter than
-    ``MIN_SEGMENT_WORDS`` words join the previous segment. An empty text gives ``[]``.
+    A sentence ends at a word ending in ``. ! ? ;`` (closing quotes/brackets allowed) when the next word
+    starts with a capital or digit; longer sentences are cut every ``SEGMENT_PIECE_WORDS`` words (web
+    passages often lack punctuation); fragments shorter than ``MIN_SEGMENT_WORDS`` words join the previous
+    segment. An empty text gives ``[]``.
     """
-    segments: list[str] = []
-    for sentence in _SENTENCE_END.split(text.strip()):
-        words = sentence.split()
-        if not words:
-            continue
-        if len(words) > MAX_SEGMENT_WORDS:
-            pieces = [words[i : i + SEGMENT_PIECE_WORDS] for i in range(0, len(words), SEGMENT_PIECE_WORDS)]
+    tokens = [(m.start(), m.end()) for m in _TOKEN.finditer(text)]
+    sentences: list[tuple[int, int]] = []  # word index ranges [lo, hi)
+    lo = 0
+    for i in range(len(tokens) - 1):
+        if (_ENDS_SENTENCE.search(text[tokens[i][0] : tokens[i][1]])
+                and _STARTS_SENTENCE.match(text[tokens[i + 1][0] : tokens[i + 1][1]])):
+            sentences.append((lo, i + 1))
+            lo = i + 1
+    if tokens:
+        sentences.append((lo, len(tokens)))
+    segments: list[tuple[int, int]] = []
+    for lo, hi in sentences:
+        if hi - lo > MAX_SEGMENT_WORDS:
+            pieces = [(j, min(j + SEGMENT_PIECE_WORDS, hi)) for j in range(lo, hi, SEGMENT_PIECE_WORDS)]
         else:
-            pieces = [words]
-        for piece in pieces:
-            if segments and len(piece) < MIN_SEGMENT_WORDS:
-                segments[-1] = segments[-1] + " " + " ".join(piece)
+            pieces = [(lo, hi)]
+        for a, b in pieces:
+            if segments and b - a < MIN_SEGMENT_WORDS:
+                segments[-1] = (segments[-1][0], b)
             else:
-                segments.append(" ".join(piece))
-    return segments
+                segments.append((a, b))
+    return [(tokens[a][0], tokens[b - 1][1]) for a, b in segments]
+
+
+def split_segments(text: str) -> list[str]:
+    """The segments of ``segment_spans`` as strings, whitespace collapsed."""
+    return [" ".join(text[a:b].split()) for a, b in segment_spans(text)]
 
 
 def _stem(word: str) -> str:
@@ -222,7 +237,6 @@ class MiniLMEncoder:
         transformers = require("transformers", extra="dense", purpose="the embedded judge")
         self.path = path
         self.batch_size = batch_size
-        self.max_length = max_length
         self.device = device
         # transformers draws a "Loading weights" bar per load; silence it for this load only.
         hf_logging = transformers.utils.logging
@@ -237,27 +251,64 @@ class MiniLMEncoder:
         finally:
             if bar_was_on:
                 hf_logging.enable_progress_bar()
+        if not getattr(self._tokenizer, "is_fast", False):
+            raise InputError("the encoder's tokenizer has no fast (Rust) version, needed for token offsets",
+                             path=path, fix="use a model folder with tokenizer.json or vocab.txt")
         self._model.eval().to(device)
         self._torch = torch
+        # A small model may have fewer positions than max_length; never feed it more.
+        self.max_length = min(max_length, int(getattr(self._model.config, "max_position_embeddings", max_length)))
         self.fingerprint = _model_fingerprint(path)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """One unit-length embedding per text (mean over its tokens, as sentence-transformers does)."""
+        return self.encode_with_segments(texts, with_segments=False)[0]
+
+    def encode_with_segments(self, texts: Sequence[str], *, with_segments: bool = True,
+                             ) -> tuple[np.ndarray, list[tuple[list[str], np.ndarray]]]:
+        """Embed each text and, from the same forward pass, each of its ``segment_spans``.
+
+        A segment's embedding is the mean of the contextual token states inside its span (unit
+        length): one forward pass per passage instead of one per sentence. Segments cut off by
+        truncation at ``max_length`` tokens are left out; a text with no segment left gets itself as
+        its only segment. Returns ``(text_embeddings, [(segment_strings, segment_embeddings), ...])``.
+        """
         torch = self._torch
-        out = np.zeros((len(texts), self._model.config.hidden_size), dtype=np.float32)
+        dim = self._model.config.hidden_size
+        out = np.zeros((len(texts), dim), dtype=np.float32)
+        segments: list[tuple[list[str], np.ndarray]] = [([], np.zeros((0, dim), dtype=np.float32))] * len(texts)
         order = sorted(range(len(texts)), key=lambda i: (len(texts[i]), i))
         with torch.inference_mode():
             for start in range(0, len(order), self.batch_size):
                 idx = order[start : start + self.batch_size]
                 batch = self._tokenizer(
-                    [texts[i] for i in idx], padding=True, truncation=True,
-                    max_length=self.max_length, return_tensors="pt",
-                ).to(self.device)
+                    [texts[i] for i in idx], padding=True, truncation=True, max_length=self.max_length,
+                    return_tensors="pt", return_offsets_mapping=True,
+                )
+                offsets = batch.pop("offset_mapping").numpy()
+                batch = batch.to(self.device)
                 hidden = self._model(**batch).last_hidden_state
                 mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
                 pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-                pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
-                out[idx] = pooled.float().cpu().numpy()
-        return out
+                out[idx] = torch.nn.functional.normalize(pooled, p=2, dim=1).float().cpu().numpy()
+                if not with_segments:
+                    continue
+                states = hidden.float().cpu().numpy()
+                for row, i in enumerate(idx):
+                    # Real tokens have a non-empty character span; [CLS], [SEP] and padding have (0, 0).
+                    starts, ends = offsets[row, :, 0], offsets[row, :, 1]
+                    real = ends > starts
+                    names, vectors = [], []
+                    for a, b in segment_spans(texts[i]):
+                        inside = real & (starts >= a) & (ends <= b)
+                        if inside.any():
+                            v = states[row][inside].mean(0)
+                            vectors.append(v / max(float(np.linalg.norm(v)), 1e-9))
+                            names.append(" ".join(texts[i][a:b].split()))
+                    if not vectors:
+                        names, vectors = [" ".join(texts[i].split())], [out[i]]
+                    segments[i] = (names, np.stack(vectors).astype(np.float32))
+        return out, segments
 
 
 # ------------------------------------------------------------------------------------------ features
@@ -266,38 +317,32 @@ class MiniLMEncoder:
 class PairFeaturizer:
     """Turns (perspective, passage) pairs into the ``FEATURE_NAMES`` matrix (one row per pair).
 
-    Every distinct text in the call (perspectives, their negations, passages, segments, windows) is
-    embedded once, so a passage judged against several perspectives costs one encoding.
+    Every distinct perspective (and its negation) and every distinct passage is embedded once per call
+    (segments come from the passage's own forward pass), so a passage judged against several perspectives costs one encoding.
     """
 
     def __init__(self, encoder: MiniLMEncoder):
         self.encoder = encoder
 
     def features(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
-        texts: dict[str, int] = {}
-
-        def slot(text: str) -> int:
-            return texts.setdefault(text, len(texts))
-
-        plans = []
-        for perspective, passage in pairs:
-            segments = split_segments(passage) or [passage]
-            windows = [segments[i] + " " + segments[i + 1] for i in range(len(segments) - 1)] or segments
-            plans.append((
-                slot(perspective), slot(negate_statement(perspective) or perspective), slot(passage),
-                [slot(s) for s in segments], [slot(w) for w in windows], segments,
-            ))
-        emb = self.encoder.encode(list(texts)) if texts else np.zeros((0, 1), dtype=np.float32)
+        statements = list(dict.fromkeys(t for p, _ in pairs for t in (p, negate_statement(p) or p)))
+        passages = list(dict.fromkeys(passage for _, passage in pairs))
+        statement_emb = dict(zip(statements, self.encoder.encode(statements))) if statements else {}
+        passage_emb, passage_segments = self.encoder.encode_with_segments(passages) if passages else (None, [])
+        where = {passage: i for i, passage in enumerate(passages)}
 
         rows = np.zeros((len(pairs), len(FEATURE_NAMES)), dtype=np.float64)
-        for r, ((perspective, passage), plan) in enumerate(zip(pairs, plans)):
-            p, neg, doc, seg_ids, win_ids, segments = plan
-            rows[r] = self._row(perspective, passage, emb[p], emb[neg], emb[doc], emb[seg_ids], emb[win_ids], segments)
+        for r, (perspective, passage) in enumerate(pairs):
+            i = where[passage]
+            segment_texts, segment_emb = passage_segments[i]
+            rows[r] = self._row(perspective, passage, statement_emb[perspective],
+                                statement_emb[negate_statement(perspective) or perspective],
+                                passage_emb[i], segment_emb, segment_texts)
         return rows
 
     @staticmethod
     def _row(perspective: str, passage: str, p: np.ndarray, neg: np.ndarray, doc: np.ndarray,
-             seg: np.ndarray, win: np.ndarray, segments: list[str]) -> np.ndarray:
+             seg: np.ndarray, segments: list[str]) -> np.ndarray:
         seg_cos = seg @ p
         seg_neg = seg @ neg
         best = int(np.argmax(seg_cos))
@@ -321,7 +366,6 @@ class PairFeaturizer:
             float(seg_cos[best]),
             float(seg_cos.mean()),
             float(top2.mean()),
-            float((win @ p).max()),
             float(doc @ p - doc @ neg),
             float(seg_cos[best] - seg_neg[best]),
             lex_recall,
