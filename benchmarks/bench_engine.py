@@ -26,7 +26,7 @@ The local engine is measured twice: with torch's default threads ("local") and w
 beat a well-configured local run — both use the same cores, and Ray adds processes and serialisation;
 on a busy machine torch's default threads can be much slower than one. What the numbers give is the
 per-worker throughput, the memory per worker and the engine's own overhead, from which
-``docs/README-scale.md`` extrapolates to a cluster.
+``docs/scale.md`` extrapolates to a cluster.
 """
 
 from __future__ import annotations
