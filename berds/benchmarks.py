@@ -94,6 +94,12 @@ def _hub_download(spec: BenchmarkSpec, split: str, dest: Path) -> Path:
     hub = require("huggingface_hub", extra="dense", purpose=f"downloading the BERDS {spec.name} set")
     repo = os.environ.get("BERDS_HF_REPO", spec.hf_repo)
     filename = spec.hf_file.format(split=split)
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        # Checked here, not left to the hub client: it reads the variable once, at import time.
+        raise BerdsError(
+            f"{spec.name} ({split}) is not available locally and HF_HUB_OFFLINE is set — download "
+            f"{repo}/{filename} elsewhere and pass its path, or put it at $BERDS_DATA_DIR/{spec.name}.{split}.jsonl"
+        )
     try:
         local = hub.hf_hub_download(repo_id=repo, filename=filename, repo_type="dataset")
     except Exception as exc:  # the hub client raises many kinds; all mean "not reachable / not there"
