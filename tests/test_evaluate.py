@@ -63,6 +63,8 @@ def test_cache_reuse_and_overwrite_policies(tmp_path, tiny_run):
         evaluate_run(tiny_run, judge, ks=(5,), cache=never_cache, overwrite="never", progress=False)
     with pytest.raises(BerdsError, match="unknown overwrite policy"):
         evaluate_run(tiny_run, judge, ks=(5,), overwrite="sometimes", progress=False)
+    with pytest.raises(BerdsError, match="unknown --title-position 'middle'"):
+        evaluate_run(tiny_run, judge, ks=(5,), title_position="middle", progress=False)
 
 
 def test_cache_is_keyed_by_judge_and_prompt(tmp_path):

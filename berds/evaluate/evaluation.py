@@ -155,6 +155,8 @@ def evaluate_run(
     """
     if overwrite not in OVERWRITE_POLICIES:
         raise BerdsError(f"unknown overwrite policy {overwrite!r}; use one of {', '.join(OVERWRITE_POLICIES)}")
+    if title_position not in ("after", "before", "none"):  # checked here: passages without titles never reach judge_text's check
+        raise BerdsError(f"unknown --title-position {title_position!r}; use one of after, before, none")
     ks = tuple(sorted(set(int(k) for k in ks)))
     if not ks or ks[0] < 1:
         raise BerdsError(f"--k values must be positive integers, got {list(ks)}")
