@@ -226,10 +226,7 @@ def load_judge(name: str, **options: Any) -> Judge:
 
         return calibrated_judge(rest, **options)
     check_judge_name(name)
-    spec = JUDGES.spec(name)
-    from berds.registry import import_object
-
-    return import_object(spec.loader)(**{**spec.options, **options})
+    return JUDGES.create(name, **options)
 
 
 def parse_options(items: Sequence[str]) -> dict[str, Any]:
