@@ -397,21 +397,30 @@ def _pct(x: float) -> str:
     return "-" if x != x else f"{100 * x:.1f}"
 
 
+SHARE_METRICS = METRIC_NAMES[:-1]  # the metrics shown in percent (all but κ)
+
+
+def _share_cells(row: JudgeValidity) -> list[str]:
+    """Each share metric of a judge as "value [low, high]", in percent (validity tables, rich and markdown)."""
+    cells = []
+    for name in SHARE_METRICS:
+        lo, hi = row.intervals[name]
+        cells.append(f"{_pct(row.metrics[name])} [{_pct(lo)}, {_pct(hi)}]")
+    return cells
+
+
 def validity_table(report: ValidationReport, *, title: str | None = None) -> Any:
     """A rich table: one row per judge, each metric with its bootstrap 95% interval."""
     from rich.table import Table
 
     table = Table(title=title or f"judge validity on {report.n} labelled pairs ({_pct(report.gold_positive_share)}% positive)")
     table.add_column("judge", overflow="fold")
-    for name in ("accuracy", "precision", "recall", "f1", "positive_share"):
+    for name in SHARE_METRICS:
         table.add_column(name.replace("_", " "), justify="right")
     table.add_column("κ", justify="right")
     table.add_column("unparsed", justify="right")
     for row in report.judges:
-        cells = []
-        for name in ("accuracy", "precision", "recall", "f1", "positive_share"):
-            lo, hi = row.intervals[name]
-            cells.append(f"{_pct(row.metrics[name])} [{_pct(lo)}, {_pct(hi)}]")
+        cells = _share_cells(row)
         lo, hi = row.intervals["kappa"]
         kappa = row.metrics["kappa"]
         cells.append("-" if kappa != kappa else f"{kappa:.3f} [{lo:.2f}, {hi:.2f}]")
@@ -456,10 +465,7 @@ def markdown_table(report: ValidationReport) -> str:
     head = "| judge | accuracy | precision | recall | F1 | Yes share | κ |"
     lines = [head, "|" + "---|" * 7]
     for row in report.judges:
-        cells = []
-        for name in ("accuracy", "precision", "recall", "f1", "positive_share"):
-            lo, hi = row.intervals[name]
-            cells.append(f"{_pct(row.metrics[name])} [{_pct(lo)}, {_pct(hi)}]")
+        cells = _share_cells(row)
         lo, hi = row.intervals["kappa"]
         cells.append(f"{row.metrics['kappa']:.3f} [{lo:.2f}, {hi:.2f}]")
         lines.append(f"| {row.name} | " + " | ".join(cells) + " |")
