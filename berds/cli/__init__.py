@@ -45,8 +45,15 @@ def main(argv: list[str] | None = None) -> None:
     except typer.Abort:
         sys.exit(130)
     except Exception as exc:
-        import click
-
+        # Usage errors (bad option value, missing argument, unknown command): typer >= 0.2x raises its own
+        # vendored click exceptions (typer.TyperException subclasses), older typer raises click's.
+        if isinstance(exc, typer.TyperException) and hasattr(exc, "show"):
+            exc.show()
+            sys.exit(getattr(exc, "exit_code", 2))
+        try:
+            import click
+        except ImportError:
+            raise exc from None
         if isinstance(exc, click.ClickException):
             exc.show()
             sys.exit(exc.exit_code)
