@@ -125,6 +125,23 @@ def test_not_a_warc_is_a_named_error(tmp_path):
     path.write_text("hello, not a warc\n")
     with pytest.raises(InputError, match=r"x.warc: not a readable WARC file"):
         list(iter_warc_documents([path]))
+    # A jsonl file passed as --warc: warcio reads it as headerless records (only warning), so the check is ours.
+    jsonl = tmp_path / "corpus.jsonl"
+    write_jsonl(jsonl, [{"id": f"d{n}", "text": "some text " * 20} for n in range(3)])
+    with pytest.raises(InputError, match=r"corpus.jsonl: not a readable WARC file \(starts with b'\{\"id\"'"):
+        list(iter_warc_documents([jsonl]))
+
+
+def test_cli_refuses_zero_words_per_passage(tmp_path):
+    from typer.testing import CliRunner
+
+    from berds.cli import app
+
+    write_jsonl(tmp_path / "c.jsonl", [{"id": "d", "text": "a few words"}])
+    result = CliRunner().invoke(app, ["corpus", "build", "web", "--jsonl", str(tmp_path / "c.jsonl"), "--words", "0",
+                                      "--out", str(tmp_path / "s"), "-q"])
+    assert result.exit_code == 2  # a usage error, not a ValueError from the splitter
+    assert "--words" in result.output and not (tmp_path / "s.building").exists()
 
 
 def test_cli_web_jsonl_with_shell_expanded_files(tmp_path):

@@ -39,7 +39,7 @@ OUT = typer.Option(..., "--out", "-o", help="Folder of the new passage store.")
 OVERWRITE = typer.Option(False, "--overwrite", help="Replace an existing store at --out.")
 RESUME = typer.Option(False, "--resume", help="Keep the finished shards of an interrupted build of --out and continue.")
 QUIET = typer.Option(False, "--quiet", "-q", help="No progress bars.")
-WORDS = typer.Option(100, "--words", help="Words per passage (DPR: 100).")
+WORDS = typer.Option(100, "--words", min=1, help="Words per passage (DPR: 100).")
 SHARD = typer.Option(1_000_000, "--shard-size", help="Passages per shard file.")
 COMPRESSION = typer.Option("zlib", "--compression", help="zlib (smaller) or none (faster lookups).")
 

@@ -128,6 +128,22 @@ def _url_id(url: str) -> str:
     return hashlib.sha1(url.encode("utf-8")).hexdigest()[:16]
 
 
+def _check_warc_magic(path: Path) -> None:
+    """Refuse a file that is not a WARC: warcio reads any text as headerless records and only warns."""
+    import gzip
+
+    with open(path, "rb") as f:
+        head = f.read(2)
+    try:
+        with (gzip.open(path, "rb") if head == b"\x1f\x8b" else open(path, "rb")) as f:
+            start = f.read(5)
+    except OSError as exc:
+        raise InputError(f"not a readable WARC file ({exc})", path=path, fix="pass .warc or .warc.gz files") from None
+    if start != b"WARC/":
+        raise InputError(f"not a readable WARC file (starts with {start!r}, expected b'WARC/')", path=path,
+                         fix="pass .warc or .warc.gz files; jsonl records go through --jsonl")
+
+
 def iter_warc_documents(paths: Sequence[str | os.PathLike], report: BuildReport | None = None, *,
                         raw_holder: list | None = None) -> Iterator[Document]:
     """Documents from WARC files (``.warc`` or ``.warc.gz``): cleaned HTML / plain-text responses."""
@@ -141,6 +157,7 @@ def iter_warc_documents(paths: Sequence[str | os.PathLike], report: BuildReport 
     for path in map(Path, paths):
         if not path.is_file():
             raise InputError("file not found", path=path)
+        _check_warc_magic(path)
         with open(path, "rb") as raw:
             if raw_holder is not None:
                 raw_holder.append(raw)
