@@ -705,7 +705,7 @@ def audit_files(
     progress: bool = True,
 ) -> AuditReport:
     """``berds judge audit``: read the labelled file and runs, build the judge by name, run ``audit``."""
-    from berds.evaluate.analyses.common import run_label, unique_labels
+    from berds.evaluate.analyses.common import run_labels
     from berds.evaluate.cache import JudgementCache
     from berds.evaluate.judge import check_judge_name
     from berds.evaluate.labels import read_labelled_pairs
@@ -720,7 +720,7 @@ def audit_files(
             raise UnknownNameError("audit variant", name, list(VARIANTS))
     check_judge_name(judge)
     loaded = [load_run(p) for p in runs]  # parse every run first: bad input fails before judging
-    names = unique_labels([run_label(r, p) for r, p in zip(loaded, runs)])
+    names = run_labels(loaded, runs)
     cache = JudgementCache(cache_path) if use_cache else None
     try:
         return audit(labelled, lazy_judge(judge, judge_options), variants=variants, runs=dict(zip(names, loaded)),

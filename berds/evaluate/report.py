@@ -267,7 +267,7 @@ def build_report(
     ``analyses`` are result files from ``berds analyze ... --out`` (or result objects). ``curve_depth``
     (default ``max(ks)``) is how far the MRecall@k curve goes; deeper curves judge more passages.
     """
-    from berds.evaluate.analyses.common import judge_runs, load_result, run_label, unique_labels
+    from berds.evaluate.analyses.common import judge_runs, load_result, run_labels
     from berds.io import write_text
     from berds.runs import load_run
 
@@ -288,7 +288,7 @@ def build_report(
         runs = [load_run(p) for p in run_paths]
         results = judge_runs(runs, judge, depth, judge_options=judge_options, cache_path=cache_path,
                              allow_short=allow_short, progress=progress)
-        labels = unique_labels([run_label(r, p) for r, p in zip(runs, run_paths)])
+        labels = run_labels(runs, run_paths)
         header = ["run", "set", "questions", *[f"MRecall@{k}" for k in ks], *[f"Precision@{k}" for k in ks]]
         rows = []
         for label, run, res in zip(labels, runs, results):

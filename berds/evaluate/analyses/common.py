@@ -76,6 +76,11 @@ def unique_labels(labels: Sequence[str]) -> list[str]:
     return out
 
 
+def run_labels(runs: Sequence[Run], paths: Sequence[str | Path]) -> list[str]:
+    """Distinct table labels for runs loaded from ``paths`` (``run_label`` each, repeats numbered)."""
+    return unique_labels([run_label(r, p) for r, p in zip(runs, paths)])
+
+
 def pct(x: float | None) -> str:
     return "n/a" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{100 * x:.1f}"
 

@@ -77,11 +77,11 @@ def analyze_coverage(run_paths: Sequence[str], judge: str | Any, *, depth: int =
                      judge_options: Mapping[str, Any] | None = None, cache_path: str | None = None,
                      allow_short: bool = False, progress: bool = False) -> CoverageResult:
     """``berds analyze coverage``: judge the top ``depth`` of each run and measure the union's coverage."""
-    from berds.evaluate.analyses.common import judge_runs, run_label, unique_labels
+    from berds.evaluate.analyses.common import judge_runs, run_labels
     from berds.runs import load_run
 
     runs = [load_run(p) for p in run_paths]
     results = judge_runs(runs, judge, depth, judge_options=judge_options, cache_path=cache_path,
                          allow_short=allow_short, progress=progress)
-    labels = unique_labels([run_label(r, p) for r, p in zip(runs, run_paths)])
+    labels = run_labels(runs, run_paths)
     return coverage({lab: res.support for lab, res in zip(labels, results)}, depth)

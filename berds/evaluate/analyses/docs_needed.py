@@ -77,12 +77,12 @@ def analyze_docs_needed(run_paths: Sequence[str], judge: str | Any, *, depth: in
                         judge_options: Mapping[str, Any] | None = None, cache_path: str | None = None,
                         allow_short: bool = False, progress: bool = False) -> DocsNeededResult:
     """``berds analyze docs-needed``: judge the top ``depth`` of each run and find the covering prefix."""
-    from berds.evaluate.analyses.common import judge_runs, run_label, unique_labels
+    from berds.evaluate.analyses.common import judge_runs, run_labels
     from berds.runs import load_run
 
     runs = [load_run(p) for p in run_paths]
     results = judge_runs(runs, judge, depth, judge_options=judge_options, cache_path=cache_path,
                          allow_short=allow_short, progress=progress)
-    labels = unique_labels([run_label(r, p) for r, p in zip(runs, run_paths)])
+    labels = run_labels(runs, run_paths)
     datasets = {qid: q.dataset for r in runs for qid, q in r.questions.items()}
     return docs_needed_analysis({lab: res.support for lab, res in zip(labels, results)}, depth, datasets)

@@ -111,7 +111,7 @@ def analyze_leaning(
     progress: bool = False,
 ) -> LeaningResult:
     """``berds analyze leaning``: judge the top k of each run and count the leaning categories."""
-    from berds.evaluate.analyses.common import judge_runs, run_label, unique_labels
+    from berds.evaluate.analyses.common import judge_runs, run_labels
     from berds.evaluate.analyses.stance import resolve_stances
     from berds.runs import load_run
 
@@ -121,5 +121,5 @@ def analyze_leaning(
                                  progress=progress)
     results = judge_runs(runs, judge, k, judge_options=judge_options, cache_path=cache_path, allow_short=allow_short,
                          progress=progress)
-    labels = unique_labels([run_label(r, p) for r, p in zip(runs, run_paths)])
+    labels = run_labels(runs, run_paths)
     return leaning({lab: res.support for lab, res in zip(labels, results)}, stance_map, k)
