@@ -116,6 +116,39 @@ def _folder_bytes(folder: Path) -> dict[str, bytes]:
 # ------------------------------------------------------------------------------------------ children
 
 
+def ray_engine(args: argparse.Namespace) -> Any:
+    """The Ray engine under test: ``--address``'s cluster, or a local instance with ``--workers`` CPUs."""
+    from berds.engine import get_engine
+
+    return get_engine("ray", address=args.address, num_cpus=None if args.address else args.workers,
+                      num_workers=args.workers)
+
+
+def start_watched_ray(args: argparse.Namespace, out: dict[str, Any]) -> tuple[Any, dict[int, int]]:
+    """``ray_engine`` (its start-up seconds in ``out["init_s"]``) and a pid -> peak RSS map that its
+    ``map_batches`` fills in as results arrive."""
+    started = time.perf_counter()
+    engine = ray_engine(args)
+    out["init_s"] = time.perf_counter() - started
+    worker_peaks: dict[int, int] = {}
+    original = engine.map_batches
+
+    def watching(*a: Any, **k: Any):  # record each worker's peak RSS as results arrive
+        for result in original(*a, **k):
+            worker_peaks[result.pid] = max(worker_peaks.get(result.pid, 0), int(result.info.get("peak_rss_bytes", 0)))
+            yield result
+
+    engine.map_batches = watching  # type: ignore[method-assign]
+    return engine, worker_peaks
+
+
+def record_ray_memory(out: dict[str, Any], engine: Any, worker_peaks: dict[int, int], args: argparse.Namespace) -> None:
+    """Workers and peak memory of a Ray job: driver, workers (as reported), Ray's own processes (local only)."""
+    out["workers"] = engine.workers
+    out["driver_rss"], out["workers_rss"] = peak_rss(), sum(worker_peaks.values())
+    out["daemons_rss"] = ray_overhead_rss(set(worker_peaks)) if not args.address else 0
+
+
 def child_encode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     from berds.corpora.docstore import PassageStore
     from berds.indexes.encoders import Encoder, encoder_spec
@@ -142,22 +175,9 @@ def child_encode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
         out["warm_s"] = time.perf_counter() - started
         out["workers"], out["driver_rss"], out["workers_rss"], out["daemons_rss"] = 1, peak_rss(), 0, 0
         return out
-    from berds.engine import get_engine
     from berds.engine.encoding import embed_corpus_on_engine
 
-    started = time.perf_counter()
-    engine = get_engine("ray", address=args.address, num_cpus=None if args.address else args.workers,
-                        num_workers=args.workers)
-    out["init_s"] = time.perf_counter() - started
-    worker_peaks: dict[int, int] = {}
-    original = engine.map_batches
-
-    def watching(*a: Any, **k: Any):  # record each worker's peak RSS as results arrive
-        for result in original(*a, **k):
-            worker_peaks[result.pid] = max(worker_peaks.get(result.pid, 0), int(result.info.get("peak_rss_bytes", 0)))
-            yield result
-
-    engine.map_batches = watching  # type: ignore[method-assign]
+    engine, worker_peaks = start_watched_ray(args, out)
     started = time.perf_counter()
     embed_corpus_on_engine(engine, store, spec, work / "enc-ray-cold", shard_size=args.shard_size,
                            batch_size=args.batch_size, progress=False)
@@ -166,9 +186,7 @@ def child_encode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     embed_corpus_on_engine(engine, store, spec, work / "enc-ray-warm", shard_size=args.shard_size,
                            batch_size=args.batch_size, progress=False)
     out["warm_s"] = time.perf_counter() - started
-    out["workers"] = engine.workers
-    out["driver_rss"], out["workers_rss"] = peak_rss(), sum(worker_peaks.values())
-    out["daemons_rss"] = ray_overhead_rss(set(worker_peaks)) if not args.address else 0
+    record_ray_memory(out, engine, worker_peaks, args)
     baseline = work / "enc-local-cold"  # written by the local run of the same script
     if baseline.is_dir():
         out["identical"] = _folder_bytes(baseline) == _folder_bytes(work / "enc-ray-cold") == _folder_bytes(work / "enc-ray-warm")
@@ -204,21 +222,7 @@ def child_judge(mode: str, args: argparse.Namespace) -> dict[str, Any]:
         if mode == "local":
             (work / "judge-local.json").write_text(json.dumps(sorted((k[1][:40], v.p_yes) for k, v in first.items())))
         return out
-    from berds.engine import get_engine
-
-    started = time.perf_counter()
-    engine = get_engine("ray", address=args.address, num_cpus=None if args.address else args.workers,
-                        num_workers=args.workers)
-    out["init_s"] = time.perf_counter() - started
-    worker_peaks: dict[int, int] = {}
-    original = engine.map_batches
-
-    def watching(*a: Any, **k: Any):
-        for result in original(*a, **k):
-            worker_peaks[result.pid] = max(worker_peaks.get(result.pid, 0), int(result.info.get("peak_rss_bytes", 0)))
-            yield result
-
-    engine.map_batches = watching  # type: ignore[method-assign]
+    engine, worker_peaks = start_watched_ray(args, out)
     runner = engine.judge_runner()
     started = time.perf_counter()
     judge = LazyJudge(recipe.build, recipe=recipe)  # the driver loads one too, as berds eval does (cache ids)
@@ -227,9 +231,7 @@ def child_judge(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     runner(judge, pairs, None, batch_size=args.judge_batch, progress=False)
     out["warm_s"] = time.perf_counter() - started
-    out["workers"] = engine.workers
-    out["driver_rss"], out["workers_rss"] = peak_rss(), sum(worker_peaks.values())
-    out["daemons_rss"] = ray_overhead_rss(set(worker_peaks)) if not args.address else 0
+    record_ray_memory(out, engine, worker_peaks, args)
     out["labels"] = sum(v.label for v in first.values())
     local_file = work / "judge-local.json"
     if local_file.is_file():
@@ -244,8 +246,7 @@ def child_overhead(mode: str, args: argparse.Namespace) -> dict[str, Any]:
 
     recipe = Recipe.function("berds.engine.recipes:split_documents_batch")
     n = args.overhead_batches
-    engine = get_engine("local") if mode.startswith("local") else get_engine(
-        "ray", address=args.address, num_cpus=None if args.address else args.workers, num_workers=args.workers)
+    engine = get_engine("local") if mode.startswith("local") else ray_engine(args)
     list(engine.map_batches(recipe, [[] for _ in range(4)]))  # start the workers
     started = time.perf_counter()
     done = sum(1 for _ in engine.map_batches(recipe, ([] for _ in range(n))))
