@@ -155,13 +155,15 @@ class ScriptedJudgeLLM:
 
 @contextlib.contextmanager
 def served(backend: str, model: str, *, options: Sequence[str] = (), log_dir: Path, extra_args: Sequence[str] = (),
-           timeout: float = 120.0) -> Iterator[str]:
-    """Start ``python -m berds.llm.server`` on a free port (tests/ on its PYTHONPATH); yield its base URL."""
+           timeout: float = 120.0, max_batch_size: int = 32) -> Iterator[str]:
+    """Start ``python -m berds.llm.server`` on a free port (tests/ on its PYTHONPATH); yield its base URL.
+
+    When the ``with`` body succeeds, the server is stopped with SIGTERM and must exit cleanly (status 0)."""
     tests_dir = str(Path(__file__).parent)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join(x for x in (tests_dir, os.environ.get("PYTHONPATH", "")) if x)}
     args = [sys.executable, "-m", "berds.llm.server", "--backend", backend, "--model", str(model),
-            "--host", "127.0.0.1", "--port", "0", "--max-batch-size", "32", *extra_args]
+            "--host", "127.0.0.1", "--port", "0", "--max-batch-size", str(max_batch_size), *extra_args]
     for option in options:
         args += ["--option", option]
     stderr = open(log_dir / "server-stderr.txt", "w+")  # a file: a full pipe would block the server
@@ -181,6 +183,8 @@ def served(backend: str, model: str, *, options: Sequence[str] = (), log_dir: Pa
             stderr.seek(0)
             raise RuntimeError(f"server did not become ready: {stderr.read()[-2000:]}")
         yield url
+        process.terminate()  # SIGTERM: the server shuts down cleanly
+        assert process.wait(timeout=30) == 0
     finally:
         if process.poll() is None:
             process.terminate()

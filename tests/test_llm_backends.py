@@ -27,6 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from judge_trust_fixtures import served
 from llm_fixtures import tiny_lora, tiny_mistral  # noqa: F401 - pytest fixtures
 
 from berds.errors import BerdsError, MissingExtraError
@@ -372,33 +373,10 @@ def test_llm_judge_on_transformers_returns_verdicts_with_p_yes(tiny_llm):
 @pytest.fixture(scope="module")
 def served_tiny(tiny_mistral, tmp_path_factory):
     """``python -m berds.llm.server`` serving the tiny model on a free port; yields its base URL."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    stderr = open(tmp_path_factory.mktemp("server") / "stderr.txt", "w+")  # a file: a full pipe would block it
-    process = subprocess.Popen(
-        [sys.executable, "-m", "berds.llm.server", "--backend", "transformers", "--model", str(tiny_mistral),
-         "--served-model-name", "tiny-mistral", "--host", "127.0.0.1", "--port", "0",
-         "--max-top-logprobs", "500", "--option", "batch_size=4", "--option", "device=cpu"],
-        stdout=subprocess.PIPE, stderr=stderr, text=True, env=env, cwd=REPO,
-    )
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(process.stdout.readline, "")), daemon=True)
-    reader.start()
-    deadline = time.monotonic() + 120
-    url = None
-    while url is None and time.monotonic() < deadline and process.poll() is None:
-        for line in list(lines):
-            match = re.search(r"ready: (http://127\.0\.0\.1:\d+/v1)", line)
-            if match:
-                url = match.group(1)
-        time.sleep(0.05)
-    if url is None:
-        process.kill()
-        stderr.seek(0)
-        pytest.fail(f"server did not become ready: {stderr.read()[-2000:]}")
-    yield url
-    process.terminate()  # SIGTERM: the server shuts down cleanly
-    assert process.wait(timeout=30) == 0
-    stderr.close()
+    with served("transformers", str(tiny_mistral), options=["batch_size=4", "device=cpu"], max_batch_size=8,
+                extra_args=["--served-model-name", "tiny-mistral", "--max-top-logprobs", "500"],
+                log_dir=tmp_path_factory.mktemp("server")) as url:
+        yield url
 
 
 @pytest.mark.network
