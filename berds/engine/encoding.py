@@ -17,7 +17,6 @@ inside the worker means that GPU.
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -82,26 +81,21 @@ def embed_corpus_on_engine(
 def _embed(engine: Any, store: Any, spec: Any, folder: Path, *, shard_size: int, device: str, batch_size: int,
            dtype: str | None, progress: bool) -> dict[str, Any]:
     from berds.indexes.base import progress_bar
-    from berds.indexes.faiss import _iter_shard_passages, _save_shard, _shard_path
+    from berds.indexes.faiss import _resume_point, _save_shard, _shards_to_encode, _stored_dim
 
     recipe = encoder_recipe(spec, device=device, batch_size=batch_size, dtype=dtype)
     declared_dim = recipe.options["spec"].dim
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     n = len(store)
-    n_shards = max(1, math.ceil(n / shard_size))
-    done_rows = sum(min(shard_size, n - i * shard_size) for i in range(n_shards) if _shard_path(folder, i).is_file())
+    n_shards, done_rows = _resume_point(folder, n, shard_size)
     pending: dict[int, tuple[int, list[str]]] = {}  # batch position -> (shard number, passage ids), while in flight
 
     def shards_to_encode() -> Iterator[list[Any]]:
-        for shard, passages in _iter_shard_passages(store, shard_size, min(shard_size, 1024)):
-            if _shard_path(folder, shard).is_file():
-                continue
-            pending[len(pending_order)] = (shard, [p.id for p in passages])
-            pending_order.append(shard)
+        for position, (shard, passages) in enumerate(_shards_to_encode(store, folder, shard_size)):
+            pending[position] = (shard, [p.id for p in passages])
             yield passages
 
-    pending_order: list[int] = []
     dim: int | None = None
     encoded = 0
     started = time.perf_counter()
@@ -123,5 +117,5 @@ def _embed(engine: Any, store: Any, spec: Any, folder: Path, *, shard_size: int,
             encoded += len(ids)
             bar.advance(task, len(ids))
     if dim is None:  # everything was already on disk
-        dim = int(np.load(_shard_path(folder, 0), mmap_mode="r").shape[1])
+        dim = _stored_dim(folder)
     return {"dim": dim, "rows": n, "shards": n_shards, "encoded": encoded, "seconds": time.perf_counter() - started}

@@ -221,6 +221,27 @@ def _iter_shard_passages(store: Any, shard_size: int, batch_size: int) -> Iterat
         yield shard, current
 
 
+# Resuming an encode (here and on an engine, berds.engine.encoding): a shard is done once its .npy exists.
+
+
+def _resume_point(folder: Path, n: int, shard_size: int) -> tuple[int, int]:
+    """``(shards, rows already encoded)`` for ``n`` passages cut into shards of ``shard_size``."""
+    n_shards = max(1, math.ceil(n / shard_size))
+    return n_shards, sum(min(shard_size, n - i * shard_size) for i in range(n_shards) if _shard_path(folder, i).is_file())
+
+
+def _shards_to_encode(store: Any, folder: Path, shard_size: int) -> Iterator[tuple[int, list[Any]]]:
+    """``(shard number, passages)`` of the shards not yet written to ``folder``, in store order."""
+    for shard, passages in _iter_shard_passages(store, shard_size, min(shard_size, 1024)):
+        if not _shard_path(folder, shard).is_file():
+            yield shard, passages
+
+
+def _stored_dim(folder: Path) -> int:
+    """The vector dimension of the shards on disk (when a resumed encode had nothing left to do)."""
+    return int(np.load(_shard_path(folder, 0), mmap_mode="r").shape[1])
+
+
 def embed_corpus(store: Any, encoder: Encoder, folder: Path, *, shard_size: int, progress: bool = True) -> dict[str, Any]:
     """Encode every passage of ``store`` into shard files under ``folder``, skipping shards already there.
 
@@ -228,16 +249,13 @@ def embed_corpus(store: Any, encoder: Encoder, folder: Path, *, shard_size: int,
     """
     folder.mkdir(parents=True, exist_ok=True)
     n = len(store)
-    n_shards = max(1, math.ceil(n / shard_size))
-    done_rows = sum(min(shard_size, n - i * shard_size) for i in range(n_shards) if _shard_path(folder, i).is_file())
+    n_shards, done_rows = _resume_point(folder, n, shard_size)
     dim = None
     encoded = 0
     started = time.perf_counter()
     with progress_bar("passages", enabled=progress) as bar:
         task = bar.add_task(f"embed ({encoder.spec.name})", total=n, completed=done_rows)
-        for shard, passages in _iter_shard_passages(store, shard_size, min(shard_size, 1024)):
-            if _shard_path(folder, shard).is_file():
-                continue
+        for shard, passages in _shards_to_encode(store, folder, shard_size):
             vectors = None  # one shard's vectors, filled batch by batch (no concatenation copy)
             for i in range(0, len(passages), encoder.batch_size):
                 chunk = passages[i:i + encoder.batch_size]
@@ -253,7 +271,7 @@ def embed_corpus(store: Any, encoder: Encoder, folder: Path, *, shard_size: int,
             del vectors
             encoded += len(passages)
     if dim is None:  # everything was already on disk
-        dim = int(np.load(_shard_path(folder, 0), mmap_mode="r").shape[1])
+        dim = _stored_dim(folder)
     return {"dim": dim, "rows": n, "shards": n_shards, "encoded": encoded, "seconds": time.perf_counter() - started}
 
 
