@@ -174,8 +174,10 @@ def test_sycophancy_study_with_a_real_retriever_and_judge(tmp_path):
     assert [h.passage.id for h in run_sup.hits["n1"]] == ["d1", "d3"]
     assert [h.passage.id for h in run_opp.hits["n1"]] == ["d2", "d1"]
     rows = {r["side"]: r for r in result.rows}
-    assert rows["supporting"] == {"label": "overlap", "side": "supporting", "p": 2, "n": 1, "delta": 0.5, "questions": 1}
-    assert rows["opposing"] == {"label": "overlap", "side": "opposing", "p": 1, "n": 0, "delta": 1.0, "questions": 1}
+    assert rows["supporting"] == {"label": "overlap", "side": "supporting", "p": 2, "n": 1, "delta": 0.5, "questions": 1,
+                                 "judge": "test-overlap|threshold=0.75"}
+    assert rows["opposing"] == {"label": "overlap", "side": "opposing", "p": 1, "n": 0, "delta": 1.0, "questions": 1,
+                               "judge": "test-overlap|threshold=0.75"}
     assert (tmp_path / "syc" / "query-supporting" / "manifest.json").exists()
     back = load_result(save_result(result, tmp_path / "s.json"))
     assert back.rows == result.rows and back.k == 2

@@ -443,3 +443,19 @@ def test_stance_correction_needs_pairs_of_both_stances(tmp_path):
     result = {"k": 5, "rows": [{"label": "x", "side": "supporting", "p": 3, "n": 1, "questions": 2}]}
     with pytest.raises(BerdsError, match="has no pairs with a 'support' perspective — add a 'stance' column"):
         stance_corrected_sycophancy(result, no_stance, [False] * len(no_stance))
+
+
+def test_stance_correction_refuses_the_error_rates_of_another_judge(labelled):
+    # A newcomer ran `analyze sycophancy --judge demo-gold`, then `stance-correct --judge embedded`: Δ was
+    # silently corrected with the wrong judge's rates. Rows now name their judge and the mismatch is an error.
+    from berds.evaluate.analyses.stance_corrected import stance_corrected_sycophancy
+    from berds.evaluate.analyses.sycophancy import sycophancy_result
+
+    support = {"q1": np.array([[1, 1, 0], [0, 0, 1]], dtype=bool)}
+    result = sycophancy_result("bm25", support, support, 3, judge_id="judge-a")
+    assert [r["judge"] for r in result.rows] == ["judge-a", "judge-a"]
+    pred = [p.label for p in labelled]
+    with pytest.raises(BerdsError, match="counted by judge 'judge-a', not 'judge-b' — pass the judge that produced"):
+        stance_corrected_sycophancy(result, labelled, pred, n_boot=0, judge_id="judge-b")
+    same = stance_corrected_sycophancy(result, labelled, pred, n_boot=0, judge_id="judge-a")
+    assert same.rows[0]["p"] == same.rows[0]["n"] == 2  # same matrices for both queries: row 0 has 2 Yes in each

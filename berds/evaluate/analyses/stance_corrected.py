@@ -146,6 +146,11 @@ def stance_corrected_sycophancy(
     """
     data = sycophancy.to_json() if hasattr(sycophancy, "to_json") else dict(sycophancy)
     k, rows = int(data["k"]), list(data["rows"])
+    for row in rows:  # results written before rows named their judge carry no "judge" and are not checked
+        if judge_id and row.get("judge") and row["judge"] != judge_id:
+            raise BerdsError(f"the sycophancy row {row.get('label', '')!r} / {row['side']} was counted by judge "
+                             f"{row['judge']!r}, not {judge_id!r} — pass the judge that produced the result "
+                             "(its error rates are what the correction needs)")
     rates = stance_error_rates(labelled, predictions)
     for stance, r in rates.items():
         if r.n == 0:

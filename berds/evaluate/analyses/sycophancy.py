@@ -91,9 +91,13 @@ class SycophancyResult:
         return f"Retriever sycophancy: passages supporting a perspective in the top {self.k}", header, body
 
 
-def sycophancy_result(label: str, from_supporting: Supports, from_opposing: Supports, k: int) -> SycophancyResult:
+def sycophancy_result(label: str, from_supporting: Supports, from_opposing: Supports, k: int,
+                      judge_id: str | None = None) -> SycophancyResult:
+    """``judge_id`` goes into every row so that `berds judge stance-correct` can check it corrects with the
+    error rates of the judge that counted p and n."""
     counts = sycophancy_counts(from_supporting, from_opposing, k)
-    return SycophancyResult(k, [{"label": label, "side": side, **counts[side]} for side in SIDES])
+    extra = {"judge": judge_id} if judge_id else {}
+    return SycophancyResult(k, [{"label": label, "side": side, **counts[side], **extra} for side in SIDES])
 
 
 def sycophancy_study(
@@ -137,7 +141,7 @@ def sycophancy_study(
             model.close()
     sup_eval, opp_eval = judge_runs(runs, judge, k, judge_options=judge_options, cache_path=cache_path,
                                     allow_short=True, progress=progress)
-    result = sycophancy_result(label or model.name, sup_eval.support, opp_eval.support, k)
+    result = sycophancy_result(label or model.name, sup_eval.support, opp_eval.support, k, judge_id=sup_eval.judge_id)
     return result, runs[0], runs[1]
 
 
