@@ -48,6 +48,23 @@ def import_object(path: str) -> Any:
     return obj
 
 
+def _check_option_names(factory: Any, options: dict[str, Any], where: str) -> None:
+    """A user's misspelt option (``-o bogus=1``) is named with the accepted ones, not a TypeError traceback."""
+    import inspect
+
+    try:
+        params = [p for p in inspect.signature(factory).parameters.values() if p.name != "self"]
+    except (TypeError, ValueError):
+        return  # no signature to check against: let the call decide
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    known = [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    unknown = [k for k in options if k not in known]
+    if unknown:
+        raise BerdsError(f"{where} does not take option(s) {', '.join(map(repr, unknown))} "
+                         f"(it takes: {', '.join(known) or 'none'}) — check the key=value options you passed")
+
+
 class Catalogue(Generic[T]):
     """Named specs of one kind, with built-ins, entry points and ``module:attr`` names."""
 
@@ -102,6 +119,7 @@ class Catalogue(Generic[T]):
         """Build an instance: the spec's default options, overridden by ``options``."""
         spec = self.spec(name)
         factory = import_object(spec.loader)
+        _check_option_names(factory, options, f"{self.kind} {name!r}")
         return factory(**{**spec.options, **options})
 
     def __iter__(self) -> Iterator[Spec]:

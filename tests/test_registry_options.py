@@ -1,0 +1,34 @@
+"""Catalogue.create names a misspelt option and the accepted ones (it was a TypeError traceback)."""
+
+import pytest
+
+from berds.errors import BerdsError
+from berds.evaluate.judge import load_judge
+from berds.registry import Catalogue, Spec
+
+
+class Needs:
+    def __init__(self, *, threshold: float = 0.5, batch_size: int = 8):
+        self.threshold, self.batch_size = threshold, batch_size
+
+
+class TakesAnything:
+    def __init__(self, **options):
+        self.options = options
+
+
+def test_unknown_option_is_a_named_error_with_the_accepted_ones():
+    cat = Catalogue("widget")
+    cat.register(Spec("needs", f"{__name__}:Needs"))
+    cat.register(Spec("any", f"{__name__}:TakesAnything"))
+    assert cat.create("needs", threshold=0.2).threshold == 0.2
+    with pytest.raises(BerdsError, match=r"widget 'needs' does not take option\(s\) 'bogus' \(it takes: threshold, batch_size\)"):
+        cat.create("needs", bogus=1)
+    assert cat.create("any", bogus=1).options == {"bogus": 1}  # **kwargs factories decide for themselves
+
+
+def test_judge_and_llm_options_are_checked():
+    with pytest.raises(BerdsError, match=r"judge 'demo-gold' does not take option\(s\) 'bogus'"):
+        load_judge("demo-gold", bogus=1)
+    with pytest.raises(BerdsError, match=r"LLM backend 'openai' does not take option\(s\) 'bogus'"):
+        load_judge("openai:some-model", base_url="http://127.0.0.1:1/v1", bogus=1)
