@@ -20,3 +20,19 @@ def test_usage_errors_are_one_message_not_a_traceback(args, expected):
     assert done.returncode == 2
     assert expected in done.stderr
     assert "Traceback" not in done.stderr + done.stdout
+
+
+def test_cache_info_on_a_missing_file_says_so_and_creates_nothing(tmp_path):
+    from conftest import subprocess_env
+
+    missing = tmp_path / "typo.sqlite"
+    done = subprocess.run(berds_cmd("cache", "info", "--cache", str(missing)), capture_output=True, text=True,
+                          env=subprocess_env(BERDS_HOME=str(tmp_path / "home")), timeout=120)
+    assert done.returncode == 2 and "typo.sqlite: no judgement cache here" in done.stderr
+    assert not missing.exists()
+
+
+def test_llm_serve_refuses_a_port_out_of_range():
+    done = subprocess.run(berds_cmd("llm", "serve", "-m", "any-model", "--port", "99999"), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and "Invalid value for '--port'" in done.stderr and "Traceback" not in done.stderr

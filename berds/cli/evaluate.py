@@ -106,9 +106,14 @@ def cache_info(cache: Optional[Path] = typer.Option(None, "--cache", help="Cache
     from rich.console import Console
     from rich.table import Table
 
-    from berds.evaluate.cache import JudgementCache
+    from berds.errors import InputError
+    from berds.evaluate.cache import JudgementCache, default_cache_path
 
-    with JudgementCache(cache) as c:
+    path = cache if cache is not None else default_cache_path()
+    if not path.is_file():  # opening would create an empty cache, hiding a mistyped path
+        raise InputError("no judgement cache here", path=path,
+                         fix="check --cache (or $BERDS_HOME); `berds eval` creates the cache when it first judges")
+    with JudgementCache(path) as c:
         table = Table(title=f"judgement cache {c.path}")
         for col in ("judge id", "prompt version", "verdicts"):
             table.add_column(col, overflow="fold")

@@ -30,7 +30,7 @@ def serve_command(
     model: str = typer.Option(..., "--model", "-m", help="hub name or local path"),
     backend: str = typer.Option("transformers", "--backend", "-b", help="transformers, vllm or openai"),
     host: str = typer.Option("127.0.0.1", help="interface to listen on (0.0.0.0 = all)"),
-    port: int = typer.Option(8000, help="port; 0 picks a free one (printed when ready)"),
+    port: int = typer.Option(8000, min=0, max=65535, help="port; 0 picks a free one (printed when ready)"),
     served_model_name: Optional[str] = typer.Option(None, help="model name clients send (default: --model)"),
     option: List[str] = typer.Option([], "--option", "-o", help="backend option KEY=VALUE, e.g. adapter=/path"),
     api_key_env: Optional[str] = typer.Option(None, help="env variable holding the key clients must send"),
