@@ -36,3 +36,9 @@ def test_llm_serve_refuses_a_port_out_of_range():
     done = subprocess.run(berds_cmd("llm", "serve", "-m", "any-model", "--port", "99999"), capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 2 and "Invalid value for '--port'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_rounds_without_a_debate_judge_names_the_fix():
+    done = subprocess.run(berds_cmd("eval", "run.jsonl", "--judge", "embedded", "--rounds", "2"), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and "use --judge debate:embedded --rounds 2" in done.stderr

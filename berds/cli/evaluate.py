@@ -43,6 +43,10 @@ def eval_command(
 
     options = parse_options(judge_option)
     if rounds is not None:
+        if not judge.startswith("debate:"):
+            from berds.errors import BerdsError
+
+            raise BerdsError(f"--rounds is for debate judges; use --judge debate:{judge} --rounds {rounds}")
         options["rounds"] = rounds
     runner = None
     if engine != "local":
