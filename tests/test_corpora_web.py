@@ -142,6 +142,9 @@ def test_cli_refuses_zero_words_per_passage(tmp_path):
                                       "--out", str(tmp_path / "s"), "-q"])
     assert result.exit_code == 2  # a usage error, not a ValueError from the splitter
     assert "--words" in result.output and not (tmp_path / "s.building").exists()
+    result = CliRunner().invoke(app, ["corpus", "build", "wikipedia", "--dump", str(tmp_path / "c.jsonl"), "--workers", "0",
+                                      "--out", str(tmp_path / "w"), "-q"])
+    assert result.exit_code == 2 and "--workers" in result.output  # was silently taken as one worker
 
 
 def test_cli_web_jsonl_with_shell_expanded_files(tmp_path):

@@ -53,7 +53,7 @@ def build_wikipedia_command(
                                        help="Start each article's text with its title, as DPR's passages do (dump only)."),
     ids: str = typer.Option("page", "--ids", help="Passage ids from a dump: page ({page_id}-{n}) or dpr (a counter from 1)."),
     keep_lists: bool = typer.Option(False, "--keep-lists", help="Keep list items (DPR dropped them)."),
-    workers: int = typer.Option(1, "--workers", help="Processes stripping wiki markup (dump only; same output as 1)."),
+    workers: int = typer.Option(1, "--workers", min=1, help="Processes stripping wiki markup (dump only; same output as 1)."),
     words: int = WORDS, overwrite: bool = OVERWRITE, resume: bool = RESUME, shard_size: int = SHARD,
     compression: str = COMPRESSION, quiet: bool = QUIET,
 ) -> None:
