@@ -42,3 +42,13 @@ def test_rounds_without_a_debate_judge_names_the_fix():
     done = subprocess.run(berds_cmd("eval", "run.jsonl", "--judge", "embedded", "--rounds", "2"), capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 2 and "use --judge debate:embedded --rounds 2" in done.stderr
+
+
+@pytest.mark.parametrize("args, option", [
+    (["index", "dense", "corpus", "--out", "x", "--batch-size", "0"], "--batch-size"),  # was range() ValueError
+    (["index", "bm25", "corpus", "--out", "x", "--threads", "0"], "--threads"),  # was a Java stack trace
+    (["judge", "calibrate", "--labels", "x.tsv", "--judge", "embedded", "--bins", "0"], "--bins"),  # was ValueError
+])
+def test_sizes_below_their_minimum_are_usage_errors(args, option):
+    done = subprocess.run(berds_cmd(*args), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and f"Invalid value for '{option}'" in done.stderr

@@ -219,3 +219,14 @@ def test_a_gpu_device_without_a_gpu_is_a_one_line_error(spec, store, tmp_path):
         build_dense_index(store, tmp_path / "idx", encoder=spec, device="cuda", progress=False)
     with pytest.raises(BerdsError, match="unknown device"):
         load_encoder(spec, device="gpu0").encode_queries(["x"])
+
+
+def test_faiss_sizes_below_one_are_refused_before_faiss_aborts_the_process():
+    # `--faiss-option hnsw_m=0` hit a C++ assertion in FAISS: the process died with SIGABRT, no message.
+    from berds.indexes.faiss import faiss_settings
+
+    assert faiss_settings("hnsw", hnsw_m=16).hnsw_m == 16
+    with pytest.raises(BerdsError, match=r"FAISS option hnsw_m must be a positive integer, got 0"):
+        faiss_settings("hnsw", hnsw_m=0)
+    with pytest.raises(BerdsError, match=r"FAISS option nprobe must be a positive integer, got 'abc'"):
+        faiss_settings("ivfpq", nprobe="abc")

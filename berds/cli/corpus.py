@@ -104,7 +104,7 @@ def build_search_command(
     questions: str = typer.Option(..., "--questions", help="A BERDS set (arguana, kialo, opinionqa), demo, or a questions jsonl."),
     out: Path = OUT,
     split: str = typer.Option("test", "--split", help="Split of a BERDS set."),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N questions."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N questions."),
     provider: str = typer.Option("serper", "--provider", help="Search provider (serper, or module:attr)."),
     top: int = typer.Option(100, "--top", help="Result pages per question (the study: 100)."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Search/page cache folder (default: $BERDS_HOME/search-cache)."),

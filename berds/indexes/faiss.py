@@ -81,6 +81,12 @@ class FaissSettings:
     def __post_init__(self) -> None:
         if self.kind not in FAISS_KINDS:
             raise BerdsError(f"faiss must be one of {', '.join(FAISS_KINDS)}, got {self.kind!r}")
+        # FAISS aborts the whole process (C++ assertion) on a zero or negative size, so check here.
+        for name in ("hnsw_m", "ef_construction", "ef_search", "nlist", "pq_m", "pq_bits", "nprobe", "train_size"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise BerdsError(f"FAISS option {name} must be a positive integer, got {value!r} "
+                                 f"(--faiss-option {name}=N)")
 
 
 def faiss_settings(kind: str | FaissSettings = "flat", **options: Any) -> FaissSettings:
