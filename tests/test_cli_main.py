@@ -52,3 +52,12 @@ def test_rounds_without_a_debate_judge_names_the_fix():
 def test_sizes_below_their_minimum_are_usage_errors(args, option):
     done = subprocess.run(berds_cmd(*args), capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and f"Invalid value for '{option}'" in done.stderr
+
+
+def test_python_m_server_refuses_a_port_out_of_range_before_loading_the_model():
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "berds.llm.server", "--model", "no-such-model", "--port", "99999"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "--port must be between 0 and 65535" in done.stderr
+    assert "Traceback" not in done.stderr

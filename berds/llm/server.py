@@ -377,6 +377,8 @@ def serve(
         if not api_key:
             raise BerdsError(f"--api-key-env {api_key_env}: that environment variable is empty — set it to the "
                              "key clients must send, or leave the option out for an open local server")
+    if not 0 <= int(port) <= 65535:  # checked before the (slow) model load
+        raise BerdsError(f"--port must be between 0 and 65535 (0 picks a free port), got {port}")
     llm = load_llm(backend, model, **(options or {}))
     if hasattr(llm, "load"):
         llm.load()  # load before announcing readiness, not on the first request
