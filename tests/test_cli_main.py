@@ -48,6 +48,7 @@ def test_rounds_without_a_debate_judge_names_the_fix():
     (["index", "dense", "corpus", "--out", "x", "--batch-size", "0"], "--batch-size"),  # was range() ValueError
     (["index", "bm25", "corpus", "--out", "x", "--threads", "0"], "--threads"),  # was a Java stack trace
     (["judge", "calibrate", "--labels", "x.tsv", "--judge", "embedded", "--bins", "0"], "--bins"),  # was ValueError
+    (["analyze", "coverage", "run", "--depth", "0"], "--depth"),  # the error spoke of "--k values"
 ])
 def test_sizes_below_their_minimum_are_usage_errors(args, option):
     done = subprocess.run(berds_cmd(*args), capture_output=True, text=True, timeout=120)

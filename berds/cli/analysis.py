@@ -256,7 +256,7 @@ def analyze_sycophancy_command(
 def analyze_coverage_command(
     runs: List[Path] = typer.Argument(..., help="Run folders or BERDS jsonl files (same questions)."),
     judge: str = typer.Option("embedded", "--judge", "-j", help=JUDGE_HELP),
-    depth: int = typer.Option(100, "--depth", help="Top passages of each run pooled together."),
+    depth: int = typer.Option(100, "--depth", min=1, help="Top passages of each run pooled together."),
     judge_option: List[str] = typer.Option([], "--judge-option", "-o"),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
     allow_short: bool = typer.Option(False, "--allow-short"),
@@ -275,7 +275,7 @@ def analyze_coverage_command(
 def analyze_docs_needed_command(
     runs: List[Path] = typer.Argument(..., help="Run folders or BERDS jsonl files."),
     judge: str = typer.Option("embedded", "--judge", "-j", help=JUDGE_HELP),
-    depth: int = typer.Option(100, "--depth", help="Look this deep at most."),
+    depth: int = typer.Option(100, "--depth", min=1, help="Look this deep at most."),
     judge_option: List[str] = typer.Option([], "--judge-option", "-o"),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
     allow_short: bool = typer.Option(False, "--allow-short"),
@@ -298,7 +298,7 @@ def report_command(
     out: Path = typer.Option(..., "--out", help="Report folder."),
     judge: str = typer.Option("embedded", "--judge", "-j", help=JUDGE_HELP),
     k: List[int] = typer.Option([5, 10], "--k", help="Cut-offs for the metrics table; repeat for several."),
-    curve_depth: Optional[int] = typer.Option(None, "--curve-depth", help="MRecall@k curve up to this k (default: largest --k)."),
+    curve_depth: Optional[int] = typer.Option(None, "--curve-depth", min=1, help="MRecall@k curve up to this k (default: largest --k)."),
     analysis: List[Path] = typer.Option([], "--analysis", "-a", help="Result JSON from `berds analyze ... --out` (repeatable)."),
     judge_option: List[str] = typer.Option([], "--judge-option", "-o"),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
