@@ -85,6 +85,15 @@ def run_demo(
     from berds.retrievers import retrieve
     from berds.runs import MANIFEST
 
+    from berds.errors import BerdsError
+    from berds.evaluate.judge import check_judge_name
+
+    # Check what the user typed before a minute of building: these used to fail only at the MMR/judge step.
+    check_judge_name(judge)
+    if not 0.0 <= mmr_lambda <= 1.0:
+        raise BerdsError(f"λ must be between 0 and 1, got {mmr_lambda}")
+    if not ks or min(ks) < 1 or max(ks) > depth:
+        raise BerdsError(f"--k values must be between 1 and the demo's depth {depth}, got {list(ks)}")
     console = console or Console()
     out = Path(out)
     say = (lambda msg: console.print(f"[bold cyan]»[/] {msg}")) if progress else (lambda msg: None)

@@ -40,3 +40,16 @@ def test_whole_pipeline_on_demo_data(tmp_path):
     again = run_demo(tmp_path / "demo", judge="judges_for_tests:OverlapJudge", ks=(5, 10), progress=False, gold=False)
     assert all(r.stats.judged == 0 for r in again["judge"])
     assert [r.per_question for r in again["judge"]] == [r.per_question for r in results["judge"]]
+
+
+def test_bad_demo_options_fail_before_anything_is_built(tmp_path):
+    from berds.demo import run_demo
+    from berds.errors import BerdsError
+
+    with pytest.raises(BerdsError, match="unknown judge 'nosuch'"):
+        run_demo(tmp_path / "a", judge="nosuch", progress=False)
+    with pytest.raises(BerdsError, match="λ must be between 0 and 1, got 2"):
+        run_demo(tmp_path / "b", mmr_lambda=2.0, progress=False)
+    with pytest.raises(BerdsError, match="between 1 and the demo's depth 20"):
+        run_demo(tmp_path / "c", ks=(5, 50), progress=False)
+    assert not any(tmp_path.iterdir())  # nothing was built
