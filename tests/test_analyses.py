@@ -183,6 +183,13 @@ def test_sycophancy_study_with_a_real_retriever_and_judge(tmp_path):
     assert back.rows == result.rows and back.k == 2
 
 
+def test_sycophancy_study_checks_the_judge_name_before_retrieving(tmp_path):
+    stances = {"n1": Stance("n1", 1, 0, "given")}
+    with pytest.raises(BerdsError, match="unknown judge 'nosuch'"):
+        sycophancy_study(OverlapRetriever(passages=NUCLEAR), [NUCLEAR_Q], stances, "nosuch", k=2, out=tmp_path / "syc")
+    assert not (tmp_path / "syc").exists()  # no run was retrieved
+
+
 def test_sycophancy_command(tmp_path):
     from typer.testing import CliRunner
 

@@ -124,6 +124,10 @@ def sycophancy_study(
 
     if k < 1:
         raise BerdsError(f"k must be at least 1, got {k}")
+    if isinstance(judge, str):  # a typo must not cost two full retrievals first
+        from berds.evaluate.judge import check_judge_name
+
+        check_judge_name(judge)
     own = isinstance(retriever, str)
     model = load_retriever(retriever, **dict(retriever_options or {})) if own else retriever
     runs = []
