@@ -188,3 +188,14 @@ def test_killed_evaluation_resumes_and_judges_only_missing(tmp_path):
     # identical metrics to an uninterrupted evaluation without any cache
     fresh = evaluate_run(run, OverlapJudge(), ks=(10,), progress=False)
     assert resumed["per_question"] == fresh.per_question
+
+
+def test_fully_cached_evaluation_never_loads_the_embedded_model(tmp_path, tiny_run):
+    from berds.evaluate.embedded import EmbeddedJudge
+
+    cache = JudgementCache(tmp_path / "c.sqlite")
+    first = evaluate_run(tiny_run, EmbeddedJudge(), ks=(2,), cache=cache, progress=False)
+    fresh = EmbeddedJudge()
+    again = evaluate_run(tiny_run, fresh, ks=(2,), cache=cache, progress=False)
+    assert again.stats.judged == 0 and again.per_question == first.per_question
+    assert fresh.encoder._model is None, "the model must only load when a pair needs judging"

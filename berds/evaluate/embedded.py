@@ -233,32 +233,41 @@ class MiniLMEncoder:
             )
         if batch_size < 1:
             raise BerdsError(f"batch_size must be at least 1, got {batch_size}")
-        torch = require("torch", extra="dense", purpose="the embedded judge")
-        transformers = require("transformers", extra="dense", purpose="the embedded judge")
         self.path = path
         self.batch_size = batch_size
         self.device = device
+        self._requested_max_length = max_length
+        self._model = None  # loaded on first encode: a fully cached evaluation only needs the fingerprint
+        self.fingerprint = _model_fingerprint(path)
+
+    def _load(self) -> None:
+        """Load tokenizer and model (once)."""
+        if self._model is not None:
+            return
+        path, max_length = self.path, self._requested_max_length
+        torch = require("torch", extra="dense", purpose="the embedded judge")
+        transformers = require("transformers", extra="dense", purpose="the embedded judge")
         # transformers draws a "Loading weights" bar per load; silence it for this load only.
         hf_logging = transformers.utils.logging
         bar_was_on = hf_logging.is_progress_bar_enabled()
         hf_logging.disable_progress_bar()
         try:
-            self._tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-            self._model = transformers.AutoModel.from_pretrained(str(path), local_files_only=True)
+            tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+            model = transformers.AutoModel.from_pretrained(str(path), local_files_only=True)
         except (OSError, ValueError) as exc:
             raise InputError(f"cannot load the encoder: {exc}", path=path,
                              fix="point model= at an intact sentence-transformers model folder") from None
         finally:
             if bar_was_on:
                 hf_logging.enable_progress_bar()
-        if not getattr(self._tokenizer, "is_fast", False):
+        if not getattr(tokenizer, "is_fast", False):
             raise InputError("the encoder's tokenizer has no fast (Rust) version, needed for token offsets",
                              path=path, fix="use a model folder with tokenizer.json or vocab.txt")
-        self._model.eval().to(device)
-        self._torch = torch
+        model.eval().to(self.device)
+        self._torch, self._tokenizer = torch, tokenizer
         # A small model may have fewer positions than max_length; never feed it more.
-        self.max_length = min(max_length, int(getattr(self._model.config, "max_position_embeddings", max_length)))
-        self.fingerprint = _model_fingerprint(path)
+        self.max_length = min(max_length, int(getattr(model.config, "max_position_embeddings", max_length)))
+        self._model = model
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """One unit-length embedding per text (mean over its tokens, as sentence-transformers does)."""
@@ -273,6 +282,7 @@ class MiniLMEncoder:
         truncation at ``max_length`` tokens are left out; a text with no segment left gets itself as
         its only segment. Returns ``(text_embeddings, [(segment_strings, segment_embeddings), ...])``.
         """
+        self._load()
         torch = self._torch
         dim = self._model.config.hidden_size
         out = np.zeros((len(texts), dim), dtype=np.float32)
