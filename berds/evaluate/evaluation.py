@@ -190,9 +190,8 @@ def evaluate_run(
     p_yes: dict[str, np.ndarray] = {}
     per_question: dict[str, dict[str, float]] = {}
     for qid, rows in grid.items():
-        m, n = len(rows), len(rows[0]) if rows else 0
-        s = np.zeros((m, depth), dtype=bool)
-        py = np.full((m, depth), np.nan)
+        s = np.zeros((len(rows), depth), dtype=bool)
+        py = np.full((len(rows), depth), np.nan)
         for i, row in enumerate(rows):
             for j, pair in enumerate(row):
                 v = verdicts[(pair.perspective, pair.passage)]
@@ -311,7 +310,7 @@ def metrics_table(results: Sequence[EvalResult], *, title: str = "BERDS metrics"
     return table
 
 
-def eval_output_dir(run_path: Path, out: str | Path | None, judge_id: str, n_runs: int) -> Path:
+def eval_output_dir(run_path: Path, out: str | Path | None, n_runs: int) -> Path:
     """Where an evaluation's files go: ``--out`` (a sub-folder per run when several), else the run folder
     (``RUN/``) or, for a single jsonl file, ``FILE.eval/`` beside it."""
     if out is not None:
@@ -360,7 +359,7 @@ def evaluate_paths(
                 run, judge, ks, cache=cache, overwrite=overwrite, title_position=title_position,
                 allow_short=allow_short, progress=progress, judge_runner=judge_runner,
             )
-            target = eval_output_dir(path, out, result.judge_id, len(runs))
+            target = eval_output_dir(path, out, len(runs))
             files = write_eval_outputs(result, run, target / "eval" / judge_slug(result.judge_id) if target == path else target,
                                        legacy_jsonl=legacy_jsonl)
             if target == path:  # a run folder also gets the latest metrics at its top level
