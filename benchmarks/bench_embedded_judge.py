@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from berds.evaluate.embedded import EmbeddedJudge  # noqa: E402
+from berds.judges.embedded import EmbeddedJudge  # noqa: E402
 from berds.types import JudgePair  # noqa: E402
 
 DEFAULT_TSV = Path(__file__).resolve().parents[1] / "berds" / "data" / "demo" / "labelled_pairs.tsv"

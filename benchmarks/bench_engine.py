@@ -75,7 +75,7 @@ def make_pairs(n: int) -> list[Any]:
 
 def judge_options(work: Path) -> dict[str, Any]:
     """Options for the ``embedded`` judge; a neutral head of the real format when none is shipped."""
-    from berds.evaluate.embedded import FEATURE_NAMES, JudgeHead, default_weights_path
+    from berds.judges.embedded import FEATURE_NAMES, JudgeHead, default_weights_path
 
     if default_weights_path().is_file():
         return {}
@@ -175,7 +175,7 @@ def child_encode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
         out["warm_s"] = time.perf_counter() - started
         out["workers"], out["driver_rss"], out["workers_rss"], out["daemons_rss"] = 1, peak_rss(), 0, 0
         return out
-    from berds.engine.encoding import embed_corpus_on_engine
+    from berds.indexes.embedding import embed_corpus_on_engine
 
     engine, worker_peaks = start_watched_ray(args, out)
     started = time.perf_counter()
@@ -195,8 +195,9 @@ def child_encode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def child_judge(mode: str, args: argparse.Namespace) -> dict[str, Any]:
-    from berds.engine.recipes import JudgeRecipe
-    from berds.evaluate.evaluation import LazyJudge, judge_missing
+    from berds.evaluate.judging import judge_missing, judge_runner_for
+    from berds.judges import LazyJudge
+    from berds.judges.recipe import JudgeRecipe
 
     work = Path(args.work)
     pairs = make_pairs(args.pairs)
@@ -223,7 +224,7 @@ def child_judge(mode: str, args: argparse.Namespace) -> dict[str, Any]:
             (work / "judge-local.json").write_text(json.dumps(sorted((k[1][:40], v.p_yes) for k, v in first.items())))
         return out
     engine, worker_peaks = start_watched_ray(args, out)
-    runner = engine.judge_runner()
+    runner = judge_runner_for(engine)
     started = time.perf_counter()
     judge = LazyJudge(recipe.build, recipe=recipe)  # the driver loads one too, as berds eval does (cache ids)
     first = runner(judge, pairs, None, batch_size=args.judge_batch, progress=False)
@@ -244,7 +245,7 @@ def child_overhead(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     """Per-batch cost of the engine itself: empty batches through a function that does nothing."""
     from berds.engine import Recipe, get_engine
 
-    recipe = Recipe.function("berds.engine.recipes:split_documents_batch")
+    recipe = Recipe.function("berds.corpora.split:split_documents_batch")
     n = args.overhead_batches
     engine = get_engine("local") if mode.startswith("local") else ray_engine(args)
     list(engine.map_batches(recipe, [[] for _ in range(4)]))  # start the workers

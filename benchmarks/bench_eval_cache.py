@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from berds.benchmarks import read_questions  # noqa: E402
+from berds.questions import read_questions  # noqa: E402
 from berds.evaluate.cache import JudgementCache, text_digest  # noqa: E402
 from berds.evaluate.evaluation import evaluate_run, pairs_for_run  # noqa: E402
 from berds.types import Hit, Passage, Question, Run, Verdict  # noqa: E402

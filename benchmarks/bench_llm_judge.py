@@ -62,7 +62,7 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from berds.evaluate.judge import LLMJudge
+    from berds.judges.llm_judge import LLMJudge
     from berds.llm.openai_backend import OpenAILLM
     from berds.llm.server import ChatServer
     from berds.llm.transformers_backend import TransformersLLM

@@ -151,3 +151,8 @@ def new_manifest(kind: str, **fields: Any) -> dict[str, Any]:
         "versions": environment_info(),
         **fields,
     }
+
+
+def home_dir() -> Path:
+    """berds' home folder (caches, downloads, calibration): ``$BERDS_HOME`` or ``~/.cache/berds``."""
+    return Path(os.environ.get("BERDS_HOME", Path.home() / ".cache" / "berds"))

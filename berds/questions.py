@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from berds.errors import BerdsError, InputError, UnknownNameError
-from berds.io import iter_jsonl
+from berds.io import home_dir, iter_jsonl
 from berds.types import Question
 
 DEMO_DIR = Path(__file__).parent / "data" / "demo"
@@ -25,7 +25,7 @@ SPLITS = ("dev", "test")
 
 
 @dataclass(frozen=True)
-class BenchmarkSpec:
+class QuestionSetSpec:
     name: str
     description: str
     hf_repo: str
@@ -34,19 +34,14 @@ class BenchmarkSpec:
 
 # The BERDS release (timchen0618/berds) publishes each set as a jsonl per split. The repo and file names
 # can be overridden with BERDS_HF_REPO / a local file when a mirror differs.
-BERDS_SETS: dict[str, BenchmarkSpec] = {
-    name: BenchmarkSpec(name, desc, "timchen0618/BERDS", f"{name}_{{split}}.jsonl")
+BERDS_SETS: dict[str, QuestionSetSpec] = {
+    name: QuestionSetSpec(name, desc, "timchen0618/BERDS", f"{name}_{{split}}.jsonl")
     for name, desc in (
         ("arguana", "ArguAna debates: 2 perspectives per question"),
         ("kialo", "Kialo discussions: 2-4 perspectives per question"),
         ("opinionqa", "OpinionQA survey questions: 2 perspectives per question"),
     )
 }
-
-
-def home_dir() -> Path:
-    """berds' home folder (caches, downloads): ``$BERDS_HOME`` or ``~/.cache/berds``."""
-    return Path(os.environ.get("BERDS_HOME", Path.home() / ".cache" / "berds"))
 
 
 def parse_question(rec: dict[str, Any], *, path: Path | str, line: int, dataset: str = "") -> Question:
@@ -88,7 +83,7 @@ def read_questions(path: str | Path, *, dataset: str = "") -> list[Question]:
     return out
 
 
-def _hub_download(spec: BenchmarkSpec, split: str, dest: Path) -> Path:
+def _hub_download(spec: QuestionSetSpec, split: str, dest: Path) -> Path:
     from berds.lazy import require
 
     hub = require("huggingface_hub", extra="dense", purpose=f"downloading the BERDS {spec.name} set")

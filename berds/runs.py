@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from berds.benchmarks import parse_question
+from berds.questions import parse_question
 from berds.errors import BerdsError, InputError
 from berds.io import atomic_write, iter_jsonl, new_manifest, read_json, write_json
 from berds.types import Hit, Passage, Question, Run

@@ -42,7 +42,7 @@ from rich.console import Console
 from rich.table import Table
 
 from berds.errors import BerdsError, InputError
-from berds.evaluate.embedded import (
+from berds.judges.embedded import (
     FEATURE_NAMES, HEAD_FORMAT, HEAD_FORMAT_VERSION, PROMPT_VERSION, JudgeHead, MiniLMEncoder,
     PairFeaturizer, split_segments, words,
 )

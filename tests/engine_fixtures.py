@@ -46,7 +46,7 @@ def write_test_head(path: str | os.PathLike) -> Path:
 
     import numpy as np
 
-    from berds.evaluate.embedded import FEATURE_NAMES, JudgeHead
+    from berds.judges.embedded import FEATURE_NAMES, JudgeHead
 
     n = len(FEATURE_NAMES)
     coef = np.zeros(n)
@@ -65,7 +65,7 @@ class CrashOnceJudge:
     in a process other than ``owner_pid`` that manages to rename the flag file away exits at once."""
 
     def __init__(self, *, crash_flag: str | None = None, owner_pid: int = 0, batch_size: int = 2, **options: Any):
-        from berds.evaluate.embedded import EmbeddedJudge
+        from berds.judges.embedded import EmbeddedJudge
 
         self.inner = EmbeddedJudge(**options)
         self.id, self.prompt_version = self.inner.id, self.inner.prompt_version

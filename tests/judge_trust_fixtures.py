@@ -65,7 +65,7 @@ class ScriptedJudgeLLM:
 
     def __init__(self, model: str, *, bias: str = "none", rate: float = 1.0, errors: float = 0.0,
                  confidence: float = 0.9, critic: str = "truth", revision: str = "truth", id: str | None = None):  # noqa: A002
-        from berds.evaluate.labels import read_labelled_pairs
+        from berds.trust.labels import read_labelled_pairs
 
         if bias not in ("none", "label-order", "negation-blind", "stance-yes"):
             raise ValueError(f"unknown bias {bias!r}")
@@ -207,7 +207,7 @@ def write_demo_subset(path: Path, questions: Sequence[str] = ("demo-01", "demo-0
     perspective argues for the question's claim (``support``), the second against it (``oppose``)."""
     from dataclasses import replace
 
-    from berds.evaluate.labels import read_labelled_pairs, write_labelled_pairs
+    from berds.trust.labels import read_labelled_pairs, write_labelled_pairs
 
     pairs, first = [], {}
     for p in read_labelled_pairs(demo_labelled_path()):
@@ -282,7 +282,7 @@ import pytest  # noqa: E402  (fixtures below)
 @pytest.fixture(scope="session")
 def embedded_judge():
     """The shipped embedded judge (MiniLM from PyPI + the shipped head), loaded once per session."""
-    from berds.evaluate.judge import load_judge
+    from berds.judges.catalogue import load_judge
 
     return load_judge("embedded")
 
@@ -292,7 +292,7 @@ def embedded_small(tmp_path_factory):
     """26 demo pairs (both stances, both labels) and a judgement cache shared by the tests that judge them
     with the embedded judge, so each pair is embedded once per session."""
     from berds.evaluate.cache import JudgementCache
-    from berds.evaluate.labels import read_labelled_pairs
+    from berds.trust.labels import read_labelled_pairs
 
     folder = tmp_path_factory.mktemp("embedded")
     labelled = read_labelled_pairs(write_demo_subset(folder / "pairs.tsv"))

@@ -31,7 +31,7 @@ _EXTRA_WORDS = (
 
 
 def _vocabulary() -> dict[str, int]:
-    from berds.evaluate.prompts import PROMPTS
+    from berds.judges.prompts import PROMPTS
 
     vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "[INST]": 3, "[/INST]": 4, "▁": 5}
     for token in ["Yes", "No", ".", ",", ":", "?", "!", '"', "'", "(", ")", "-"]:

@@ -10,14 +10,15 @@ import pytest
 
 from analysis_fixtures import OverlapRetriever, ScriptedLLM, write_corpus
 from berds.errors import BerdsError, InputError
-from berds.evaluate.analyses.common import load_result, save_result
+from berds.evaluate.analyses.results import load_result, save_result
 from berds.evaluate.analyses.coverage import coverage
 from berds.evaluate.analyses.docs_needed import docs_needed_analysis
 from berds.evaluate.analyses.leaning import leaning, leaning_category
 from berds.evaluate.analyses.stance import (
     STANCE_PROMPT, Stance, detect_stances, parse_choice, read_stances, reconcile, write_stances,
 )
-from berds.evaluate.analyses.sycophancy import perspective_queries, sycophancy_counts, sycophancy_study
+from berds.evaluate.analyses.sycophancy import perspective_queries, sycophancy_counts
+from berds.studies.sycophancy import sycophancy_study
 from berds.types import Passage, Question
 
 

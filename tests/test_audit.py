@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 
 from berds.errors import BerdsError, UnknownNameError
-from berds.evaluate.audit import (
+from berds.trust.audit import (
     VARIANTS, InputTransformJudge, audit, fisher_exact, holm_adjust, kendall_tau_b, negate_statement, p_label_from_logprobs,
     parse_label_word, prompt_variant, ranks_desc, reverse_sentences, variant_judge,
 )
-from berds.evaluate.judge import LLMJudge
-from berds.evaluate.labels import read_labelled_pairs
+from berds.judges.llm_judge import LLMJudge
+from berds.trust.labels import read_labelled_pairs
 from berds.evaluate.metrics import mrecall_at_k
-from berds.evaluate.prompts import ONE_SHOT, ZERO_SHOT, PromptTemplate
+from berds.judges.prompts import ONE_SHOT, ZERO_SHOT, PromptTemplate
 from berds.types import Hit, JudgePair, Passage, Question, Run
 from conftest import berds_cmd, subprocess_env
 from judge_trust_fixtures import ScriptedJudgeLLM, pair_hash, served, write_demo_subset
@@ -237,7 +237,7 @@ def test_negation_blind_judge_is_flagged_and_nothing_else(labelled):
 
 
 def test_stance_bias_is_found_and_the_sycophancy_delta_corrected(labelled):
-    from berds.evaluate.analyses.stance_corrected import stance_corrected_sycophancy, stance_error_rates
+    from berds.trust.stance_corrected import stance_corrected_sycophancy, stance_error_rates
     from berds.evaluate.analyses.sycophancy import sycophancy_result
     from berds.evaluate.evaluation import evaluate_run
 
@@ -291,7 +291,7 @@ def test_stance_bias_is_found_and_the_sycophancy_delta_corrected(labelled):
 
 
 def test_rogan_gladen_and_corrected_delta_by_hand():
-    from berds.evaluate.analyses.stance_corrected import StanceErrorRates, corrected_delta, rogan_gladen
+    from berds.trust.stance_corrected import StanceErrorRates, corrected_delta, rogan_gladen
 
     assert rogan_gladen(0.3, 0.8, 0.9) == pytest.approx(0.2 / 0.7)
     assert rogan_gladen(0.05, 0.8, 0.9) == 0.0 and rogan_gladen(0.99, 0.8, 0.9) == 1.0  # clipped
@@ -386,8 +386,8 @@ def test_audit_finds_the_position_bias_built_into_a_transformer(labelled, last_l
 def test_cli_stance_correct_on_a_saved_sycophancy_result(labelled_path, labelled, tmp_path):
     from judges_for_tests import OverlapJudge
 
-    from berds.evaluate.analyses.common import save_result
-    from berds.evaluate.analyses.stance_corrected import stance_error_rates
+    from berds.evaluate.analyses.results import save_result
+    from berds.trust.stance_corrected import stance_error_rates
     from berds.evaluate.analyses.sycophancy import SycophancyResult
 
     saved = save_result(SycophancyResult(5, [
@@ -412,7 +412,7 @@ def test_cli_stance_correct_on_a_saved_sycophancy_result(labelled_path, labelled
 
 
 def test_embedded_judge_audit_and_an_injected_stance_bias(embedded_judge, embedded_small):
-    from berds.evaluate.audit import negate_statement
+    from berds.trust.audit import negate_statement
     from judge_trust_fixtures import StanceYesJudge
 
     small, cache = embedded_small
@@ -437,7 +437,7 @@ def test_embedded_judge_audit_and_an_injected_stance_bias(embedded_judge, embedd
 
 
 def test_stance_correction_needs_pairs_of_both_stances(tmp_path):
-    from berds.evaluate.analyses.stance_corrected import stance_corrected_sycophancy
+    from berds.trust.stance_corrected import stance_corrected_sycophancy
 
     no_stance = read_labelled_pairs(write_demo_subset(tmp_path / "plain.tsv", with_stance=False))
     result = {"k": 5, "rows": [{"label": "x", "side": "supporting", "p": 3, "n": 1, "questions": 2}]}
@@ -448,7 +448,7 @@ def test_stance_correction_needs_pairs_of_both_stances(tmp_path):
 def test_stance_correction_refuses_the_error_rates_of_another_judge(labelled):
     # A newcomer ran `analyze sycophancy --judge demo-gold`, then `stance-correct --judge embedded`: Δ was
     # silently corrected with the wrong judge's rates. Rows now name their judge and the mismatch is an error.
-    from berds.evaluate.analyses.stance_corrected import stance_corrected_sycophancy
+    from berds.trust.stance_corrected import stance_corrected_sycophancy
     from berds.evaluate.analyses.sycophancy import sycophancy_result
 
     support = {"q1": np.array([[1, 1, 0], [0, 0, 1]], dtype=bool)}

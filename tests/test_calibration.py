@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 
 from berds.errors import BerdsError, InputError
-from berds.evaluate.calibration import (
-    CalibrationStore, ThresholdJudge, brier_score, calibrate, choose_threshold, expected_calibration_error,
-    maximum_calibration_error, objective_curve, reliability_table, threshold_candidates,
+from berds.judges import LLMJudge, load_judge
+from berds.judges.threshold import CalibrationStore, ThresholdJudge
+from berds.trust.calibration import (
+    brier_score, calibrate, choose_threshold, expected_calibration_error, maximum_calibration_error, objective_curve,
+    reliability_table, threshold_candidates,
 )
-from berds.evaluate.judge import LLMJudge, load_judge
-from berds.evaluate.labels import read_labelled_pairs
+from berds.trust.labels import read_labelled_pairs
 from berds.types import JudgePair, Verdict
 from conftest import berds_cmd, subprocess_env
 from judge_trust_fixtures import pair_hash, served, write_demo_subset

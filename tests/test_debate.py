@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from berds.errors import BerdsError
-from berds.evaluate.debate import DebateJudge, critic_accepts, debate_summary
-from berds.evaluate.judge import LLMJudge, load_judge
-from berds.evaluate.labels import read_labelled_pairs
+from berds.judges.debate import DebateJudge, critic_accepts, debate_summary
+from berds.judges import LLMJudge, load_judge
+from berds.trust.labels import read_labelled_pairs
 from conftest import berds_cmd, subprocess_env
 from judge_trust_fixtures import ScriptedJudgeLLM, pair_hash, served, write_demo_subset
 from llm_fixtures import tiny_mistral  # noqa: F401  (a pytest fixture)
@@ -111,7 +111,7 @@ def test_load_judge_routes_options_and_rejects_judges_without_an_llm():
 @pytest.mark.network
 def test_berds_eval_with_a_debate_judge_behind_the_server_keeps_transcripts_in_the_cache(labelled, tmp_path):
     from berds.evaluate.cache import JudgementCache
-    from berds.evaluate.validate import validate
+    from berds.trust.validate import validate
     from berds.runs import save_run
     from berds.types import Hit, Passage, Question, Run
 
@@ -166,7 +166,7 @@ class CountingLLM:
 
 def test_debate_on_a_tiny_transformers_model(labelled, tiny_mistral, tmp_path):
     from berds.evaluate.cache import JudgementCache
-    from berds.evaluate.evaluation import judge_missing
+    from berds.evaluate.judging import judge_missing
     from berds.llm.transformers_backend import TransformersLLM
 
     llm = CountingLLM(TransformersLLM(str(tiny_mistral), device="cpu", batch_size=8))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from berds.benchmarks import DEMO_DIR
+from berds.questions import DEMO_DIR
 from berds.demo import DemoGoldJudge, run_demo
 from berds.errors import BerdsError
 from berds.runs import load_run

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from berds.errors import BerdsError, InputError
-from berds.evaluate.embedded import (
+from berds.judges.embedded import (
     FEATURE_NAMES, PROMPT_VERSION, EmbeddedJudge, JudgeHead, content_words, default_weights_path,
     has_negation, negate_statement, split_segments,
 )
-from berds.evaluate.judge import Judge, load_judge
+from berds.judges import Judge, load_judge
 from berds.types import JudgePair, Verdict
 
 # ------------------------------------------------------------------------------------------ text helpers

@@ -21,7 +21,9 @@ import pytest
 from conftest import make_run
 from engine_fixtures import CountingDoubler, make_tiny_bert, write_test_head
 
-from berds.engine import BatchResult, JudgeRecipe, Recipe, engine_info, get_engine
+from berds.engine import BatchResult, Recipe, engine_info, get_engine
+from berds.evaluate.judging import judge_runner_for
+from berds.judges.recipe import JudgeRecipe
 from berds.errors import BerdsError, InputError, UnknownNameError
 
 TESTS_DIR = Path(__file__).parent
@@ -58,19 +60,19 @@ def test_equal_recipes_have_equal_keys_whatever_the_option_order():
 
 
 def test_judge_recipe_comes_from_a_judge_loaded_by_name(tmp_path):
-    from berds.evaluate.evaluation import LazyJudge
+    from berds.judges import LazyJudge
 
     lazy = LazyJudge(lambda: None, recipe=JudgeRecipe("embedded", {"threshold": 0.4}))
     assert JudgeRecipe.from_judge(lazy) == JudgeRecipe("embedded", {"threshold": 0.4})
     recipe = JudgeRecipe("embedded", {"threshold": 0.4}).recipe()
     assert (recipe.factory, recipe.method, recipe.options) == (
-        "berds.engine.recipes:JudgeWorker", "judge_batch", {"name": "embedded", "options": {"threshold": 0.4}})
+        "berds.judges.recipe:JudgeWorker", "judge_batch", {"name": "embedded", "options": {"threshold": 0.4}})
     with pytest.raises(BerdsError, match="carries no recipe"):
         JudgeRecipe.from_judge(object())
 
 
 def test_recipes_ask_for_a_gpu_only_for_gpu_models():
-    from berds.engine.encoding import encoder_recipe
+    from berds.indexes.embedding import encoder_recipe
     from berds.indexes.encoders import EncoderSpec
 
     assert JudgeRecipe("mistral-berds").recipe().gpus == 1.0  # catalogue judge tagged gpu
@@ -110,9 +112,9 @@ def test_local_engine_builds_once_per_recipe_and_keeps_order():
 
 
 def test_local_engine_judge_runner_is_judge_missing():
-    from berds.evaluate.evaluation import judge_missing
+    from berds.evaluate.judging import judge_missing
 
-    assert get_engine("local").judge_runner() is judge_missing
+    assert judge_runner_for(get_engine("local")) is judge_missing
 
 
 def test_index_dense_cli_rejects_an_unknown_engine(tmp_path, capsys):
@@ -175,7 +177,7 @@ def _folder_bytes(folder: Path) -> dict[str, bytes]:
 
 @ray_mark
 def test_ray_encoding_writes_the_same_shards_even_when_a_worker_is_killed(tmp_path, ray_engine, tiny_models):
-    from berds.engine.encoding import embed_corpus_on_engine
+    from berds.indexes.embedding import embed_corpus_on_engine
     from berds.indexes.encoders import Encoder, EncoderSpec
     from berds.indexes.faiss import embed_corpus
 
@@ -270,7 +272,7 @@ def test_ray_judging_gives_identical_outputs_and_cache_even_when_a_worker_dies(t
     assert sorted(p.name for p in (tmp_path / "local").iterdir()) == ["judgements.jsonl", "metrics.json"]
     expected = _eval_outputs(tmp_path / "local")
 
-    [(_, on_ray, _)] = evaluate("ray", ray_engine.judge_runner())
+    [(_, on_ray, _)] = evaluate("ray", judge_runner_for(ray_engine))
     assert on_ray.stats.judged == pairs and on_ray.averages == local.averages
     assert _eval_outputs(tmp_path / "ray") == expected
     assert _cache_rows(tmp_path / "ray.sqlite") == _cache_rows(tmp_path / "local.sqlite")
@@ -279,7 +281,7 @@ def test_ray_judging_gives_identical_outputs_and_cache_even_when_a_worker_dies(t
     # A worker dies (os._exit) in the middle of its first batch; its batches are re-run elsewhere.
     flag.write_text("die once")
     replaced_before = ray_engine.replaced_workers
-    evaluate("crash", ray_engine.judge_runner())
+    evaluate("crash", judge_runner_for(ray_engine))
     assert not flag.exists() and Path(str(flag) + ".taken").exists()  # a worker did take the flag and die
     assert ray_engine.replaced_workers == replaced_before + 1
     assert _eval_outputs(tmp_path / "crash") == expected
@@ -292,7 +294,7 @@ def test_ray_corpus_building_keeps_input_order(ray_engine):
 
     docs = [Document(f"d{i}", " ".join(f"w{i}x{j}" for j in range(7 + 13 * (i % 5))), title=f"T{i}") for i in range(40)]
     batches = [docs[i:i + 3] for i in range(0, len(docs), 3)]
-    recipe = Recipe.function("berds.engine.recipes:split_documents_batch", words_per_passage=10)
+    recipe = Recipe.function("berds.corpora.split:split_documents_batch", words_per_passage=10)
     results = list(ray_engine.map_batches(recipe, batches, ordered=True))
     assert [r.index for r in results] == list(range(len(batches)))
     passages = [p for r in results for p in r.output]

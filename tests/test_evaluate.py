@@ -11,8 +11,9 @@ import pytest
 
 from berds.errors import BerdsError, InputError, UnknownNameError
 from berds.evaluate.cache import JudgementCache
-from berds.evaluate.evaluation import LazyJudge, evaluate_paths, evaluate_run
-from berds.evaluate.judge import load_judge, parse_answer, p_yes_from_logprobs
+from berds.evaluate.evaluation import evaluate_paths, evaluate_run
+from berds.judges import load_judge
+from berds.judges.llm_judge import p_yes_from_logprobs, parse_answer
 from berds.runs import save_run
 from berds.types import JudgePair, Verdict
 from conftest import berds_cmd, make_run, subprocess_env
@@ -102,7 +103,7 @@ def test_fewer_passages_than_k(tiny_run):
 def test_evaluate_paths_writes_outputs(tmp_path, tiny_run, ctxs_file):
     folder = save_run(tiny_run, tmp_path / "run")
     results = evaluate_paths([folder, ctxs_file], "judges_for_tests:OverlapJudge", (2, 4),
-                             cache_path=tmp_path / "c.sqlite", progress=False, legacy_jsonl=True)
+                             cache_path=tmp_path / "c.sqlite", progress=False, write_legacy=True)
     metrics = json.loads((folder / "metrics.json").read_text())
     assert metrics["ks"] == [2, 4] and metrics["judge"]["prompt_version"] == "overlap-v1"
     assert "mrecall@4" in metrics["averages"]["all"]
@@ -191,7 +192,7 @@ def test_killed_evaluation_resumes_and_judges_only_missing(tmp_path):
 
 
 def test_fully_cached_evaluation_never_loads_the_embedded_model(tmp_path, tiny_run):
-    from berds.evaluate.embedded import EmbeddedJudge
+    from berds.judges.embedded import EmbeddedJudge
 
     cache = JudgementCache(tmp_path / "c.sqlite")
     first = evaluate_run(tiny_run, EmbeddedJudge(), ks=(2,), cache=cache, progress=False)

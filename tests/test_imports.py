@@ -13,7 +13,7 @@ def loaded_after(code: str) -> set[str]:
 
 
 def test_import_berds_is_light():
-    mods = loaded_after("import berds, berds.types, berds.io, berds.runs, berds.benchmarks, berds.evaluate")
+    mods = loaded_after("import berds, berds.types, berds.io, berds.runs, berds.questions, berds.evaluate")
     assert not [m for m in HEAVY if m in mods]
 
 

@@ -5,7 +5,7 @@
 * openai: against the real ``python -m berds.llm.server`` process serving that model, and against scripted
   local HTTP servers that answer 429/5xx/400 to exercise retries and degradation;
 * vllm: its pure helpers (vLLM itself needs a GPU and its own environment);
-* the perspective judge (``berds.evaluate.judge.LLMJudge``) end to end on transformers and over HTTP.
+* the perspective judge (``berds.judges.catalogue.LLMJudge``) end to end on transformers and over HTTP.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from judge_trust_fixtures import served
 from llm_fixtures import tiny_lora, tiny_mistral  # noqa: F401 - pytest fixtures
 
 from berds.errors import BerdsError, MissingExtraError
-from berds.evaluate.judge import LLMJudge, p_yes_from_logprobs, parse_answer
+from berds.judges.llm_judge import LLMJudge, p_yes_from_logprobs, parse_answer
 from berds.llm import LLM, Generation, load_llm, user_prompt
 from berds.llm.shared import (
     fold_system_into_user,
@@ -343,7 +343,7 @@ def test_lora_adapter_changes_outputs_and_equals_its_merged_checkpoint(tiny_llm,
 
 def expected_p_yes(llm, pair, prompt="zero-shot"):
     """P(Yes) renormalised over Yes/No, from a hand-run forward pass over the judge's prompt."""
-    from berds.evaluate.prompts import get_prompt
+    from berds.judges.prompts import get_prompt
 
     log_probs = first_step_logprobs(llm, get_prompt(prompt).render(document=pair.passage,
                                                                    perspective=pair.perspective))
@@ -410,7 +410,7 @@ def test_openai_backend_over_the_server_matches_in_process_transformers(served_t
 
 @pytest.mark.network
 def test_llm_judge_over_http_matches_the_in_process_judge(served_tiny, tiny_llm):
-    from berds.evaluate.judge import load_judge
+    from berds.judges.catalogue import load_judge
 
     vocab_size = tiny_llm.model.config.vocab_size
     remote = load_judge("openai:tiny-mistral", base_url=served_tiny, top_logprobs=vocab_size).judge(PAIRS)

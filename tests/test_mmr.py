@@ -11,10 +11,8 @@ import pytest
 
 from berds.errors import BerdsError
 from berds.rerank.embeddings import EmbeddingCache, SentenceEncoder, embed_texts
-from berds.rerank.mmr import (
-    choose_lambda, cosine_matrix, lambda_from_manifest, mmr_order, mmr_rerank, normalise_scores, tune_mmr,
-    write_tuning,
-)
+from berds.rerank.mmr import cosine_matrix, lambda_from_manifest, mmr_order, mmr_rerank, normalise_scores
+from berds.studies.tuning import choose_lambda, tune_mmr, write_tuning
 from berds.runs import load_run, save_run
 from berds.types import Hit, Passage, Question, Run
 from analysis_fixtures import LettersEncoder

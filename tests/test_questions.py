@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from berds.benchmarks import load_questions
+from berds.questions import load_questions
 from berds.errors import BerdsError, InputError, UnknownNameError
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from berds.errors import BerdsError
-from berds.evaluate.judge import load_judge
+from berds.judges.catalogue import load_judge
 from berds.registry import Catalogue, Spec
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from berds.errors import BerdsError
-from berds.evaluate.analyses.common import save_result
+from berds.evaluate.analyses.results import save_result
 from berds.evaluate.analyses.coverage import CoverageResult
 from berds.evaluate.analyses.docs_needed import DocsNeededResult
 from berds.evaluate.analyses.leaning import LeaningResult

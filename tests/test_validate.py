@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from berds.errors import InputError
-from berds.evaluate.judge import LLMJudge
-from berds.evaluate.labels import LabelledPair, infer_stances, read_labelled_pairs, write_labelled_pairs
-from berds.evaluate.validate import (
+from berds.judges.llm_judge import LLMJudge
+from berds.trust.labels import LabelledPair, infer_stances, read_labelled_pairs, write_labelled_pairs
+from berds.trust.validate import (
     bootstrap_intervals, classification_metrics, cohen_kappa, confusion_counts, mcnemar, mcnemar_paired,
     validate,
 )

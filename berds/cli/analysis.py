@@ -148,8 +148,8 @@ def tune_mmr_command(
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
     """Pick MMR's λ on the dev split: rerank with each λ, judge, and keep the best (written to the manifest)."""
-    from berds.evaluate.judge import parse_options
-    from berds.rerank.mmr import tune_path, tuning_table
+    from berds.registry import parse_options
+    from berds.studies.tuning import tune_path, tuning_table
 
     encoder, emb_cache = _encoder_and_cache(model, pooling, device, batch_size, embedding_cache, no_embedding_cache)
     result, paths = tune_path(run, out, judge, judge_options=parse_options(judge_option), lambdas=_lambdas(lambdas),
@@ -194,7 +194,7 @@ def analyze_stance_command(
 
 
 def _options(items: List[str]) -> dict[str, Any]:
-    from berds.evaluate.judge import parse_options
+    from berds.registry import parse_options
 
     return parse_options(items)
 
@@ -240,7 +240,7 @@ def analyze_sycophancy_command(
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
     """Retrieve with the supporting and with the opposing perspective as the query; Δ = (p − n)/p per side."""
-    from berds.evaluate.analyses.sycophancy import sycophancy_from_source
+    from berds.studies.sycophancy import sycophancy_from_source
 
     retriever_options = _options(option)
     if index is not None:

@@ -38,8 +38,8 @@ def eval_command(
     """Judge retrieval runs against their gold perspectives and report MRecall@k / Precision@k."""
     from rich.console import Console
 
-    from berds.evaluate.evaluation import evaluate_paths, metrics_table
-    from berds.evaluate.judge import parse_options
+    from berds.evaluate.evaluation import EvalOptions, evaluate_paths, metrics_table
+    from berds.registry import parse_options
 
     options = parse_options(judge_option)
     if rounds is not None:
@@ -48,16 +48,15 @@ def eval_command(
 
             raise BerdsError(f"--rounds is for debate judges; use --judge debate:{judge} --rounds {rounds}")
         options["rounds"] = rounds
-    runner = None
+    eval_options = EvalOptions(ks=tuple(k), overwrite=overwrite, title_position=title_position, allow_short=allow_short,
+                               progress=not quiet, cache_path=cache, use_cache=not no_cache, out=out,
+                               write_legacy=write_legacy)
     if engine != "local":
         from berds.engine import get_engine
+        from berds.evaluate.judging import judge_runner_for
 
-        runner = get_engine(engine, address=address).judge_runner()
-    results = evaluate_paths(
-        runs, judge, k, judge_options=options, cache_path=cache, use_cache=not no_cache, overwrite=overwrite,
-        title_position=title_position, allow_short=allow_short, out=out, legacy_jsonl=write_legacy,
-        progress=not quiet, judge_runner=runner,
-    )
+        eval_options = eval_options.but(judge_runner=judge_runner_for(get_engine(engine, address=address)))
+    results = evaluate_paths(runs, judge, eval_options, judge_options=options)
     console = Console()
     console.print(metrics_table([r for _, r, _ in results]))
     for path, result, files in results:
@@ -89,7 +88,7 @@ def judges_list() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from berds.evaluate.judge import JUDGES
+    from berds.judges.catalogue import JUDGES
 
     table = Table(title="perspective judges")
     for col in ("name", "description", "needs", "source"):

@@ -31,7 +31,7 @@ def _write_json(out: Optional[Path], payload: dict) -> None:
 
 
 def _options(items: List[str]) -> dict:
-    from berds.evaluate.judge import parse_options
+    from berds.registry import parse_options
 
     return parse_options(items)
 
@@ -54,7 +54,7 @@ def validate_command(
     against human labels; agreement and McNemar between judges."""
     from rich.console import Console
 
-    from berds.evaluate.validate import comparison_table, debate_table, markdown_table, validate_files, validity_table
+    from berds.trust.validate import comparison_table, debate_table, markdown_table, validate_files, validity_table
 
     report = validate_files(str(labels), judge, judge_options=_options(judge_option), annotators=column,
                             cache_path=str(cache) if cache else None, use_cache=not no_cache, n_boot=bootstrap,
@@ -94,7 +94,7 @@ def audit_command(
     order) and compare supporting vs opposing perspectives: flips, McNemar, Δaccuracy/ΔF1, ΔMRecall@k."""
     from rich.console import Console
 
-    from berds.evaluate.audit import audit_files, run_table, stance_table, variant_table
+    from berds.trust.audit import audit_files, run_table, stance_table, variant_table
 
     report = audit_files(str(labels), judge, judge_options=_options(judge_option), variants=variant or None,
                          runs=[str(r) for r in run], k=k, alpha=alpha, negation_tolerance=negation_tolerance,
@@ -133,7 +133,7 @@ def calibrate_command(
     the judge id, so `--judge calibrated:NAME` uses it."""
     from rich.console import Console
 
-    from berds.evaluate.calibration import calibrate_file, reliability_rich_table, threshold_rich_table
+    from berds.trust.calibration import calibrate_file, reliability_rich_table, threshold_rich_table
 
     result = calibrate_file(str(labels), judge, judge_options=_options(judge_option), objective=objective, n_bins=bins,
                             strategy=binning, holdout_path=str(holdout) if holdout else None,
@@ -163,7 +163,7 @@ def stance_correct_command(
     from rich.console import Console
     from rich.table import Table
 
-    from berds.evaluate.analyses.stance_corrected import correct_sycophancy_file
+    from berds.trust.stance_corrected import correct_sycophancy_file
 
     result = correct_sycophancy_file(str(sycophancy), str(labels), judge, judge_options=_options(judge_option),
                                      cache_path=str(cache) if cache else None, n_boot=bootstrap, seed=seed,

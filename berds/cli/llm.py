@@ -39,7 +39,7 @@ def serve_command(
     log_requests: bool = typer.Option(False, help="print one line per request on stderr"),
 ) -> None:
     """Serve a model over an OpenAI-compatible API (/v1/chat/completions, /v1/models)."""
-    from berds.evaluate.judge import parse_options
+    from berds.registry import parse_options
     from berds.llm.server import serve
 
     serve(backend, model, host=host, port=port, served_model_name=served_model_name, options=parse_options(option),
@@ -63,7 +63,8 @@ def generate_command(
     from rich.table import Table
     from rich.text import Text
 
-    from berds.evaluate.judge import p_yes_from_logprobs, parse_options
+    from berds.judges.llm_judge import p_yes_from_logprobs
+    from berds.registry import parse_options
     from berds.llm import load_llm, user_prompt
 
     llm = load_llm(backend, model, **parse_options(option))

@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _options(items: List[str]) -> dict:
-    from berds.evaluate.judge import parse_options
+    from berds.registry import parse_options
 
     return parse_options(items)
 

@@ -29,7 +29,7 @@ import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 from urllib.parse import urlsplit
@@ -421,7 +421,7 @@ class SearchFailure:
 
 def _load_questions(questions: str | os.PathLike | Sequence[Question], split: str, limit: int | None) -> list[Question]:
     if isinstance(questions, (str, os.PathLike)):
-        from berds.benchmarks import load_questions
+        from berds.questions import load_questions
 
         return load_questions(str(questions), split=split, limit=limit)
     qs = list(questions)
@@ -455,7 +455,7 @@ def build_search_corpus(
     (default ``$BERDS_HOME/search-cache``) makes re-runs fetch only what is missing. Pages that failed
     are listed, with reasons, in ``<out>/failures.jsonl`` and counted in the report.
     """
-    from berds.benchmarks import home_dir
+    from berds.io import home_dir
 
     if top < 1:
         raise InputError(f"--top must be at least 1, got {top}")

@@ -16,7 +16,7 @@ same order.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from berds.types import Passage
 
@@ -97,3 +97,17 @@ def split_documents(
     """``split_document`` over a stream of documents, lazily."""
     for doc in docs:
         yield from split_document(doc, words_per_passage=words_per_passage, title_in_text=title_in_text, passage_id=passage_id)
+
+
+def split_documents_batch(documents: Sequence[Any], **options: Any) -> list[Any]:
+    """Corpus building on an engine: a batch of ``Document`` -> the list of their passages, in order.
+
+    Use it as ``Recipe.function("berds.corpora.split:split_documents_batch", words_per_passage=100)``
+    with ``ordered=True`` so the store is written in input order whatever the number of workers. The
+    default passage ids (``"{doc_id}-{n}"``) depend only on the document, so they are the same on any
+    worker; a corpus-wide counter (``DprCounterIds``) cannot be split across workers.
+    """
+    out: list[Any] = []
+    for doc in documents:
+        out.extend(split_document(doc, **options))
+    return out

@@ -19,77 +19,21 @@ Engines:
 * ``ray``   — a pool of Ray actors (one model per actor; CPUs/GPUs per actor configurable), on a local
   Ray instance or a cluster (``address="ray://head:10001"`` or ``"auto"``), with retries on worker death.
 
-``get_engine("ray", address=...)`` builds one; ``engine.judge_runner()`` plugs into
-``berds.evaluate.evaluation.evaluate_run(judge_runner=...)``.
+``get_engine("ray", address=...)`` builds one. The engine is generic: it knows no judge, index or
+evaluation. Its users bring their recipes — ``berds.judges.recipe`` (judges; ``berds.evaluate.judging``
+commits verdicts to the cache), ``berds.indexes.embedding`` (dense encoding, with the resume rules),
+``berds.corpora.split.split_documents_batch`` (corpus building).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Protocol, runtime_checkable
+from typing import Any
 
-from berds.engine.recipes import JudgeRecipe, Recipe
+from berds.engine.base import BatchResult, Engine
+from berds.engine.recipes import Recipe
 from berds.errors import BerdsError
 
 ENGINE_NAMES = ("local", "ray")
-
-# The signature of ``berds.evaluate.evaluation.judge_missing``:
-# runner(judge, pairs, cache, *, batch_size, progress, description) -> {(perspective, passage): Verdict}
-JudgeRunner = Callable[..., dict]
-
-
-@dataclass(frozen=True)
-class BatchResult:
-    """One finished batch: its position in the input, the worker's output, and where and how it ran.
-
-    ``worker`` is ``"local"`` or ``"pid@node"``; ``info`` holds the worker's measurements
-    (``seconds`` spent on the batch, ``peak_rss_bytes`` of the worker process, ``attempt`` — 1 unless the
-    batch was re-run after its worker died).
-    """
-
-    index: int
-    output: Any
-    worker: str = "local"
-    pid: int | None = None
-    info: dict[str, Any] = field(default_factory=dict)
-
-
-@runtime_checkable
-class Engine(Protocol):
-    """Runs batches through a model built from a ``Recipe``. Implementations: ``LocalEngine``, ``RayEngine``."""
-
-    name: str
-
-    @property
-    def workers(self) -> int:
-        """How many batches can run at once (sizes prefetching)."""
-        ...
-
-    def map_batches(
-        self,
-        recipe: Recipe,
-        batches: Iterable[Any],
-        *,
-        ordered: bool = False,
-        progress: bool = False,
-        description: str = "",
-        total: int | None = None,
-    ) -> Iterator[BatchResult]:
-        """Push every batch through ``recipe``'s callable; yield each result as soon as it is done
-        (in input order when ``ordered``). Every batch is yielded exactly once."""
-        ...
-
-    def judge_runner(self, recipe: JudgeRecipe | None = None) -> JudgeRunner:
-        """A drop-in for ``judge_missing``: judges batches on this engine, committing each to the cache."""
-        ...
-
-    def describe(self) -> dict[str, Any]:
-        """What the engine runs on (for ``berds engine info`` and manifests)."""
-        ...
-
-    def close(self) -> None:
-        """Release workers (and a Ray instance this engine started)."""
-        ...
 
 
 def get_engine(name: str | Engine | None = "local", *, address: str | None = None, **options: Any) -> Engine:
@@ -118,26 +62,6 @@ def get_engine(name: str | Engine | None = "local", *, address: str | None = Non
     from berds.errors import UnknownNameError
 
     raise UnknownNameError("engine", name, list(ENGINE_NAMES))
-
-
-def engine_judge_runner(engine: Engine, recipe: JudgeRecipe | None = None, *, batch_size: int | None = None) -> JudgeRunner:
-    """``judge_missing`` on ``engine``: batches go to workers (one judge per worker, rebuilt from the
-    judge's recipe); each answered batch is committed to the cache on the driver as it arrives.
-
-    Batches are the same slices of ``pairs`` that ``judge_missing`` would make (``batch_size`` from the
-    caller unless overridden here), so a deterministic judge gives byte-identical verdicts on any engine.
-    """
-
-    def run(judge: Any, pairs: Any, cache: Any, *, batch_size: int = 256, progress: bool = True,
-            description: str = "judging") -> dict:
-        from berds.engine.judging import judge_on_engine
-
-        return judge_on_engine(engine, judge, pairs, cache, recipe=recipe,
-                               batch_size=batch_size_override or batch_size, progress=progress,
-                               description=description)
-
-    batch_size_override = batch_size
-    return run
 
 
 def engine_info(name: str = "local", *, address: str | None = None, **options: Any) -> dict[str, Any]:
@@ -173,5 +97,4 @@ def info_table(info: dict[str, Any]) -> Any:
     return table
 
 
-__all__ = ["BatchResult", "ENGINE_NAMES", "Engine", "JudgeRecipe", "JudgeRunner", "Recipe", "engine_info",
-           "engine_judge_runner", "get_engine", "info_table"]
+__all__ = ["BatchResult", "ENGINE_NAMES", "Engine", "Recipe", "engine_info", "get_engine", "info_table"]

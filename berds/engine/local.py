@@ -6,8 +6,8 @@ import os
 import time
 from typing import Any, Callable, Iterable, Iterator
 
-from berds.engine import BatchResult, JudgeRunner
-from berds.engine.recipes import JudgeRecipe, Recipe
+from berds.engine.base import BatchResult
+from berds.engine.recipes import Recipe
 
 
 def peak_rss_bytes() -> int:
@@ -61,12 +61,6 @@ class LocalEngine:
                 info = {"seconds": time.perf_counter() - started, "peak_rss_bytes": peak_rss_bytes(), "attempt": 1}
                 advance()
                 yield BatchResult(index, output, "local", pid, info)
-
-    def judge_runner(self, recipe: JudgeRecipe | None = None) -> JudgeRunner:
-        """``judge_missing`` itself: the judge already lives in this process, nothing to rebuild."""
-        from berds.evaluate.evaluation import judge_missing
-
-        return judge_missing
 
     def describe(self) -> dict[str, Any]:
         return {"engine": "local", "pid": os.getpid(), "cpus": os.cpu_count() or 1, "workers": 1}

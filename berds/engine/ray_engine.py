@@ -31,8 +31,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
-from berds.engine import BatchResult, JudgeRunner, engine_judge_runner
-from berds.engine.recipes import JudgeRecipe, Recipe
+from berds.engine.base import BatchResult
+from berds.engine.recipes import Recipe
 from berds.errors import BerdsError
 from berds.lazy import require
 
@@ -108,8 +108,9 @@ class RayEngine:
     * ``in_flight_per_worker`` — batches queued per actor; ``max_batch_attempts`` — how many workers a
       batch may lose before the job fails.
     * ``runtime_env`` — Ray runtime environment for the actors (e.g. ``{"env_vars": {...}}``).
-    * ``judge_batch_size`` — pairs per judge batch on this engine (default: the evaluation's own; a GPU
-      worker under vLLM wants larger batches, at the price of batch-dependent floating point).
+    * ``batch_size`` — items per batch that callers making batches should use on this engine (``None``:
+      their own; e.g. a GPU judge under vLLM wants larger batches, at the price of batch-dependent
+      floating point). The engine itself never splits or merges batches.
     """
 
     name = "ray"
@@ -124,13 +125,13 @@ class RayEngine:
         in_flight_per_worker: int = 2,
         max_batch_attempts: int = 3,
         runtime_env: dict[str, Any] | None = None,
-        judge_batch_size: int | None = None,
+        batch_size: int | None = None,
         num_cpus: int | None = None,
         num_gpus: int | None = None,
         log_to_driver: bool = False,
     ):
         ray = require("ray", extra="ray", purpose="the ray engine (--engine ray)")
-        for label, value in (("num_workers", num_workers), ("judge_batch_size", judge_batch_size)):
+        for label, value in (("num_workers", num_workers), ("batch_size", batch_size)):
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise BerdsError(f"{label} must be a positive integer, got {value!r}")
         if in_flight_per_worker < 1 or max_batch_attempts < 1:
@@ -153,7 +154,7 @@ class RayEngine:
         self.in_flight_per_worker = in_flight_per_worker
         self.max_batch_attempts = max_batch_attempts
         self.runtime_env = runtime_env
-        self.judge_batch_size = judge_batch_size
+        self.batch_size = batch_size
         self._actor_class: Any = None
         self._pool_key: str | None = None
         self._slots: list[_Slot] = []
@@ -363,10 +364,6 @@ class RayEngine:
                 f"(last: {task.last_error}) — it may not fit in a worker's memory: use smaller batches or "
                 "more memory per worker"
             )
-
-    def judge_runner(self, recipe: JudgeRecipe | None = None) -> JudgeRunner:
-        """``judge_missing`` on this pool: one judge per worker, each batch committed to the cache here."""
-        return engine_judge_runner(self, recipe, batch_size=self.judge_batch_size)
 
     def describe(self) -> dict[str, Any]:
         """The cluster: Ray version, nodes with their resources, and the pool a job would get."""

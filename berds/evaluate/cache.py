@@ -32,7 +32,7 @@ def text_digest(text: str) -> bytes:
 
 
 def default_cache_path() -> Path:
-    from berds.benchmarks import home_dir
+    from berds.io import home_dir
 
     return home_dir() / "judgements.sqlite"
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -24,10 +24,12 @@ import numpy as np
 
 from berds.errors import BerdsError, InputError
 from berds.evaluate.cache import JudgementCache, unique_pairs
+from berds.evaluate.judging import judge_missing
 from berds.evaluate.metrics import aggregate, question_metrics
 from berds.types import Judgement, JudgePair, Run, Verdict
 
 OVERWRITE_POLICIES = ("only-missing", "always", "never")
+TITLE_POSITIONS = ("after", "before", "none")
 
 
 @dataclass
@@ -97,69 +99,81 @@ def pairs_for_run(run: Run, depth: int, *, title_position: str = "after", allow_
     return out
 
 
-JudgeFactory = Callable[[], Any]
+@dataclass(frozen=True)
+class EvalOptions:
+    """How an evaluation runs — one value the CLI, the demo, the analyses and studies pass along.
+
+    * ``ks`` — the cut-offs (MRecall@k / Precision@k for each); the top ``max(ks)`` passages are judged;
+    * ``overwrite`` — ``only-missing`` (reuse cached verdicts, judge the rest), ``always`` (re-judge and
+      replace), ``never`` (cached verdicts only; fail if any pair is missing);
+    * ``title_position`` — the judge sees ``text + " " + title`` (``after``, the study), ``before`` or ``none``;
+    * ``allow_short`` — score questions with fewer than ``max(ks)`` passages (missing ranks unsupported);
+    * ``batch_size`` — pairs per judge batch (default: 4 x the judge's own batch size);
+    * ``progress`` — show progress bars;
+    * ``cache_path`` / ``use_cache`` — the judgement cache file (default ``$BERDS_HOME/judgements.sqlite``);
+    * ``out`` / ``write_legacy`` — where ``evaluate_paths`` writes, and whether it also writes inline predictions;
+    * ``judge_runner`` — replaces ``judge_missing`` (``berds.evaluate.judging.judge_runner_for(engine)``).
+
+    Values are checked when the options are made, before any run is read or judged.
+    """
+
+    ks: tuple[int, ...] = (5, 10)
+    overwrite: str = "only-missing"
+    title_position: str = "after"
+    allow_short: bool = False
+    batch_size: int | None = None
+    progress: bool = True
+    cache_path: str | Path | None = None
+    use_cache: bool = True
+    out: str | Path | None = None
+    write_legacy: bool = False
+    judge_runner: Callable[..., dict[tuple[str, str], Verdict]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.overwrite not in OVERWRITE_POLICIES:
+            raise BerdsError(f"unknown overwrite policy {self.overwrite!r}; use one of {', '.join(OVERWRITE_POLICIES)}")
+        if self.title_position not in TITLE_POSITIONS:
+            raise BerdsError(f"unknown --title-position {self.title_position!r}; use one of {', '.join(TITLE_POSITIONS)}")
+        ks = tuple(sorted({int(k) for k in self.ks}))
+        if not ks or ks[0] < 1:
+            raise BerdsError(f"--k values must be positive integers, got {list(self.ks)}")
+        object.__setattr__(self, "ks", ks)
+        if self.batch_size is not None and self.batch_size < 1:
+            raise BerdsError(f"batch size must be at least 1, got {self.batch_size}")
+
+    def but(self, **changes: Any) -> "EvalOptions":
+        """A copy with some fields changed (``options.but(ks=(5,), progress=False)``)."""
+        return replace(self, **changes)
 
 
-def judge_missing(
-    judge: Any,
-    pairs: Sequence[JudgePair],
-    cache: JudgementCache | None,
-    *,
-    batch_size: int = 256,
-    progress: bool = True,
-    description: str = "judging",
-) -> dict[tuple[str, str], Verdict]:
-    """Judge ``pairs`` batch by batch, committing each batch to ``cache`` as soon as it is answered."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    out: dict[tuple[str, str], Verdict] = {}
-    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[rate]} pairs/s"), TimeRemainingColumn()]
-    with Progress(*columns, disable=not progress, transient=False) as bar:
-        task = bar.add_task(description, total=len(pairs), rate="-")
-        start = time.perf_counter()
-        for lo in range(0, len(pairs), batch_size):
-            batch = list(pairs[lo:lo + batch_size])
-            verdicts = judge.judge(batch)
-            if len(verdicts) != len(batch):
-                raise BerdsError(f"judge {judge.id!r} returned {len(verdicts)} verdicts for {len(batch)} pairs")
-            if cache is not None:
-                cache.put_many(judge.id, judge.prompt_version, batch, verdicts)
-            for p, v in zip(batch, verdicts):
-                out[(p.perspective, p.passage)] = v
-            done = lo + len(batch)
-            elapsed = max(time.perf_counter() - start, 1e-9)
-            bar.update(task, completed=done, rate=f"{done / elapsed:,.1f}")
-    return out
+def as_options(options: "EvalOptions | Sequence[int] | None", changes: Mapping[str, Any]) -> EvalOptions:
+    """``EvalOptions`` from an options value, a bare sequence of k values, or nothing, plus keyword changes."""
+    if options is None:
+        base = EvalOptions()
+    elif isinstance(options, EvalOptions):
+        base = options
+    else:
+        base = EvalOptions(ks=tuple(options))
+    return base.but(**changes) if changes else base
 
 
 def evaluate_run(
     run: Run,
     judge: Any,
-    ks: Sequence[int] = (5, 10),
+    options: EvalOptions | Sequence[int] | None = None,
     *,
     cache: JudgementCache | None = None,
-    overwrite: str = "only-missing",
-    title_position: str = "after",
-    allow_short: bool = False,
-    batch_size: int | None = None,
-    progress: bool = True,
-    judge_runner: Callable[..., dict[tuple[str, str], Verdict]] | None = None,
+    **changes: Any,
 ) -> EvalResult:
     """Judge the top ``max(ks)`` passages of every question against every perspective; compute metrics.
 
     ``judge`` is any Judge (wrap it in ``LazyJudge`` to load a model only when something is missing from
-    the cache). ``overwrite``: ``only-missing`` (reuse cached verdicts, judge the rest),
-    ``always`` (re-judge everything and replace cached verdicts), ``never`` (use cached verdicts only; fail
-    if any pair is missing). ``judge_runner`` replaces ``judge_missing`` (the Ray engine plugs in here).
+    the cache). ``options`` is an ``EvalOptions`` (or just the k values); keyword ``changes`` override its
+    fields (``evaluate_run(run, judge, ks=(5,), progress=False)``).
     """
-    if overwrite not in OVERWRITE_POLICIES:
-        raise BerdsError(f"unknown overwrite policy {overwrite!r}; use one of {', '.join(OVERWRITE_POLICIES)}")
-    if title_position not in ("after", "before", "none"):  # checked here: passages without titles never reach judge_text's check
-        raise BerdsError(f"unknown --title-position {title_position!r}; use one of after, before, none")
-    ks = tuple(sorted(set(int(k) for k in ks)))
-    if not ks or ks[0] < 1:
-        raise BerdsError(f"--k values must be positive integers, got {list(ks)}")
+    opts = as_options(options, changes)
+    ks, overwrite, title_position, allow_short = opts.ks, opts.overwrite, opts.title_position, opts.allow_short
+    progress, judge_runner, batch_size = opts.progress, opts.judge_runner, opts.batch_size
     depth = ks[-1]
     grid = pairs_for_run(run, depth, title_position=title_position, allow_short=allow_short)
     needed = unique_pairs(p for rows in grid.values() for row in rows for p in row)
@@ -208,41 +222,6 @@ def evaluate_run(
         support=support, p_yes=p_yes, per_question=per_question,
         averages=aggregate(per_question, datasets), stats=stats, datasets=datasets, manifest=dict(run.manifest),
     )
-
-
-class LazyJudge:
-    """A judge whose model loads on first use: cache lookups need only ``id`` and ``prompt_version``.
-
-    Backends build their ``id`` without loading weights, so a fully cached evaluation never loads a model.
-    """
-
-    def __init__(self, factory: JudgeFactory, *, recipe: Any = None):
-        self._factory = factory
-        self._judge: Any = None
-        # How a remote worker rebuilds this judge (``berds.engine.recipes.JudgeRecipe``): engines that run
-        # the judge elsewhere build one instance per worker from it instead of pickling the model.
-        self.recipe = recipe
-
-    @property
-    def inner(self) -> Any:
-        if self._judge is None:
-            self._judge = self._factory()
-        return self._judge
-
-    @property
-    def id(self) -> str:
-        return self.inner.id
-
-    @property
-    def prompt_version(self) -> str:
-        return self.inner.prompt_version
-
-    @property
-    def batch_size(self) -> int:
-        return int(getattr(self.inner, "batch_size", 64) or 64)
-
-    def judge(self, pairs):
-        return self.inner.judge(pairs)
 
 
 def judge_slug(judge_id: str) -> str:
@@ -322,46 +301,36 @@ def eval_output_dir(run_path: Path, out: str | Path | None, n_runs: int) -> Path
 def evaluate_paths(
     paths: Sequence[str | Path],
     judge: str | Any,
-    ks: Sequence[int] = (5, 10),
+    options: EvalOptions | Sequence[int] | None = None,
     *,
     judge_options: Mapping[str, Any] | None = None,
-    cache_path: str | Path | None = None,
-    use_cache: bool = True,
-    overwrite: str = "only-missing",
-    title_position: str = "after",
-    allow_short: bool = False,
-    out: str | Path | None = None,
-    legacy_jsonl: bool = False,
-    progress: bool = True,
-    judge_runner: Callable[..., dict[tuple[str, str], Verdict]] | None = None,
+    **changes: Any,
 ) -> list[tuple[Path, EvalResult, dict[str, Path]]]:
     """``berds eval``: load each run (folder or BERDS jsonl), judge it through the shared cache, write
-    ``metrics.json`` + ``judgements.jsonl`` next to it (or under ``out``), and return the results.
+    ``metrics.json`` + ``judgements.jsonl`` next to it (or under ``options.out``), and return the results.
 
-    A judge given by name is built lazily, so a fully cached evaluation never loads a model.
+    ``judge`` is a judge or a name (with ``judge_options``); a judge given by name is built lazily, so a
+    fully cached evaluation never loads a model. ``options``/``changes`` as in ``evaluate_run``.
     """
-    from berds.evaluate.judge import check_judge_name, load_judge
+    from berds.judges import LazyJudge, check_judge_name, load_judge
+    from berds.judges.recipe import JudgeRecipe
     from berds.runs import load_run
 
+    opts = as_options(options, changes)
     if isinstance(judge, str):
         check_judge_name(judge)
     runs = [(Path(p), load_run(p)) for p in paths]  # parse everything first: bad input fails fast
     if isinstance(judge, str):
-        from berds.engine.recipes import JudgeRecipe
-
-        name, opts = judge, dict(judge_options or {})
-        judge = LazyJudge(lambda: load_judge(name, **opts), recipe=JudgeRecipe(name, opts))
-    cache = JudgementCache(cache_path) if use_cache else None
+        name, jopts = judge, dict(judge_options or {})
+        judge = LazyJudge(lambda: load_judge(name, **jopts), recipe=JudgeRecipe(name, jopts))
+    cache = JudgementCache(opts.cache_path) if opts.use_cache else None
     results = []
     try:
         for path, run in runs:
-            result = evaluate_run(
-                run, judge, ks, cache=cache, overwrite=overwrite, title_position=title_position,
-                allow_short=allow_short, progress=progress, judge_runner=judge_runner,
-            )
-            target = eval_output_dir(path, out, len(runs))
+            result = evaluate_run(run, judge, opts, cache=cache)
+            target = eval_output_dir(path, opts.out, len(runs))
             files = write_eval_outputs(result, run, target / "eval" / judge_slug(result.judge_id) if target == path else target,
-                                       legacy_jsonl=legacy_jsonl)
+                                       legacy_jsonl=opts.write_legacy)
             if target == path:  # a run folder also gets the latest metrics at its top level
                 from berds.io import write_json
 

@@ -1,12 +1,57 @@
-"""Judging on an engine: ``judge_missing`` with the batches run by workers and committed by the driver."""
+"""Judging the pairs the cache lacks, batch by batch, each batch committed to the cache as it is answered.
+
+* ``judge_missing`` — in this process, with the judge the caller holds;
+* ``judge_on_engine`` — on an engine's workers (one judge per worker, rebuilt from its ``JudgeRecipe``),
+  committed by the driver;
+* ``judge_runner_for(engine)`` — the runner ``EvalOptions(judge_runner=...)`` takes for an engine.
+"""
 
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-from berds.engine.recipes import JudgedBatch, JudgeRecipe
 from berds.errors import BerdsError
+from berds.judges.recipe import JudgedBatch, JudgeRecipe
+from berds.types import JudgePair, Verdict
+
+# runner(judge, pairs, cache, *, batch_size, progress, description) -> {(perspective, passage): Verdict}
+JudgeRunner = Callable[..., dict]
+
+
+def judge_missing(
+    judge: Any,
+    pairs: Sequence[JudgePair],
+    cache: Any,
+    *,
+    batch_size: int = 256,
+    progress: bool = True,
+    description: str = "judging",
+) -> dict[tuple[str, str], Verdict]:
+    """Judge ``pairs`` batch by batch, committing each batch to ``cache`` as soon as it is answered."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    out: dict[tuple[str, str], Verdict] = {}
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[rate]} pairs/s"), TimeRemainingColumn()]
+    with Progress(*columns, disable=not progress, transient=False) as bar:
+        task = bar.add_task(description, total=len(pairs), rate="-")
+        start = time.perf_counter()
+        for lo in range(0, len(pairs), batch_size):
+            batch = list(pairs[lo:lo + batch_size])
+            verdicts = judge.judge(batch)
+            if len(verdicts) != len(batch):
+                raise BerdsError(f"judge {judge.id!r} returned {len(verdicts)} verdicts for {len(batch)} pairs")
+            if cache is not None:
+                cache.put_many(judge.id, judge.prompt_version, batch, verdicts)
+            for p, v in zip(batch, verdicts):
+                out[(p.perspective, p.passage)] = v
+            done = lo + len(batch)
+            elapsed = max(time.perf_counter() - start, 1e-9)
+            bar.update(task, completed=done, rate=f"{done / elapsed:,.1f}")
+    return out
+
+
 
 
 def judge_on_engine(
@@ -69,3 +114,22 @@ def judge_on_engine(
             elapsed = max(time.perf_counter() - start, 1e-9)
             bar.update(task, completed=done, rate=f"{done / elapsed:,.1f}", workers=f"{len(seen_workers)} workers")
     return out
+
+
+def judge_runner_for(engine: Any, recipe: JudgeRecipe | None = None, *, batch_size: int | None = None) -> JudgeRunner:
+    """The judge runner for ``engine``: ``judge_missing`` itself on the local engine (the judge already lives
+    in this process), else ``judge_on_engine`` on its workers, with the engine's preferred ``batch_size``.
+
+    Batches are the same slices of ``pairs`` that ``judge_missing`` would make (unless the engine or
+    ``batch_size`` overrides their size), so a deterministic judge gives byte-identical verdicts on any engine.
+    """
+    if getattr(engine, "name", None) == "local":
+        return judge_missing
+    override = batch_size or getattr(engine, "batch_size", None)
+
+    def run(judge: Any, pairs: Any, cache: Any, *, batch_size: int = 256, progress: bool = True,
+            description: str = "judging") -> dict:
+        return judge_on_engine(engine, judge, pairs, cache, recipe=recipe, batch_size=override or batch_size,
+                               progress=progress, description=description)
+
+    return run

@@ -267,7 +267,8 @@ def build_report(
     ``analyses`` are result files from ``berds analyze ... --out`` (or result objects). ``curve_depth``
     (default ``max(ks)``) is how far the MRecall@k curve goes; deeper curves judge more passages.
     """
-    from berds.evaluate.analyses.common import judge_runs, load_result, run_labels
+    from berds.evaluate.analyses.common import judge_runs, run_labels
+    from berds.evaluate.analyses.results import load_result
     from berds.io import write_text
     from berds.runs import load_run
 
@@ -330,7 +331,7 @@ def build_report(
 
 def write_analysis(result: Any, json_path: str | Path) -> dict[str, Path]:
     """Save an analysis result as ``X.json`` plus its table (``X.md``, ``X.csv``) and figure (``X.png``)."""
-    from berds.evaluate.analyses.common import save_result
+    from berds.evaluate.analyses.results import save_result
 
     json_path = Path(json_path)
     if json_path.suffix != ".json":

@@ -1,7 +1,7 @@
-"""Dense encoding on an engine: each embedding shard is encoded by a worker and written by the driver.
+"""Corpus embeddings in shard files: the resume rules, local encoding, and encoding on an engine.
 
-``embed_corpus_on_engine`` is the engine twin of ``berds.indexes.faiss.embed_corpus`` and produces the
-same files: ``shard-NNNNN.npy`` + ``shard-NNNNN.ids.txt`` per ``shard_size`` passages, in store order,
+``embed_corpus`` encodes in this process; ``embed_corpus_on_engine`` has each shard encoded by an engine's
+worker and written by the driver. Both produce the same files: ``shard-NNNNN.npy`` + ``shard-NNNNN.ids.txt`` per ``shard_size`` passages, in store order,
 each written atomically by the driver as soon as its vectors arrive. So:
 
 * resume works as before — shards already on disk are skipped, whichever engine wrote them;
@@ -17,6 +17,7 @@ inside the worker means that GPU.
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -24,15 +25,142 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from berds.engine.recipes import Recipe
-from berds.errors import BerdsError
+from berds.errors import BerdsError, InputError
+from berds.indexes.base import progress_bar, read_ids, write_ids
+from berds.indexes.encoders import Encoder, encoder_spec
+from berds.io import atomic_write
+
+
+# ------------------------------------------------------------------------------------------ shard files and resume rules
+
+
+def shard_path(folder: Path, i: int) -> Path:
+    return folder / f"shard-{i:05d}.npy"
+
+
+def save_shard(folder: Path, i: int, vectors: np.ndarray, ids: list[str]) -> None:
+    # ids first: a shard counts as done only when its .npy exists, so both are complete by then.
+    write_ids(folder / f"shard-{i:05d}.ids.txt", ids)
+    with atomic_write(shard_path(folder, i), "wb", encoding=None) as f:
+        np.save(f, np.ascontiguousarray(vectors, dtype=np.float32), allow_pickle=False)
+
+
+def iter_shard_passages(store: Any, shard_size: int, batch_size: int) -> Iterator[tuple[int, list[Any]]]:
+    """``(shard number, passages of that shard)`` in store order, one shard's passages at a time."""
+    shard, current = 0, []
+    for batch in store.iter_batches(batch_size):
+        for p in batch:
+            current.append(p)
+            if len(current) == shard_size:
+                yield shard, current
+                shard, current = shard + 1, []
+    if current:
+        yield shard, current
+
+
+# Resuming an encode (locally or on an engine): a shard is done once its .npy exists.
+
+
+def resume_point(folder: Path, n: int, shard_size: int) -> tuple[int, int]:
+    """``(shards, rows already encoded)`` for ``n`` passages cut into shards of ``shard_size``."""
+    n_shards = max(1, math.ceil(n / shard_size))
+    return n_shards, sum(min(shard_size, n - i * shard_size) for i in range(n_shards) if shard_path(folder, i).is_file())
+
+
+def shards_to_encode(store: Any, folder: Path, shard_size: int) -> Iterator[tuple[int, list[Any]]]:
+    """``(shard number, passages)`` of the shards not yet written to ``folder``, in store order."""
+    for shard, passages in iter_shard_passages(store, shard_size, min(shard_size, 1024)):
+        if not shard_path(folder, shard).is_file():
+            yield shard, passages
+
+
+def stored_dim(folder: Path) -> int:
+    """The vector dimension of the shards on disk (when a resumed encode had nothing left to do)."""
+    return int(np.load(shard_path(folder, 0), mmap_mode="r").shape[1])
+
+
+def embed_corpus(store: Any, encoder: Encoder, folder: Path, *, shard_size: int, progress: bool = True) -> dict[str, Any]:
+    """Encode every passage of ``store`` into shard files under ``folder``, skipping shards already there.
+
+    Returns ``{"dim", "rows", "shards", "encoded", "seconds"}`` (``encoded``: passages encoded now).
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    n = len(store)
+    n_shards, done_rows = resume_point(folder, n, shard_size)
+    dim = None
+    encoded = 0
+    started = time.perf_counter()
+    with progress_bar("passages", enabled=progress) as bar:
+        task = bar.add_task(f"embed ({encoder.spec.name})", total=n, completed=done_rows)
+        for shard, passages in shards_to_encode(store, folder, shard_size):
+            vectors = None  # one shard's vectors, filled batch by batch (no concatenation copy)
+            for i in range(0, len(passages), encoder.batch_size):
+                chunk = passages[i:i + encoder.batch_size]
+                part = encoder.encode_passages(chunk)
+                if vectors is None:
+                    dim = int(part.shape[1])
+                    if encoder.spec.dim and dim != encoder.spec.dim:
+                        raise BerdsError(f"encoder {encoder.spec.name!r} declares dim={encoder.spec.dim} but produced {dim}-d vectors")
+                    vectors = np.empty((len(passages), dim), dtype=np.float32)
+                vectors[i:i + len(chunk)] = part
+                bar.advance(task, len(chunk))
+            save_shard(folder, shard, vectors, [p.id for p in passages])
+            del vectors
+            encoded += len(passages)
+    if dim is None:  # everything was already on disk
+        dim = stored_dim(folder)
+    return {"dim": dim, "rows": n, "shards": n_shards, "encoded": encoded, "seconds": time.perf_counter() - started}
+
+
+class ShardedEmbeddings:
+    """The embedding shards of an index, memory-mapped: ``rows(idx)`` gathers vectors by row number."""
+
+    def __init__(self, folder: Path, n: int, shard_size: int):
+        self.folder, self.n, self.shard_size = folder, n, shard_size
+        self.n_shards = max(1, math.ceil(n / shard_size))
+        missing = [i for i in range(self.n_shards) if not shard_path(folder, i).is_file()]
+        if missing:
+            raise InputError(f"embedding shard {missing[0]} is missing", path=folder,
+                             fix="re-run `berds index dense` with the same settings to finish the index")
+        self._maps: dict[int, np.ndarray] = {}
+
+    def shard(self, i: int) -> np.ndarray:
+        if i not in self._maps:
+            self._maps[i] = np.load(shard_path(self.folder, i), mmap_mode="r")
+        return self._maps[i]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for i in range(self.n_shards):
+            yield np.asarray(self.shard(i))
+
+    def rows(self, idx: np.ndarray) -> np.ndarray:
+        idx = np.asarray(idx, dtype=np.int64)
+        out = None
+        for s in np.unique(idx // self.shard_size):
+            sel = (idx // self.shard_size) == s
+            part = np.asarray(self.shard(int(s))[idx[sel] - s * self.shard_size])
+            if out is None:
+                out = np.empty((len(idx), part.shape[1]), dtype=np.float32)
+            out[sel] = part
+        return out if out is not None else np.zeros((0, 0), dtype=np.float32)
+
+    def sample(self, size: int, seed: int) -> np.ndarray:
+        """``size`` distinct rows chosen uniformly at random (deterministic for a seed), in row order."""
+        rng = np.random.default_rng(seed)
+        return self.rows(np.sort(rng.choice(self.n, size=min(size, self.n), replace=False)))
+
+    def ids(self) -> Iterator[str]:
+        for i in range(self.n_shards):
+            yield from read_ids(self.folder / f"shard-{i:05d}.ids.txt")
+
+
+# ------------------------------------------------------------------------------------------ on an engine
 
 
 class ShardEncoder:
     """A worker's encoder: one ``Encoder`` built from a spec, encoding whole shards in fixed-size chunks."""
 
     def __init__(self, *, spec: Any, device: str = "cpu", batch_size: int = 32, dtype: str | None = None):
-        from berds.indexes.encoders import Encoder, encoder_spec
-
         self.encoder = Encoder(encoder_spec(spec), device=device, batch_size=batch_size, dtype=dtype)
 
     def encode_shard(self, passages: Sequence[Any]) -> np.ndarray:
@@ -44,10 +172,8 @@ class ShardEncoder:
 
 def encoder_recipe(spec: Any, *, device: str = "cpu", batch_size: int = 32, dtype: str | None = None) -> Recipe:
     """The worker recipe for passage encoding with ``spec`` (an ``EncoderSpec``, a name, or its dict)."""
-    from berds.indexes.encoders import encoder_spec
-
     spec = encoder_spec(spec)
-    return Recipe("berds.engine.encoding:ShardEncoder",
+    return Recipe("berds.indexes.embedding:ShardEncoder",
                   {"spec": spec, "device": device, "batch_size": int(batch_size), "dtype": dtype},
                   method="encode_shard", label=f"encode {spec.name}", gpus=1.0 if device.startswith("cuda") else 0.0)
 
@@ -80,19 +206,16 @@ def embed_corpus_on_engine(
 
 def _embed(engine: Any, store: Any, spec: Any, folder: Path, *, shard_size: int, device: str, batch_size: int,
            dtype: str | None, progress: bool) -> dict[str, Any]:
-    from berds.indexes.base import progress_bar
-    from berds.indexes.faiss import _resume_point, _save_shard, _shards_to_encode, _stored_dim
-
     recipe = encoder_recipe(spec, device=device, batch_size=batch_size, dtype=dtype)
     declared_dim = recipe.options["spec"].dim
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     n = len(store)
-    n_shards, done_rows = _resume_point(folder, n, shard_size)
+    n_shards, done_rows = resume_point(folder, n, shard_size)
     pending: dict[int, tuple[int, list[str]]] = {}  # batch position -> (shard number, passage ids), while in flight
 
-    def shards_to_encode() -> Iterator[list[Any]]:
-        for position, (shard, passages) in enumerate(_shards_to_encode(store, folder, shard_size)):
+    def batches() -> Iterator[list[Any]]:
+        for position, (shard, passages) in enumerate(shards_to_encode(store, folder, shard_size)):
             pending[position] = (shard, [p.id for p in passages])
             yield passages
 
@@ -102,7 +225,7 @@ def _embed(engine: Any, store: Any, spec: Any, folder: Path, *, shard_size: int,
     with progress_bar("passages", enabled=progress) as bar:
         task = bar.add_task(f"embed ({recipe.label.split(' ', 1)[-1]}, {engine.name} x{engine.workers})", total=n,
                             completed=done_rows)
-        for result in engine.map_batches(recipe, shards_to_encode()):
+        for result in engine.map_batches(recipe, batches()):
             shard, ids = pending.pop(result.index)
             vectors = np.asarray(result.output)
             if vectors.ndim != 2 or vectors.shape[0] != len(ids):
@@ -113,9 +236,9 @@ def _embed(engine: Any, store: Any, spec: Any, folder: Path, *, shard_size: int,
                     raise BerdsError(f"encoder {recipe.label!r} declares dim={declared_dim} but produced {dim}-d vectors")
             elif vectors.shape[1] != dim:
                 raise BerdsError(f"{recipe.label}: shard {shard} has {vectors.shape[1]}-d vectors, earlier shards {dim}-d")
-            _save_shard(folder, shard, vectors, ids)
+            save_shard(folder, shard, vectors, ids)
             encoded += len(ids)
             bar.advance(task, len(ids))
     if dim is None:  # everything was already on disk
-        dim = _stored_dim(folder)
+        dim = stored_dim(folder)
     return {"dim": dim, "rows": n, "shards": n_shards, "encoded": encoded, "seconds": time.perf_counter() - started}

@@ -32,7 +32,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -42,12 +42,12 @@ from berds.indexes.base import (
     finish_index_folder,
     open_store,
     prepare_index_folder,
-    progress_bar,
     IdTable,
     read_ids,
     read_index_meta,
     write_ids,
 )
+from berds.indexes.embedding import ShardedEmbeddings, embed_corpus, embed_corpus_on_engine
 from berds.indexes.encoders import Encoder, EncoderSpec, encoder_spec
 from berds.io import atomic_write, read_json, write_json
 from berds.lazy import require
@@ -200,129 +200,6 @@ def write_faiss(index: Any, path: Path) -> None:
     os.replace(tmp, path)
 
 
-# ------------------------------------------------------------------------------------------ embedding
-
-
-def _shard_path(folder: Path, i: int) -> Path:
-    return folder / f"shard-{i:05d}.npy"
-
-
-def _save_shard(folder: Path, i: int, vectors: np.ndarray, ids: list[str]) -> None:
-    # ids first: a shard counts as done only when its .npy exists, so both are complete by then.
-    write_ids(folder / f"shard-{i:05d}.ids.txt", ids)
-    with atomic_write(_shard_path(folder, i), "wb", encoding=None) as f:
-        np.save(f, np.ascontiguousarray(vectors, dtype=np.float32), allow_pickle=False)
-
-
-def _iter_shard_passages(store: Any, shard_size: int, batch_size: int) -> Iterator[tuple[int, list[Any]]]:
-    """``(shard number, passages of that shard)`` in store order, one shard's passages at a time."""
-    shard, current = 0, []
-    for batch in store.iter_batches(batch_size):
-        for p in batch:
-            current.append(p)
-            if len(current) == shard_size:
-                yield shard, current
-                shard, current = shard + 1, []
-    if current:
-        yield shard, current
-
-
-# Resuming an encode (here and on an engine, berds.engine.encoding): a shard is done once its .npy exists.
-
-
-def _resume_point(folder: Path, n: int, shard_size: int) -> tuple[int, int]:
-    """``(shards, rows already encoded)`` for ``n`` passages cut into shards of ``shard_size``."""
-    n_shards = max(1, math.ceil(n / shard_size))
-    return n_shards, sum(min(shard_size, n - i * shard_size) for i in range(n_shards) if _shard_path(folder, i).is_file())
-
-
-def _shards_to_encode(store: Any, folder: Path, shard_size: int) -> Iterator[tuple[int, list[Any]]]:
-    """``(shard number, passages)`` of the shards not yet written to ``folder``, in store order."""
-    for shard, passages in _iter_shard_passages(store, shard_size, min(shard_size, 1024)):
-        if not _shard_path(folder, shard).is_file():
-            yield shard, passages
-
-
-def _stored_dim(folder: Path) -> int:
-    """The vector dimension of the shards on disk (when a resumed encode had nothing left to do)."""
-    return int(np.load(_shard_path(folder, 0), mmap_mode="r").shape[1])
-
-
-def embed_corpus(store: Any, encoder: Encoder, folder: Path, *, shard_size: int, progress: bool = True) -> dict[str, Any]:
-    """Encode every passage of ``store`` into shard files under ``folder``, skipping shards already there.
-
-    Returns ``{"dim", "rows", "shards", "encoded", "seconds"}`` (``encoded``: passages encoded now).
-    """
-    folder.mkdir(parents=True, exist_ok=True)
-    n = len(store)
-    n_shards, done_rows = _resume_point(folder, n, shard_size)
-    dim = None
-    encoded = 0
-    started = time.perf_counter()
-    with progress_bar("passages", enabled=progress) as bar:
-        task = bar.add_task(f"embed ({encoder.spec.name})", total=n, completed=done_rows)
-        for shard, passages in _shards_to_encode(store, folder, shard_size):
-            vectors = None  # one shard's vectors, filled batch by batch (no concatenation copy)
-            for i in range(0, len(passages), encoder.batch_size):
-                chunk = passages[i:i + encoder.batch_size]
-                part = encoder.encode_passages(chunk)
-                if vectors is None:
-                    dim = int(part.shape[1])
-                    if encoder.spec.dim and dim != encoder.spec.dim:
-                        raise BerdsError(f"encoder {encoder.spec.name!r} declares dim={encoder.spec.dim} but produced {dim}-d vectors")
-                    vectors = np.empty((len(passages), dim), dtype=np.float32)
-                vectors[i:i + len(chunk)] = part
-                bar.advance(task, len(chunk))
-            _save_shard(folder, shard, vectors, [p.id for p in passages])
-            del vectors
-            encoded += len(passages)
-    if dim is None:  # everything was already on disk
-        dim = _stored_dim(folder)
-    return {"dim": dim, "rows": n, "shards": n_shards, "encoded": encoded, "seconds": time.perf_counter() - started}
-
-
-class ShardedEmbeddings:
-    """The embedding shards of an index, memory-mapped: ``rows(idx)`` gathers vectors by row number."""
-
-    def __init__(self, folder: Path, n: int, shard_size: int):
-        self.folder, self.n, self.shard_size = folder, n, shard_size
-        self.n_shards = max(1, math.ceil(n / shard_size))
-        missing = [i for i in range(self.n_shards) if not _shard_path(folder, i).is_file()]
-        if missing:
-            raise InputError(f"embedding shard {missing[0]} is missing", path=folder,
-                             fix="re-run `berds index dense` with the same settings to finish the index")
-        self._maps: dict[int, np.ndarray] = {}
-
-    def shard(self, i: int) -> np.ndarray:
-        if i not in self._maps:
-            self._maps[i] = np.load(_shard_path(self.folder, i), mmap_mode="r")
-        return self._maps[i]
-
-    def __iter__(self) -> Iterator[np.ndarray]:
-        for i in range(self.n_shards):
-            yield np.asarray(self.shard(i))
-
-    def rows(self, idx: np.ndarray) -> np.ndarray:
-        idx = np.asarray(idx, dtype=np.int64)
-        out = None
-        for s in np.unique(idx // self.shard_size):
-            sel = (idx // self.shard_size) == s
-            part = np.asarray(self.shard(int(s))[idx[sel] - s * self.shard_size])
-            if out is None:
-                out = np.empty((len(idx), part.shape[1]), dtype=np.float32)
-            out[sel] = part
-        return out if out is not None else np.zeros((0, 0), dtype=np.float32)
-
-    def sample(self, size: int, seed: int) -> np.ndarray:
-        """``size`` distinct rows chosen uniformly at random (deterministic for a seed), in row order."""
-        rng = np.random.default_rng(seed)
-        return self.rows(np.sort(rng.choice(self.n, size=min(size, self.n), replace=False)))
-
-    def ids(self) -> Iterator[str]:
-        for i in range(self.n_shards):
-            yield from read_ids(self.folder / f"shard-{i:05d}.ids.txt")
-
-
 # ------------------------------------------------------------------------------------------ building
 
 
@@ -366,8 +243,6 @@ def build_dense_index(
         return read_index_meta(out, "dense")
     emb_dir = out / EMBEDDINGS_DIR
     if engine is not None and engine != "local":  # shards encoded by an execution engine's workers
-        from berds.engine.encoding import embed_corpus_on_engine
-
         stats = embed_corpus_on_engine(engine, store, spec, emb_dir, shard_size=shard_size, device=device,
                                        batch_size=batch_size, dtype=dtype, progress=progress)
     else:

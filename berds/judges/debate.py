@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from berds.errors import BerdsError
-from berds.evaluate.prompts import PromptTemplate
+from berds.judges.prompts import PromptTemplate
 from berds.types import JudgePair, Verdict
 
 DEBATE_VERSION = "debate-v1"
@@ -93,19 +93,19 @@ class DebateJudge:
     """Scorer + devil's-advocate critic + revisions (see the module docstring).
 
     ``inner`` is an ``LLMJudge`` (the scorer). ``rounds`` is the most critic/revision rounds (>= 1).
-    ``critic`` is None (the scorer's LLM), an LLM object, ``BACKEND:MODEL`` or a judge name with an LLM.
-    ``tie_breaker`` is None, ``"majority"``, a judge object or a judge name.
+    ``critic`` is None (the scorer's LLM) or an LLM object; ``tie_breaker`` is None, ``"majority"`` or a
+    judge object. (``load_judge("debate:NAME", critic=..., tie_breaker=...)`` also takes them by name.)
     """
 
     OPTION_NAMES = frozenset({"rounds", "critic", "tie_breaker", "critic_max_new_tokens"})
 
     def __init__(self, inner: Any, *, rounds: int = 2, critic: Any = None, tie_breaker: Any = None,
                  critic_max_new_tokens: int = 96):
-        from berds.evaluate.audit import _llm_judge_of
+        from berds.judges.llm_judge import unwrap_llm_judge
 
         if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
             raise BerdsError(f"debate rounds must be a positive integer, got {rounds!r}")
-        found = _llm_judge_of(inner)
+        found = unwrap_llm_judge(inner)
         if found is None:
             raise BerdsError(f"the debate judge needs an LLM scorer (an LLM judge such as transformers:MODEL or "
                              f"mistral-berds); judge {inner.id!r} has no LLM to revise its answers with")
@@ -125,19 +125,6 @@ class DebateJudge:
     def _resolve_critic(self, critic: Any) -> tuple[Any, str]:
         if critic is None or critic == "self":
             return self.scorer.llm, "self"
-        if isinstance(critic, str):
-            from berds.evaluate.judge import LLM_BACKENDS, load_judge
-            from berds.llm import load_llm
-
-            prefix, sep, rest = critic.partition(":")
-            if sep and prefix in LLM_BACKENDS:
-                llm = load_llm(prefix, rest)
-            else:
-                judge = load_judge(critic)
-                llm = getattr(judge, "llm", None)
-                if llm is None:
-                    raise BerdsError(f"critic {critic!r} is a judge without an LLM — name an LLM judge or BACKEND:MODEL")
-            return llm, llm.id
         if hasattr(critic, "generate"):
             return critic, critic.id
         raise BerdsError(f"critic must be None, an LLM, BACKEND:MODEL or a judge name, got {critic!r}")
@@ -147,10 +134,6 @@ class DebateJudge:
             return None, "none"
         if tie_breaker in TIE_BREAKERS:
             return tie_breaker, tie_breaker
-        if isinstance(tie_breaker, str):
-            from berds.evaluate.judge import load_judge
-
-            tie_breaker = load_judge(tie_breaker)
         if hasattr(tie_breaker, "judge") and hasattr(tie_breaker, "id"):
             return tie_breaker, tie_breaker.id
         raise BerdsError(f"tie_breaker must be none, majority or a judge, got {tie_breaker!r}")
@@ -165,7 +148,7 @@ class DebateJudge:
         return out
 
     def judge(self, pairs: Sequence[JudgePair]) -> list[Verdict]:
-        from berds.evaluate.judge import parse_answer, p_yes_from_logprobs
+        from berds.judges.llm_judge import p_yes_from_logprobs, parse_answer
 
         if not pairs:
             return []

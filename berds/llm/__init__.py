@@ -9,12 +9,14 @@ openai         any OpenAI-compatible HTTP endpoint                     core (req
 =============  ======================================================  =========================
 
 ``load_llm(backend, model, **options)`` builds one; model is a hub name or a local path.
+``load_llm_by_name("BACKEND:MODEL")`` is the one place where a name becomes an LLM (judges, expansion, stance).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from berds.errors import BerdsError
 from berds.llm.base import LLM, Generation, Prompt, user_prompt
 from berds.registry import Catalogue, Spec
 
@@ -32,4 +34,13 @@ def load_llm(backend: str, model: str, **options: Any) -> LLM:
     return LLMS.create(backend, model=model, **options)
 
 
-__all__ = ["LLM", "Generation", "Prompt", "user_prompt", "LLMS", "load_llm"]
+def load_llm_by_name(name: str, **options: Any) -> Any:
+    """``BACKEND:MODEL`` (``openai:gpt-4``, ``transformers:/models/qwen``, ``vllm:...``) -> an LLM backend."""
+    backend, sep, model = name.partition(":")
+    if not sep or not model:
+        raise BerdsError(f"LLM {name!r} must look like BACKEND:MODEL, e.g. openai:gpt-4 or transformers:/path/to/model "
+                         f"(backends: {', '.join(LLMS.names())})")
+    return load_llm(backend, model, **options)
+
+
+__all__ = ["LLM", "Generation", "Prompt", "user_prompt", "LLMS", "load_llm", "load_llm_by_name"]

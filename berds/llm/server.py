@@ -416,7 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from berds.evaluate.judge import parse_options
+    from berds.registry import parse_options
 
     args = build_parser().parse_args(argv)
     try:

@@ -121,7 +121,7 @@ def load_encoder(model: str = DEFAULT_MODEL, *, pooling: str = DEFAULT_POOLING, 
 
 
 def default_embedding_cache_path() -> Path:
-    from berds.benchmarks import home_dir
+    from berds.io import home_dir
 
     return home_dir() / "embeddings.sqlite"
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 from berds.errors import BerdsError, InputError
+from berds.llm import load_llm_by_name
 from berds.types import Hit, Question
 
 EXPANSION_SEP = "::exp"
@@ -385,17 +386,6 @@ class LLMExpander:
         return {"source": "llm", "llm": getattr(self.llm, "id", type(self.llm).__name__),
                 "prompt_version": self.prompt.version, "n": self.n, "max_new_tokens": self.max_new_tokens,
                 "on_error": self.on_error, "fallbacks": len(self.fallbacks)}
-
-
-def load_llm_by_name(name: str, **options: Any) -> Any:
-    """``BACKEND:MODEL`` (``openai:gpt-4``, ``transformers:/models/qwen``, ``vllm:...``) -> an LLM backend."""
-    from berds.llm import LLMS, load_llm
-
-    backend, sep, model = name.partition(":")
-    if not sep or not model:
-        raise BerdsError(f"LLM {name!r} must look like BACKEND:MODEL, e.g. openai:gpt-4 or transformers:/path/to/model "
-                         f"(backends: {', '.join(LLMS.names())})")
-    return load_llm(backend, model, **options)
 
 
 # ------------------------------------------------------------------------------------------ merging

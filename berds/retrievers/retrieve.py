@@ -45,7 +45,7 @@ def retrieve(
 
     ``retriever`` is a catalogue name, ``module:attr``, or a retriever object; ``options`` go to its
     factory (``index=...``, ``corpus=...``, ``device=...``). ``questions`` is a list of ``Question`` or
-    a source for ``berds.benchmarks.load_questions`` (``kialo``, ``demo``, a jsonl path) read with
+    a source for ``berds.questions.load_questions`` (``kialo``, ``demo``, a jsonl path) read with
     ``split`` (first ``limit`` questions when set). ``progress`` shows a progress bar and a summary.
     """
     from berds.retrievers.registry import load_retriever
@@ -56,7 +56,7 @@ def retrieve(
         raise BerdsError(f"batch_size must be at least 1, got {batch_size}")
     question_source: dict[str, Any]
     if isinstance(questions, (str, os.PathLike)):
-        from berds.benchmarks import load_questions
+        from berds.questions import load_questions
 
         question_source = {"source": str(questions), "split": split}
         questions = load_questions(questions, split, limit=limit)

@@ -25,7 +25,7 @@ and — for runs given — the change in MRecall@k and in the ranking of the run
 ``negation`` the expected answer on gold-positive pairs becomes No: the report gives how often the judge
 still says Yes to the negated statement ("ignores negation"). A *stance* section compares the judge's
 error rates on supporting and opposing perspectives (Fisher's exact test), which is what the
-stance-corrected sycophancy Δ (``berds.evaluate.analyses.stance_corrected``) corrects for.
+stance-corrected sycophancy Δ (``berds.trust.stance_corrected``) corrects for.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from berds.errors import BerdsError
-from berds.evaluate.prompts import PromptTemplate
+from berds.judges.llm_judge import unwrap_llm_judge
+from berds.judges.prompts import PromptTemplate
 from berds.types import JudgePair, Verdict
 
 # ----------------------------------------------------------------------------------- variants
@@ -63,7 +64,7 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("negation", "input", 'perspective negated ("It is not the case that ...")', expectation="negated"),
 )}
 
-# The sentences of the study's prompt (berds.evaluate.prompts) that prompt variants rewrite.
+# The sentences of the study's prompt (berds.judges.prompts) that prompt variants rewrite.
 _ANSWER_INSTRUCTION = 'Answer with "Yes" or "No" only.'
 _QUESTION = "Does the document support the perspective? Answer:"
 _BLOCKS = re.compile(r"Document: (?P<doc>.*?)\n\nPerspective: (?P<persp>.*?)\n\n", re.DOTALL)
@@ -149,7 +150,7 @@ class PromptVariantJudge:
         self.batch_size = getattr(base, "batch_size", None) or getattr(base.llm, "batch_size", 64)
 
     def judge(self, pairs: Sequence[JudgePair]) -> list[Verdict]:
-        from berds.evaluate.judge import parse_answer
+        from berds.judges.llm_judge import parse_answer
 
         if not pairs:
             return []
@@ -223,25 +224,6 @@ class InputTransformJudge:
         return self.inner.judge([self.transform(p) for p in pairs])
 
 
-def _llm_judge_of(judge: Any) -> tuple[Any, Callable[[Any], Any]] | None:
-    """The ``LLMJudge``-like object inside ``judge`` and a function re-applying the wrappers around a
-    replacement; None when there is none (a non-LLM judge)."""
-    from berds.evaluate.calibration import ThresholdJudge
-    from berds.evaluate.evaluation import LazyJudge
-
-    if isinstance(judge, LazyJudge):
-        return _llm_judge_of(judge.inner)
-    if isinstance(judge, ThresholdJudge):
-        found = _llm_judge_of(judge.inner)
-        if found is None:
-            return None
-        inner, rewrap = found
-        return inner, lambda j: ThresholdJudge(rewrap(j), judge.threshold, source=judge.source)
-    if all(hasattr(judge, a) for a in ("llm", "prompt", "parse", "max_new_tokens", "top_logprobs")):
-        return judge, lambda j: j
-    return None
-
-
 def variant_judge(judge: Any, name: str) -> Any | None:
     """``judge`` under variant ``name``, or None when the variant does not apply to it."""
     if name not in VARIANTS:
@@ -250,7 +232,7 @@ def variant_judge(judge: Any, name: str) -> Any | None:
         raise UnknownNameError("audit variant", name, list(VARIANTS))
     if VARIANTS[name].kind == "input":
         return InputTransformJudge(judge, name)
-    found = _llm_judge_of(judge)
+    found = unwrap_llm_judge(judge)
     if found is None:
         return None
     llm_judge, rewrap = found
@@ -476,7 +458,7 @@ class AuditReport:
 def stance_audit(labelled: Any, predictions: Any, *, alpha: float = 0.05) -> StanceAudit | None:
     """Per-stance confusion counts of ``predictions`` on ``labelled`` (stances from the file, else the
     ``negation-cue`` rule), Fisher tests on the FP and FN rates, and documents judged on both sides."""
-    from berds.evaluate.labels import STANCES
+    from berds.trust.labels import STANCES
 
     pairs = labelled.with_inferred_stances().pairs
     pred = np.asarray(predictions, dtype=bool)
@@ -546,7 +528,7 @@ def audit(
     ``runs`` (``{name: Run}`` or runs with ``.name``) are judged to depth ``k`` by the base judge and by
     each applicable ``same`` variant, to show the change in MRecall@k and in the runs' ranking.
     """
-    from berds.evaluate.validate import classification_metrics, is_unparsed, judge_pairs, mcnemar_paired
+    from berds.trust.validate import classification_metrics, is_unparsed, judge_pairs, mcnemar_paired
 
     names = list(variants) if variants is not None else list(VARIANTS)
     for name in names:
@@ -707,9 +689,9 @@ def audit_files(
     """``berds judge audit``: read the labelled file and runs, build the judge by name, run ``audit``."""
     from berds.evaluate.analyses.common import run_labels
     from berds.evaluate.cache import JudgementCache
-    from berds.evaluate.judge import check_judge_name
-    from berds.evaluate.labels import read_labelled_pairs
-    from berds.evaluate.validate import lazy_judge
+    from berds.judges.catalogue import check_judge_name
+    from berds.trust.labels import read_labelled_pairs
+    from berds.trust.validate import lazy_judge
     from berds.runs import load_run
 
     labelled = read_labelled_pairs(labels_path)

@@ -21,18 +21,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from berds.errors import BerdsError, InputError
-from berds.types import JudgePair, Verdict
+from berds.errors import BerdsError
+from berds.judges.threshold import CalibrationStore, default_store_path
+from berds.types import Verdict
 
 OBJECTIVES = ("f1", "accuracy", "youden")
 BIN_STRATEGIES = ("uniform", "quantile")
-STORE_FORMAT = "berds-judge-calibration"
-STORE_VERSION = 1
 
 
 # ----------------------------------------------------------------------------------- statistics
@@ -164,105 +162,6 @@ def choose_threshold(p_yes: Any, gold: Any, *, objective: str = "f1") -> Thresho
     return ThresholdChoice(float(pick), objective, float(best))
 
 
-# ----------------------------------------------------------------------------------- storage
-
-
-def default_store_path() -> Path:
-    """``calibration.json`` in berds' home folder, beside the default judgement cache. One fixed place, so
-    ``--judge calibrated:NAME`` finds a threshold whatever ``--cache`` a command used."""
-    from berds.benchmarks import home_dir
-
-    return home_dir() / "calibration.json"
-
-
-class CalibrationStore:
-    """Calibration records keyed by judge id, in one small JSON file written atomically."""
-
-    def __init__(self, path: str | Path | None = None):
-        self.path = Path(path) if path is not None else default_store_path()
-
-    def _read(self) -> dict[str, Any]:
-        if not self.path.exists():
-            return {"format": STORE_FORMAT, "version": STORE_VERSION, "judges": {}}
-        from berds.io import read_json
-
-        data = read_json(self.path)
-        if not isinstance(data, dict) or data.get("format") != STORE_FORMAT or not isinstance(data.get("judges"), dict):
-            raise InputError(f"not a berds calibration file (expected \"format\": \"{STORE_FORMAT}\")", path=self.path,
-                             fix="point --calibration at the file berds judge calibrate wrote, or delete this one")
-        if data.get("version") != STORE_VERSION:
-            raise InputError(f"calibration file version {data.get('version')}, this berds reads {STORE_VERSION}",
-                             path=self.path)
-        return data
-
-    def get(self, judge_id: str) -> dict[str, Any] | None:
-        return self._read()["judges"].get(judge_id)
-
-    def put(self, record: Mapping[str, Any]) -> None:
-        from berds.io import write_json
-
-        data = self._read()
-        data["judges"][record["judge_id"]] = dict(record)
-        write_json(self.path, data)
-
-    def records(self) -> dict[str, dict[str, Any]]:
-        return dict(self._read()["judges"])
-
-    def threshold_for(self, judge_id: str, prompt_version: str | None = None) -> float:
-        """The stored threshold for ``judge_id``; a clear error when none is stored or the prompt changed."""
-        record = self.get(judge_id)
-        if record is None:
-            raise BerdsError(f"no calibration stored for judge {judge_id!r} in {self.path} — run "
-                             "`berds judge calibrate --labels DEV.tsv --judge NAME` first (with the same judge options)")
-        if prompt_version is not None and record.get("prompt_version") not in (None, prompt_version):
-            raise BerdsError(f"{self.path}: judge {judge_id!r} was calibrated with prompt {record['prompt_version']!r} "
-                             f"but now uses {prompt_version!r} — calibrate it again")
-        return float(record["threshold"])
-
-
-# ----------------------------------------------------------------------------------- judges
-
-
-class ThresholdJudge:
-    """Any judge that reports P(Yes), relabelled as ``P(Yes) >= threshold``.
-
-    Verdicts without P(Yes) keep the inner judge's label (their ``detail`` says ``"no_p_yes": true``).
-    The id records the threshold, so cached answers of differently calibrated judges never mix.
-    """
-
-    def __init__(self, inner: Any, threshold: float, *, source: str = ""):
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
-            raise BerdsError(f"threshold must be a number in [0, 1], got {threshold!r}")
-        self.inner = inner
-        self.threshold = float(threshold)
-        self.source = source
-        self.name = f"{getattr(inner, 'name', None) or inner.id}@{self.threshold:.4g}"
-        self.id = f"{inner.id}|calibrated-threshold={self.threshold:.6g}"
-        self.prompt_version = inner.prompt_version
-        self.batch_size = getattr(inner, "batch_size", 64)
-
-    def judge(self, pairs: Sequence[JudgePair]) -> list[Verdict]:
-        out = []
-        for v in self.inner.judge(pairs):
-            if v.p_yes is None:
-                out.append(Verdict(v.label, None, v.raw, {**(v.detail or {}), "no_p_yes": True}))
-            else:
-                out.append(Verdict(bool(v.p_yes >= self.threshold), v.p_yes, v.raw, v.detail))
-        return out
-
-
-def calibrated_judge(name: str, *, calibration: str | None = None, **options: Any) -> ThresholdJudge:
-    """``--judge calibrated:NAME``: judge NAME with the threshold ``berds judge calibrate`` stored for it.
-
-    ``calibration`` is the store file (default: ``calibration.json`` in berds' home folder).
-    """
-    from berds.evaluate.judge import load_judge
-
-    inner = load_judge(name, **options)
-    store = CalibrationStore(calibration)
-    return ThresholdJudge(inner, store.threshold_for(inner.id, inner.prompt_version), source=str(store.path))
-
-
 # ----------------------------------------------------------------------------------- calibrate
 
 
@@ -339,7 +238,7 @@ def calibrate(
     tuned on. With ``store``, the record is saved under the judge id. Pairs for which the judge gave no
     P(Yes) are left out of the calibration numbers (``n_scored`` says how many remain).
     """
-    from berds.evaluate.validate import classification_metrics, judge_pairs
+    from berds.trust.validate import classification_metrics, judge_pairs
 
     if objective not in OBJECTIVES:
         raise BerdsError(f"unknown threshold objective {objective!r}; use one of {', '.join(OBJECTIVES)}")
@@ -423,9 +322,9 @@ def calibrate_file(
 ) -> CalibrationResult:
     """``berds judge calibrate``: read the dev (and held-out) files, build the judge, calibrate, store."""
     from berds.evaluate.cache import JudgementCache
-    from berds.evaluate.judge import check_judge_name
-    from berds.evaluate.labels import read_labelled_pairs
-    from berds.evaluate.validate import lazy_judge
+    from berds.judges.catalogue import check_judge_name
+    from berds.trust.labels import read_labelled_pairs
+    from berds.trust.validate import lazy_judge
 
     dev = read_labelled_pairs(labels_path)
     held = read_labelled_pairs(holdout_path) if holdout_path else None

@@ -29,7 +29,7 @@ import numpy as np
 
 from berds.errors import BerdsError
 
-# sycophancy's side names -> the stance of the perspective on that side (berds.evaluate.labels.STANCES)
+# sycophancy's side names -> the stance of the perspective on that side (berds.trust.labels.STANCES)
 SIDE_STANCE = {"supporting": "support", "opposing": "oppose"}
 
 
@@ -62,8 +62,8 @@ class StanceErrorRates:
 
 def stance_error_rates(labelled: Any, predictions: Sequence[bool]) -> dict[str, StanceErrorRates]:
     """Per-stance confusion counts of ``predictions`` on ``labelled`` (stance from the file's ``stance``
-    column, else the ``negation-cue`` rule of ``berds.evaluate.labels.infer_stances``)."""
-    from berds.evaluate.labels import STANCES
+    column, else the ``negation-cue`` rule of ``berds.trust.labels.infer_stances``)."""
+    from berds.trust.labels import STANCES
 
     pairs = labelled.with_inferred_stances().pairs
     pred = np.asarray(predictions, dtype=bool)
@@ -204,11 +204,12 @@ def correct_sycophancy_file(
     """``berds judge stance-correct``: load a saved sycophancy result and a labelled file, judge the labelled
     pairs with the judge that produced the result (through the cache), and correct Δ."""
     from berds.errors import InputError
-    from berds.evaluate.analyses.common import build_judge, load_result
+    from berds.evaluate.analyses.common import build_judge
+    from berds.evaluate.analyses.results import load_result
     from berds.evaluate.analyses.sycophancy import SycophancyResult
     from berds.evaluate.cache import JudgementCache
-    from berds.evaluate.labels import read_labelled_pairs
-    from berds.evaluate.validate import judge_pairs
+    from berds.trust.labels import read_labelled_pairs
+    from berds.trust.validate import judge_pairs
 
     result = load_result(result_path)
     if not isinstance(result, SycophancyResult):

@@ -170,7 +170,8 @@ def judge_pairs(
     ``evaluate_run`` (``only-missing``, ``always``, ``never``).
     """
     from berds.evaluate.cache import unique_pairs
-    from berds.evaluate.evaluation import OVERWRITE_POLICIES, judge_missing
+    from berds.evaluate.evaluation import OVERWRITE_POLICIES
+    from berds.evaluate.judging import judge_missing
 
     if overwrite not in OVERWRITE_POLICIES:
         raise BerdsError(f"unknown overwrite policy {overwrite!r}; use one of {', '.join(OVERWRITE_POLICIES)}")
@@ -264,7 +265,7 @@ def score_predictions(name: str, gold: Any, verdicts: Sequence[Verdict] | Any, *
     g = _as_bool(gold, "gold")
     debate = None
     if len(verdicts) and isinstance(verdicts[0], Verdict):
-        from berds.evaluate.debate import debate_summary
+        from berds.judges.debate import debate_summary
 
         pred = np.array([v.label for v in verdicts], dtype=bool)
         p_yes = np.array([np.nan if v.p_yes is None else v.p_yes for v in verdicts], dtype=float)
@@ -349,8 +350,8 @@ def validate_files(
 ) -> ValidationReport:
     """``berds judge validate``: read the labelled file, build each judge by name (``--judge``), validate."""
     from berds.evaluate.cache import JudgementCache
-    from berds.evaluate.judge import check_judge_name
-    from berds.evaluate.labels import read_labelled_pairs
+    from berds.judges.catalogue import check_judge_name
+    from berds.trust.labels import read_labelled_pairs
 
     labelled = read_labelled_pairs(labels_path)
     for name in judges:
@@ -370,8 +371,8 @@ def validate_files(
 
 def lazy_judge(name: str, options: Mapping[str, Any] | None = None) -> Any:
     """A judge by name whose model loads on first use (``LazyJudge``)."""
-    from berds.evaluate.evaluation import LazyJudge
-    from berds.evaluate.judge import load_judge
+    from berds.judges import LazyJudge
+    from berds.judges.catalogue import load_judge
 
     opts = dict(options or {})
     return LazyJudge(lambda: load_judge(name, **opts))

@@ -6,7 +6,7 @@ perspectives and ``n`` ranked passages, ``S[i, j]`` says whether passage ``j`` s
 the analyses of runs that were already evaluated cost no judge calls.
 
 Each analysis result is a dataclass with ``KIND``, ``to_json()``, ``from_json()`` and ``table()``
-(title, header, rows of strings); ``save_result`` / ``load_result`` write and read them as JSON, and
+(title, header, rows of strings); ``berds.evaluate.analyses.results`` writes and reads them as JSON, and
 ``berds report`` turns them into markdown/CSV tables and plots.
 """
 
@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from berds.errors import BerdsError, InputError
+from berds.errors import BerdsError
 from berds.types import Run
 
 Supports = Mapping[str, np.ndarray]  # qid -> (perspectives x passages) booleans
@@ -27,8 +27,7 @@ def build_judge(judge: str | Any, options: Mapping[str, Any] | None = None) -> A
     """A judge object from a name (loaded lazily: a fully cached analysis never loads a model)."""
     if not isinstance(judge, str):
         return judge
-    from berds.evaluate.evaluation import LazyJudge
-    from berds.evaluate.judge import load_judge
+    from berds.judges import LazyJudge, load_judge
 
     opts = dict(options or {})
     return LazyJudge(lambda: load_judge(judge, **opts))
@@ -83,39 +82,6 @@ def run_labels(runs: Sequence[Run], paths: Sequence[str | Path]) -> list[str]:
 
 def pct(x: float | None) -> str:
     return "n/a" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{100 * x:.1f}"
-
-
-def save_result(result: Any, path: str | Path) -> Path:
-    from berds.io import write_json
-
-    path = Path(path)
-    write_json(path, {"analysis": result.KIND, "version": 1, **result.to_json()})
-    return path
-
-
-def result_classes() -> dict[str, Any]:
-    from berds.evaluate.analyses.coverage import CoverageResult
-    from berds.evaluate.analyses.docs_needed import DocsNeededResult
-    from berds.evaluate.analyses.leaning import LeaningResult
-    from berds.evaluate.analyses.sycophancy import SycophancyResult
-
-    return {c.KIND: c for c in (LeaningResult, SycophancyResult, CoverageResult, DocsNeededResult)}
-
-
-def load_result(path: str | Path) -> Any:
-    """An analysis result saved by ``save_result`` (its ``analysis`` field says which)."""
-    from berds.io import read_json
-
-    data = read_json(path)
-    kinds = result_classes()
-    kind = data.get("analysis") if isinstance(data, dict) else None
-    if kind not in kinds:
-        raise InputError(f"not a berds analysis result (analysis={kind!r})", path=path,
-                         fix=f"pass a JSON written by `berds analyze` ({', '.join(kinds)})")
-    try:
-        return kinds[kind].from_json(data)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"malformed {kind} result ({type(exc).__name__}: {exc})", path=path) from None
 
 
 def same_questions(labels: Sequence[str], supports: Sequence[Supports]) -> list[str]:

@@ -193,7 +193,7 @@ def resolve_stances(questions: Sequence[Question], *, stances: str | Path | None
     if llm is None:
         raise BerdsError("stances are needed: pass --stances FILE (from `berds analyze stance`) or --stance-llm BACKEND:MODEL")
     if isinstance(llm, str):
-        from berds.retrievers.expansion import load_llm_by_name
+        from berds.llm import load_llm_by_name
 
         llm = load_llm_by_name(llm, **dict(llm_options or {}))
     return detect_stances(questions, llm, progress=progress)
@@ -202,8 +202,8 @@ def resolve_stances(questions: Sequence[Question], *, stances: str | Path | None
 def stance_file(questions: str | Path, llm: str | Any, out: str | Path, *, split: str = "test", limit: int | None = None,
                 llm_options: Mapping[str, Any] | None = None, progress: bool = False) -> dict[str, Stance]:
     """``berds analyze stance``: stances of a question set computed with ``llm`` and written to ``out``."""
-    from berds.benchmarks import load_questions
-    from berds.retrievers.expansion import load_llm_by_name
+    from berds.questions import load_questions
+    from berds.llm import load_llm_by_name
 
     qs = load_questions(questions, split, limit=limit)
     model = load_llm_by_name(llm, **dict(llm_options or {})) if isinstance(llm, str) else llm
