@@ -83,19 +83,39 @@ def save_run(run: Run, out_dir: str | Path, *, overwrite: bool = False) -> Path:
     write_trec(run, out / TREC)
     write_ctxs_jsonl(run, out / CTXS)
     depth = [len(h) for h in run.hits.values()]
+    empty = empty_questions(run)
     manifest = new_manifest(
         "run",
         name=run.name,
         questions=len(run),
         min_depth=min(depth, default=0),
         max_depth=max(depth, default=0),
-        **{k: v for k, v in run.manifest.items() if k not in ("kind", "created", "versions")},
+        empty_questions=empty,  # retrieved nothing: eval/tune/analyze refuse them unless --allow-short
+        ctxs_sha256=file_sha256(out / CTXS),  # ties the manifest to this ctxs file (checked on load)
+        **{k: v for k, v in run.manifest.items()
+           if k not in ("kind", "created", "versions", "ctxs_sha256", "empty_questions")},
     )
     write_json(out / MANIFEST, manifest)  # written last: its presence marks a complete run
     return out
 
 
 # ------------------------------------------------------------------------------------------- reading
+
+
+def run_stem(path: str | Path) -> str:
+    """A run's name from its path: a folder's whole name, a file's name less ``.jsonl``/``.ctxs.jsonl``
+    (never cut at the first dot: ``minilm-mmr0.5.jsonl`` -> ``minilm-mmr0.5``)."""
+    path = Path(path)
+    name = path.name
+    if path.is_dir():
+        return name
+    for suffix in (".jsonl.gz", ".jsonl", ".json"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    if name.endswith(".ctxs"):
+        name = name[: -len(".ctxs")]
+    return name or path.name
 
 
 def _synth_id(title: str, text: str) -> str:
@@ -144,7 +164,8 @@ def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False) -> Run:
             raise InputError("'ctxs' must be a list of passages", path=path, line=line, record=q.id)
         if not ctxs and not allow_empty_ctxs:
             raise InputError("'ctxs' is empty: nothing was retrieved for this question", path=path, line=line,
-                             record=q.id, fix="re-run retrieval for it or drop the question")
+                             record=q.id, fix="re-run retrieval for it, drop the question, or pass --allow-short "
+                                              "to score it as zero (no passage supports any perspective)")
         parsed = [_parse_ctx(c, path=path, line=line, qid=q.id, pos=i) for i, c in enumerate(ctxs)]
         synthesized += sum(s for _, s in parsed)
         questions.append(q)
@@ -154,11 +175,39 @@ def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False) -> Run:
     manifest: dict[str, Any] = {"source": {"format": "berds-ctxs-jsonl", "path": str(path)}}
     if synthesized:
         manifest["source"]["synthesized_passage_ids"] = synthesized
-    return Run.from_lists(questions, hits, manifest=manifest, name=path.name.split(".")[0])
+    return Run.from_lists(questions, hits, manifest=manifest, name=run_stem(path))
 
 
-def load_run(path: str | Path) -> Run:
-    """A run folder (``manifest.json`` + ``run.ctxs.jsonl``) or a single BERDS-format jsonl."""
+def empty_questions(run: Run) -> list[str]:
+    """Ids of the questions for which nothing was retrieved."""
+    return [qid for qid, hits in run.hits.items() if not hits]
+
+
+def check_manifest(manifest: Mapping[str, Any], run: Run, ctxs: Path) -> None:
+    """Refuse a run folder whose ``manifest.json`` describes another run than its ``run.ctxs.jsonl``
+    (copied in from elsewhere, or a ctxs file replaced by hand): the manifest is what eval reports."""
+    path = ctxs.parent / MANIFEST
+    fix = "the manifest belongs to another run: re-run `berds retrieve`, or remove manifest.json to use the ctxs file alone"
+    if manifest.get("kind") not in (None, "run"):
+        raise InputError(f"is a {manifest.get('kind')!r} manifest, not a run's", path=path, fix=fix)
+    recorded = manifest.get("ctxs_sha256")
+    if recorded is not None:
+        if recorded != file_sha256(ctxs):
+            raise InputError(f"does not match {CTXS} (its recorded SHA-256 differs)", path=path, fix=fix)
+        return
+    depth = [len(h) for h in run.hits.values()]
+    found = {"questions": len(run), "min_depth": min(depth, default=0), "max_depth": max(depth, default=0)}
+    for key, value in found.items():
+        if key in manifest and manifest[key] != value:
+            raise InputError(f"records {key}={manifest[key]} but {CTXS} has {value}", path=path, fix=fix)
+
+
+def load_run(path: str | Path, *, allow_empty: bool = False) -> Run:
+    """A run folder (``manifest.json`` + ``run.ctxs.jsonl``) or a single BERDS-format jsonl.
+
+    Questions with no passages are refused unless ``allow_empty`` (they then score zero). A run folder's
+    manifest is checked against its ctxs file.
+    """
     path = Path(path)
     if path.is_dir():
         ctxs = path / CTXS
@@ -167,13 +216,24 @@ def load_run(path: str | Path) -> Run:
                 f"no {CTXS} in this folder", path=path,
                 fix="pass a run folder written by `berds retrieve` or a BERDS-format .jsonl file",
             )
-        run = read_ctxs_jsonl(ctxs)
+        run = read_ctxs_jsonl(ctxs, allow_empty_ctxs=allow_empty)
         manifest = read_json(path / MANIFEST) if (path / MANIFEST).exists() else {}
+        if manifest:
+            check_manifest(manifest, run, ctxs)
         manifest.setdefault("source", {"format": "run-folder", "path": str(path)})
         return Run(run.questions, run.hits, manifest, manifest.get("name") or path.name)
     if not path.exists():
         raise InputError("no such run folder or file", path=path)
-    return read_ctxs_jsonl(path)
+    return read_ctxs_jsonl(path, allow_empty_ctxs=allow_empty)
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 of a file's bytes, read in blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def read_trec(path: str | Path) -> dict[str, list[tuple[str, float]]]:

@@ -26,6 +26,7 @@ from berds.errors import BerdsError, InputError
 from berds.evaluate.cache import JudgementCache, unique_pairs
 from berds.evaluate.judging import judge_missing
 from berds.evaluate.metrics import aggregate, question_metrics
+from berds.runs import run_stem
 from berds.types import Judgement, JudgePair, Run, Verdict
 
 OVERWRITE_POLICIES = ("only-missing", "always", "never")
@@ -62,8 +63,9 @@ class EvalResult:
         out = []
         for qid, matrix in self.support.items():
             hits = run.hits[qid]
+            judged = min(matrix.shape[1], len(hits))  # a short question's missing ranks have no passage
             for i in range(matrix.shape[0]):
-                for j in range(matrix.shape[1]):
+                for j in range(judged):
                     p = self.p_yes[qid][i, j]
                     out.append(Judgement(qid, hits[j].passage.id, j + 1, i, bool(matrix[i, j]),
                                          None if np.isnan(p) else float(p)))
@@ -289,13 +291,72 @@ def metrics_table(results: Sequence[EvalResult], *, title: str = "BERDS metrics"
     return table
 
 
-def eval_output_dir(run_path: Path, out: str | Path | None, n_runs: int) -> Path:
-    """Where an evaluation's files go: ``--out`` (a sub-folder per run when several), else the run folder
-    (``RUN/``) or, for a single jsonl file, ``FILE.eval/`` beside it."""
+def distinct_names(names: Sequence[str], paths: Sequence[Path], *, sep: str = "-") -> list[str]:
+    """``names`` made distinct where two are equal, by the end of their paths: a name that is its path's
+    stem gets the parent folders that tell them apart (``a/run.jsonl``, ``b/run.jsonl`` -> ``a-run``,
+    ``b-run``); another name gets the path in brackets (two runs named ``minilm`` in ``runs/x`` and
+    ``runs/y`` -> ``minilm (x)``, ``minilm (y)``). The same path given twice is refused."""
+    out = list(names)
+    groups: dict[str, list[int]] = {}
+    for i, name in enumerate(names):
+        groups.setdefault(name, []).append(i)
+    for name, idx in groups.items():
+        if len(idx) < 2:
+            continue
+        resolved = [Path(paths[i]).resolve() for i in idx]
+        if len(set(resolved)) < len(resolved):
+            raise BerdsError(f"the same run is given twice: {paths[idx[0]]}")
+        tails = [[*r.parent.parts, run_stem(r)] for r in resolved]
+        labels: list[str] = [str(r) for r in resolved]
+        for depth in range(1, max(len(t) for t in tails) + 1):
+            candidate = []
+            for tail in tails:
+                part = tail[-depth:]
+                candidate.append(sep.join(part) if part[-1] == name else f"{name} ({'/'.join(part)})")
+            if len(set(candidate)) == len(candidate):
+                labels = candidate
+                break
+        for i, label in zip(idx, labels):
+            out[i] = label
+    return out
+
+
+def eval_output_dirs(run_paths: Sequence[Path], out: str | Path | None) -> list[Path]:
+    """Where each evaluation's files go: ``--out`` (a sub-folder per run when several, named by the run's
+    whole file or folder name, parents added where two would collide), else the run folder (``RUN/``) or,
+    for a single jsonl file, ``NAME.eval/`` beside it."""
+    stems = [run_stem(p) for p in run_paths]
     if out is not None:
         out = Path(out)
-        return out / run_path.name.split(".")[0] if n_runs > 1 else out
-    return run_path if run_path.is_dir() else run_path.with_name(run_path.name.split(".")[0] + ".eval")
+        if len(run_paths) == 1:
+            return [out]
+        return [out / name for name in distinct_names(stems, run_paths)]
+    return [p if p.is_dir() else p.with_name(stem + ".eval") for p, stem in zip(run_paths, stems)]
+
+
+def eval_output_dir(run_path: Path, out: str | Path | None, n_runs: int) -> Path:
+    """One run's output folder (see ``eval_output_dirs``, which also keeps several runs apart)."""
+    if out is not None and n_runs > 1:
+        return Path(out) / run_stem(run_path)
+    return eval_output_dirs([run_path], out)[0]
+
+
+def check_output_dir(path: Path) -> None:
+    """Refuse, before any work, a folder that cannot be written: a file in the way, or no write access
+    to the nearest existing parent (judging first and failing at the end would lose the verdicts)."""
+    import os
+
+    path = Path(path)
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise InputError("is a file, but the evaluation needs a folder here", path=probe,
+                         fix="choose another --out")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise InputError("this folder is not writable", path=probe, fix="choose another --out")
 
 
 def evaluate_paths(
@@ -319,16 +380,22 @@ def evaluate_paths(
     opts = as_options(options, changes)
     if isinstance(judge, str):
         check_judge_name(judge)
-    runs = [(Path(p), load_run(p)) for p in paths]  # parse everything first: bad input fails fast
+    # parse everything first: bad input fails fast
+    runs = [(Path(p), load_run(p, allow_empty=opts.allow_short)) for p in paths]
+    targets = eval_output_dirs([p for p, _ in runs], opts.out)
+    for target in targets:  # every output path is checked before anything is judged
+        check_output_dir(target)
+    labels = distinct_names([run.name for _, run in runs], [p for p, _ in runs], sep="/")
+    runs = [(p, run if label == run.name else Run(run.questions, run.hits, run.manifest, label))
+            for (p, run), label in zip(runs, labels)]
     if isinstance(judge, str):
         name, jopts = judge, dict(judge_options or {})
         judge = LazyJudge(lambda: load_judge(name, **jopts), recipe=JudgeRecipe(name, jopts))
     cache = JudgementCache(opts.cache_path) if opts.use_cache else None
     results = []
     try:
-        for path, run in runs:
+        for (path, run), target in zip(runs, targets):
             result = evaluate_run(run, judge, opts, cache=cache)
-            target = eval_output_dir(path, opts.out, len(runs))
             files = write_eval_outputs(result, run, target / "eval" / judge_slug(result.judge_id) if target == path else target,
                                        legacy_jsonl=opts.write_legacy)
             if target == path:  # a run folder also gets the latest metrics at its top level

@@ -286,7 +286,7 @@ def build_report(
         if judge is None:
             raise BerdsError("reporting runs needs a judge: --judge NAME")
         depth = max(ks[-1], curve_depth or ks[-1])
-        runs = [load_run(p) for p in run_paths]
+        runs = [load_run(p, allow_empty=allow_short) for p in run_paths]
         results = judge_runs(runs, judge, depth, judge_options=judge_options, cache_path=cache_path,
                              allow_short=allow_short, progress=progress)
         labels = run_labels(runs, run_paths)

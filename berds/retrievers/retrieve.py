@@ -121,6 +121,15 @@ def retrieve(
         (out_dir / PARTIAL).unlink(missing_ok=True)
     if progress:
         _summary(run, k, seconds, len(todo), out_dir)
+    empty = [qid for qid, hits in run.hits.items() if not hits]
+    if empty:  # said even with progress off: eval/tune/analyze refuse these unless --allow-short
+        from rich.console import Console
+
+        where = f" (listed in {out_dir / 'manifest.json'} under empty_questions)" if out_dir is not None else ""
+        Console(stderr=True).print(
+            f"[yellow]warning:[/] {len(empty)} of {len(run)} questions got no passages{where}: "
+            f"{', '.join(empty[:5])}{', ...' if len(empty) > 5 else ''} — `berds eval/tune/analyze` refuse them "
+            "unless --allow-short, which scores them as zero", highlight=False, soft_wrap=True)
     return run
 
 
@@ -211,6 +220,7 @@ def _summary(run: Run, k: int, seconds: float, retrieved: int, out: Path | None)
     table.add_row("questions", f"{len(run)} ({retrieved} retrieved now)")
     table.add_row("k", str(k))
     table.add_row("hits per question", f"min {min(depth)}, mean {sum(depth) / len(depth):.1f}, max {max(depth)}")
+    table.add_row("no hits", f"{sum(d == 0 for d in depth)} questions")
     table.add_row("time", f"{seconds:.2f} s ({retrieved / seconds:,.1f} questions/s)" if seconds > 0 and retrieved else f"{seconds:.2f} s")
     corpus = run.manifest.get("corpus") or {}
     if corpus.get("fingerprint"):

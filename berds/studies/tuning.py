@@ -154,7 +154,7 @@ def tune_path(
     out = Path(out)
     if (out / "manifest.json").exists() and not overwrite:
         raise BerdsError(f"{out} already holds a run — choose another --out or pass --overwrite")
-    run = load_run(run_path)
+    run = load_run(run_path, allow_empty=bool(options.get("allow_short")))
     with JudgementCache(cache_path) as cache:
         result = tune_mmr(run, build_judge(judge, judge_options), judgement_cache=cache, input_path=run_path, **options)
     return result, write_tuning(result, out, overwrite=overwrite)

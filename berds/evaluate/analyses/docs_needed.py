@@ -80,7 +80,7 @@ def analyze_docs_needed(run_paths: Sequence[str], judge: str | Any, *, depth: in
     from berds.evaluate.analyses.common import judge_runs, run_labels
     from berds.runs import load_run
 
-    runs = [load_run(p) for p in run_paths]
+    runs = [load_run(p, allow_empty=allow_short) for p in run_paths]
     results = judge_runs(runs, judge, depth, judge_options=judge_options, cache_path=cache_path,
                          allow_short=allow_short, progress=progress)
     labels = run_labels(runs, run_paths)

@@ -115,7 +115,7 @@ def analyze_leaning(
     from berds.evaluate.analyses.stance import resolve_stances
     from berds.runs import load_run
 
-    runs = [load_run(p) for p in run_paths]
+    runs = [load_run(p, allow_empty=allow_short) for p in run_paths]
     questions = {qid: q for r in runs for qid, q in r.questions.items()}
     stance_map = resolve_stances(list(questions.values()), stances=stances, llm=stance_llm, llm_options=llm_options,
                                  progress=progress)
