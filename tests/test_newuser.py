@@ -148,3 +148,138 @@ def test_eval_refuses_a_manifest_from_another_run(tmp_path, tiny_run):
     (a / "manifest.json").write_text(json.dumps(old))
     with pytest.raises(InputError, match="questions=2 but run.ctxs.jsonl has 3"):
         load_run(a)
+
+
+# ------------------------------------------------------------------------------- 4: Ctrl-C during work
+
+
+def _interrupt_when(proc: subprocess.Popen, ready, timeout: float = 90.0) -> tuple[int, str]:
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None and not ready():
+        time.sleep(0.05)
+    assert proc.poll() is None, "the command ended before it could be interrupted: " + proc.stderr.read()
+    assert ready(), "the command never reached the point to interrupt"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    return proc.returncode, err
+
+
+def _cached_rows(cache: Path) -> int:
+    import sqlite3
+
+    if not cache.exists():
+        return 0
+    try:
+        with sqlite3.connect(cache) as db:
+            return db.execute("SELECT COUNT(*) FROM judgements").fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+
+
+def test_ctrl_c_during_eval_exits_130_and_says_what_was_kept(tmp_path):
+    folder = save_run(make_run(n_questions=3, depth=10), tmp_path / "run")
+    cache = tmp_path / "c.sqlite"
+    proc = subprocess.Popen(
+        berds_cmd("eval", str(folder), "--judge", JUDGE, "--k", "10", "-o", "delay=0.05", "-o", "batch_size=1",
+                  "--cache", str(cache), "-q"),
+        env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    code, err = _interrupt_when(proc, lambda: _cached_rows(cache) >= 4)
+    assert code == 130, err
+    assert "interrupted" in err and "judgement cache keeps every answered batch" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert _cached_rows(cache) >= 4 and not (folder / "metrics.json").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_index_dense_exits_130_and_keeps_shards(tmp_path):
+    from retrieval_fixtures import tiny_bert, word_store
+
+    model = tiny_bert(tmp_path / "bert")
+    word_store(tmp_path / "store", n=4000)
+    out = tmp_path / "idx"
+    proc = subprocess.Popen(
+        berds_cmd("index", "dense", str(tmp_path / "store"), "--out", str(out), "--encoder", f"transformers:{model}",
+                  "--batch-size", "1", "--shard-size", "20", "-q"),
+        env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    code, err = _interrupt_when(proc, lambda: len(list((out / "embeddings").glob("shard-*.npy"))) >= 1)
+    assert code == 130, err
+    assert "interrupted" in err and "shards are kept" in err and "Traceback" not in err
+    assert list((out / "embeddings").glob("shard-*.npy")) and not (out / "meta.json").exists()
+
+
+# ------------------------------------------------------------------------------- 9: the command line itself
+
+
+def test_version_module_entry_and_completion():
+    from berds import __version__
+
+    for cmd in (berds_cmd("--version"), [sys.executable, "-m", "berds", "--version"]):
+        done = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(), timeout=60)
+        assert done.returncode == 0 and done.stdout.strip() == f"berds {__version__}", done.stderr
+    shown = subprocess.run(berds_cmd("--show-completion", "bash"), capture_output=True, text=True,
+                           env=subprocess_env(SHELL="/bin/bash"), timeout=60)
+    assert shown.returncode == 0 and "complete" in shown.stdout and "berds" in shown.stdout
+
+
+def test_k_and_lambdas_take_comma_lists_and_repeats():
+    from berds.cli.options import parse_floats, parse_ks
+
+    assert parse_ks(["5,10"]) == parse_ks(["5", "10"]) == [5, 10]
+    assert parse_floats(["0.5,0.9"], option="--lambdas") == parse_floats(["0.5", "0.9"], option="--lambdas")
+    with pytest.raises(BerdsError, match="positive integers"):
+        parse_ks(["5,x"])
+
+
+def test_cli_eval_accepts_a_comma_list_of_ks(tmp_path, tiny_run):
+    folder = save_run(tiny_run, tmp_path / "run")
+    done = subprocess.run(berds_cmd("eval", str(folder), "--judge", JUDGE, "--k", "2,4",
+                                    "--cache", str(tmp_path / "c.sqlite"), "-q"),
+                          capture_output=True, text=True, env=subprocess_env(), timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((folder / "metrics.json").read_text())["ks"] == [2, 4]
+
+
+def _all_commands():
+    import typer.main
+
+    from berds.cli import app
+
+    root = typer.main.get_command(app)
+
+    def walk(cmd, path):
+        subs = getattr(cmd, "commands", None)
+        if subs:
+            for name, sub in subs.items():
+                yield from walk(sub, path + [name])
+        else:
+            yield " ".join(path), cmd
+
+    return list(walk(root, []))
+
+
+def test_every_option_has_help_and_plain_types_and_o_means_key_value():
+    from typer.testing import CliRunner
+
+    from berds.cli import app
+
+    missing, o_options = [], {}
+    for name, cmd in _all_commands():
+        for param in cmd.params:
+            if param.param_type_name == "option" and param.name != "help" and not (param.help or "").strip():
+                missing.append(f"{name} {param.opts[0]}")
+            if "-o" in getattr(param, "opts", []):
+                o_options[name] = param.opts[0]
+    assert not missing, f"options without help: {missing}"
+    assert set(o_options.values()) <= {"--option", "--judge-option"}, o_options
+    for name, _ in _all_commands():
+        text = CliRunner().invoke(app, [*name.split(), "--help"], env={"COLUMNS": "100"}).output
+        import re
+
+        assert not re.search(r"<(str|int|float|bool|path|Path|list)|list\[", text), f"`berds {name} --help` shows Python types"
+
+
+def test_old_corpus_out_spelling_still_works():
+    from berds.cli import _modernise
+
+    assert _modernise(["corpus", "build", "web", "-o", "X"]) == ["corpus", "build", "web", "--out", "X"]
+    assert _modernise(["eval", "r", "-o", "a=b"]) == ["eval", "r", "-o", "a=b"]

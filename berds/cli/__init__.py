@@ -3,7 +3,11 @@
 Each command module (``berds/cli/<area>.py``) defines ``register(app)`` that adds its commands; a
 command parses options and calls one public function. Heavy imports happen inside command bodies, so
 ``berds --help`` and ``berds judges list`` stay fast. User errors (``BerdsError``) print one line and
-exit with status 2.
+exit with status 2; Ctrl-C exits with status 130 and one line saying what was kept.
+
+Conventions (README "Command-line conventions"): ``-o``/``--option`` (``--judge-option`` for judges) is always
+a ``key=value`` option of the command's main component and ``--out`` has no short form; ``--k`` and
+``--lambdas`` take repeated values or comma lists (``--k 5 --k 10`` = ``--k 5,10``).
 """
 
 from __future__ import annotations
@@ -13,25 +17,87 @@ import sys
 import typer
 
 from berds.cli import analysis, corpus, engine, evaluate, judge_trust, llm, retrieval
+from berds.cli.options import plain_help_types
 
 app = typer.Typer(
     name="berds",
     help="Benchmark retrieval systems for diverse perspectives (BERDS).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from berds import __version__
+
+        print(f"berds {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
+                                 help="Print the berds version and exit."),
+) -> None:
+    """Benchmark retrieval systems for diverse perspectives (BERDS)."""
+
 
 for module in (evaluate, corpus, retrieval, analysis, judge_trust, llm, engine):
     module.register(app)
 
+plain_help_types()
+
+# What an interrupted command leaves behind, by command word (said in the one line Ctrl-C prints).
+KEPT_ON_INTERRUPT = {
+    "eval": "the judgement cache keeps every answered batch; run the same command again to judge only the rest",
+    "index": "finished embedding shards are kept; run the same command again to resume (no partial index is used)",
+    "retrieve": "finished batches are kept in OUT/.partial.jsonl; run the same command again to carry on",
+    "corpus": "finished shards and fetched pages are kept; run the same command with --resume to carry on",
+    "tune": "the judgement and embedding caches keep every finished batch; run the same command again",
+    "rerank": "the embedding cache keeps every finished batch; run the same command again",
+    "analyze": "the judgement cache keeps every answered batch; run the same command again",
+    "report": "the judgement cache keeps every answered batch; run the same command again",
+    "judge": "the judgement cache keeps every answered batch; run the same command again",
+    "demo": "finished stages (store, indexes, runs, cached verdicts) are kept; run it again to carry on",
+}
+
+# Spellings that changed, still accepted: (command words, old option, new option).
+OLD_SPELLINGS = [(("corpus", "build"), "-o", "--out")]
+
+
+def _modernise(args: list[str]) -> list[str]:
+    """Old option spellings rewritten to the current ones (``corpus build -o X`` -> ``--out X``)."""
+    for words, old, new in OLD_SPELLINGS:
+        if args[: len(words)] == list(words) and old in args:
+            args = [new if a == old else a for a in args]
+    return args
+
+
+def _interrupted(args: list[str]) -> None:
+    from rich.console import Console
+
+    command = next((a for a in args if not a.startswith("-")), "")
+    kept = KEPT_ON_INTERRUPT.get(command, "work already written stays on disk")
+    Console(stderr=True).print(f"[bold yellow]interrupted[/] (Ctrl-C): {kept}.", highlight=False, soft_wrap=True)
+    sys.exit(130)
+
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: run the app, turning ``BerdsError`` into a one-line message."""
+    """Console entry point: run the app, turning ``BerdsError`` into a one-line message and Ctrl-C into
+    exit status 130 with a line that says what was kept."""
     from berds.errors import BerdsError
 
+    args = _modernise(list(sys.argv[1:] if argv is None else argv))
     try:
-        app(args=argv, standalone_mode=False)
+        code = app(args=args, standalone_mode=False, prog_name="berds")
+        if code == 130:  # typer turns KeyboardInterrupt into Exit(130) and returns the code
+            _interrupted(args)
+        if isinstance(code, int) and code:
+            sys.exit(code)
+    except KeyboardInterrupt:
+        _interrupted(args)
     except BerdsError as exc:
         from rich.console import Console
 
@@ -43,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
             code = getattr(exc, "code", 0)
         sys.exit(code or 0)
     except typer.Abort:
-        sys.exit(130)
+        _interrupted(args)
     except Exception as exc:
         # Usage errors (bad option value, missing argument, unknown command): typer >= 0.2x raises its own
         # vendored click exceptions (typer.TyperException subclasses), older typer raises click's.

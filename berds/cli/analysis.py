@@ -11,6 +11,8 @@ from typing import Any, List, Optional
 
 import typer
 
+from berds.cli.options import ALLOW_SHORT_HELP, K_HELP, parse_floats, parse_ks
+
 rerank_app = typer.Typer(help="Rerank runs for diversity (MMR).", no_args_is_help=True)
 tune_app = typer.Typer(help="Tune reranking parameters on a dev split with a judge.", no_args_is_help=True)
 analyze_app = typer.Typer(help="The study's analyses: stance, leaning, sycophancy, coverage, docs needed.",
@@ -45,18 +47,6 @@ def _print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
     for row in rows:
         table.add_row(*row)
     _console().print(table)
-
-
-def _lambdas(text: str) -> list[float]:
-    from berds.errors import BerdsError
-
-    try:
-        values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise BerdsError(f"--lambdas must be comma-separated numbers like 0.5,0.75,0.9, got {text!r}") from None
-    if not values:
-        raise BerdsError("--lambdas is empty")
-    return values
 
 
 def _encoder_and_cache(model: str, pooling: str, device: Optional[str], batch_size: int,
@@ -130,30 +120,31 @@ def tune_mmr_command(
     out: Path = typer.Option(..., "--out", help="Folder for the run reranked with the chosen λ, and the λ table."),
     judge: str = typer.Option("embedded", "--judge", "-j", help=JUDGE_HELP),
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),
-    lambdas: str = typer.Option("0.5,0.75,0.9,0.95,0.99", "--lambdas", help="Comma-separated grid (the study's by default)."),
-    k: List[int] = typer.Option([5, 10], "--k", help="Cut-offs; repeat for several."),
+    lambdas: List[str] = typer.Option(["0.5,0.75,0.9,0.95,0.99"], "--lambdas", metavar="λ",
+                                      help="λ grid: comma list or repeated (the study's by default)."),
+    k: List[str] = typer.Option(["5", "10"], "--k", metavar="K", help=K_HELP),
     select: Optional[str] = typer.Option(None, "--select", help="Metric that picks λ (default mrecall@<smallest k>)."),
     depth: int = typer.Option(100, "--depth", help="Rerank the top DEPTH passages."),
     normalisation: str = typer.Option("minmax", "--normalisation", help=NORM_HELP),
     model: str = typer.Option("WhereIsAI/UAE-Large-V1", "--model", help=MODEL_HELP),
     pooling: str = typer.Option("cls", "--pooling", help=POOLING_HELP),
     embed_text: str = typer.Option("text", "--embed-text", help="text, title-text or text-title."),
-    device: Optional[str] = typer.Option(None, "--device"),
+    device: Optional[str] = typer.Option(None, "--device", help="torch device for the embedding model (cpu, cuda)."),
     batch_size: int = typer.Option(32, "--batch-size", min=1, help="Embedding batch size."),
-    embedding_cache: Optional[Path] = typer.Option(None, "--embedding-cache"),
-    no_embedding_cache: bool = typer.Option(False, "--no-embedding-cache"),
+    embedding_cache: Optional[Path] = typer.Option(None, "--embedding-cache", help="Embedding cache file (default: $BERDS_HOME/embeddings.sqlite)."),
+    no_embedding_cache: bool = typer.Option(False, "--no-embedding-cache", help="Embed without reading or writing the cache."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file (default: $BERDS_HOME/judgements.sqlite)."),
-    allow_short: bool = typer.Option(False, "--allow-short", help="Score questions with fewer than k passages."),
+    allow_short: bool = typer.Option(False, "--allow-short", help=ALLOW_SHORT_HELP),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run already in --out."),
-    quiet: bool = typer.Option(False, "--quiet", "-q"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Pick MMR's λ on the dev split: rerank with each λ, judge, and keep the best (written to the manifest)."""
     from berds.registry import parse_options
     from berds.studies.tuning import tune_path, tuning_table
 
     encoder, emb_cache = _encoder_and_cache(model, pooling, device, batch_size, embedding_cache, no_embedding_cache)
-    result, paths = tune_path(run, out, judge, judge_options=parse_options(judge_option), lambdas=_lambdas(lambdas),
-                              ks=k, select=select, encoder=encoder, embedding_cache=emb_cache, cache_path=cache,
+    result, paths = tune_path(run, out, judge, judge_options=parse_options(judge_option), lambdas=parse_floats(lambdas, option="--lambdas"),
+                              ks=parse_ks(k), select=select, encoder=encoder, embedding_cache=emb_cache, cache_path=cache,
                               depth=depth, normalisation=normalisation, embed_text=embed_text, allow_short=allow_short,
                               overwrite=overwrite, progress=not quiet)
     header, rows = tuning_table(result)
@@ -179,10 +170,10 @@ def analyze_stance_command(
     questions: str = typer.Argument(..., help="Question set: kialo, arguana, opinionqa, demo, or a jsonl path."),
     llm: str = typer.Option(..., "--llm", help="BACKEND:MODEL, e.g. openai:gpt-4 or transformers:/models/qwen."),
     out: Path = typer.Option(..., "--out", help="Stances jsonl to write."),
-    split: str = typer.Option("test", "--split"),
+    split: str = typer.Option("test", "--split", help="Question split: test or dev."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N questions."),
     llm_option: List[str] = typer.Option([], "--llm-option", help="key=value for the LLM backend (repeatable)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Which perspective of each two-perspective question supports it (both orders, reconciled)."""
     from berds.evaluate.analyses.stance import stance_counts, stance_file
@@ -206,11 +197,11 @@ def analyze_leaning_command(
     stances: Optional[Path] = typer.Option(None, "--stances", help="Stances jsonl (from `berds analyze stance`)."),
     stance_llm: Optional[str] = typer.Option(None, "--stance-llm", help="Or compute stances with this LLM (BACKEND:MODEL)."),
     k: int = typer.Option(5, "--k", help="Look at the top k passages."),
-    judge_option: List[str] = typer.Option([], "--judge-option", "-o"),
+    judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
-    allow_short: bool = typer.Option(False, "--allow-short"),
+    allow_short: bool = typer.Option(False, "--allow-short", help=ALLOW_SHORT_HELP),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the result here (X.json + X.md/.csv/.png)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Share of questions whose top k supports only the supporting side, only the opposing, both, neither."""
     from berds.evaluate.analyses.leaning import analyze_leaning
@@ -230,14 +221,14 @@ def analyze_sycophancy_command(
     judge: str = typer.Option("embedded", "--judge", "-j", help=JUDGE_HELP),
     stances: Optional[Path] = typer.Option(None, "--stances", help="Stances jsonl (from `berds analyze stance`)."),
     stance_llm: Optional[str] = typer.Option(None, "--stance-llm", help="Or compute stances with this LLM (BACKEND:MODEL)."),
-    split: str = typer.Option("test", "--split"),
-    limit: Optional[int] = typer.Option(None, "--limit", min=1),
+    split: str = typer.Option("test", "--split", help="Question split: test or dev."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N questions."),
     k: int = typer.Option(10, "--k", help="Passages per query that are judged."),
     label: Optional[str] = typer.Option(None, "--label", help="Name of this setting in tables and plots."),
-    judge_option: List[str] = typer.Option([], "--judge-option", "-o"),
+    judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
     out: Optional[Path] = typer.Option(None, "--out", help="Folder: sycophancy.json/.md/.csv/.png and the two runs."),
-    quiet: bool = typer.Option(False, "--quiet", "-q"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Retrieve with the supporting and with the opposing perspective as the query; Δ = (p − n)/p per side."""
     from berds.studies.sycophancy import sycophancy_from_source
@@ -257,11 +248,11 @@ def analyze_coverage_command(
     runs: List[Path] = typer.Argument(..., help="Run folders or BERDS jsonl files (same questions)."),
     judge: str = typer.Option("embedded", "--judge", "-j", help=JUDGE_HELP),
     depth: int = typer.Option(100, "--depth", min=1, help="Top passages of each run pooled together."),
-    judge_option: List[str] = typer.Option([], "--judge-option", "-o"),
+    judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
-    allow_short: bool = typer.Option(False, "--allow-short"),
+    allow_short: bool = typer.Option(False, "--allow-short", help=ALLOW_SHORT_HELP),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the result here (X.json + X.md/.csv)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """MRecall over the union of the runs' top DEPTH passages, beside each run's own."""
     from berds.evaluate.analyses.coverage import analyze_coverage
@@ -276,11 +267,11 @@ def analyze_docs_needed_command(
     runs: List[Path] = typer.Argument(..., help="Run folders or BERDS jsonl files."),
     judge: str = typer.Option("embedded", "--judge", "-j", help=JUDGE_HELP),
     depth: int = typer.Option(100, "--depth", min=1, help="Look this deep at most."),
-    judge_option: List[str] = typer.Option([], "--judge-option", "-o"),
+    judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
-    allow_short: bool = typer.Option(False, "--allow-short"),
+    allow_short: bool = typer.Option(False, "--allow-short", help=ALLOW_SHORT_HELP),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the result here (X.json + X.md/.csv)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """How many top passages it takes to cover every perspective; share covered within DEPTH."""
     from berds.evaluate.analyses.docs_needed import analyze_docs_needed
@@ -297,19 +288,19 @@ def report_command(
     runs: List[Path] = typer.Argument(None, help="Run folders or BERDS jsonl files."),
     out: Path = typer.Option(..., "--out", help="Report folder."),
     judge: str = typer.Option("embedded", "--judge", "-j", help=JUDGE_HELP),
-    k: List[int] = typer.Option([5, 10], "--k", help="Cut-offs for the metrics table; repeat for several."),
+    k: List[str] = typer.Option(["5", "10"], "--k", metavar="K", help="Cut-offs for the metrics table: --k 5 --k 10 or --k 5,10."),
     curve_depth: Optional[int] = typer.Option(None, "--curve-depth", min=1, help="MRecall@k curve up to this k (default: largest --k)."),
     analysis: List[Path] = typer.Option([], "--analysis", "-a", help="Result JSON from `berds analyze ... --out` (repeatable)."),
-    judge_option: List[str] = typer.Option([], "--judge-option", "-o"),
+    judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
-    allow_short: bool = typer.Option(False, "--allow-short"),
-    title: str = typer.Option("BERDS report", "--title"),
-    quiet: bool = typer.Option(False, "--quiet", "-q"),
+    allow_short: bool = typer.Option(False, "--allow-short", help=ALLOW_SHORT_HELP),
+    title: str = typer.Option("BERDS report", "--title", help="Report title."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Paper-style tables (markdown + CSV) and PNG figures for runs and analysis results."""
     from berds.evaluate.report import build_report
 
-    report = build_report(list(runs or []), judge, out, ks=k, curve_depth=curve_depth, analyses=list(analysis),
+    report = build_report(list(runs or []), judge, out, ks=parse_ks(k), curve_depth=curve_depth, analyses=list(analysis),
                           judge_options=_options(judge_option), cache_path=cache, allow_short=allow_short,
                           progress=not quiet, title=title)
     _print_table(f"report → {report.out}", ["file", "path"], [[key, str(p)] for key, p in report.files.items()])

@@ -35,7 +35,7 @@ def _expand(paths: List[str]) -> List[Path]:
     return out
 
 
-OUT = typer.Option(..., "--out", "-o", help="Folder of the new passage store.")
+OUT = typer.Option(..., "--out", help="Folder of the new passage store.")
 OVERWRITE = typer.Option(False, "--overwrite", help="Replace an existing store at --out.")
 RESUME = typer.Option(False, "--resume", help="Keep the finished shards of an interrupted build of --out and continue.")
 QUIET = typer.Option(False, "--quiet", "-q", help="No progress bars.")

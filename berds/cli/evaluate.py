@@ -7,6 +7,8 @@ from typing import List, Optional
 
 import typer
 
+from berds.cli.options import ALLOW_SHORT_HELP, K_HELP, parse_ks
+
 judges_app = typer.Typer(help="Perspective judges: list what is available.", no_args_is_help=True)
 cache_app = typer.Typer(help="The judgement cache.", no_args_is_help=True)
 
@@ -21,14 +23,14 @@ def register(app: typer.Typer) -> None:
 def eval_command(
     runs: List[Path] = typer.Argument(..., help="Run folders or BERDS-format jsonl files."),
     judge: str = typer.Option("embedded", "--judge", "-j", help="Judge name (berds judges list), BACKEND:MODEL, or debate:NAME."),
-    k: List[int] = typer.Option([5, 10], "--k", help="Cut-offs; repeat for several."),
+    k: List[str] = typer.Option(["5", "10"], "--k", metavar="K", help=K_HELP),
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value passed to the judge/backend (repeatable)."),
     rounds: Optional[int] = typer.Option(None, "--rounds", help="Debate rounds (for debate:NAME judges)."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file (default: $BERDS_HOME/judgements.sqlite)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Judge everything without reading or writing the cache."),
     overwrite: str = typer.Option("only-missing", "--overwrite", help="only-missing | always | never"),
     title_position: str = typer.Option("after", "--title-position", help="Judge sees text+title (after, the study), title+text (before) or none."),
-    allow_short: bool = typer.Option(False, "--allow-short", help="Score questions with fewer than k passages (missing ranks count as unsupported)."),
+    allow_short: bool = typer.Option(False, "--allow-short", help=ALLOW_SHORT_HELP),
     out: Optional[Path] = typer.Option(None, "--out", help="Write metrics here instead of next to the run."),
     write_legacy: bool = typer.Option(False, "--write-legacy", help="Also write the run with inline 'mistral-preds' lists (original BERDS layout)."),
     engine: str = typer.Option("local", "--engine", help="local | ray"),
@@ -48,7 +50,7 @@ def eval_command(
 
             raise BerdsError(f"--rounds is for debate judges; use --judge debate:{judge} --rounds {rounds}")
         options["rounds"] = rounds
-    eval_options = EvalOptions(ks=tuple(k), overwrite=overwrite, title_position=title_position, allow_short=allow_short,
+    eval_options = EvalOptions(ks=tuple(parse_ks(k)), overwrite=overwrite, title_position=title_position, allow_short=allow_short,
                                progress=not quiet, cache_path=cache, use_cache=not no_cache, out=out,
                                write_legacy=write_legacy)
     if engine != "local":
@@ -73,13 +75,13 @@ def eval_command(
 def demo_command(
     out: Path = typer.Option(Path("demo-out"), "--out", help="Folder for the corpus, indexes, runs and judgements."),
     judge: str = typer.Option("embedded", "--judge", "-j", help="Judge for the main table."),
-    k: List[int] = typer.Option([5, 10], "--k", help="Cut-offs; repeat for several."),
+    k: List[str] = typer.Option(["5", "10"], "--k", metavar="K", help=K_HELP),
     mmr_lambda: float = typer.Option(0.75, "--lambda", help="MMR λ for the reranked MiniLM run."),
 ) -> None:
     """Run the whole pipeline on the shipped demo data: corpus, BM25 + dense index, retrieve, MMR, judge, metrics."""
     from berds.demo import run_demo
 
-    run_demo(out, judge=judge, ks=k, mmr_lambda=mmr_lambda)
+    run_demo(out, judge=judge, ks=parse_ks(k), mmr_lambda=mmr_lambda)
 
 
 @judges_app.command("list")

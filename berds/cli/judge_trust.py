@@ -43,7 +43,7 @@ def validate_command(
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for every judge (repeatable)."),
     column: List[str] = typer.Option([], "--column", help="Extra 0/1 column to score like a judge, e.g. a second annotator."),
     bootstrap: int = typer.Option(1000, "--bootstrap", min=0, help="Bootstrap samples for the 95% intervals (0 = none)."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", help="Random seed of the bootstrap resampling."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file (default: $BERDS_HOME/judgements.sqlite)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Judge everything without reading or writing the cache."),
     markdown: bool = typer.Option(False, "--markdown", help="Also print the table as markdown."),
@@ -86,9 +86,9 @@ def audit_command(
     negation_tolerance: float = typer.Option(0.5, "--negation-tolerance",
                                              help="Flag the judge when more than this share of its true positives stay Yes after negation."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
-    no_cache: bool = typer.Option(False, "--no-cache"),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Judge everything without reading or writing the cache."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the full report as JSON."),
-    quiet: bool = typer.Option(False, "--quiet", "-q"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Re-judge the labelled pairs under controlled changes (prompt order, label words, negation, sentence
     order) and compare supporting vs opposing perspectives: flips, McNemar, Δaccuracy/ΔF1, ΔMRecall@k."""
@@ -125,9 +125,9 @@ def calibrate_command(
     store: Optional[Path] = typer.Option(None, "--store", help="Calibration file (default: $BERDS_HOME/calibration.json)."),
     no_save: bool = typer.Option(False, "--no-save", help="Measure only; store nothing."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
-    no_cache: bool = typer.Option(False, "--no-cache"),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Judge everything without reading or writing the cache."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the full result as JSON."),
-    quiet: bool = typer.Option(False, "--quiet", "-q"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Reliability table and ECE of P(Yes); choose the threshold on a labelled dev file and store it under
     the judge id, so `--judge calibrated:NAME` uses it."""
@@ -154,10 +154,10 @@ def stance_correct_command(
     judge: str = typer.Option(..., "--judge", "-j", help="The judge that produced the sycophancy result."),
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),
     bootstrap: int = typer.Option(1000, "--bootstrap", min=0, help="Bootstrap samples over the labelled pairs."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", help="Random seed of the bootstrap resampling."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the corrected result as JSON."),
-    quiet: bool = typer.Option(False, "--quiet", "-q"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Sycophancy Δ corrected for the judge's error rates on supporting vs opposing perspectives."""
     from rich.console import Console

@@ -1,0 +1,108 @@
+"""Option helpers shared by the commands: cut-off lists, number lists, and plain type names in help.
+
+``--k 5 --k 10`` and ``--k 5,10`` mean the same; so do ``--lambdas 0.5 --lambdas 0.9`` and
+``--lambdas 0.5,0.9``. Help shows ``PATH``, ``TEXT``, ``INT``, ``NUMBER`` — never Python types.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+K_HELP = "Cut-offs: repeat (--k 5 --k 10) or give a comma list (--k 5,10)."
+ALLOW_SHORT_HELP = ("Score questions with fewer than k passages, or none: missing ranks count as unsupported, "
+                    "so a question with no passages scores 0 (default: refuse them).")
+
+
+def split_values(values: Iterable[Any] | str | None) -> list[str]:
+    """Repeated values and comma lists flattened: ``["5,10", "20"]`` -> ``["5", "10", "20"]``."""
+    if values is None:
+        return []
+    if isinstance(values, str):
+        values = [values]
+    return [part.strip() for v in values for part in str(v).split(",") if part.strip()]
+
+
+def parse_ks(values: Iterable[Any] | str | None, *, option: str = "--k") -> list[int]:
+    """Cut-offs from ``--k`` values (repeated or comma lists); each a positive integer."""
+    from berds.errors import BerdsError
+
+    out = []
+    for part in split_values(values):
+        try:
+            k = int(part)
+        except ValueError:
+            raise BerdsError(f"{option} takes positive integers (--k 5 --k 10 or --k 5,10), got {part!r}") from None
+        if k < 1:
+            raise BerdsError(f"{option} takes positive integers, got {k}")
+        out.append(k)
+    if not out:
+        raise BerdsError(f"{option} needs at least one value")
+    return out
+
+
+def parse_floats(values: Iterable[Any] | str | None, *, option: str) -> list[float]:
+    """Numbers from an option given repeatedly or as a comma list."""
+    from berds.errors import BerdsError
+
+    try:
+        out = [float(part) for part in split_values(values)]
+    except ValueError:
+        raise BerdsError(f"{option} takes numbers, repeated or comma-separated like 0.5,0.75,0.9, "
+                         f"got {values!r}") from None
+    if not out:
+        raise BerdsError(f"{option} is empty")
+    return out
+
+
+_PLAIN = {"str": "TEXT", "int": "INT", "float": "NUMBER", "Path": "PATH", "path": "PATH", "file": "FILE",
+          "directory": "DIR"}
+
+
+def plain_help_types() -> None:
+    """Show ``PATH``/``TEXT``/``INT``/``NUMBER`` in help instead of typer's ``<list[Path]>``/``<bool>``.
+
+    Flags show no type; a repeatable option shows its element type (its help says it repeats). A
+    parameter's own ``metavar`` wins.
+    """
+    try:
+        from typer import core
+    except ImportError:  # pragma: no cover - typer without its own core keeps its defaults
+        return
+    base = getattr(core, "_TyperParameter", None)
+    targets = [c for c in (getattr(core, "TyperOption", None), getattr(core, "TyperArgument", None)) if c]
+    if not targets or getattr(core, "_berds_plain_types", False):
+        return
+
+    def display_type(self: Any, ctx: Any) -> str | None:
+        if getattr(self, "is_flag", False) or getattr(self, "is_bool_flag", False):
+            return None
+        if isinstance(getattr(self, "metavar", None), str) and not isinstance(self, core.TyperArgument):
+            return self.metavar
+        original = self._berds_display_type(ctx)
+        if not original:
+            return original
+        label = original.strip("<>")
+        while label.startswith("list[") and label.endswith("]"):
+            label = label[5:-1]
+        if label == "bool":
+            return None
+        if "|" in label or label.endswith("range"):
+            return label
+        return _PLAIN.get(label, label.upper())
+
+    for cls in targets:
+        if not hasattr(cls, "display_type"):
+            continue
+        cls._berds_display_type = cls.display_type
+        cls.display_type = display_type
+        if hasattr(cls, "display_type_rich"):
+            cls.display_type_rich = display_type
+    argument = getattr(core, "TyperArgument", None)
+    if argument is not None and isinstance(getattr(argument, "display_name_raw", None), property):
+        argument.display_name_raw = property(lambda self: self.metavar or self.name.upper())
+        if hasattr(argument, "_usage_display_name"):  # click's style: RUNS..., [RUNS]...; not {runs}...
+            argument._usage_display_name = lambda self: (
+                (self.display_name_raw if self.required else f"[{self.display_name_raw}]")
+                + ("..." if self.nargs != 1 else ""))
+    core._berds_plain_types = True
+    del base
