@@ -30,7 +30,8 @@ LAYERS: list[set[str]] = [
     {"trust"},
     {"studies"},
     {"testing", "demo"},
-    {"cli", "__main__", "__init__"},
+    {"cli", "__init__"},
+    {"__main__"},  # ``python -m berds`` runs the command line
 ]
 RANK = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
 

@@ -11,7 +11,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from berds.cli.options import ALLOW_SHORT_HELP, K_HELP, parse_floats, parse_ks
+from berds.cli.options import ALLOW_SHORT_HELP, K_HELP, floats_callback, ks_callback, parse_floats, parse_ks
 
 rerank_app = typer.Typer(help="Rerank runs for diversity (MMR).", no_args_is_help=True)
 tune_app = typer.Typer(help="Tune reranking parameters on a dev split with a judge.", no_args_is_help=True)
@@ -120,9 +120,9 @@ def tune_mmr_command(
     out: Path = typer.Option(..., "--out", help="Folder for the run reranked with the chosen λ, and the λ table."),
     judge: str = typer.Option("embedded", "--judge", "-j", help=JUDGE_HELP),
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),
-    lambdas: List[str] = typer.Option(["0.5,0.75,0.9,0.95,0.99"], "--lambdas", metavar="λ",
+    lambdas: List[str] = typer.Option(["0.5,0.75,0.9,0.95,0.99"], "--lambdas", metavar="λ", callback=floats_callback,
                                       help="λ grid: comma list or repeated (the study's by default)."),
-    k: List[str] = typer.Option(["5", "10"], "--k", metavar="K", help=K_HELP),
+    k: List[str] = typer.Option(["5", "10"], "--k", metavar="K", callback=ks_callback, help=K_HELP),
     select: Optional[str] = typer.Option(None, "--select", help="Metric that picks λ (default mrecall@<smallest k>)."),
     depth: int = typer.Option(100, "--depth", help="Rerank the top DEPTH passages."),
     normalisation: str = typer.Option("minmax", "--normalisation", help=NORM_HELP),
@@ -288,7 +288,7 @@ def report_command(
     runs: List[Path] = typer.Argument(None, help="Run folders or BERDS jsonl files."),
     out: Path = typer.Option(..., "--out", help="Report folder."),
     judge: str = typer.Option("embedded", "--judge", "-j", help=JUDGE_HELP),
-    k: List[str] = typer.Option(["5", "10"], "--k", metavar="K", help="Cut-offs for the metrics table: --k 5 --k 10 or --k 5,10."),
+    k: List[str] = typer.Option(["5", "10"], "--k", metavar="K", callback=ks_callback, help="Cut-offs for the metrics table: --k 5 --k 10 or --k 5,10."),
     curve_depth: Optional[int] = typer.Option(None, "--curve-depth", min=1, help="MRecall@k curve up to this k (default: largest --k)."),
     analysis: List[Path] = typer.Option([], "--analysis", "-a", help="Result JSON from `berds analyze ... --out` (repeatable)."),
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from berds.cli.options import ALLOW_SHORT_HELP, K_HELP, parse_ks
+from berds.cli.options import ALLOW_SHORT_HELP, K_HELP, ks_callback, parse_ks
 
 judges_app = typer.Typer(help="Perspective judges: list what is available.", no_args_is_help=True)
 cache_app = typer.Typer(help="The judgement cache.", no_args_is_help=True)
@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
 def eval_command(
     runs: List[Path] = typer.Argument(..., help="Run folders or BERDS-format jsonl files."),
     judge: str = typer.Option("embedded", "--judge", "-j", help="Judge name (berds judges list), BACKEND:MODEL, or debate:NAME."),
-    k: List[str] = typer.Option(["5", "10"], "--k", metavar="K", help=K_HELP),
+    k: List[str] = typer.Option(["5", "10"], "--k", metavar="K", callback=ks_callback, help=K_HELP),
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value passed to the judge/backend (repeatable)."),
     rounds: Optional[int] = typer.Option(None, "--rounds", help="Debate rounds (for debate:NAME judges)."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file (default: $BERDS_HOME/judgements.sqlite)."),
@@ -75,7 +75,7 @@ def eval_command(
 def demo_command(
     out: Path = typer.Option(Path("demo-out"), "--out", help="Folder for the corpus, indexes, runs and judgements."),
     judge: str = typer.Option("embedded", "--judge", "-j", help="Judge for the main table."),
-    k: List[str] = typer.Option(["5", "10"], "--k", metavar="K", help=K_HELP),
+    k: List[str] = typer.Option(["5", "10"], "--k", metavar="K", callback=ks_callback, help=K_HELP),
     mmr_lambda: float = typer.Option(0.75, "--lambda", help="MMR λ for the reranked MiniLM run."),
 ) -> None:
     """Run the whole pipeline on the shipped demo data: corpus, BM25 + dense index, retrieve, MMR, judge, metrics."""

@@ -106,3 +106,27 @@ def plain_help_types() -> None:
                 + ("..." if self.nargs != 1 else ""))
     core._berds_plain_types = True
     del base
+
+
+def ks_callback(values: Any) -> list[int]:
+    """typer callback for ``--k``: a bad value is a usage error naming the option (exit status 2)."""
+    import typer
+
+    from berds.errors import BerdsError
+
+    try:
+        return parse_ks(values)
+    except BerdsError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def floats_callback(values: Any) -> list[float]:
+    """typer callback for number lists such as ``--lambdas``."""
+    import typer
+
+    from berds.errors import BerdsError
+
+    try:
+        return parse_floats(values, option="this option")
+    except BerdsError as exc:
+        raise typer.BadParameter(str(exc)) from None
