@@ -23,6 +23,7 @@ empty input            ``search([], k=...)`` returns ``[]``
 deterministic          the same call twice gives the same ids and scores
 batch = one by one     searching questions together or one at a time gives the same lists
 k                      ``k=1`` gives at most one hit, the same as the top of a deeper search
+provenance             ``provenance()``, if defined, returns JSON plain data (``corpus``/``index`` as dicts)
 passages intact        (on the tiny corpus) returned passages exist there with their texts unchanged
 sanity (warning only)  the passage written to answer each question is retrieved in the top ``k``
 =====================  ======================================================================
@@ -184,10 +185,17 @@ def _build(retriever: Any, corpus: Path, options: dict[str, Any], report: Contra
 
 
 def _run_checks(r: Any, on_tiny: bool, corpus: Path, k: int, report: ContractReport) -> None:
-    from berds.retrievers.base import contract_problems
+    from berds.retrievers.base import contract_problems, provenance_problems
 
     add = report.checks.append
     add(Check("name", "pass" if r.name.strip() else "fail", repr(r.name)))
+    describe = getattr(r, "provenance", None)
+    if callable(describe):
+        try:
+            problems = provenance_problems(describe())
+        except Exception as exc:  # a plug-in's exception is a failed check
+            problems = [f"provenance() raised {type(exc).__name__}: {exc}"]
+        add(Check("provenance", "fail" if problems else "pass", "; ".join(problems[:3])))
     try:
         params = inspect.signature(r.search).parameters
         takes_k = "k" in params and params["k"].kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)

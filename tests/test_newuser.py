@@ -283,3 +283,48 @@ def test_old_corpus_out_spelling_still_works():
 
     assert _modernise(["corpus", "build", "web", "-o", "X"]) == ["corpus", "build", "web", "--out", "X"]
     assert _modernise(["eval", "r", "-o", "a=b"]) == ["eval", "r", "-o", "a=b"]
+
+
+# --------------------------------------------------------------------------- 6: plug-in provenance
+
+
+class _Provenanced:
+    """A retriever that answers every question with one passage; its provenance is set per test."""
+
+    name = "prov"
+
+    def __init__(self, provenance):
+        self._provenance = provenance
+
+    def provenance(self):
+        return self._provenance
+
+    def search(self, questions, *, k):
+        return [[Hit(Passage(f"p-{q.id}", "text", "t"), 1.0)][:k] for q in questions]
+
+
+@pytest.mark.parametrize("bad", [{"corpus": "corpora/wiki"}, {"corpus": {"path": Path("corpora/wiki")}},
+                                 {"model": object()}, {"weights": [1.0, float("nan")]}])
+def test_malformed_provenance_is_refused_by_the_contract_and_by_retrieve(tmp_path, bad):
+    from berds.retrievers import retrieve
+    from berds.testing import assert_retriever_contract, check_retriever
+
+    report = check_retriever(_Provenanced(bad))
+    assert not report.ok and [c.name for c in report.failures] == ["provenance"]
+    with pytest.raises(AssertionError, match="provenance"):
+        assert_retriever_contract(_Provenanced(bad))
+    qs = list(make_run(n_questions=2).questions.values())
+    with pytest.raises(BerdsError, match="provenance\\(\\) breaks the retriever contract"):
+        retrieve(_Provenanced(bad), qs, k=1, out=tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+def test_plain_provenance_passes(tmp_path):
+    from berds.retrievers import retrieve
+    from berds.testing import check_retriever
+
+    good = {"corpus": {"path": "corpora/wiki", "fingerprint": "abc"}, "model": "bm25", "k1": 0.9}
+    assert [c.status for c in check_retriever(_Provenanced(good)).checks if c.name == "provenance"] == ["pass"]
+    run = retrieve(_Provenanced(good), list(make_run(n_questions=2).questions.values()), k=1,
+                   out=tmp_path / "run", progress=True)
+    assert run.manifest["corpus"]["fingerprint"] == "abc"

@@ -38,15 +38,51 @@ class Retriever(Protocol):
         ...
 
 
+def provenance_problems(info: Any) -> list[str]:
+    """Ways a ``provenance()`` result breaks its contract: it must be JSON plain data (dicts with string
+    keys, lists, strings, finite numbers, booleans, None — no paths or objects, which a manifest cannot
+    hold as they are), and ``corpus``/``index``, when given, are dicts (``{"path", "fingerprint", ...}``)."""
+    problems: list[str] = []
+
+    def walk(value: Any, where: str) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    problems.append(f"{where}: key {key!r} is a {type(key).__name__}, not a string")
+                walk(item, f"{where}[{key!r}]")
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                walk(item, f"{where}[{i}]")
+        elif isinstance(value, float) and not math.isfinite(value):
+            problems.append(f"{where} is {value}, which JSON cannot hold")
+        elif not (value is None or isinstance(value, (str, int, float, bool))):
+            hint = " (use str(path))" if hasattr(value, "__fspath__") else ""
+            problems.append(f"{where} is a {type(value).__name__}, not JSON plain data{hint}")
+
+    if not isinstance(info, dict):
+        return [f"provenance() must return a dict, got {type(info).__name__}"]
+    walk(info, "provenance()")
+    for key in ("corpus", "index"):
+        if info.get(key) is not None and not isinstance(info[key], dict):
+            problems.append(f"provenance()[{key!r}] must be a dict like {{'path': ..., 'fingerprint': ...}}, "
+                            f"got {type(info[key]).__name__} {info[key]!r}")
+    return problems
+
+
 def provenance_of(retriever: Any) -> dict[str, Any]:
-    """The retriever's self-description for a manifest (``provenance()`` if it has one, else its class)."""
+    """The retriever's self-description for a manifest (``provenance()`` if it has one, else its class).
+
+    A ``provenance()`` that is not JSON plain data (see ``provenance_problems``) is refused here, before a
+    run writes anything."""
     cls = type(retriever)
     info: dict[str, Any] = {"name": getattr(retriever, "name", cls.__name__), "class": f"{cls.__module__}:{cls.__qualname__}"}
     describe = getattr(retriever, "provenance", None)
     if callable(describe):
         extra = describe()
-        if not isinstance(extra, dict):
-            raise BerdsError(f"{info['class']}.provenance() must return a dict, got {type(extra).__name__}")
+        problems = provenance_problems(extra)
+        if problems:
+            raise BerdsError(f"{info['class']}.provenance() breaks the retriever contract: " + "; ".join(problems[:3])
+                             + " — return plain JSON data (see `berds check-retriever`)")
         info.update(extra)
     return info
 
