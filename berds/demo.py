@@ -98,7 +98,7 @@ def run_demo(
     say(f"judge with {judge!r} (cache: {out / 'judgements.sqlite'})")
     judged = evaluate_paths(paths, judge, ks, cache_path=out / "judgements.sqlite", progress=progress,
                             out=out / "eval" / judge.replace(":", "_"))
-    console.print(metrics_table([r for _, r, _ in judged], title=f"demo: judged by {judge}"))
+    console.print(metrics_table([r for _, r, _ in judged], title="demo"))
     results: dict[str, Any] = {"judge": [r for _, r, _ in judged]}
     if gold:
         say("true metrics from the demo's labels (demo-gold judge)")

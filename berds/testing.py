@@ -23,7 +23,7 @@ empty input            ``search([], k=...)`` returns ``[]``
 deterministic          the same call twice gives the same ids and scores
 batch = one by one     searching questions together or one at a time gives the same lists
 k                      ``k=1`` gives at most one hit, the same as the top of a deeper search
-provenance             ``provenance()``, if defined, returns JSON plain data (``corpus``/``index`` as dicts)
+provenance             ``provenance()``, if defined, returns JSON plain data (``corpus`` as a dict)
 passages intact        (on the tiny corpus) returned passages exist there with their texts unchanged
 sanity (warning only)  the passage written to answer each question is retrieved in the top ``k``
 =====================  ======================================================================

@@ -146,7 +146,7 @@ def test_cli_eval_prints_table_and_errors(tmp_path, tiny_run):
     bad = subprocess.run(berds_cmd("eval", str(folder), "--judge", "mistral-berdz"),
                          capture_output=True, text=True, env=subprocess_env(), timeout=120)
     assert bad.returncode == 2 and "Did you mean 'mistral-berds'" in bad.stderr and "Traceback" not in bad.stderr
-    missing = subprocess.run(berds_cmd("eval", str(tmp_path / "nope.jsonl")), capture_output=True, text=True,
+    missing = subprocess.run(berds_cmd("eval", str(tmp_path / "nope.jsonl"), "--judge", "embedded"), capture_output=True, text=True,
                              env=subprocess_env(), timeout=120)
     assert missing.returncode == 2 and "nope.jsonl" in missing.stderr and "Traceback" not in missing.stderr
 

@@ -328,3 +328,83 @@ def test_plain_provenance_passes(tmp_path):
     run = retrieve(_Provenanced(good), list(make_run(n_questions=2).questions.values()), k=1,
                    out=tmp_path / "run", progress=True)
     assert run.manifest["corpus"]["fingerprint"] == "abc"
+
+
+# ------------------------------------------------------------------ 5: the judge is named, chosen, trusted
+
+
+class HalfUnparsedJudge(OverlapJudge):
+    """Answers every other pair with something that is neither Yes nor No."""
+
+    prompt_version = "half-unparsed-v1"
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.id = "test-half-unparsed"
+
+    def judge(self, pairs):
+        from berds.types import Verdict
+
+        out = super().judge(pairs)
+        return [Verdict(False, None, "Maybe", {"unparsed": True}) if i % 2 else v for i, v in enumerate(out)]
+
+
+def _render(renderable, width=80) -> str:
+    from rich.console import Console
+
+    console = Console(width=width, record=True, file=open(os.devnull, "w"))
+    console.print(renderable)
+    return console.export_text()
+
+
+def test_eval_without_a_judge_is_refused_and_names_the_choices(tmp_path, tiny_run):
+    folder = save_run(tiny_run, tmp_path / "run")
+    for command in (["eval", str(folder)], ["tune", "mmr", str(folder), "--out", str(tmp_path / "t")],
+                    ["analyze", "coverage", str(folder)], ["report", str(folder), "--out", str(tmp_path / "r")]):
+        done = subprocess.run(berds_cmd(*command), capture_output=True, text=True, env=subprocess_env(), timeout=120)
+        assert done.returncode == 2, command
+        assert "choose a judge with --judge" in done.stderr and "embedded (CPU smoke test" in done.stderr
+        assert not (folder / "metrics.json").exists()
+
+
+def test_an_unvalidated_judge_is_marked_with_its_measured_figure():
+    from berds.evaluate.evaluation import metrics_table
+    from berds.judges.validation import EMBEDDED_CARD, judge_validation
+
+    card = json.loads(EMBEDDED_CARD.read_text())
+    f1 = (card.get("validation") or {}).get("f1", card["summary"]["dev_loqo"]["f1"])
+    embedded_id = "embedded:minilm-l6-abc+head-def"
+    record = judge_validation(embedded_id)
+    assert record is not None and not record.validated and f"F1 {float(f1):.1f}" in record.note
+    assert judge_validation(f"{embedded_id}|calibrated-threshold=0.3").validated is False
+    assert judge_validation("demo-gold|after").validated
+    result = evaluate_run(make_run(), OverlapJudge(), ks=(5,), progress=False)
+    result.judge_id = embedded_id
+    text = _render(metrics_table([result]))
+    assert "judge: embedded" in text and "NOT validated on held-out human labels" in text
+    assert f"F1 {float(f1):.1f}" in text.replace("\n", " ")
+    plain = evaluate_run(make_run(), OverlapJudge(), ks=(5,), progress=False)
+    plain_text = " ".join(_render(metrics_table([plain])).split())
+    assert "judge: test-overlap" in plain_text and "warning" not in plain_text
+
+
+def test_unparsed_answers_above_the_limit_are_flagged_and_refused(tmp_path, tiny_run):
+    from berds.evaluate.evaluation import UnparsedAnswersError, metrics_table
+
+    folder = save_run(tiny_run, tmp_path / "run")
+    with pytest.raises(UnparsedAnswersError, match="neither Yes nor No.*--allow-unparsed"):
+        evaluate_paths([folder], HalfUnparsedJudge(), (4,), cache_path=tmp_path / "c.sqlite", progress=False)
+    assert (folder / "metrics.json").exists()  # written for inspection, and the verdicts are cached
+    [(_, result, _)] = evaluate_paths([folder], HalfUnparsedJudge(), (4,), cache_path=tmp_path / "c.sqlite",
+                                      progress=False, allow_unparsed=True)
+    assert result.stats.judged == 0 and 0.4 < result.stats.unparsed_share < 0.6
+    text = _render(metrics_table([result]))
+    assert "unparsed" in text and "%" in text and " !" in text
+    done = subprocess.run(berds_cmd("eval", str(folder), "--judge", "test_newuser:HalfUnparsedJudge", "--k", "4",
+                                    "--cache", str(tmp_path / "c.sqlite"), "-q"),
+                          capture_output=True, text=True, env=subprocess_env(), timeout=120)
+    assert done.returncode == 2 and "unparsed" in done.stdout and "--allow-unparsed" in done.stderr
+    allowed = subprocess.run(berds_cmd("eval", str(folder), "--judge", "test_newuser:HalfUnparsedJudge", "--k", "4",
+                                       "--cache", str(tmp_path / "c.sqlite"), "-q", "--allow-unparsed"),
+                             capture_output=True, text=True, env=subprocess_env(), timeout=120)
+    assert allowed.returncode == 0, allowed.stderr

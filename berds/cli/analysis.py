@@ -11,7 +11,8 @@ from typing import Any, List, Optional
 
 import typer
 
-from berds.cli.options import ALLOW_SHORT_HELP, K_HELP, floats_callback, ks_callback, parse_floats, parse_ks
+from berds.cli.options import (ALLOW_SHORT_HELP, ALLOW_UNPARSED_HELP, JUDGE_REQUIRED_HELP, K_HELP, floats_callback,
+                               ks_callback, parse_floats, parse_ks, print_judge_warning, require_judge)
 
 rerank_app = typer.Typer(help="Rerank runs for diversity (MMR).", no_args_is_help=True)
 tune_app = typer.Typer(help="Tune reranking parameters on a dev split with a judge.", no_args_is_help=True)
@@ -118,7 +119,7 @@ def rerank_mmr_command(
 def tune_mmr_command(
     run: Path = typer.Argument(..., help="A dev-split run (folder or BERDS jsonl)."),
     out: Path = typer.Option(..., "--out", help="Folder for the run reranked with the chosen λ, and the λ table."),
-    judge: str = typer.Option("embedded", "--judge", "-j", help=JUDGE_HELP),
+    judge: Optional[str] = typer.Option(None, "--judge", "-j", help=JUDGE_REQUIRED_HELP),
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),
     lambdas: List[str] = typer.Option(["0.5,0.75,0.9,0.95,0.99"], "--lambdas", metavar="λ", callback=floats_callback,
                                       help="λ grid: comma list or repeated (the study's by default)."),
@@ -135,10 +136,12 @@ def tune_mmr_command(
     no_embedding_cache: bool = typer.Option(False, "--no-embedding-cache", help="Embed without reading or writing the cache."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file (default: $BERDS_HOME/judgements.sqlite)."),
     allow_short: bool = typer.Option(False, "--allow-short", help=ALLOW_SHORT_HELP),
+    allow_unparsed: bool = typer.Option(False, "--allow-unparsed", help=ALLOW_UNPARSED_HELP),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run already in --out."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Pick MMR's λ on the dev split: rerank with each λ, judge, and keep the best (written to the manifest)."""
+    judge = require_judge(judge)
     from berds.registry import parse_options
     from berds.studies.tuning import tune_path, tuning_table
 
@@ -146,9 +149,13 @@ def tune_mmr_command(
     result, paths = tune_path(run, out, judge, judge_options=parse_options(judge_option), lambdas=parse_floats(lambdas, option="--lambdas"),
                               ks=parse_ks(k), select=select, encoder=encoder, embedding_cache=emb_cache, cache_path=cache,
                               depth=depth, normalisation=normalisation, embed_text=embed_text, allow_short=allow_short,
-                              overwrite=overwrite, progress=not quiet)
+                              allow_unparsed=allow_unparsed, overwrite=overwrite, progress=not quiet)
     header, rows = tuning_table(result)
-    _print_table(f"MMR λ tuning on {run.name} (judge {result.judge_id}, by {result.select}), in %", header, rows)
+    from berds.judges.validation import short_judge_name
+
+    _print_table(f"MMR λ tuning on {run.name} by {result.select}, in % — judge: {short_judge_name(result.judge_id)}",
+                 header, rows)
+    print_judge_warning(result.judge_id)
     _console().print(f"chosen λ = {result.chosen:g}", highlight=False)
     _print_written(paths)
 
@@ -156,9 +163,10 @@ def tune_mmr_command(
 # -------------------------------------------------------------------------------------------- analyze
 
 
-def _analysis_output(result: Any, out: Optional[Path]) -> None:
+def _analysis_output(result: Any, out: Optional[Path], judge: str) -> None:
     title, header, rows = result.table()
-    _print_table(title, header, rows)
+    _print_table(f"{title} — judge: {judge}", header, rows)
+    print_judge_warning(judge)
     if out is not None:
         from berds.evaluate.report import write_analysis
 
@@ -193,7 +201,7 @@ def _options(items: List[str]) -> dict[str, Any]:
 @analyze_app.command("leaning")
 def analyze_leaning_command(
     runs: List[Path] = typer.Argument(..., help="Run folders or BERDS jsonl files."),
-    judge: str = typer.Option("embedded", "--judge", "-j", help=JUDGE_HELP),
+    judge: Optional[str] = typer.Option(None, "--judge", "-j", help=JUDGE_REQUIRED_HELP),
     stances: Optional[Path] = typer.Option(None, "--stances", help="Stances jsonl (from `berds analyze stance`)."),
     stance_llm: Optional[str] = typer.Option(None, "--stance-llm", help="Or compute stances with this LLM (BACKEND:MODEL)."),
     k: int = typer.Option(5, "--k", help="Look at the top k passages."),
@@ -204,12 +212,13 @@ def analyze_leaning_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Share of questions whose top k supports only the supporting side, only the opposing, both, neither."""
+    judge = require_judge(judge)
     from berds.evaluate.analyses.leaning import analyze_leaning
 
     result = analyze_leaning([str(r) for r in runs], judge, stances=str(stances) if stances else None,
                              stance_llm=stance_llm, k=k, judge_options=_options(judge_option), cache_path=cache,
                              allow_short=allow_short, progress=not quiet)
-    _analysis_output(result, out)
+    _analysis_output(result, out, judge)
 
 
 @analyze_app.command("sycophancy")
@@ -218,7 +227,7 @@ def analyze_sycophancy_command(
     questions: str = typer.Option(..., "--questions", help="kialo, arguana, opinionqa, demo, or a jsonl path."),
     option: List[str] = typer.Option([], "--option", help="key=value for the retriever, e.g. index=indexes/wiki (repeatable)."),
     index: Optional[str] = typer.Option(None, "--index", help="Shorthand for --option index=PATH."),
-    judge: str = typer.Option("embedded", "--judge", "-j", help=JUDGE_HELP),
+    judge: Optional[str] = typer.Option(None, "--judge", "-j", help=JUDGE_REQUIRED_HELP),
     stances: Optional[Path] = typer.Option(None, "--stances", help="Stances jsonl (from `berds analyze stance`)."),
     stance_llm: Optional[str] = typer.Option(None, "--stance-llm", help="Or compute stances with this LLM (BACKEND:MODEL)."),
     split: str = typer.Option("test", "--split", help="Question split: test or dev."),
@@ -231,6 +240,7 @@ def analyze_sycophancy_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Retrieve with the supporting and with the opposing perspective as the query; Δ = (p − n)/p per side."""
+    judge = require_judge(judge)
     from berds.studies.sycophancy import sycophancy_from_source
 
     retriever_options = _options(option)
@@ -240,13 +250,13 @@ def analyze_sycophancy_command(
                                     retriever_options=retriever_options, stances=stances, stance_llm=stance_llm,
                                     judge_options=_options(judge_option), cache_path=cache, label=label, out=out,
                                     progress=not quiet)
-    _analysis_output(result, out / "sycophancy.json" if out is not None else None)
+    _analysis_output(result, out / "sycophancy.json" if out is not None else None, judge)
 
 
 @analyze_app.command("coverage")
 def analyze_coverage_command(
     runs: List[Path] = typer.Argument(..., help="Run folders or BERDS jsonl files (same questions)."),
-    judge: str = typer.Option("embedded", "--judge", "-j", help=JUDGE_HELP),
+    judge: Optional[str] = typer.Option(None, "--judge", "-j", help=JUDGE_REQUIRED_HELP),
     depth: int = typer.Option(100, "--depth", min=1, help="Top passages of each run pooled together."),
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
@@ -255,17 +265,18 @@ def analyze_coverage_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """MRecall over the union of the runs' top DEPTH passages, beside each run's own."""
+    judge = require_judge(judge)
     from berds.evaluate.analyses.coverage import analyze_coverage
 
     result = analyze_coverage([str(r) for r in runs], judge, depth=depth, judge_options=_options(judge_option),
                               cache_path=cache, allow_short=allow_short, progress=not quiet)
-    _analysis_output(result, out)
+    _analysis_output(result, out, judge)
 
 
 @analyze_app.command("docs-needed")
 def analyze_docs_needed_command(
     runs: List[Path] = typer.Argument(..., help="Run folders or BERDS jsonl files."),
-    judge: str = typer.Option("embedded", "--judge", "-j", help=JUDGE_HELP),
+    judge: Optional[str] = typer.Option(None, "--judge", "-j", help=JUDGE_REQUIRED_HELP),
     depth: int = typer.Option(100, "--depth", min=1, help="Look this deep at most."),
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
@@ -274,11 +285,12 @@ def analyze_docs_needed_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """How many top passages it takes to cover every perspective; share covered within DEPTH."""
+    judge = require_judge(judge)
     from berds.evaluate.analyses.docs_needed import analyze_docs_needed
 
     result = analyze_docs_needed([str(r) for r in runs], judge, depth=depth, judge_options=_options(judge_option),
                                  cache_path=cache, allow_short=allow_short, progress=not quiet)
-    _analysis_output(result, out)
+    _analysis_output(result, out, judge)
 
 
 # --------------------------------------------------------------------------------------------- report
@@ -287,7 +299,7 @@ def analyze_docs_needed_command(
 def report_command(
     runs: List[Path] = typer.Argument(None, help="Run folders or BERDS jsonl files."),
     out: Path = typer.Option(..., "--out", help="Report folder."),
-    judge: str = typer.Option("embedded", "--judge", "-j", help=JUDGE_HELP),
+    judge: Optional[str] = typer.Option(None, "--judge", "-j", help=JUDGE_REQUIRED_HELP),
     k: List[str] = typer.Option(["5", "10"], "--k", metavar="K", callback=ks_callback, help="Cut-offs for the metrics table: --k 5 --k 10 or --k 5,10."),
     curve_depth: Optional[int] = typer.Option(None, "--curve-depth", min=1, help="MRecall@k curve up to this k (default: largest --k)."),
     analysis: List[Path] = typer.Option([], "--analysis", "-a", help="Result JSON from `berds analyze ... --out` (repeatable)."),
@@ -298,9 +310,13 @@ def report_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Paper-style tables (markdown + CSV) and PNG figures for runs and analysis results."""
+    judge = require_judge(judge) if runs else judge  # analysis files alone need no judge
     from berds.evaluate.report import build_report
 
     report = build_report(list(runs or []), judge, out, ks=parse_ks(k), curve_depth=curve_depth, analyses=list(analysis),
                           judge_options=_options(judge_option), cache_path=cache, allow_short=allow_short,
                           progress=not quiet, title=title)
-    _print_table(f"report → {report.out}", ["file", "path"], [[key, str(p)] for key, p in report.files.items()])
+    _print_table(f"report → {report.out}" + (f" — judge: {judge}" if runs else ""), ["file", "path"],
+                 [[key, str(p)] for key, p in report.files.items()])
+    if runs:
+        print_judge_warning(judge)

@@ -7,7 +7,8 @@ from typing import List, Optional
 
 import typer
 
-from berds.cli.options import ALLOW_SHORT_HELP, K_HELP, ks_callback, parse_ks
+from berds.cli.options import (ALLOW_SHORT_HELP, ALLOW_UNPARSED_HELP, JUDGE_REQUIRED_HELP, K_HELP, ks_callback,
+                               parse_ks, require_judge)
 
 judges_app = typer.Typer(help="Perspective judges: list what is available.", no_args_is_help=True)
 cache_app = typer.Typer(help="The judgement cache.", no_args_is_help=True)
@@ -22,7 +23,7 @@ def register(app: typer.Typer) -> None:
 
 def eval_command(
     runs: List[Path] = typer.Argument(..., help="Run folders or BERDS-format jsonl files."),
-    judge: str = typer.Option("embedded", "--judge", "-j", help="Judge name (berds judges list), BACKEND:MODEL, or debate:NAME."),
+    judge: Optional[str] = typer.Option(None, "--judge", "-j", help=JUDGE_REQUIRED_HELP),
     k: List[str] = typer.Option(["5", "10"], "--k", metavar="K", callback=ks_callback, help=K_HELP),
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value passed to the judge/backend (repeatable)."),
     rounds: Optional[int] = typer.Option(None, "--rounds", help="Debate rounds (for debate:NAME judges)."),
@@ -31,6 +32,7 @@ def eval_command(
     overwrite: str = typer.Option("only-missing", "--overwrite", help="only-missing | always | never"),
     title_position: str = typer.Option("after", "--title-position", help="Judge sees text+title (after, the study), title+text (before) or none."),
     allow_short: bool = typer.Option(False, "--allow-short", help=ALLOW_SHORT_HELP),
+    allow_unparsed: bool = typer.Option(False, "--allow-unparsed", help=ALLOW_UNPARSED_HELP),
     out: Optional[Path] = typer.Option(None, "--out", help="Write metrics here instead of next to the run."),
     write_legacy: bool = typer.Option(False, "--write-legacy", help="Also write the run with inline 'mistral-preds' lists (original BERDS layout)."),
     engine: str = typer.Option("local", "--engine", help="local | ray"),
@@ -43,6 +45,7 @@ def eval_command(
     from berds.evaluate.evaluation import EvalOptions, evaluate_paths, metrics_table
     from berds.registry import parse_options
 
+    judge = require_judge(judge)
     options = parse_options(judge_option)
     if rounds is not None:
         if not judge.startswith("debate:"):
@@ -52,7 +55,7 @@ def eval_command(
         options["rounds"] = rounds
     eval_options = EvalOptions(ks=tuple(parse_ks(k)), overwrite=overwrite, title_position=title_position, allow_short=allow_short,
                                progress=not quiet, cache_path=cache, use_cache=not no_cache, out=out,
-                               write_legacy=write_legacy)
+                               write_legacy=write_legacy, allow_unparsed=True)  # checked below, after the table
     if engine != "local":
         from berds.engine import get_engine
         from berds.evaluate.judging import judge_runner_for
@@ -70,6 +73,10 @@ def eval_command(
             + f" → {files['metrics']}",
             highlight=False,
         )
+    if not allow_unparsed:
+        from berds.evaluate.evaluation import check_unparsed
+
+        check_unparsed([r for _, r, _ in results], written=" (the table above is flagged; metrics were written)")
 
 
 def demo_command(

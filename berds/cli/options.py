@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 K_HELP = "Cut-offs: repeat (--k 5 --k 10) or give a comma list (--k 5,10)."
+ALLOW_UNPARSED_HELP = ("Accept results although more than 5% of the judge's answers were neither Yes nor No "
+                       "(they count as No; the table flags them).")
 ALLOW_SHORT_HELP = ("Score questions with fewer than k passages, or none: missing ranks count as unsupported, "
                     "so a question with no passages scores 0 (default: refuse them).")
 
@@ -130,3 +132,29 @@ def floats_callback(values: Any) -> list[float]:
         return parse_floats(values, option="this option")
     except BerdsError as exc:
         raise typer.BadParameter(str(exc)) from None
+
+
+JUDGE_REQUIRED_HELP = ("Judge (required; `berds judges list`): a catalogue name, BACKEND:MODEL, debate:NAME or "
+                       "calibrated:NAME. `embedded` is only a CPU smoke test.")
+
+
+def require_judge(judge: str | None) -> str:
+    """No silent default judge: results always say which judge made them, chosen by the user."""
+    from berds.errors import BerdsError
+
+    if not judge:
+        raise BerdsError("choose a judge with --judge: mistral-berds (the study's evaluator, GPU), "
+                         "gpt-4-oneshot (API), BACKEND:MODEL, or embedded (CPU smoke test, not validated; "
+                         "never report its numbers) — `berds judges list` shows them all")
+    return judge
+
+
+def print_judge_warning(judge_id: str) -> None:
+    """A judge not validated on held-out human labels is named as such, with its measured figure."""
+    from rich.console import Console
+
+    from berds.judges.validation import judge_warning
+
+    warning = judge_warning(judge_id)
+    if warning:
+        Console(stderr=True).print(f"[bold yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)

@@ -39,8 +39,20 @@ class JudgeStats:
     pairs: int = 0          # distinct (perspective, passage) pairs needed
     cached: int = 0         # answered from the cache
     judged: int = 0         # sent to the judge in this call
-    unparsed: int = 0       # judge answers that were neither Yes nor No (strict parsing)
+    unparsed: int = 0       # judge answers that were neither Yes nor No (strict parsing), per verdict used
     seconds: float = 0.0    # time spent judging
+    verdicts: int = 0       # (perspective, passage) verdicts the metrics use (the unparsed share's denominator)
+
+    @property
+    def unparsed_share(self) -> float:
+        return self.unparsed / self.verdicts if self.verdicts else 0.0
+
+
+MAX_UNPARSED = 0.05  # above this share of unparsed answers a result is flagged and refused unless allowed
+
+
+class UnparsedAnswersError(BerdsError):
+    """Too many of the judge's answers were neither Yes nor No: the metrics would be mostly guesses."""
 
 
 @dataclass
@@ -154,6 +166,8 @@ class EvalOptions:
     out: str | Path | None = None
     write_legacy: bool = False
     judge_runner: Callable[..., dict[tuple[str, str], Verdict]] | None = None
+    allow_unparsed: bool = False
+    max_unparsed: float = MAX_UNPARSED
 
     def __post_init__(self) -> None:
         if self.overwrite not in OVERWRITE_POLICIES:
@@ -252,14 +266,31 @@ def evaluate_run(
                     py[i, j] = prob
                 if detail and json.loads(detail).get("unparsed"):
                     stats.unparsed += 1
+                stats.verdicts += 1
         support[qid], p_yes[qid] = s, py
         per_question[qid] = question_metrics(s, ks)
     datasets = {qid: q.dataset for qid, q in run.questions.items()}
-    return EvalResult(
+    result = EvalResult(
         run_name=run.name, judge_id=judge.id, prompt_version=judge.prompt_version, ks=ks, depth=depth,
         support=support, p_yes=p_yes, per_question=per_question,
         averages=aggregate(per_question, datasets), stats=stats, datasets=datasets, manifest=dict(run.manifest),
     )
+    if not opts.allow_unparsed:
+        check_unparsed([result], opts.max_unparsed)
+    return result
+
+
+def check_unparsed(results: Sequence[EvalResult], limit: float = MAX_UNPARSED, *, written: str = "") -> None:
+    """Refuse results whose judge left more than ``limit`` of its answers unparsed (their verdicts are
+    cached, so re-running with ``--allow-unparsed`` judges nothing again)."""
+    bad = [r for r in results if r.stats.unparsed_share > limit]
+    if bad:
+        shares = ", ".join(f"{r.run_name}: {r.stats.unparsed} of {r.stats.verdicts} ({100 * r.stats.unparsed_share:.1f}%)"
+                           for r in bad)
+        raise UnparsedAnswersError(
+            f"the judge {bad[0].judge_id!r} answered neither Yes nor No too often ({shares}; limit "
+            f"{100 * limit:g}%), so the metrics would count those as No{written} — check the judge, its prompt and "
+            "-o parse=..., or pass --allow-unparsed to accept them (flagged in the table)")
 
 
 def judge_slug(judge_id: str) -> str:
@@ -286,17 +317,26 @@ def write_eval_outputs(result: EvalResult, run: Run, out_dir: str | Path, *, leg
     return paths
 
 
-def metrics_table(results: Sequence[EvalResult], *, title: str = "BERDS metrics") -> Any:
+def metrics_table(results: Sequence[EvalResult], *, title: str = "BERDS metrics",
+                  max_unparsed: float = MAX_UNPARSED) -> Any:
     """A rich table: one row per run (and per dataset when a run mixes several), metrics in percent.
 
-    The judge goes into the title when every result shares it, else into a column.
+    The judge is named in the title (and in a column when they differ); a judge not validated on held-out
+    human labels gets a warning line under the table, with its measured figure (then the value is a rich
+    ``Group`` of the table and that line). When a judge left
+    answers unparsed, an ``unparsed`` column shows their share, ``!`` past ``max_unparsed``.
     """
     from rich.table import Table
+
+    from berds.judges.validation import judge_warning, short_judge_name
 
     ks = sorted({k for r in results for k in r.ks})
     judges = sorted({r.judge_id for r in results})
     multi_set = any(len(r.averages) > 1 for r in results)
-    table = Table(title=title if len(judges) != 1 else f"{title}\n[dim]judge: {judges[0]}[/]")
+    unparsed = any(r.stats.unparsed for r in results)
+    warnings = [w for w in dict.fromkeys(judge_warning(j) for j in judges) if w]
+    names = sorted({short_judge_name(j) for j in judges})
+    table = Table(title=f"{title} — judge: {', '.join(names)}")
     table.add_column("run", overflow="fold")
     if len(judges) > 1:
         table.add_column("judge", overflow="fold")
@@ -307,6 +347,8 @@ def metrics_table(results: Sequence[EvalResult], *, title: str = "BERDS metrics"
         table.add_column(f"MRecall@{k}", justify="right")
     for k in ks:
         table.add_column(f"Prec@{k}", justify="right")
+    if unparsed:
+        table.add_column("unparsed", justify="right")
     for r in results:
         counts: dict[str, int] = {"all": len(r.per_question), "macro": len(r.per_question)}
         for qid in r.per_question:
@@ -317,11 +359,19 @@ def metrics_table(results: Sequence[EvalResult], *, title: str = "BERDS metrics"
             cells += [f"{100 * avg[f'precision@{k}']:.1f}" if f"precision@{k}" in avg else "" for k in ks]
             row = [r.run_name if name == "all" else ""]
             if len(judges) > 1:
-                row.append(r.judge_id if name == "all" else "")
+                row.append(short_judge_name(r.judge_id) if name == "all" else "")
             if multi_set:
                 row.append(name)
+            if unparsed:
+                share = r.stats.unparsed_share
+                cells.append("" if name != "all" else f"{100 * share:.1f}%" + (" !" if share > max_unparsed else ""))
             table.add_row(*row, str(counts.get(name, "")), *cells)
-    return table
+    if not warnings:
+        return table
+    from rich.console import Group
+    from rich.text import Text
+
+    return Group(table, *(Text.assemble(("warning: ", "bold yellow"), w) for w in warnings))
 
 
 def distinct_names(names: Sequence[str], paths: Sequence[Path], *, sep: str = "-") -> list[str]:
@@ -428,7 +478,7 @@ def evaluate_paths(
     results = []
     try:
         for (path, run), target in zip(runs, targets):
-            result = evaluate_run(run, judge, opts, cache=cache)
+            result = evaluate_run(run, judge, opts.but(allow_unparsed=True), cache=cache)  # checked once written
             files = write_eval_outputs(result, run, target / "eval" / judge_slug(result.judge_id) if target == path else target,
                                        legacy_jsonl=opts.write_legacy)
             if target == path:  # a run folder also gets the latest metrics at its top level
@@ -440,4 +490,7 @@ def evaluate_paths(
     finally:
         if cache is not None:
             cache.close()
+    if not opts.allow_unparsed:
+        check_unparsed([r for _, r, _ in results], opts.max_unparsed,
+                       written=" (metrics.json and judgements.jsonl were written for inspection)")
     return results

@@ -268,6 +268,7 @@ def build_report(
     (default ``max(ks)``) is how far the MRecall@k curve goes; deeper curves judge more passages.
     """
     from berds.evaluate.analyses.common import judge_runs, run_labels
+    from berds.judges.validation import judge_warning
     from berds.evaluate.analyses.results import load_result
     from berds.io import write_text
     from berds.runs import load_run
@@ -298,6 +299,7 @@ def build_report(
         report.files.update({f"metrics.{k}": v for k, v in write_table(out / "metrics", header, rows).items()})
         md += ["", "## Retrieval quality", "",
                f"Judge: `{results[0].judge_id}` (prompt `{results[0].prompt_version}`). Values in %.", "",
+               *([f"**Warning:** {judge_warning(results[0].judge_id)}", ""] if judge_warning(results[0].judge_id) else []),
                markdown_table(header, rows)]
         curve_k = curve_depth or ks[-1]
         curves = {label: mrecall_curve({q: m[:, :curve_k] for q, m in res.support.items()}, curve_k)

@@ -41,7 +41,7 @@ class Retriever(Protocol):
 def provenance_problems(info: Any) -> list[str]:
     """Ways a ``provenance()`` result breaks its contract: it must be JSON plain data (dicts with string
     keys, lists, strings, finite numbers, booleans, None — no paths or objects, which a manifest cannot
-    hold as they are), and ``corpus``/``index``, when given, are dicts (``{"path", "fingerprint", ...}``)."""
+    hold as they are), and ``corpus``, when given, is a dict (``{"path", "passages", "fingerprint"}``)."""
     problems: list[str] = []
 
     def walk(value: Any, where: str) -> None:
@@ -62,10 +62,10 @@ def provenance_problems(info: Any) -> list[str]:
     if not isinstance(info, dict):
         return [f"provenance() must return a dict, got {type(info).__name__}"]
     walk(info, "provenance()")
-    for key in ("corpus", "index"):
-        if info.get(key) is not None and not isinstance(info[key], dict):
-            problems.append(f"provenance()[{key!r}] must be a dict like {{'path': ..., 'fingerprint': ...}}, "
-                            f"got {type(info[key]).__name__} {info[key]!r}")
+    corpus = info.get("corpus")
+    if corpus is not None and not isinstance(corpus, dict):  # manifests and summaries read its fields
+        problems.append("provenance()['corpus'] must be a dict like {'path': ..., 'passages': ..., 'fingerprint': ...}, "
+                        f"got {type(corpus).__name__} {corpus!r}")
     return problems
 
 

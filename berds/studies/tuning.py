@@ -60,6 +60,7 @@ def tune_mmr(
     normalisation: str = "minmax",
     embed_text: str = "text",
     allow_short: bool = False,
+    allow_unparsed: bool = False,
     progress: bool = False,
     input_path: str | Path | None = None,
 ) -> TuneResult:
@@ -82,7 +83,8 @@ def tune_mmr(
     encoder = encoder if encoder is not None else load_encoder()
 
     def averages(r: Run) -> dict[str, float]:
-        result = evaluate_run(r, judge, ks, cache=judgement_cache, allow_short=allow_short, progress=progress)
+        result = evaluate_run(r, judge, ks, cache=judgement_cache, allow_short=allow_short,
+                              allow_unparsed=allow_unparsed, progress=progress)
         return dict(result.averages["all"])
 
     rows: list[dict[str, Any]] = [{"lambda": None, "setting": "original ranking", **averages(run)}]

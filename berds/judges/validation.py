@@ -1,0 +1,87 @@
+"""How far each judge has been validated on held-out human labels — said wherever its numbers are shown.
+
+``judge_validation(judge_id)`` reads the record for the judge behind an id (a wrapped judge —
+``calibrated:``, ``debate:`` — inherits its inner judge's record). The ``embedded`` judge's figure is read
+from ``berds/data/embedded_judge/model_card.json`` (its ``validation`` entry when present, else
+``summary.dev_loqo``), the one file retraining updates, so the printed figure never goes stale.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+EMBEDDED_CARD = Path(__file__).resolve().parents[1] / "data" / "embedded_judge" / "model_card.json"
+
+
+@dataclass(frozen=True)
+class JudgeValidation:
+    """``validated`` is True only for a judge measured against held-out human labels at a level fit for
+    reporting; ``note`` says what was measured and where to read more."""
+
+    name: str
+    validated: bool
+    note: str
+
+    def line(self) -> str:
+        status = "validated" if self.validated else "NOT validated on held-out human labels"
+        return f"judge {self.name}: {status} — {self.note}"
+
+
+@lru_cache(maxsize=1)
+def _embedded_record() -> JudgeValidation:
+    figure = "figure unavailable"
+    try:
+        card = json.loads(EMBEDDED_CARD.read_text(encoding="utf-8"))
+        record = card.get("validation") or {}
+        f1 = record.get("f1")
+        where = record.get("on")
+        if f1 is None:
+            loqo = (card.get("summary") or {}).get("dev_loqo") or {}
+            f1, where = loqo.get("f1"), f"{loqo.get('n', '?')} held-out human-labelled dev pairs (leave-one-question-out)"
+        if f1 is not None:
+            figure = f"F1 {float(f1):.1f} on {where}"
+    except (OSError, ValueError):
+        pass
+    return JudgeValidation("embedded", False,
+                           f"CPU smoke test, {figure}; the study's evaluator has F1 62.2 "
+                           "(docs/embedded-judge.md). Never report its numbers as BERDS scores.")
+
+
+_KNOWN = {
+    "demo-gold": JudgeValidation("demo-gold", True, "the demo data's labels by construction (demo corpus only)"),
+    "mistral-berds": JudgeValidation("mistral-berds", True,
+                                     "the study's evaluator (F1 62.2 on the study's human labels; "
+                                     "re-check with `berds judge validate`)"),
+}
+
+
+def judge_validation(judge_id: str) -> JudgeValidation | None:
+    """The record for the judge behind ``judge_id`` (None when berds knows nothing about it)."""
+    last = judge_id.split(":")[-1]  # a name given as calibrated:NAME or debate:NAME
+    if "embedded:minilm" in judge_id or last == "embedded":
+        return _embedded_record()
+    if judge_id.startswith("demo-gold") or last == "demo-gold":
+        return _KNOWN["demo-gold"]
+    if "Mistral_BERDS_evaluator" in judge_id or last.startswith("mistral-berds"):
+        return _KNOWN["mistral-berds"]
+    return None
+
+
+def judge_warning(judge_id: str) -> str | None:
+    """One line to print beside results of a judge that is not validated (None for the others)."""
+    record = judge_validation(judge_id)
+    if record is None or record.validated:
+        return None
+    return record.line()
+
+
+def short_judge_name(judge_id: str) -> str:
+    """A judge id short enough for a table title (``embedded`` rather than its 60-character id)."""
+    record = judge_validation(judge_id)
+    if record is not None:
+        wrapped = [w for w in ("debate", "calibrated") if w in judge_id]
+        return ":".join([*wrapped, record.name])
+    return judge_id if len(judge_id) <= 40 else judge_id[:37] + "..."
