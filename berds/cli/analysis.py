@@ -80,8 +80,9 @@ def rerank_mmr_command(
     lambda_from: Optional[Path] = typer.Option(None, "--lambda-from", help="Use the λ chosen by `berds tune mmr` (its output folder)."),
     depth: int = typer.Option(100, "--depth", help="Rerank the top DEPTH passages (the study: 100)."),
     normalisation: str = typer.Option("minmax", "--normalisation", help=NORM_HELP),
-    model: str = typer.Option("WhereIsAI/UAE-Large-V1", "--model", help=MODEL_HELP),
-    pooling: str = typer.Option("cls", "--pooling", help=POOLING_HELP),
+    model: Optional[str] = typer.Option(None, "--model", help=MODEL_HELP + " Default: the one tuning used "
+                                        "(with --lambda-from), else UAE-Large-V1."),
+    pooling: Optional[str] = typer.Option(None, "--pooling", help=POOLING_HELP + " Default as for --model."),
     embed_text: str = typer.Option("text", "--embed-text", help="Text embedded per passage: text, title-text or text-title."),
     device: Optional[str] = typer.Option(None, "--device", help="torch device for the embedding model (cpu, cuda)."),
     batch_size: int = typer.Option(32, "--batch-size", min=1, help="Embedding batch size."),
@@ -96,8 +97,17 @@ def rerank_mmr_command(
 
     if (lam is None) == (lambda_from is None):
         raise BerdsError("give exactly one of --lambda X or --lambda-from TUNING_FOLDER")
+    tuned_model = tuned_pooling = None
     if lam is None:
+        from berds.rerank.mmr import similarity_model_from_manifest
+
         lam = lambda_from_manifest(lambda_from)
+        tuned_model, tuned_pooling = similarity_model_from_manifest(lambda_from)
+    if model is not None and tuned_model is not None and model != tuned_model:
+        _console().print(f"[yellow]note:[/] λ was tuned with Sim2 model {tuned_model}; reranking with {model}",
+                         highlight=False)
+    model = model or tuned_model or "WhereIsAI/UAE-Large-V1"
+    pooling = pooling or tuned_pooling or "cls"
     encoder, cache = _encoder_and_cache(model, pooling, device, batch_size, embedding_cache, no_embedding_cache)
     reranked, stats, folder = rerank_path(run, out, lam=lam, encoder=encoder, embedding_cache=cache, depth=depth,
                                           normalisation=normalisation, embed_text=embed_text, overwrite=overwrite,

@@ -226,6 +226,10 @@ class Encoder:
         name = resolve_model_path(spec.passage_model if separate else spec.model)
         validate_local_model(name)
         revision = spec.passage_revision if separate else spec.revision
+        from berds.llm.shared import ensure_model_available
+
+        ensure_model_available(name, revision=revision, what=f"encoder model for {spec.name!r}",
+                               option="--encoder-option model=PATH")
         torch = require("torch", extra="dense", purpose="dense encoders")
         check_device(self.device)
         dtype = getattr(torch, self.dtype) if self.dtype else None
@@ -252,8 +256,14 @@ class Encoder:
                 model.eval().to(self.device)
                 pair = (model, tokenizer)
         except OSError as exc:
+            from berds.llm.shared import download_command, looks_like_local_path
+
+            fix = (f"check that {name} holds the model's config and weights (save_pretrained)"
+                   if looks_like_local_path(name) else
+                   f"download it first (`{download_command(name, revision)}`), or pass a local folder with "
+                   f"--encoder-option model=PATH")
             raise BerdsError(f"cannot load encoder model {name!r} for {spec.name!r}: {str(exc).splitlines()[0]} — "
-                             "pass a local folder or make the model reachable") from None
+                             f"{fix}") from None
         self._loaded[key] = pair
         return pair
 

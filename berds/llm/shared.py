@@ -216,3 +216,51 @@ def model_identity(
     if adapter:
         text += f"+adapter={describe_source(adapter, adapter_revision)}"
     return text
+
+
+def hub_offline() -> bool:
+    """``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``) is set: hub names resolve from the local cache only."""
+    return any(os.environ.get(var, "").lower() in ("1", "true", "yes", "on")
+               for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def download_command(name: str, revision: str | None = None) -> str:
+    """The command that puts a hub model into the local cache (huggingface_hub's CLI is ``hf``)."""
+    return f"hf download {name}" + (f" --revision {revision}" if revision else "")
+
+
+def ensure_model_available(name: str, *, revision: str | None = None, what: str = "model",
+                           option: str = "--model", probe_timeout: float = 5.0) -> None:
+    """Fail in seconds, before any expensive work, when a model a command needs cannot be had.
+
+    A local path must exist. A hub name is fine when its ``config.json`` is in the local Hugging Face
+    cache; otherwise, offline (``HF_HUB_OFFLINE=1``) it is refused at once, and online one metadata request
+    with a short timeout and no retries decides (instead of minutes of retries inside the model loader).
+    The error names the ``hf download`` command and the local-path alternative.
+    """
+    if looks_like_local_path(name):
+        if not os.path.exists(os.path.expanduser(name)):
+            raise BerdsError(f"{what} path {name!r} does not exist — pass an existing folder with {option}, "
+                             "or a Hugging Face hub name")
+        return
+    try:
+        import huggingface_hub
+    except ImportError:  # the loader will say what is missing
+        return
+    for filename in ("config.json", "modules.json", "adapter_config.json"):
+        try:
+            cached = huggingface_hub.try_to_load_from_cache(name, filename, revision=revision)
+        except Exception:  # an ill-formed name: let the probe or loader explain it
+            cached = None
+        if isinstance(cached, str):
+            return
+    fix = (f"download it first: `{download_command(name, revision)}` (on a machine with network, then copy "
+           f"~/.cache/huggingface), or pass a local folder with {option}")
+    if hub_offline():
+        raise BerdsError(f"{what} {name!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set — {fix}")
+    try:
+        huggingface_hub.model_info(name, revision=revision, timeout=probe_timeout)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BerdsError(f"{what} {name!r} is not in the local Hugging Face cache and the hub did not answer "
+                         f"({first}) — {fix}; set HF_HUB_OFFLINE=1 to skip the hub") from None

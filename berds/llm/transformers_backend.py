@@ -214,6 +214,9 @@ class TransformersLLM:
 def _load_or_explain(loader: Any, name: str, where: str, what: str, *args: Any,
                      first_positional: bool = True, **kwargs: Any) -> Any:
     """Call a ``from_pretrained`` loader; turn "not found / offline" failures into one clear message."""
+    from berds.llm.shared import ensure_model_available
+
+    ensure_model_available(name, what=f"{what} {where}".strip(), option="a local path")  # seconds, not minutes of retries
     try:
         return loader(name, *args, **kwargs) if first_positional else loader(*args, name, **kwargs)
     except (OSError, ValueError) as exc:
@@ -222,7 +225,7 @@ def _load_or_explain(loader: Any, name: str, where: str, what: str, *args: Any,
                    "save_pretrained)")
         elif os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
             fix = (f"HF_HUB_OFFLINE is set and {name!r} is not in the local Hugging Face cache — download it "
-                   f"first (huggingface-cli download {name}) or pass a local path")
+                   f"first (hf download {name}) or pass a local path")
         else:
             fix = (f"{name!r} is neither a local path nor reachable on the Hugging Face hub — check the name, "
                    "your network, or pass a local path (set HF_HUB_OFFLINE=1 to fail fast offline)")

@@ -232,4 +232,4 @@ def resolve_adapter_folder(adapter: str, revision: str | None = None) -> Path:
         return Path(hub.snapshot_download(adapter, revision=revision))
     except Exception as exc:  # offline/not found errors come in several huggingface_hub types
         raise BerdsError(f"cannot fetch LoRA adapter {adapter!r}: {str(exc).strip().splitlines()[0]} — "
-                         "download it first (huggingface-cli download NAME) or pass a local folder") from exc
+                         "download it first (hf download NAME) or pass a local folder") from exc

