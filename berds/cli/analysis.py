@@ -50,6 +50,14 @@ def _print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
     _console().print(table)
 
 
+def _check_run_path(run: Path) -> None:
+    """A mistyped run path is named before any model is looked for."""
+    if not Path(run).exists():
+        from berds.errors import InputError
+
+        raise InputError("no such run folder or file", path=run)
+
+
 def _encoder_and_cache(model: str, pooling: str, device: Optional[str], batch_size: int,
                        embedding_cache: Optional[Path], no_embedding_cache: bool) -> tuple[Any, Any]:
     from berds.rerank.embeddings import EmbeddingCache, load_encoder
@@ -95,6 +103,7 @@ def rerank_mmr_command(
     from berds.errors import BerdsError
     from berds.rerank.mmr import lambda_from_manifest, rerank_path
 
+    _check_run_path(run)
     if (lam is None) == (lambda_from is None):
         raise BerdsError("give exactly one of --lambda X or --lambda-from TUNING_FOLDER")
     tuned_model = tuned_pooling = None
@@ -154,6 +163,8 @@ def tune_mmr_command(
     judge = require_judge(judge)
     from berds.registry import parse_options
     from berds.studies.tuning import tune_path, tuning_table
+
+    _check_run_path(run)
 
     encoder, emb_cache = _encoder_and_cache(model, pooling, device, batch_size, embedding_cache, no_embedding_cache)
     result, paths = tune_path(run, out, judge, judge_options=parse_options(judge_option), lambdas=parse_floats(lambdas, option="--lambdas"),
