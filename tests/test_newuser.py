@@ -473,3 +473,32 @@ def test_rerank_lambda_from_reuses_the_similarity_model_tuning_used(tmp_path, ti
     manifest = json.loads((tmp_path / "mmr" / "manifest.json").read_text())
     assert manifest["rerank"]["model"] == minilm and manifest["rerank"]["pooling"] == "mean"
     assert manifest["rerank"]["lambda"] == 0.5
+
+
+# ----------------------------------------------------------- issue 15, item 5: resume with another input
+
+
+def test_corpus_resume_with_another_input_file_is_refused(tmp_path):
+    from test_corpora_wikipedia import dump, page
+
+    from berds.corpora.docstore import PassageStore
+    from berds.corpora.wikipedia import build_wikipedia
+
+    def pages(prefix):
+        return [page(f"{prefix} {i}", 100 + i, " ".join(f"{prefix}{i}x{j}" for j in range(150))) for i in range(40)]
+
+    first = tmp_path / "first.xml"
+    text = dump(pages("alpha"))
+    first.write_text(text[: int(len(text) * 0.6)])  # cut short: the build stops with finished shards
+    with pytest.raises(InputError):
+        build_wikipedia(tmp_path / "wiki", dump=first, shard_size=10, progress=False)
+    other = tmp_path / "other.xml"
+    other.write_text(dump(pages("beta")))
+    with pytest.raises(InputError, match="cannot resume.*other.xml.*mix two corpora"):
+        build_wikipedia(tmp_path / "wiki", dump=other, shard_size=10, resume=True, progress=False)
+    # the completed download of the same dump still resumes
+    first.write_text(text)
+    store, report = build_wikipedia(tmp_path / "wiki", dump=first, shard_size=10, resume=True, progress=False)
+    assert report.passages_resumed > 0 and len(PassageStore.open(tmp_path / "wiki")) == len(store)
+    [recorded] = store.manifest["metadata"]["inputs"]  # the store records the fingerprint of what it was built from
+    assert recorded["path"] == str(first.resolve()) and recorded["bytes"] == len(text.encode())

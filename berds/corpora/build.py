@@ -157,6 +157,47 @@ def check_disk_and_announce(out: Path, *, input_bytes: int, avg_passage_bytes: f
     return est
 
 
+HEAD_BYTES = 1 << 16
+
+
+def _head_sha256(path: str | os.PathLike, nbytes: int) -> str:
+    import hashlib
+
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read(nbytes)).hexdigest()
+
+
+def build_identity(metadata: dict | None) -> dict | None:
+    """What a resumed build must share with the interrupted one: the same options, and inputs that begin
+    with the same bytes (a completed download of a truncated file passes; another file does not —
+    resuming with it would mix two corpora in one store)."""
+    source = (metadata or {}).get("source") or {}
+    paths = source.get("paths") or ([source["path"]] if source.get("path") else [])
+    if not paths:
+        return None
+    inputs = []
+    for p in paths:
+        size = Path(p).stat().st_size
+        head = min(size, HEAD_BYTES)
+        inputs.append({"path": str(p), "bytes": size, "head_bytes": head, "head_sha256": _head_sha256(p, head)})
+    return {"kind": source.get("kind"), "inputs": inputs, "options": (metadata or {}).get("options")}
+
+
+def resume_problem(recorded: dict | None, current: dict | None) -> str | None:
+    """Why the interrupted build (``recorded``) cannot be resumed with ``current`` inputs (None when it can)."""
+    if recorded is None or current is None:
+        return None
+    if recorded.get("kind") != current.get("kind") or recorded.get("options") != current.get("options"):
+        return "the interrupted build used other options or another kind of input"
+    old, new = recorded.get("inputs", []), current.get("inputs", [])
+    if len(old) != len(new):
+        return f"the interrupted build read {len(old)} input files, this one {len(new)}"
+    for was, now in zip(old, new):
+        if now["bytes"] < was["head_bytes"] or _head_sha256(now["path"], was["head_bytes"]) != was["head_sha256"]:
+            return f"{now['path']} is not the input the interrupted build read ({was['path']}: other contents)"
+    return None
+
+
 def write_passages(
     stream: Iterable[tuple[Passage, str | None]],
     out: str | os.PathLike,
@@ -175,8 +216,10 @@ def write_passages(
     ``writer.resumed_passages`` items of ``stream`` (which must be deterministic) are skipped.
     """
     start = time.monotonic()
+    identity = build_identity(metadata)
     writer = PassageStoreWriter(out, shard_size=shard_size, overwrite=overwrite, metadata=metadata,
-                                compression=compression, resume=resume)
+                                compression=compression, resume=resume, identity=identity,
+                                resume_check=lambda recorded: resume_problem(recorded, identity))
     with writer:
         skip = writer.resumed_passages
         report.passages_resumed = skip
@@ -191,7 +234,8 @@ def write_passages(
         report.passages_written = len(writer)
         report.seconds = time.monotonic() - start
         report.fingerprint = writer.fingerprint
-        writer.metadata = {**writer.metadata, "report": report.as_dict(), "documents": report.documents_used}
+        writer.metadata = {**writer.metadata, "report": report.as_dict(), "documents": report.documents_used,
+                           **({"inputs": identity["inputs"]} if identity else {})}
     if progress is not None:
         progress.update(report.documents_read, report.passages_written, force=True)
     return PassageStore.open(out)

@@ -198,6 +198,8 @@ class PassageStoreWriter:
         compression: str = "zlib",
         block_bytes: int = 8_192,
         resume: bool = False,
+        identity: dict | None = None,
+        resume_check: Any = None,
     ):
         if shard_size < 1:
             raise BerdsError(f"shard_size must be at least 1, got {shard_size}")
@@ -211,6 +213,8 @@ class PassageStoreWriter:
         self.block_bytes = int(block_bytes)
         self.building = self.out.with_name(self.out.name + ".building")
         self.resumed_passages = 0
+        self.identity = identity  # inputs + options, kept in the checkpoint
+        self.resume_check = resume_check  # recorded identity -> why it cannot resume (None: it can)
 
         if self.out.exists() and not overwrite:
             if is_passage_store(self.out):
@@ -375,6 +379,7 @@ class PassageStoreWriter:
             "passages": self._count, "shards": self._shards, "compression": self.compression,
             "block_bytes": self.block_bytes, "shard_size": self.shard_size,
             "groups": list(self._groups), "uses_groups": self._uses_groups,
+            **({"identity": self.identity} if self.identity is not None else {}),
         })
 
     def _resume(self) -> None:
@@ -384,6 +389,11 @@ class PassageStoreWriter:
                 f"the interrupted build used compression={cp['compression']!r}, shard_size={cp['shard_size']}",
                 path=self.building, fix="resume with the same options, or build afresh without --resume",
             )
+        problem = self.resume_check(cp.get("identity")) if self.resume_check is not None else None
+        if problem:
+            raise InputError(f"cannot resume: {problem}; resuming would mix two corpora in one store",
+                             path=self.building, fix="resume with the same input files and options, or build "
+                                                     "afresh without --resume")
         for f in self.building.glob("*.partial"):
             f.unlink()
         self.block_bytes = cp["block_bytes"]
