@@ -94,8 +94,10 @@ class BuildProgress:
     Updates are throttled (a redraw costs far more than a passage).
     """
 
-    def __init__(self, description: str, *, total_bytes: int | None = None, enabled: bool = True):
+    def __init__(self, description: str, *, total_bytes: int | None = None, enabled: bool = True,
+                 console: Any = None):
         self.description, self.total_bytes, self.enabled = description, total_bytes, enabled
+        self.console = console
         self.position: Callable[[], int] | None = None
         self._progress = None
         self._task = None
@@ -105,13 +107,16 @@ class BuildProgress:
     def __enter__(self) -> "BuildProgress":
         if self.enabled:
             from rich.console import Console
-            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn, TransferSpeedColumn
+            from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+            # fits 80 columns: the documents count and input bytes are in the summary table at the end
             columns = [TextColumn("[bold]{task.description}")]
             if self.total_bytes:
-                columns += [BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn()]
-            columns += [TextColumn("{task.fields[docs]:,} docs  {task.fields[passages]:,} passages  {task.fields[rate]:,.0f}/s"), TimeElapsedColumn()]
-            self._progress = Progress(*columns, console=Console(stderr=True), transient=False)
+                columns += [BarColumn(bar_width=12), TaskProgressColumn(), TimeRemainingColumn()]
+            else:
+                columns += [TimeElapsedColumn()]
+            columns += [TextColumn("{task.fields[passages]:,} passages {task.fields[rate]:,.0f}/s")]
+            self._progress = Progress(*columns, console=self.console or Console(stderr=True), transient=False)
             self._progress.start()
             self._task = self._progress.add_task(self.description, total=self.total_bytes or None, docs=0, passages=0, rate=0.0)
         return self

@@ -324,7 +324,7 @@ def metrics_table(results: Sequence[EvalResult], *, title: str = "BERDS metrics"
     The judge is named in the title (and in a column when they differ); a judge not validated on held-out
     human labels gets a warning line under the table, with its measured figure (then the value is a rich
     ``Group`` of the table and that line). When a judge left
-    answers unparsed, an ``unparsed`` column shows their share, ``!`` past ``max_unparsed``.
+    answers unparsed, their share is shown under the run's name, with ``!`` past ``max_unparsed``.
     """
     from rich.table import Table
 
@@ -347,8 +347,6 @@ def metrics_table(results: Sequence[EvalResult], *, title: str = "BERDS metrics"
         table.add_column(f"MRecall@{k}", justify="right")
     for k in ks:
         table.add_column(f"Prec@{k}", justify="right")
-    if unparsed:
-        table.add_column("unparsed", justify="right")
     for r in results:
         counts: dict[str, int] = {"all": len(r.per_question), "macro": len(r.per_question)}
         for qid in r.per_question:
@@ -358,13 +356,14 @@ def metrics_table(results: Sequence[EvalResult], *, title: str = "BERDS metrics"
             cells = [f"{100 * avg[f'mrecall@{k}']:.1f}" if f"mrecall@{k}" in avg else "" for k in ks]
             cells += [f"{100 * avg[f'precision@{k}']:.1f}" if f"precision@{k}" in avg else "" for k in ks]
             row = [r.run_name if name == "all" else ""]
+            if unparsed and name == "all" and r.stats.unparsed:  # under the run's name: the table stays narrow
+                share = r.stats.unparsed_share
+                row[0] += (f"\n[bold red]{100 * share:.1f}% unparsed ![/]" if share > max_unparsed
+                           else f"\n[dim]{100 * share:.1f}% unparsed[/]")
             if len(judges) > 1:
                 row.append(short_judge_name(r.judge_id) if name == "all" else "")
             if multi_set:
                 row.append(name)
-            if unparsed:
-                share = r.stats.unparsed_share
-                cells.append("" if name != "all" else f"{100 * share:.1f}%" + (" !" if share > max_unparsed else ""))
             table.add_row(*row, str(counts.get(name, "")), *cells)
     if not warnings:
         return table

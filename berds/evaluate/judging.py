@@ -19,6 +19,17 @@ from berds.types import JudgePair, Verdict
 JudgeRunner = Callable[..., dict]
 
 
+def quiet_model_loading() -> None:
+    """Keep Hugging Face's download and weight-loading bars out of berds' own progress bars."""
+    import os
+    import sys
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read when transformers is imported
+    hf_logging = sys.modules.get("transformers.utils.logging")
+    if hf_logging is not None:
+        hf_logging.disable_progress_bar()
+
+
 def judge_missing(
     judge: Any,
     pairs: Sequence[JudgePair],
@@ -28,20 +39,36 @@ def judge_missing(
     progress: bool = True,
     description: str = "judging",
 ) -> dict[tuple[str, str], Verdict]:
-    """Judge ``pairs`` batch by batch, committing each batch to ``cache`` as soon as it is answered."""
+    """Judge ``pairs`` batch by batch, committing each batch to ``cache`` as soon as it is answered.
+
+    The bar moves after each of the judge's own batches (``judge.batch_size`` pairs, the slices it would
+    cut anyway, so answers are the same), not once per committed batch; model-loading bars are silenced
+    so they do not print into it.
+    """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    quiet_model_loading()
+    step = int(getattr(judge, "batch_size", 0) or 0) or batch_size
+    from rich.table import Column
+
     out: dict[tuple[str, str], Verdict] = {}
-    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[rate]} pairs/s"), TimeRemainingColumn()]
+    columns = [TextColumn("{task.description}", table_column=Column(max_width=28, no_wrap=True, overflow="ellipsis")),
+               BarColumn(bar_width=16), MofNCompleteColumn(), TextColumn("{task.fields[rate]} pairs/s"),
+               TimeRemainingColumn()]
     with Progress(*columns, disable=not progress, transient=False) as bar:
         task = bar.add_task(description, total=len(pairs), rate="-")
         start = time.perf_counter()
         for lo in range(0, len(pairs), batch_size):
             batch = list(pairs[lo:lo + batch_size])
-            verdicts = judge.judge(batch)
-            if len(verdicts) != len(batch):
-                raise BerdsError(f"judge {judge.id!r} returned {len(verdicts)} verdicts for {len(batch)} pairs")
+            verdicts = []
+            for sub in range(0, len(batch), step):
+                part = batch[sub:sub + step]
+                answered = judge.judge(part)
+                if len(answered) != len(part):
+                    raise BerdsError(f"judge {judge.id!r} returned {len(answered)} verdicts for {len(part)} pairs")
+                verdicts.extend(answered)
+                done = lo + sub + len(part)
+                bar.update(task, completed=done, rate=f"{done / max(time.perf_counter() - start, 1e-9):,.1f}")
             if cache is not None:
                 cache.put_many(judge.id, judge.prompt_version, batch, verdicts)
             for p, v in zip(batch, verdicts):

@@ -129,7 +129,7 @@ def retrieve(
         Console(stderr=True).print(
             f"[yellow]warning:[/] {len(empty)} of {len(run)} questions got no passages{where}: "
             f"{', '.join(empty[:5])}{', ...' if len(empty) > 5 else ''} — `berds eval/tune/analyze` refuse them "
-            "unless --allow-short, which scores them as zero", highlight=False, soft_wrap=True)
+            "unless --allow-short, which scores them as zero", highlight=False)
     return run
 
 

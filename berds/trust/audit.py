@@ -611,45 +611,59 @@ def _signed(x: float) -> str:
 
 
 def variant_table(report: AuditReport) -> Any:
-    """A rich table: one row per variant — flips, McNemar p, Δaccuracy, ΔF1, ΔYes share, verdict."""
+    """A rich table: one row per variant — flips (Yes→No/No→Yes), McNemar p (raw and Holm), Δaccuracy, ΔF1, ΔYes share,
+    verdict; narrow enough for 80 columns (the negation details and unparsed counts go under it)."""
+    from rich.console import Group
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=f"bias audit of {report.judge_id} on {report.n} labelled pairs "
-                        f"(base accuracy {_pct(report.base_metrics['accuracy'])}, F1 {_pct(report.base_metrics['f1'])})")
-    for col in ("variant", "kind", "Yes→No", "No→Yes", "McNemar p (answers)", "p (Holm)", "Δacc", "ΔF1",
-                "ΔYes share", "unparsed", "bias?"):
-        table.add_column(col, justify="left" if col in ("variant", "kind", "bias?") else "right", overflow="fold")
+                        f"(base accuracy {_pct(report.base_metrics['accuracy'])}, F1 {_pct(report.base_metrics['f1'])}; "
+                        "p: McNemar exact test on the answers)")
+    for col in ("variant", "Y→N/N→Y", "p", "Holm p", "Δacc", "ΔF1", "ΔYes", "bias?"):
+        table.add_column(col, justify="left" if col in ("variant", "bias?") else "right", overflow="fold",
+                         min_width=max(len(v) for v in VARIANTS) if col == "variant" else None)
+    notes = []
     for v in report.variants:
+        name = f"{v.name}\n[dim]{v.kind}[/]"
         if not v.applicable:
-            table.add_row(v.name, v.kind, *["-"] * 8, "n/a (not an LLM judge)")
+            table.add_row(name, *["-"] * 6, "n/a")
+            notes.append(f"{v.name}: n/a (not an LLM judge)")
             continue
+        if v.unparsed:
+            notes.append(f"{v.name}: {v.unparsed} unparsed answers")
         if v.expectation == "negated":
-            table.add_row(v.name, v.kind, str(v.yes_to_no), str(v.no_to_yes), f"{v.mcnemar_answers.exact_p:.3g}",
-                          "", "", "", "", str(v.unparsed),
-                          ("[red]ignores negation[/]" if v.biased else "respects negation")
-                          + f" ({v.negation_still_yes}/{v.negation_base_true_positives} Yes kept)")
+            table.add_row(name, f"{v.yes_to_no}/{v.no_to_yes}", f"{v.mcnemar_answers.exact_p:.2g}",
+                          "", "", "", "", "[red]yes[/]" if v.biased else "no")
+            notes.append(f"{v.name}: " + ("ignores negation" if v.biased else "respects negation")
+                         + f" ({v.negation_still_yes}/{v.negation_base_true_positives} true positives stay Yes)")
             continue
-        table.add_row(v.name, v.kind, str(v.yes_to_no), str(v.no_to_yes), f"{v.mcnemar_answers.exact_p:.3g}",
-                      f"{v.p_adjusted:.3g}", _signed(v.delta("accuracy")), _signed(v.delta("f1")), _signed(v.delta("positive_share")),
-                      str(v.unparsed), "[red]BIAS[/]" if v.biased else "no")
-    return table
+        table.add_row(name, f"{v.yes_to_no}/{v.no_to_yes}", f"{v.mcnemar_answers.exact_p:.2g}",
+                      f"{v.p_adjusted:.2g}", _signed(v.delta("accuracy")), _signed(v.delta("f1")),
+                      _signed(v.delta("positive_share")), "[red]BIAS[/]" if v.biased else "no")
+    if not notes:
+        return table
+    return Group(table, *(Text(f"  {n}") for n in dict.fromkeys(notes)))
 
 
 def run_table(report: AuditReport) -> Any | None:
-    """A rich table of MRecall@k per run under each variant, with Kendall's τ-b against the base ranking."""
+    """A rich table of MRecall@k per run under each variant, with Kendall's τ-b against the base ranking:
+    one row per (variant, run), so any number of runs fits 80 columns."""
     if not report.base_runs:
         return None
     from rich.table import Table
 
     with_runs = [v for v in report.variants if v.runs is not None]
     table = Table(title=f"MRecall@{report.k} of the runs under each variant (τ = Kendall's τ-b vs base ranking)")
-    table.add_column("run")
-    table.add_column("base", justify="right")
-    for v in with_runs:
-        table.add_column(f"Δ {v.name}", justify="right")
+    for col in ("variant", "run", "MRecall", "Δ", "τ", "ranking"):
+        table.add_column(col, justify="left" if col in ("variant", "run", "ranking") else "right", overflow="fold")
     for run, score in report.base_runs.items():
-        table.add_row(run, _pct(score), *(_signed(v.runs.variant[run] - score) for v in with_runs))
-    table.add_row("τ / ranking", "", *(f"{v.runs.tau:.2f}{' changed' if v.runs.ranking_changed else ''}" for v in with_runs))
+        table.add_row("base", run, _pct(score), "", "", "")
+    for v in with_runs:
+        for i, (run, score) in enumerate(report.base_runs.items()):
+            table.add_row(v.name if i == 0 else "", run, _pct(v.runs.variant[run]), _signed(v.runs.variant[run] - score),
+                          f"{v.runs.tau:.2f}" if i == 0 else "",
+                          ("changed" if v.runs.ranking_changed else "same") if i == 0 else "")
     return table
 
 
@@ -663,7 +677,7 @@ def stance_table(report: AuditReport) -> Any | None:
                         f"{st.n_without_stance} without): Fisher p FP={st.fisher_fp_p:.3g}, FN={st.fisher_fn_p:.3g}, "
                         f"Holm {st.p_adjusted if st.p_adjusted is not None else st.p_value:.3g}"
                         + (" — BIAS" if st.biased else ""))
-    for col in ("stance", "pairs", "gold Yes %", "judge Yes %", "false-positive rate", "false-negative rate"):
+    for col in ("stance", "pairs", "gold Yes %", "judge Yes %", "FP rate %", "FN rate %"):
         table.add_column(col, justify="right")
     for stance, c in st.counts.items():
         r = st.rates(stance)

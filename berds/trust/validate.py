@@ -411,53 +411,60 @@ def _share_cells(row: JudgeValidity) -> list[str]:
 
 
 def validity_table(report: ValidationReport, *, title: str | None = None) -> Any:
-    """A rich table: one row per judge, each metric with its bootstrap 95% interval."""
+    """A rich table: one row per metric, one column per judge (value and bootstrap 95% interval) — judges
+    side by side fit 80 columns where metrics side by side did not."""
     from rich.table import Table
 
     table = Table(title=title or f"judge validity on {report.n} labelled pairs ({_pct(report.gold_positive_share)}% positive)")
-    table.add_column("judge", overflow="fold")
-    for name in SHARE_METRICS:
-        table.add_column(name.replace("_", " "), justify="right")
-    table.add_column("κ", justify="right")
-    table.add_column("unparsed", justify="right")
+    table.add_column("metric (%)", no_wrap=True)
     for row in report.judges:
-        cells = _share_cells(row)
+        table.add_column(row.name, justify="right", overflow="fold")
+    cells = [_share_cells(row) for row in report.judges]
+    for i, name in enumerate(SHARE_METRICS):
+        table.add_row(name.replace("_", " ").replace("positive share", "Yes share"), *(c[i] for c in cells))
+    kappas = []
+    for row in report.judges:
         lo, hi = row.intervals["kappa"]
         kappa = row.metrics["kappa"]
-        cells.append("-" if kappa != kappa else f"{kappa:.3f} [{lo:.2f}, {hi:.2f}]")
-        table.add_row(row.name, *cells, str(row.unparsed))
+        kappas.append("-" if kappa != kappa else f"{kappa:.3f} [{lo:.2f}, {hi:.2f}]")
+    table.add_row("κ", *kappas)
+    table.add_row("unparsed (count)", *(str(row.unparsed) for row in report.judges))
     return table
 
 
 def comparison_table(report: ValidationReport) -> Any:
-    """A rich table: agreement, κ and McNemar (correctness) for every two judges."""
+    """A rich table: agreement, κ and McNemar (correctness) for every two judges, one row per pair."""
     from rich.table import Table
 
     table = Table(title="agreement between judges (McNemar on which pairs each got right)")
-    for col in ("first", "second", "agreement %", "κ", "first only right", "second only right", "exact p", "χ² p"):
-        table.add_column(col, justify="left" if col in ("first", "second") else "right", overflow="fold")
+    for col in ("judges", "agree %", "κ", "only 1st right", "only 2nd right", "exact p", "χ² p"):
+        table.add_column(col, justify="left" if col == "judges" else "right", overflow="fold")
     for c in report.comparisons:
-        table.add_row(c.first, c.second, _pct(c.agreement), "-" if c.kappa != c.kappa else f"{c.kappa:.3f}",
-                      str(c.mcnemar.b), str(c.mcnemar.c), f"{c.mcnemar.exact_p:.3g}", f"{c.mcnemar.chi2_p:.3g}")
+        table.add_row(f"1st {c.first}\n2nd {c.second}", _pct(c.agreement), "-" if c.kappa != c.kappa else f"{c.kappa:.3f}",
+                      str(c.mcnemar.b), str(c.mcnemar.c), f"{c.mcnemar.exact_p:.2g}", f"{c.mcnemar.chi2_p:.2g}")
     return table
 
 
 def debate_table(report: ValidationReport) -> Any | None:
-    """A rich table of what the critic changed, for debate judges (None when there are none)."""
+    """A rich table of what the critic changed, for debate judges (None when there are none): one row per
+    count, one column per debate judge."""
     rows = [r for r in report.judges if r.debate is not None]
     if not rows:
         return None
     from rich.table import Table
 
     table = Table(title="devil's-advocate debate: answers the critic changed")
-    for col in ("judge", "pairs", "Yes→No", "No→Yes", "fixed", "broke", "closed by NO ISSUE", "hit max rounds",
-                "tie-broken", "mean rounds"):
-        table.add_column(col, justify="left" if col == "judge" else "right", overflow="fold")
+    table.add_column("", no_wrap=True)
     for r in rows:
-        d = r.debate
-        table.add_row(r.name, str(d.pairs), str(d.changed_yes_to_no), str(d.changed_no_to_yes), str(d.changes_fixed),
-                      str(d.changes_broke), str(d.closed_no_issue), str(d.ended_max_rounds), str(d.tie_broken),
-                      f"{d.mean_rounds:.2f}")
+        table.add_column(r.name, justify="right", overflow="fold")
+    facts = [("pairs", lambda d: str(d.pairs)), ("Yes→No", lambda d: str(d.changed_yes_to_no)),
+             ("No→Yes", lambda d: str(d.changed_no_to_yes)), ("changes that fixed", lambda d: str(d.changes_fixed)),
+             ("changes that broke", lambda d: str(d.changes_broke)),
+             ("closed by NO ISSUE", lambda d: str(d.closed_no_issue)),
+             ("hit max rounds", lambda d: str(d.ended_max_rounds)), ("tie-broken", lambda d: str(d.tie_broken)),
+             ("mean rounds", lambda d: f"{d.mean_rounds:.2f}")]
+    for label, cell in facts:
+        table.add_row(label, *(cell(r.debate) for r in rows))
     return table
 
 
