@@ -502,3 +502,26 @@ def test_corpus_resume_with_another_input_file_is_refused(tmp_path):
     assert report.passages_resumed > 0 and len(PassageStore.open(tmp_path / "wiki")) == len(store)
     [recorded] = store.manifest["metadata"]["inputs"]  # the store records the fingerprint of what it was built from
     assert recorded["path"] == str(first.resolve()) and recorded["bytes"] == len(text.encode())
+
+
+# ------------------------------------------------------------------------------------- 8: short reprs
+
+
+def test_reprs_are_short_and_say_what_matters(tmp_path):
+    from berds.evaluate.cache import JudgementCache
+    from berds.judges import LazyJudge
+    from berds.judges.demo_gold import DemoGoldJudge
+    from berds.judges.recipe import JudgeRecipe
+    from berds.rerank.embeddings import EmbeddingCache
+
+    big = make_run(n_questions=3, depth=6, name="bm25")
+    hits = {qid: list(h) * 17 for qid, h in big.hits.items()}  # ~100 passages a question
+    text = repr(Run(big.questions, hits, big.manifest, "bm25"))
+    assert text == "Run(name='bm25', questions=3, hits=306, depth=102-102, empty=0)"
+    lazy = LazyJudge(lambda: DemoGoldJudge(), recipe=JudgeRecipe("demo-gold", {}))
+    assert repr(lazy) == "LazyJudge(demo-gold, not loaded yet)"
+    assert "demo-gold|after" in repr(DemoGoldJudge())
+    with JudgementCache(tmp_path / "c.sqlite") as cache:
+        assert repr(cache) == f"JudgementCache({str(tmp_path / 'c.sqlite')!r})"
+    with EmbeddingCache(tmp_path / "e.sqlite") as cache:
+        assert "e.sqlite" in repr(cache) and len(repr(cache)) < 200

@@ -62,6 +62,9 @@ def default_cache_path() -> Path:
 class JudgementCache:
     """Verdicts keyed by (judge id, prompt version, perspective hash, passage hash)."""
 
+    def __repr__(self) -> str:
+        return f"JudgementCache({str(self.path)!r})"
+
     def __init__(self, path: str | Path | None = None, *, timeout: float = 120.0):
         self.path = Path(path) if path is not None else default_cache_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)

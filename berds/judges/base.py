@@ -35,6 +35,11 @@ class LazyJudge:
     Backends build their ``id`` without loading weights, so a fully cached evaluation never loads a model.
     """
 
+    def __repr__(self) -> str:
+        state = "loaded" if getattr(self, "_judge", None) is not None else "not loaded yet"
+        recipe = getattr(self, "recipe", None)
+        return f"LazyJudge({getattr(recipe, 'name', None) or 'judge'}, {state})"
+
     def __init__(self, factory: JudgeFactory, *, recipe: Any = None):
         self._factory = factory
         self._judge: Any = None

@@ -99,6 +99,9 @@ class DebateJudge:
 
     OPTION_NAMES = frozenset({"rounds", "critic", "tie_breaker", "critic_max_new_tokens"})
 
+    def __repr__(self) -> str:
+        return f"DebateJudge(id={self.id!r})"
+
     def __init__(self, inner: Any, *, rounds: int = 2, critic: Any = None, tie_breaker: Any = None,
                  critic_max_new_tokens: int = 96):
         from berds.judges.llm_judge import unwrap_llm_judge

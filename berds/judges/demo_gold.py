@@ -20,6 +20,9 @@ class DemoGoldJudge:
 
     prompt_version = "demo-labels-v1"
 
+    def __repr__(self) -> str:
+        return f"DemoGoldJudge(id={self.id!r})"
+
     def __init__(self, *, demo_dir: str | Path = DEMO_DIR, title_position: str = "after"):
         from berds.corpora.docstore import load_passages_jsonl
 

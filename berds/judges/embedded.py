@@ -496,6 +496,9 @@ class EmbeddedJudge:
     changes whenever the weights do.
     """
 
+    def __repr__(self) -> str:
+        return f"EmbeddedJudge(id={self.id!r}, smoke test — not the study's evaluator)"
+
     def __init__(self, *, model: str | Path | None = None, weights: str | Path | None = None,
                  threshold: float | None = None, batch_size: int = 64, device: str = "cpu"):
         self.weights_path = Path(weights) if weights is not None else default_weights_path()

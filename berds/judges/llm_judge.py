@@ -74,6 +74,9 @@ class LLMJudge:
     (a calibrated judge, see ``berds judge calibrate``); otherwise the parsed answer decides.
     """
 
+    def __repr__(self) -> str:
+        return f"LLMJudge(id={self.id!r})"
+
     def __init__(
         self,
         llm: Any,

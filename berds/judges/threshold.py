@@ -82,6 +82,9 @@ class ThresholdJudge:
     The id records the threshold, so cached answers of differently calibrated judges never mix.
     """
 
+    def __repr__(self) -> str:
+        return f"ThresholdJudge(threshold={self.threshold:.4g}, inner={self.inner!r})"
+
     def __init__(self, inner: Any, threshold: float, *, source: str = ""):
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
             raise BerdsError(f"threshold must be a number in [0, 1], got {threshold!r}")

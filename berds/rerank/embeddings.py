@@ -142,6 +142,9 @@ class EmbeddingCache:
     Each ``put_many`` is one transaction, so an interrupted embedding job keeps every finished batch.
     """
 
+    def __repr__(self) -> str:
+        return f"EmbeddingCache({str(self.path)!r})"
+
     def __init__(self, path: str | Path | None = None, *, timeout: float = 120.0):
         self.path = Path(path) if path is not None else default_embedding_cache_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -33,6 +33,9 @@ class BM25Retriever:
     ``b``, ``threads`` (Lucene search threads), ``groups`` (``auto``/``on``/``off``, see module docstring).
     """
 
+    def __repr__(self) -> str:
+        return f"BM25Retriever(name={self.name!r}, index={str(self.index)!r}, k1={self.k1}, b={self.b})"
+
     def __init__(
         self,
         *,

@@ -35,6 +35,9 @@ class DenseRetriever:
     per encoder batch); ``ef_search`` (HNSW) and ``nprobe`` (IVF-PQ) search-time knobs; ``groups``.
     """
 
+    def __repr__(self) -> str:
+        return f"DenseRetriever(name={self.name!r}, index={str(self.index.path)!r}, encoder={self.spec.name!r})"
+
     def __init__(
         self,
         *,

@@ -429,6 +429,9 @@ class ExpandedRetriever:
     reused and inspected; records already in that file (a resumed run) are kept.
     """
 
+    def __repr__(self) -> str:
+        return f"ExpandedRetriever(name={self.name!r}, base={self.base!r})"
+
     def __init__(self, base: Any, expander: Expander, *, k_per_query: int | None = None, include_question: bool = False,
                  record_to: str | Path | None = None):
         if not callable(getattr(base, "search", None)):

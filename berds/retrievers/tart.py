@@ -115,6 +115,9 @@ class TartScorer:
 class TartRetriever:
     """Contriever top-``candidates`` from a dense index, reranked by TART (see the module docstring)."""
 
+    def __repr__(self) -> str:
+        return f"TartRetriever(name={self.name!r})"
+
     def __init__(
         self,
         *,
