@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any, Callable, Generic, Iterator, TypeVar
+from typing import Any, Callable, Generic, Iterator, Sequence, TypeVar
 
 from berds.errors import BerdsError, UnknownNameError
 
@@ -128,3 +128,20 @@ class Catalogue(Generic[T]):
     def __contains__(self, name: str) -> bool:
         self._load_entry_points()
         return name in self._specs
+
+
+def parse_options(items: Sequence[str]) -> dict[str, Any]:
+    """``["batch_size=8", "adapter=/x"]`` -> ``{"batch_size": 8, "adapter": "/x"}`` (JSON values allowed):
+    the ``-o key=value`` options every command passes to a catalogue entry."""
+    import json
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise BerdsError(f"option {item!r} must look like key=value")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out

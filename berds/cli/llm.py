@@ -39,8 +39,8 @@ def serve_command(
     log_requests: bool = typer.Option(False, help="print one line per request on stderr"),
 ) -> None:
     """Serve a model over an OpenAI-compatible API (/v1/chat/completions, /v1/models)."""
-    from berds.evaluate.judge import parse_options
     from berds.llm.server import serve
+    from berds.registry import parse_options
 
     serve(backend, model, host=host, port=port, served_model_name=served_model_name, options=parse_options(option),
           api_key_env=api_key_env, max_batch_size=max_batch_size, batch_wait=batch_wait_ms / 1000,

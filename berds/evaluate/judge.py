@@ -21,7 +21,7 @@ from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from berds.errors import BerdsError, UnknownNameError
 from berds.evaluate.prompts import PromptTemplate, get_prompt
-from berds.registry import Catalogue, Spec
+from berds.registry import Catalogue, Spec, parse_options  # noqa: F401 - parse_options: its old home
 from berds.types import JudgePair, Verdict
 
 
@@ -113,9 +113,12 @@ class LLMJudge:
         self.max_new_tokens = max_new_tokens
         self.top_logprobs = top_logprobs
         self.threshold = threshold
-        self.name = name or llm.id
+        from berds.llm.secrets import redact_text
+
+        # The id keys the cache and is written to every output: never let a backend's credential into it.
+        self.name = redact_text(name or llm.id)
         suffix = f"|parse={parse}" + (f"|threshold={threshold:g}" if threshold is not None else "")
-        self.id = f"{llm.id}{suffix}"
+        self.id = redact_text(f"{llm.id}{suffix}")
         self.prompt_version = self.prompt.version
 
     def prompts_for(self, pairs: Sequence[JudgePair]) -> list[list[dict[str, str]]]:
@@ -227,19 +230,3 @@ def load_judge(name: str, **options: Any) -> Judge:
         return calibrated_judge(rest, **options)
     check_judge_name(name)
     return JUDGES.create(name, **options)
-
-
-def parse_options(items: Sequence[str]) -> dict[str, Any]:
-    """``["batch_size=8", "adapter=/x"]`` -> ``{"batch_size": 8, "adapter": "/x"}`` (JSON values allowed)."""
-    import json
-
-    out: dict[str, Any] = {}
-    for item in items:
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            raise BerdsError(f"option {item!r} must look like key=value")
-        try:
-            out[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key.strip()] = value
-    return out
