@@ -25,6 +25,7 @@ _SECRET_SEGMENTS = frozenset({"key", "apikey", "token", "secret", "password", "p
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
 _ASSIGNMENT = re.compile(r"(?P<name>[A-Za-z][A-Za-z0-9_.-]*)(?P<sep>\s*[=:]\s*)(?P<value>[^\s&;,'\"|)}\]]+)")
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
+_KEPT_VALUES = frozenset({REDACTED.lower(), "bearer", "basic"})  # "Authorization: Bearer REDACTED" stays readable
 _KEY_SHAPES = re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_-]{16,}|\bhf_[A-Za-z0-9]{20,}|\bgh[pousr]_[A-Za-z0-9]{20,}")
 
 
@@ -67,10 +68,10 @@ def redact_text(text: str) -> str:
 
 
 def _redact_loose(text: str) -> str:
+    text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
     text = _ASSIGNMENT.sub(
         lambda m: f"{m.group('name')}{m.group('sep')}{REDACTED}" if is_secret_name(m.group("name"))
-        and m.group("value") != REDACTED else m.group(0), text)
-    text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+        and m.group("value").lower() not in _KEPT_VALUES else m.group(0), text)
     return _KEY_SHAPES.sub(REDACTED, text)
 
 
