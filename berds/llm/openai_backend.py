@@ -236,7 +236,6 @@ class OpenAILLM:
 
             session = requests.Session()
             session.headers["Content-Type"] = "application/json"
-            session.trust_env = False  # no ~/.netrc credentials sent to whatever host base_url names
             if self._api_key:
                 session.headers["Authorization"] = f"Bearer {self._api_key}"
             elif self._basic_auth:

@@ -27,7 +27,7 @@ class RecordingServer:
     """An OpenAI-compatible endpoint that answers every chat completion with "Yes" (with logprobs) and
     records each request's Authorization header; ``require`` makes it answer 401 to any other header."""
 
-    def __init__(self, require: str | None = None):
+    def __init__(self, require: str | None = None, redirect_to: str | None = None):
         self.authorizations: list[str | None] = []
         outer = self
 
@@ -41,6 +41,12 @@ class RecordingServer:
                 self.rfile.read(int(self.headers["Content-Length"]))
                 auth = self.headers.get("Authorization")
                 outer.authorizations.append(auth)
+                if redirect_to is not None:
+                    self.send_response(307)
+                    self.send_header("Location", redirect_to)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if require is not None and auth != require:
                     status, payload = 401, {"error": {"message": "wrong credentials"}}
                 else:
@@ -104,6 +110,19 @@ def test_a_judge_built_by_name_sends_no_openai_key_to_a_local_server(monkeypatch
         verdicts = judge.judge([JudgePair("a perspective", "a passage", "a question?")] * 3)
     assert [v.label for v in verdicts] == [True] * 3
     assert server.authorizations and set(server.authorizations) == {None}
+
+
+@pytest.mark.network
+def test_a_key_does_not_follow_a_redirect_to_another_host(monkeypatch):
+    from berds.llm.openai_backend import OpenAILLM
+
+    monkeypatch.setenv("LOCAL_SERVER_KEY", "local-key-42")
+    with RecordingServer() as elsewhere:
+        other_host = elsewhere.url.replace("127.0.0.1", "localhost")
+        with RecordingServer(redirect_to=f"{other_host}/chat/completions") as server:
+            with pytest.raises(BerdsError, match="answered HTTP 307"):
+                OpenAILLM("m", base_url=server.url, api_key_env="LOCAL_SERVER_KEY").generate([user_prompt("q")])
+    assert server.authorizations == ["Bearer local-key-42"] and elsewhere.authorizations == []
 
 
 def test_credentials_are_checked_before_anything_is_sent(monkeypatch):
