@@ -46,6 +46,7 @@ def serve_command(
     request_timeout: float = typer.Option(600.0, help="seconds a request may take (503 after)"),
     header_timeout: float = typer.Option(10.0, help="seconds a client may take to send its request head"),
     keep_alive_timeout: float = typer.Option(5.0, help="seconds an idle keep-alive socket stays open"),
+    max_connections: int = typer.Option(1024, help="open sockets at once; more get 503 with Retry-After"),
     backlog: int = typer.Option(2048, help="listen backlog"),
     log_requests: bool = typer.Option(False, help="print one line per request on stderr"),
 ) -> None:
@@ -56,7 +57,8 @@ def serve_command(
     limits = ServerLimits(max_body_bytes=max_body_bytes, max_prompt_chars=max_prompt_chars,
                           max_prompt_tokens=max_prompt_tokens, max_tokens=max_tokens_limit,
                           max_top_logprobs=max_top_logprobs, max_queue=max_queue, request_timeout=request_timeout,
-                          header_timeout=header_timeout, keep_alive_timeout=keep_alive_timeout, backlog=backlog)
+                          header_timeout=header_timeout, keep_alive_timeout=keep_alive_timeout,
+                          max_connections=max_connections, backlog=backlog)
     serve(backend, model, host=host, port=port, served_model_name=served_model_name, options=parse_options(option),
           api_key_env=api_key_env, max_batch_size=max_batch_size, batch_wait=batch_wait_ms / 1000, workers=workers,
           limits=limits, log_requests=log_requests)

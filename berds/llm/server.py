@@ -62,6 +62,7 @@ class ServerLimits:
       the queue (if it has not started) and answered 503 (``code: timeout``).
     * ``header_timeout``: seconds a client may take to send a complete request head (slow-header clients
       are disconnected); ``keep_alive_timeout``: seconds an idle keep-alive socket stays open.
+    * ``max_connections``: open sockets at once; one more is answered 503 (JSON, ``Retry-After``) and closed.
     * ``backlog``: the listen backlog (the kernel caps it at ``net.core.somaxconn``).
     """
 
@@ -75,6 +76,7 @@ class ServerLimits:
     header_timeout: float = 10.0
     keep_alive_timeout: float = 5.0
     retry_after: int = 1
+    max_connections: int = 1024
     backlog: int = 2048
 
     def __post_init__(self) -> None:
@@ -287,7 +289,7 @@ class ChatServer:
         import uvicorn
 
         config = uvicorn.Config(
-            self.app, http=_protocol_class(self.limits.header_timeout), lifespan="on",
+            self.app, http=_protocol_class(self.limits), lifespan="on",
             timeout_keep_alive=max(1, int(math.ceil(self.limits.keep_alive_timeout))),
             timeout_graceful_shutdown=10, backlog=self.limits.backlog, access_log=self.log_requests,
             log_level="info" if self.log_requests else "warning", server_header=False,
@@ -440,10 +442,6 @@ def _busy(limits: ServerLimits, why: str) -> RequestError:
     return RequestError(f"{why} ({limits.max_queue} requests in flight, berds llm serve --max-queue); "
                         f"retry after {limits.retry_after} s", status=503, code="server_busy",
                         headers={"Retry-After": str(limits.retry_after)})
-
-
-class _BodyTooLarge(Exception):
-    pass
 
 
 async def _read_body(request: Any, limit: int, deadline: float) -> bytes:
@@ -606,22 +604,39 @@ class _GuardMiddleware:
         await send({"type": "http.response.body", "body": data})
 
 
-def _protocol_class(header_timeout: float) -> type:
-    """uvicorn's h11 protocol, plus a deadline for the request head: uvicorn times out idle keep-alive
-    sockets but not a client that opens a socket and sends its headers a byte at a time."""
+def _protocol_class(limits: ServerLimits) -> type:
+    """uvicorn's h11 protocol, plus a deadline for the request head (uvicorn times out idle keep-alive
+    sockets but not a client that opens a socket and sends its headers a byte at a time) and a cap on
+    open sockets answered with a JSON 503 (uvicorn's own ``limit_concurrency`` answers in plain text)."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    header_timeout = limits.header_timeout
+    busy = json.dumps(error_body(f"too many open connections ({limits.max_connections}, berds llm serve "
+                                 f"--max-connections); retry after {limits.retry_after} s", 503,
+                                 code="server_busy")).encode()
+    busy_response = (f"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+                     f"retry-after: {limits.retry_after}\r\nconnection: close\r\ncontent-length: {len(busy)}\r\n"
+                     "\r\n").encode() + busy
 
     class HeadTimeoutProtocol(H11Protocol):
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._head_timer: Any = None
+            self._refused = len(self.connections) > limits.max_connections
+            if self._refused:
+                # Answer, send FIN, and keep reading (and dropping) what the client sends until it closes:
+                # closing with its request unread would reset the socket and lose the answer.
+                transport.write(busy_response)
+                transport.write_eof()
+                self._head_timer = self.loop.call_later(header_timeout, transport.close)
+                return
             self._arm_head_timer()
 
         def _between_requests(self) -> bool:
             return self.cycle is None or self.cycle.response_complete
 
         def _arm_head_timer(self) -> None:
-            if self._head_timer is None:
+            if self._head_timer is None and not self.transport.is_closing():
                 self._head_timer = self.loop.call_later(header_timeout, self._head_timed_out)
 
         def _head_timed_out(self) -> None:
@@ -630,6 +645,8 @@ def _protocol_class(header_timeout: float) -> type:
                 self.transport.close()
 
         def data_received(self, data: bytes) -> None:
+            if self._refused:
+                return
             super().data_received(data)
             if self._between_requests():
                 self._arm_head_timer()  # bytes of a request head are arriving: they must complete in time
@@ -734,6 +751,8 @@ def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds a client may take to send its request head")
     parser.add_argument("--keep-alive-timeout", type=float, default=defaults.keep_alive_timeout,
                         help="seconds an idle keep-alive socket stays open")
+    parser.add_argument("--max-connections", type=int, default=defaults.max_connections,
+                        help="open sockets at once; more get 503 with Retry-After")
     parser.add_argument("--backlog", type=int, default=defaults.backlog, help="listen backlog")
 
 
@@ -742,7 +761,8 @@ def limits_from_args(args: argparse.Namespace) -> ServerLimits:
                         max_prompt_tokens=args.max_prompt_tokens, max_tokens=args.max_tokens_limit,
                         max_top_logprobs=args.max_top_logprobs, max_queue=args.max_queue,
                         request_timeout=args.request_timeout, header_timeout=args.header_timeout,
-                        keep_alive_timeout=args.keep_alive_timeout, backlog=args.backlog)
+                        keep_alive_timeout=args.keep_alive_timeout, max_connections=args.max_connections,
+                        backlog=args.backlog)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -162,19 +162,25 @@ def test_a_full_queue_answers_503_with_retry_after_and_a_retrying_client_loses_n
         assert all(g.first_token_logprobs == {"Yes": -0.1, "No": -2.4} for g in generations)
 
 
-def test_a_client_sending_its_request_head_slowly_is_disconnected(tmp_path):
+def test_sockets_are_bounded_in_number_and_in_time(tmp_path):
     with served("llm_fixtures:SleepyLLM", "m", options=["delay=0"], log_dir=tmp_path,
-                extra_args=["--header-timeout", "1", "--keep-alive-timeout", "1"]) as url:
+                extra_args=["--header-timeout", "1", "--keep-alive-timeout", "1", "--max-connections", "3"]) as url:
         port = port_of(url)
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
+        time.sleep(0.2)
+        status, headers, body = split_response(raw_exchange(port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"))
+        assert status == 503 and headers["retry-after"] == "1"
+        assert "--max-connections" in assert_openai_error(json.loads(body), "server_busy")["message"]
+        for sock in idle:
+            sock.close()
+        time.sleep(0.2)
+        # A client that sends its request head a byte at a time is cut off after --header-timeout.
         with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
             started = time.monotonic()
             sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
-            for _ in range(3):  # a byte every 0.4 s: every byte is "activity", the head never completes
+            for _ in range(2):  # a byte every 0.4 s: every byte is "activity", the head never completes
                 time.sleep(0.4)
-                try:
-                    sock.sendall(b"X")
-                except OSError:
-                    break
+                sock.sendall(b"X")
             assert sock.recv(1024) == b""  # closed by the server, not by our 10 s timeout
             assert time.monotonic() - started < 4
         with socket.create_connection(("127.0.0.1", port), timeout=10) as idle:  # says nothing at all
