@@ -118,7 +118,7 @@ class _Job:
 
 def token_counter(llm: Any) -> Callable[[list[dict[str, str]]], int] | None:
     """A function counting a prompt's tokens after the chat template, for backends that expose
-    ``render(prompt)`` and a ``tokenizer`` (transformers, vLLM); None for the others."""
+    ``render(prompt)`` and a ``tokenizer`` (transformers); None for the others."""
     render, tokenizer = getattr(llm, "render", None), getattr(llm, "tokenizer", None)
     if not callable(render) or tokenizer is None or not callable(tokenizer):
         return None
