@@ -31,7 +31,6 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 OPENAI_KEY_ENV = "OPENAI_API_KEY"
 OPENAI_HOSTS = frozenset({"api.openai.com"})  # the only hosts $OPENAI_API_KEY is sent to unless asked
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
-LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
 
 
 class OpenAILLM:
@@ -77,9 +76,9 @@ class OpenAILLM:
     ):
         try:
             parts = urlsplit(base_url)
-            port = parts.port
+            parts.port  # noqa: B018 - raises ValueError on a bad port
         except ValueError:
-            parts, port = None, None
+            parts = None
         if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
             raise BerdsError(f"base_url {redact_url(str(base_url))!r} is not an http(s) URL — use e.g. "
                              "http://127.0.0.1:8000/v1")

@@ -193,8 +193,14 @@ class _Batcher:
                     for job in jobs:
                         job.result.set_exception(exc)
                 else:
-                    for job, generation in zip(jobs, generations):
-                        job.result.set_result(generation)
+                    if len(generations) != len(jobs):  # a broken backend must not leave requests waiting
+                        error = RuntimeError(f"backend {getattr(self.llm, 'id', '?')!r} returned {len(generations)} "
+                                           f"generations for {len(jobs)} prompts")
+                        for job in jobs:
+                            job.result.set_exception(error)
+                    else:
+                        for job, generation in zip(jobs, generations):
+                            job.result.set_result(generation)
                 self.batches_run += 1
 
     def _fits(self, job: _Job) -> bool:
@@ -460,15 +466,15 @@ async def _read_body(request: Any, limit: int, deadline: float) -> bytes:
                                status=408, code="timeout", headers={"Connection": "close"}) from None
         size += len(chunk)
         if size > limit:
-            raise RequestError(*_too_large(limit), status=413, code="request_too_large",
+            raise RequestError(_too_large(limit), status=413, code="request_too_large",
                                headers={"Connection": "close"})
         chunks.append(chunk)
     return b"".join(chunks)
 
 
-def _too_large(limit: int) -> tuple[str]:
+def _too_large(limit: int) -> str:
     return (f"the request body is larger than this server's limit of {limit} bytes "
-            "(berds llm serve --max-body-bytes)",)
+            "(berds llm serve --max-body-bytes)")
 
 
 def _parse_message(message: Any, index: int) -> dict[str, str]:
@@ -578,7 +584,7 @@ class _GuardMiddleware:
                                                          headers={"Connection": "close"}))
                     return
         if declared is not None and declared > limits.max_body_bytes:
-            await self._reply(send, RequestError(*_too_large(limits.max_body_bytes), status=413,
+            await self._reply(send, RequestError(_too_large(limits.max_body_bytes), status=413,
                                                  code="request_too_large", headers={"Connection": "close"}))
             return
         if not (scope.get("method") == "POST" and path == CHAT_PATH):

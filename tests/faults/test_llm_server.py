@@ -17,14 +17,12 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-
 from pathlib import Path
 
 import pytest
 import requests
 
 import berds
-
 from berds.llm.base import user_prompt
 from judge_trust_fixtures import served
 from llm_fixtures import tiny_mistral  # noqa: F401 - fixture
