@@ -220,8 +220,7 @@ def child_judge(mode: str, args: argparse.Namespace) -> dict[str, Any]:
         out["workers"], out["driver_rss"], out["workers_rss"], out["daemons_rss"] = 1, peak_rss(), 0, 0
         out["labels"] = sum(v.label for v in first.values())
         out["identical"] = first == again
-        if mode == "local":
-            (work / "judge-local.json").write_text(json.dumps(sorted((k[1][:40], v.p_yes) for k, v in first.items())))
+        (work / f"judge-{mode}.json").write_text(json.dumps(_verdict_rows(first)))
         return out
     engine, worker_peaks = start_watched_ray(args, out)
     runner = judge_runner_for(engine)
@@ -234,11 +233,27 @@ def child_judge(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     out["warm_s"] = time.perf_counter() - started
     record_ray_memory(out, engine, worker_peaks, args)
     out["labels"] = sum(v.label for v in first.values())
-    local_file = work / "judge-local.json"
-    if local_file.is_file():
-        out["identical"] = json.loads(local_file.read_text()) == [list(x) for x in sorted((k[1][:40], v.p_yes) for k, v in first.items())]
+    ray_rows = _verdict_rows(first)
+    # Each Ray worker runs torch on its one CPU, so bit-identity is checked against the 1-thread local run;
+    # the multi-threaded local run sums in another order (P(Yes) differs in the last bits, labels do not).
+    for base in ("local-1t", "local"):
+        path = work / f"judge-{base}.json"
+        if not path.is_file():
+            continue
+        rows = json.loads(path.read_text())
+        same_keys = [r[:3] for r in rows] == [r[:3] for r in ray_rows]
+        out[f"identical_to_{base}"] = rows == ray_rows
+        out[f"labels_identical_to_{base}"] = same_keys
+        out[f"max_p_yes_diff_{base}"] = max((abs(a[3] - b[3]) for a, b in zip(rows, ray_rows)
+                                             if a[3] is not None and b[3] is not None), default=0.0)
+    out["identical"] = out.get("identical_to_local-1t")
     engine.close()
     return out
+
+
+def _verdict_rows(verdicts: dict) -> list[list[Any]]:
+    """Every verdict as [perspective, passage, label, P(Yes)], sorted by the full pair (no truncated keys)."""
+    return sorted([k[0], k[1], int(bool(v.label)), v.p_yes] for k, v in verdicts.items())
 
 
 def child_overhead(mode: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -304,6 +319,11 @@ def report(title: str, unit: str, runs: dict[str, dict[str, Any]], console: Any)
                       highlight=False)
     console.print(f"  Ray start {ray['init_s']:.1f} s; Ray outputs identical to local: {ray.get('identical')}",
                   highlight=False)
+    if "labels_identical_to_local" in ray:  # judging: what the multi-threaded local run differs in
+        console.print(f"  (judging compared with local-1t, the thread count of each Ray worker; with the "
+                      f"{runs['local'].get('threads')}-thread local run the labels are identical: "
+                      f"{ray['labels_identical_to_local']}, max |ΔP(Yes)| {ray['max_p_yes_diff_local']:.1e})",
+                      highlight=False)
     return ratios
 
 
