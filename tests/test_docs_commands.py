@@ -42,7 +42,7 @@ NOT_RUN = {
     "berds analyze sycophancy -r bm25 --index indexes/wiki-bm25 --questions kialo --judge mistral-berds "
     "--stances stances/kialo.jsonl --out results/syc-bm25": GPU,
     "berds report runs/kialo-wiki-* --judge mistral-berds --analysis results/syc-bm25/sycophancy.json --out report/": GPU,
-    "berds eval runs/kialo-wiki-bm25 runs/kialo-wiki-tart --judge mistral-berds --k 5 --k 10": GPU,
+    "berds eval runs/kialo-wiki-bm25 runs/kialo-wiki-tart --judge mistral-berds --k 5,10": GPU,
     "berds eval run.jsonl --judge openai:gpt-4o -o base_url=http://127.0.0.1:8000/v1 --k 5": NET,
     "berds corpus build web --warc crawl-*.warc.gz --out corpora/my-crawl": "needs WARC archives (tests/test_corpora_web.py builds one)",
     "SERPER_API_KEY=... berds corpus build search --questions kialo --split test --top 100 --out corpora/kialo-search": NET,
