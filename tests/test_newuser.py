@@ -525,3 +525,28 @@ def test_reprs_are_short_and_say_what_matters(tmp_path):
         assert repr(cache) == f"JudgementCache({str(tmp_path / 'c.sqlite')!r})"
     with EmbeddingCache(tmp_path / "e.sqlite") as cache:
         assert "e.sqlite" in repr(cache) and len(repr(cache)) < 200
+
+
+def test_the_judging_bar_moves_per_judge_batch_not_per_commit(tmp_path, monkeypatch):
+    from rich.progress import Progress
+
+    from berds.evaluate.cache import JudgementCache
+    from berds.evaluate.judging import judge_missing
+    from berds.types import JudgePair
+
+    sizes, updates = [], []
+
+    class Small(OverlapJudge):
+        def judge(self, pairs):
+            sizes.append(len(pairs))
+            return super().judge(pairs)
+
+    original = Progress.update
+    monkeypatch.setattr(Progress, "update", lambda self, task, **kw: updates.append(kw.get("completed"))
+                        or original(self, task, **kw))
+    pairs = [JudgePair(perspective=f"bike lanes {i}", passage=f"passage about bike lanes {i}") for i in range(20)]
+    with JudgementCache(tmp_path / "c.sqlite") as cache:
+        out = judge_missing(Small(batch_size=4), pairs, cache, batch_size=16, progress=True)
+        assert len(out) == 20 and cache.count() == 20
+    assert sizes == [4, 4, 4, 4, 4]  # the judge's own slices of each committed batch of 16
+    assert [u for u in updates if u is not None][:5] == [4, 8, 12, 16, 16]
