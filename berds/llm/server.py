@@ -5,7 +5,8 @@
     berds llm serve --backend transformers --model /models/mistral --port 8000
 
 Endpoints: ``POST /v1/chat/completions`` (with ``logprobs``/``top_logprobs``), ``GET /v1/models`` and
-``GET /health``. Concurrent requests are gathered into batches (up to ``max_batch_size``, waiting at most
+``GET /health``; ``POST /v1/completions`` answers scoring requests only (``echo=true`` with ``logprobs``, the
+prompt's per-token log-probabilities; nothing is generated) for backends that can score (transformers). Concurrent requests are gathered into batches (up to ``max_batch_size``, waiting at most
 ``batch_wait`` seconds for company) and run through the backend's batched ``generate()`` on one worker
 thread, so a client with many requests in flight (``OpenAILLM(concurrency=8)``) gets batched inference.
 
@@ -139,6 +140,7 @@ class ChatServer:
         self.log_requests = log_requests
         self.created = int(time.time())
         self.batcher = _Batcher(llm, max_batch_size, batch_wait)
+        self.score_lock = threading.Lock()  # scoring requests run one at a time, beside the batcher
         try:
             self.httpd = ThreadingHTTPServer((host, port), _make_handler(self))
         except OSError as exc:
@@ -249,6 +251,36 @@ class ChatServer:
         }
 
 
+    def completion_payload(self, body: Any) -> dict[str, Any]:
+        """Answer a legacy completions request that asks to score its prompt (``echo=true`` + ``logprobs``)."""
+        if not isinstance(body, dict):
+            raise RequestError("the request body must be a JSON object")
+        if body.get("model") not in self.model_names():
+            raise RequestError(f"The model `{body.get('model')}` does not exist; this server serves "
+                               f"{', '.join(self.model_names())}", status=404, param="model", code="model_not_found")
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1:
+            prompt = prompt[0]
+        if not isinstance(prompt, str) or not prompt:
+            raise RequestError("'prompt' must be one non-empty string", param="prompt")
+        if not body.get("echo") or body.get("logprobs") is None:
+            raise RequestError("this server's /v1/completions only scores prompts: send echo=true and logprobs=0 "
+                               "(use /v1/chat/completions to generate)", param="echo")
+        scorer = getattr(self.llm, "echo_logprobs", None)
+        if not callable(scorer):
+            raise RequestError(f"the backend {self.llm.id!r} cannot score prompts (no echo_logprobs)", status=501)
+        with self.score_lock:
+            tokens, offsets, values = scorer(prompt)
+        return {
+            "id": f"cmpl-{uuid.uuid4().hex[:24]}", "object": "text_completion", "created": int(time.time()),
+            "model": self.served_model_name, "system_fingerprint": self.llm.id,
+            "choices": [{"index": 0, "text": prompt, "finish_reason": "length",
+                         "logprobs": {"tokens": tokens, "token_logprobs": values, "text_offset": offsets,
+                                      "top_logprobs": None}}],
+            "usage": None,
+        }
+
+
 def _parse_message(message: Any, index: int) -> dict[str, str]:
     if not isinstance(message, dict):
         raise RequestError(f"messages[{index}] must be an object with 'role' and 'content'", param="messages")
@@ -319,10 +351,14 @@ def _make_handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:  # noqa: N802 - stdlib naming
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
-            if self.path.split("?")[0].rstrip("/") != "/v1/chat/completions":
+            route = self.path.split("?")[0].rstrip("/")
+            if route not in ("/v1/chat/completions", "/v1/completions"):
                 self._error(RequestError(f"no route POST {self.path}; use /v1/chat/completions", status=404))
                 return
             if not self._authorised():
+                return
+            if route == "/v1/completions":
+                self._score(raw)
                 return
             try:
                 body = json.loads(raw.decode("utf-8"))
@@ -343,6 +379,23 @@ def _make_handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                 return
             requested = (body.get("top_logprobs") or 0) if body.get("logprobs") else 0
             self._send(200, server.chat_payload(job, generation, requested))
+
+        def _score(self, raw: bytes) -> None:
+            try:
+                payload = server.completion_payload(json.loads(raw.decode("utf-8")))
+            except (ValueError, UnicodeDecodeError) as exc:
+                self._error(RequestError(f"the request body is not valid JSON: {exc}"))
+                return
+            except RequestError as exc:
+                self._error(exc)
+                return
+            except BerdsError as exc:
+                self._error(RequestError(str(exc), status=400))
+                return
+            except Exception as exc:  # the model failed: report it, keep serving
+                self._error(RequestError(f"scoring failed: {type(exc).__name__}: {exc}", status=500))
+                return
+            self._send(200, payload)
 
     return Handler
 
