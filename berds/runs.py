@@ -124,15 +124,18 @@ def _parse_ctx(ctx: Any, *, path: Path, line: int, qid: str, pos: int) -> tuple[
     return Hit(Passage(pid, text, title), score), synthesized
 
 
-def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False) -> Run:
-    """A BERDS-format jsonl -> ``Run`` (hits in file order, which is the ranking)."""
+def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False, require_perspectives: bool = True) -> Run:
+    """A BERDS-format jsonl -> ``Run`` (hits in file order, which is the ranking).
+
+    ``require_perspectives=False`` reads runs over questions without gold perspectives (DELPHI retrievals)."""
     path = Path(path)
     questions: list[Question] = []
     hits: list[list[Hit]] = []
     seen: dict[str, int] = {}
     synthesized = 0
     for line, rec in iter_jsonl(path):
-        q = parse_question(rec, path=path, line=line, dataset=str(rec.get("dataset", "")))
+        q = parse_question(rec, path=path, line=line, dataset=str(rec.get("dataset", "")),
+                           require_perspectives=require_perspectives)
         if q.id in seen:
             raise InputError(f"duplicate question id (first on line {seen[q.id]})", path=path, line=line, record=q.id)
         seen[q.id] = line
@@ -157,7 +160,7 @@ def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False) -> Run:
     return Run.from_lists(questions, hits, manifest=manifest, name=path.name.split(".")[0])
 
 
-def load_run(path: str | Path) -> Run:
+def load_run(path: str | Path, *, require_perspectives: bool = True) -> Run:
     """A run folder (``manifest.json`` + ``run.ctxs.jsonl``) or a single BERDS-format jsonl."""
     path = Path(path)
     if path.is_dir():
@@ -167,13 +170,13 @@ def load_run(path: str | Path) -> Run:
                 f"no {CTXS} in this folder", path=path,
                 fix="pass a run folder written by `berds retrieve` or a BERDS-format .jsonl file",
             )
-        run = read_ctxs_jsonl(ctxs)
+        run = read_ctxs_jsonl(ctxs, require_perspectives=require_perspectives)
         manifest = read_json(path / MANIFEST) if (path / MANIFEST).exists() else {}
         manifest.setdefault("source", {"format": "run-folder", "path": str(path)})
         return Run(run.questions, run.hits, manifest, manifest.get("name") or path.name)
     if not path.exists():
         raise InputError("no such run folder or file", path=path)
-    return read_ctxs_jsonl(path)
+    return read_ctxs_jsonl(path, require_perspectives=require_perspectives)
 
 
 def read_trec(path: str | Path) -> dict[str, list[tuple[str, float]]]:

@@ -191,7 +191,7 @@ class OpenAILLM:
 
         One ``/v1/completions`` request per pair with ``prompt = prompt + continuation``, ``echo=true``,
         ``logprobs=0`` and ``max_tokens=1`` (some servers refuse 0); the continuation's tokens are those whose
-        text offset falls at or after the prompt's end and before the text's end.
+        text span holds any continuation character (a token straddling the boundary counts as continuation).
         """
         if isinstance(prompts, (str, bytes)) or isinstance(continuations, (str, bytes)):
             raise BerdsError("score() takes a list of prompts and a list of continuations")
@@ -238,8 +238,10 @@ class OpenAILLM:
         except (KeyError, IndexError, TypeError):
             raise BerdsError(f"POST {url}: the reply carries no choices[0].logprobs tokens/token_logprobs/"
                              f"text_offset, so the server did not echo log-probabilities: {str(payload)[:300]}") from None
-        # Offsets may run past the echoed text (the generated token); keep [len(prompt), len(text)).
-        picked = [(t, v) for t, v, o in zip(tokens, values, offsets) if len(prompt) <= o < len(text)]
+        # A token belongs to the continuation when it holds any of its characters: it starts before the text
+        # ends (the generated token starts after) and ends (where the next token starts) after the prompt.
+        ends = [*offsets[1:], len(text) + 1]
+        picked = [(t, v) for t, v, o, e in zip(tokens, values, offsets, ends) if o < len(text) and e > len(prompt)]
         if not picked or any(v is None for _, v in picked):
             raise BerdsError(f"POST {url}: no log-probabilities for the continuation tokens in the echoed reply "
                              f"(a prompt that ends inside a token, or a server that ignores echo): {str(payload)[:300]}")
