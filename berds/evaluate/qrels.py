@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from berds.errors import BerdsError, InputError
 
@@ -54,22 +54,31 @@ def read_judgements(path: str | Path) -> tuple[list[QrelRow], list[RunRow]]:
         path = found[0]
     if not path.is_file():
         raise InputError("no such judgements file or evaluation folder", path=path)
-    labels: dict[tuple[str, str, str], int] = {}
-    ranks: dict[tuple[str, int], str] = {}
-    with open(path, encoding="utf-8") as f:
-        for line_number, line in enumerate(f, start=1):
+    text = path.read_text(encoding="utf-8")
+    lines = [line for line in text.splitlines() if line.strip()]
+    try:  # one C-level parse of the whole file; on any error, parse line by line to name the bad line
+        records = json.loads("[" + ",".join(lines) + "]")
+        fields = [(str(r["qid"]), str(r["docid"]), int(r["rank"]), str(int(r["perspective"]) + 1), int(r["label"]))
+                  for r in records]
+    except (ValueError, KeyError, TypeError):
+        fields = []
+        for line_number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
-                qid, docid, rank = str(rec["qid"]), str(rec["docid"]), int(rec["rank"])
-                subtopic, label = str(int(rec["perspective"]) + 1), int(rec["label"])
+                r = json.loads(line)
+                fields.append((str(r["qid"]), str(r["docid"]), int(r["rank"]), str(int(r["perspective"]) + 1),
+                               int(r["label"])))
             except (ValueError, KeyError, TypeError) as exc:
                 raise InputError(f"not a judgement record ({type(exc).__name__}: {exc})", path=path, line=line_number,
-                                 fix='expected {"qid", "docid", "rank", "perspective", "label"} as berds eval writes') from None
-            key = (qid, subtopic, docid)
-            labels[key] = max(label, labels.get(key, 0))
-            ranks.setdefault((qid, rank), docid)
+                                 fix='expected {"qid", "docid", "rank", "perspective", "label"} as berds eval writes'
+                                 ) from None
+    labels: dict[tuple[str, str, str], int] = {}
+    ranks: dict[tuple[str, int], str] = {}
+    for qid, docid, rank, subtopic, label in fields:
+        key = (qid, subtopic, docid)
+        labels[key] = max(label, labels.get(key, 0))
+        ranks.setdefault((qid, rank), docid)
     if not labels:
         raise InputError("holds no judgements", path=path)
     return ([(q, s, d, r) for (q, s, d), r in labels.items()], [(q, d, rank) for (q, rank), d in ranks.items()])
@@ -86,21 +95,24 @@ def qrels_from_judgements(judgements: Iterable[Any]) -> tuple[list[QrelRow], lis
     return ([(q, s, d, r) for (q, s, d), r in labels.items()], [(q, d, rank) for (q, rank), d in ranks.items()])
 
 
-def qrels_lines(rows: Iterable[QrelRow]) -> Iterator[str]:
-    for qid, subtopic, docid, rel in rows:
-        if any(ch.isspace() for ch in qid + docid):
-            raise BerdsError(f"id {qid!r} / {docid!r} holds whitespace, which the TREC qrels format cannot carry")
-        yield f"{qid} {subtopic} {docid} {rel}\n"
+def qrels_text(rows: Sequence[QrelRow]) -> str:
+    """``qid subtopic docid rel`` lines; ids holding whitespace (which the format cannot carry) are refused."""
+    text = "".join([f"{q} {s} {d} {r}\n" for q, s, d, r in rows])
+    if len(text.split()) != 4 * len(rows):  # one C-level pass instead of a check per id
+        bad = next((q, d) for q, _, d, _ in rows if len(q.split()) != 1 or len(d.split()) != 1)
+        raise BerdsError(f"question/passage id {bad[0]!r} / {bad[1]!r} holds whitespace, which the TREC qrels "
+                         "format cannot carry")
+    return text
 
 
-def write_qrels(rows: Iterable[QrelRow], path: str | Path) -> int:
+def write_qrels(rows: Sequence[QrelRow], path: str | Path) -> int:
     """Write ``qid subtopic docid rel`` lines atomically; returns the number of lines."""
     from berds.io import atomic_write
 
-    lines = list(qrels_lines(rows))
+    text = qrels_text(rows)
     with atomic_write(path) as f:
-        f.write("".join(lines))
-    return len(lines)
+        f.write(text)
+    return len(rows)
 
 
 def export_qrels(source: str | Path, out: str | Path) -> int:
