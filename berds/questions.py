@@ -13,7 +13,8 @@ and ``shared/data/berds-dev`` ship them). ``load_questions(source, split=...)`` 
 
 Gold perspectives: ``berds eval``, ``berds analyze``/``report``, ``berds tune`` and ``berds answers eval
 --metric pd`` need them and refuse questions without (``load_questions(..., require_perspectives=True)``,
-the default); ``berds retrieve``, ``berds rerank`` and ``berds answers eval --metric da`` do not
+the default); ``berds retrieve``, ``berds rerank``, ``berds corpus build search`` and ``berds answers eval
+--metric da`` do not
 (``GOLD_FREE_COMMANDS``).
 """
 
@@ -54,7 +55,7 @@ BERDS_SETS: dict[str, QuestionSetSpec] = {
 }
 
 
-GOLD_FREE_COMMANDS = ("berds retrieve", "berds rerank", "berds answers eval --metric da")
+GOLD_FREE_COMMANDS = ("berds retrieve", "berds rerank", "berds corpus build search", "berds answers eval --metric da")
 GOLD_COMMANDS = ("berds eval", "berds analyze", "berds report", "berds tune", "berds answers eval --metric pd")
 NO_GOLD_FIX = (f"{', '.join(GOLD_COMMANDS)} need gold perspectives; {', '.join(GOLD_FREE_COMMANDS)} work "
                "without (DELPHI questions have none)")
