@@ -315,3 +315,41 @@ def test_two_files_share_one_length_fit(tiny_mistral, files, tmp_path):
         paths = write_answer_outputs(r, tmp_path / r.path.stem)
         assert paths["metrics"].exists()
     assert answers_table(results).row_count == 2
+
+
+# ------------------------------------------------------------------------------------------ score() edges
+
+
+def test_transformers_score_checks_inputs_and_truncates_long_prompts(tiny_mistral):
+    from berds.llm import load_llm
+
+    llm = load_llm("transformers", str(tiny_mistral), batch_size=4)
+    with pytest.raises(BerdsError, match="2 prompts but 1 continuations"):
+        llm.score(["a", "b"], ["c"])
+    with pytest.raises(BerdsError, match="continuation 0 is empty"):
+        llm.score(["a"], ["  "])
+    with pytest.raises(BerdsError, match="more than the model's context of 1024"):
+        llm.score(["a"], ["taxes " * 1100])
+    long_prompt = "school uniforms help students " * 300  # 1200 tokens: more than the 1024-token context
+    [cut, short] = llm.score([long_prompt, "taxes"], ["bike lanes are safer", "bike lanes are safer"])
+    assert cut.truncated and not short.truncated
+    assert len(cut.logprobs) == len(short.logprobs) == 4 and all(v <= 0 for v in cut.logprobs)
+    assert cut.perplexity == pytest.approx(math.exp(-sum(cut.logprobs) / 4))
+
+
+def test_served_completions_only_score(tiny_mistral):
+    import requests
+
+    from berds.llm import load_llm
+    from berds.llm.server import ChatServer
+
+    llm = load_llm("transformers", str(tiny_mistral))
+    with ChatServer(llm, port=0) as server:
+        url, name = f"{server.url}/completions", server.served_model_name
+        no_echo = requests.post(url, json={"model": name, "prompt": "taxes", "max_tokens": 5}, timeout=30)
+        assert no_echo.status_code == 400 and "only scores prompts" in no_echo.json()["error"]["message"]
+        ok = requests.post(url, json={"model": name, "prompt": "taxes should be raised", "echo": True,
+                                      "logprobs": 0, "max_tokens": 1}, timeout=30).json()
+        logprobs = ok["choices"][0]["logprobs"]
+        assert logprobs["tokens"] == ["taxes", "should", "be", "raised"] and logprobs["token_logprobs"][0] is None
+        assert logprobs["text_offset"] == [0, 5, 12, 15]  # word-initial tokens start at their space
