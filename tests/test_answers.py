@@ -155,6 +155,23 @@ def test_pd_equals_the_sum_of_conditional_perplexities(tiny_mistral, files, tmp_
     assert results[0].settings["pd"]["template"] == template
 
 
+def test_auto_template_falls_back_to_raw_for_a_model_without_one(tiny_mistral, files, tmp_path):
+    import shutil
+
+    questions, answers = files
+    plain = Path(shutil.copytree(tiny_mistral, tmp_path / "no-template"))
+    (plain / "chat_template.jinja").unlink()
+    config = json.loads((plain / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (plain / "tokenizer_config.json").write_text(json.dumps(config))
+    auto = evaluate_answers([answers], f"transformers:{plain}", questions=str(questions), use_cache=False,
+                            progress=False)
+    assert auto[0].settings["pd"]["template"] == "raw"
+    with pytest.raises(BerdsError, match="has no chat template.*--template raw"):
+        evaluate_answers([answers], f"transformers:{plain}", questions=str(questions), template="chat",
+                         use_cache=False, progress=False)
+
+
 def test_pd_is_cached_and_resumes(tiny_mistral, files, tmp_path):
     questions, answers = files
     cache = tmp_path / "answers.sqlite"

@@ -193,10 +193,22 @@ class PDResult:
 
 
 def resolve_template(llm: Any, template: str) -> str:
-    """``auto`` -> ``chat`` for backends that render chat templates (transformers, vLLM), else ``raw``."""
+    """``auto`` -> ``chat`` when the backend renders chat templates (transformers, vLLM) and the model has one
+    (so GPT-2, one of DebateQA's P.D. evaluators, gets ``raw``), else ``raw``. Checking loads the tokenizer."""
     if template != "auto":
         return template
-    return "chat" if callable(getattr(llm, "render", None)) else "raw"
+    render = getattr(llm, "render", None)
+    if not callable(render):
+        return "raw"
+    from berds.llm import user_prompt
+
+    try:
+        render(user_prompt("x"))
+    except BerdsError as exc:
+        if "chat template" in str(exc):
+            return "raw"
+        raise
+    return "chat"
 
 
 def pd_inputs(prompt: AnswerPrompt, template: str, answer: str) -> Any:
@@ -214,7 +226,7 @@ def perspective_diversity(llm: Any, items: Sequence[tuple[str, Sequence[str]]], 
 
     scorer = require_scorer(llm, "P.D. (perspective diversity)")
     prompt = pd_prompt(options.pd_prompt)
-    template = resolve_template(llm, options.template)
+    template = resolve_template(scorer, options.template)
     pairs = [JudgePair(perspective=pa, passage=answer) for answer, golds in items for pa in golds]
     judge_id = f"pd:{scorer.id}"
 
