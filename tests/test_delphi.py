@@ -127,3 +127,14 @@ def test_evaluate_run_refuses_in_memory_questions_without_gold():
     run = Run.from_lists([Question("q1", "Q?", ())], [[Hit(TINY_PASSAGES[0], 1.0)]], name="mine")
     with pytest.raises(InputError, match="mine, record 'q1': 1 of 1 questions have no gold perspectives"):
         evaluate_run(run, object(), ks=(1,), progress=False)
+
+
+def test_any_question_file_may_lack_gold_for_retrieval_only(tmp_path):
+    from berds.questions import read_questions
+
+    path = write_jsonl(tmp_path / "mine.jsonl", [{"id": "a", "question": "Q?"}, {"id": "b", "question": "R?",
+                                                                                   "perspectives": []}])
+    questions = load_questions(str(path), require_perspectives=False)
+    assert [q.perspectives for q in questions] == [(), ()]
+    with pytest.raises(InputError, match=r"line 1, record 'a': record has no 'perspectives'.*berds retrieve"):
+        read_questions(path)
