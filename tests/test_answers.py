@@ -370,3 +370,37 @@ def test_served_completions_only_score(tiny_mistral):
         logprobs = ok["choices"][0]["logprobs"]
         assert logprobs["tokens"] == ["taxes", "should", "be", "raised"] and logprobs["token_logprobs"][0] is None
         assert logprobs["text_offset"] == [0, 5, 12, 15]  # word-initial tokens start at their space
+
+
+def test_vllm_prompt_logprobs_become_a_continuation_score():
+    """vLLM needs a GPU; its output conversion is pure and checked here (fields as vllm.sequence.Logprob)."""
+    from dataclasses import dataclass
+
+    from berds.llm.vllm_backend import continuation_from_prompt_logprobs
+
+    @dataclass
+    class Logprob:
+        logprob: float
+        decoded_token: str | None = None
+
+    prompt_logprobs = [None, {7: Logprob(-1.0, "a")}, {8: Logprob(-0.5, "b"), 3: Logprob(-0.1, "c")},
+                       {9: Logprob(-2.0, None)}]
+    score = continuation_from_prompt_logprobs(prompt_logprobs, 2, [8, 9])
+    assert score.tokens == ("b", "<id 9>") and score.logprobs == (-0.5, -2.0)
+    assert score.perplexity == pytest.approx(math.exp(1.25))
+    with pytest.raises(BerdsError, match="no log-probability for continuation token 1"):
+        continuation_from_prompt_logprobs(prompt_logprobs, 2, [8, 4])
+
+
+def test_score_rows_are_shared_by_the_local_backends(tiny_mistral):
+    from transformers import AutoTokenizer
+
+    from berds.llm import load_llm, user_prompt
+    from berds.llm.shared import score_token_rows
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_mistral)
+    rows, cut = score_token_rows(tokenizer, [user_prompt("taxes"), "taxes"], ["school uniforms", "school uniforms"])
+    assert rows[0][1] == rows[1][1] and rows[0][0] != rows[1][0] and cut == [False, False]
+    llm = load_llm("transformers", str(tiny_mistral))
+    assert len(llm.score([user_prompt("taxes")], ["school uniforms"])[0].logprobs) == len(rows[0][1])
+    assert llm.score([], []) == []

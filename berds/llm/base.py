@@ -82,8 +82,8 @@ class ContinuationScore:
 
 @runtime_checkable
 class Scorer(Protocol):
-    """A backend that can score a given continuation (``transformers``; ``openai`` against servers with
-    ``/v1/completions`` echo+logprobs, such as vLLM and ``berds llm serve``).
+    """A backend that can score a given continuation (``transformers``, ``vllm``; ``openai`` against servers
+    with ``/v1/completions`` echo+logprobs, such as ``vllm serve`` and ``berds llm serve``).
 
     A prompt is a chat prompt (rendered with the model's chat template, as for ``generate``) or a plain
     string used verbatim. Continuations must be non-empty.
@@ -103,5 +103,5 @@ def require_scorer(llm: object, purpose: str) -> Scorer:
 
     raise BerdsError(f"{purpose} needs token log-probabilities of a given text, and the LLM "
                      f"{getattr(llm, 'id', type(llm).__name__)!r} cannot score continuations — use "
-                     "transformers:MODEL, or openai:MODEL against a server with /v1/completions echo+logprobs "
-                     "(vllm serve, berds llm serve)")
+                     "transformers:MODEL, vllm:MODEL, or openai:MODEL against a server with /v1/completions "
+                     "echo+logprobs (vllm serve, berds llm serve)")

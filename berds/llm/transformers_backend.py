@@ -24,6 +24,7 @@ from berds.llm.shared import (
     model_identity,
     normalise_prompts,
     render_chat,
+    score_token_rows,
 )
 
 _DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
@@ -223,36 +224,12 @@ class TransformersLLM:
         continuation is tokenised on its own and appended, so its tokens are exactly those scored. A
         prompt too long for the model's context is cut from the left (``truncated=True``).
         """
-        if isinstance(prompts, (str, bytes)) or isinstance(continuations, (str, bytes)):
-            raise BerdsError("score() takes a list of prompts and a list of continuations")
-        if len(prompts) != len(continuations):
-            raise BerdsError(f"score() got {len(prompts)} prompts but {len(continuations)} continuations")
-        if not prompts:
+        if isinstance(prompts, (list, tuple)) and isinstance(continuations, (list, tuple)) and not prompts + continuations:
             return []
         self.load()
         tokenizer = self._tokenizer
-        rows: list[tuple[list[int], list[int]]] = []
-        for i, (prompt, continuation) in enumerate(zip(prompts, continuations)):
-            if not isinstance(continuation, str) or not continuation.strip():
-                raise BerdsError(f"continuation {i} is empty or not a string — there is nothing to score")
-            if isinstance(prompt, str):
-                prompt_ids = list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
-            else:
-                text = render_chat(tokenizer, normalise_prompts([prompt])[0], chat_template=self.chat_template)
-                prompt_ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
-            if not prompt_ids:  # the first token needs something to be conditioned on
-                start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
-                prompt_ids = [start]
-            rows.append((prompt_ids, list(tokenizer(continuation, add_special_tokens=False)["input_ids"])))
-        limit = self._context_length()
-        truncated = [False] * len(rows)
-        for i, (prompt_ids, cont_ids) in enumerate(rows):
-            if limit and len(prompt_ids) + len(cont_ids) > limit:
-                if len(cont_ids) >= limit:
-                    raise BerdsError(f"continuation {i} has {len(cont_ids)} tokens, more than the model's context "
-                                     f"of {limit} — score shorter texts or use a model with a longer context")
-                rows[i] = (prompt_ids[len(prompt_ids) + len(cont_ids) - limit:], cont_ids)
-                truncated[i] = True
+        rows, truncated = score_token_rows(tokenizer, prompts, continuations, chat_template=self.chat_template,
+                                           context=self._context_length())
         values = self._continuation_logprobs([p + c for p, c in rows], [len(p) for p, _ in rows])
         return [ContinuationScore(tuple(tokenizer.decode([t]) for t in cont_ids), tuple(v), truncated[i])
                 for i, ((_, cont_ids), v) in enumerate(zip(rows, values))]
