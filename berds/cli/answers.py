@@ -24,7 +24,7 @@ def answers_eval(
     split: str = typer.Option("test", "--split", help="Split of a named question set."),
     model_option: List[str] = typer.Option([], "--model-option", "-o", help="key=value passed to the LLM backend (repeatable), e.g. base_url=http://127.0.0.1:8000/v1."),
     pd_prompt: str = typer.Option("pd1", "--pd-prompt", help="DebateQA Table 12 wrapper: pd1 ('{response} Please restate.', eq. 1) ... pd5."),
-    template: str = typer.Option("auto", "--template", help="chat (the evaluator's chat template, eq. 1) | raw (plain text; openai backend, models without a template) | auto."),
+    template: str = typer.Option("auto", "--template", help="chat (the evaluator's chat template, eq. 1) | raw (plain text; openai backend, models without a template) | auto (chat when the model has a template, else raw)."),
     da_prompt: str = typer.Option("table13", "--da-prompt", help="table13 (the paper's p_D.A.) | zero-shot."),
     da_parse: str = typer.Option("strict", "--da-parse", help="strict (reply must be 0 or 1) | first-digit | every-reply-aware (reproduces the published script's pitfall)."),
     batch_size: int = typer.Option(32, "--batch-size", help="Pairs per backend call (each batch is cached)."),
