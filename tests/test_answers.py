@@ -64,6 +64,7 @@ def direct_perplexity(model_dir: Path, prompt_ids: list[int], continuation_ids: 
     ('{"id": "q1", "answer": "a"}\n{"id": "q1", "answer": "b"}\n', "line 2, record 'q1': duplicate answer id"),
     ('{"id": "q1", "answer": "a"}\nnot json\n', "line 2: malformed JSON"),
     ('{"id": "q1", "answer": "a", "question": 3}\n', "'question' must be a string"),
+    ('{"id": "q1", "answer": "a", "da_label": "yes"}\n', "'da_label' must be 0 or 1"),
 ])
 def test_bad_answer_files_name_file_and_line(tmp_path, text, message):
     path = tmp_path / "answers.jsonl"
@@ -267,6 +268,7 @@ def test_da_over_http_with_aware_and_unaware_answers(files, tmp_path, style, exp
     questions, answers = files
     truth = [int(is_aware(a["answer"])) for a in ANSWERS]
     assert truth == [1, 0, 1]
+    answers = write_jsonl(tmp_path / "labelled.jsonl", [{**a, "da_label": t} for a, t in zip(ANSWERS, truth)])
     with served("answers_fixtures:ScriptedAwarenessLLM", "scripted", options=[f"style={style}"],
                 log_dir=tmp_path) as url:
         llm = load_llm("openai", "scripted", base_url=url, max_retries=0)
@@ -277,6 +279,12 @@ def test_da_over_http_with_aware_and_unaware_answers(files, tmp_path, style, exp
             by_mode[mode] = result
     strict = by_mode["strict"]
     assert [r["da"] for r in strict.per_answer] == expected_strict
+    # The human labels in the file (the truth) give the judge's agreement, as DebateQA § E.1 reports it.
+    agreement = strict.summary["da_agreement"]
+    correct = sum(p == g for p, g in zip(expected_strict, truth))
+    assert agreement["n"] == 3 and agreement["accuracy"] == pytest.approx(correct / 3)
+    assert agreement["f1"] == pytest.approx(1.0 if style == "digit" else 0.0)
+    assert by_mode["every-reply-aware"].summary["da_agreement"]["accuracy"] == pytest.approx(2 / 3)
     assert strict.summary["da_unparsed"] == unparsed
     # The replies were asked once and re-parsed from the cache for the other modes.
     assert by_mode["first-digit"].stats["da"].cached == 3 and by_mode["first-digit"].stats["da"].computed == 0

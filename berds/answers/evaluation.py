@@ -43,10 +43,12 @@ class Answer:
     answer: str
     question: str = ""
     line: int = 0
+    da_label: int | None = None  # a human's D.A. label (1 aware, 0 not), when the file carries one
 
 
 def read_answers(path: str | Path) -> list[Answer]:
-    """An answers jsonl (``{"id", "answer"}`` + optional ``"question"`` per line); errors name file and line."""
+    """An answers jsonl (``{"id", "answer"}`` + optional ``"question"`` and ``"da_label"`` (0/1, a human's
+    dispute-awareness label, to check the D.A. judge against) per line); errors name file and line."""
     from berds.io import iter_jsonl
 
     path = Path(path)
@@ -64,11 +66,15 @@ def read_answers(path: str | Path) -> list[Answer]:
         question = rec.get("question", "")
         if not isinstance(question, str):
             raise InputError("'question' must be a string", path=path, line=line, record=qid)
+        label = rec.get("da_label")
+        if label is not None and not isinstance(label, bool) and label not in (0, 1):
+            raise InputError(f"'da_label' must be 0 or 1 (or true/false), got {label!r}", path=path, line=line,
+                             record=qid)
         if qid in seen:
             raise InputError(f"duplicate answer id (first on line {seen[qid]})", path=path, line=line, record=qid,
                              fix="one answer per question and file; put another model's answers in another file")
         seen[qid] = line
-        out.append(Answer(qid, text, question, line))
+        out.append(Answer(qid, text, question, line, None if label is None else int(label)))
     if not out:
         raise InputError("holds no answers", path=path)
     return out
@@ -425,8 +431,10 @@ def evaluate_answers(
                 stats["da"] = AnswerStats()
                 aware = dispute_awareness(llm, [(row["question"], a.answer) for row, a in zip(rows, items)], opts,
                                           cache, stats["da"])
-                for row, r in zip(rows, aware):
+                for row, r, a in zip(rows, aware, items):
                     row.update(da=r.value, da_reply=r.reply, da_parsed=r.parsed)
+                    if a.da_label is not None:
+                        row["da_label"] = a.da_label
             results.append(AnswerEvalResult(path, llm.id, rows, {}, _settings(opts, llm), stats))
     finally:
         if cache is not None:
@@ -473,7 +481,22 @@ def summarise(rows: Sequence[Mapping[str, Any]], metrics: Sequence[str]) -> dict
     if "da" in metrics:
         out["da"] = sum(r["da"] for r in rows) / n if n else float("nan")
         out["da_unparsed"] = sum(1 for r in rows if not r["da_parsed"])
+        labelled = [(r["da"], r["da_label"]) for r in rows if "da_label" in r]
+        if labelled:
+            out["da_agreement"] = agreement(labelled)
     return out
+
+
+def agreement(pairs: Sequence[tuple[int, int]]) -> dict[str, float]:
+    """D.A. against human labels, as DebateQA § E.1 reports it: accuracy and F1 of "aware" (+ P, R, n)."""
+    tp = sum(1 for p, g in pairs if p and g)
+    fp = sum(1 for p, g in pairs if p and not g)
+    fn = sum(1 for p, g in pairs if not p and g)
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    return {"n": len(pairs), "accuracy": sum(1 for p, g in pairs if p == g) / len(pairs),
+            "precision": precision, "recall": recall,
+            "f1": 2 * precision * recall / (precision + recall) if precision + recall else 0.0}
 
 
 def write_answer_outputs(result: AnswerEvalResult, out_dir: str | Path) -> dict[str, Path]:
@@ -510,9 +533,12 @@ def answers_table(results: Sequence[AnswerEvalResult]) -> Any:
     if "pd" in metrics:
         for col in ("P.D. ↓", "P.D./n ↓", "P.D. len-adj ↓"):
             table.add_column(col, justify="right")
+    labelled = any("da_agreement" in r.summary for r in results)
     if "da" in metrics:
         table.add_column("D.A. ↑", justify="right")
         table.add_column("unparsed", justify="right")
+        if labelled:
+            table.add_column("vs labels: acc / F1", justify="right")
     for r in results:
         s = r.summary
         row = [r.path.name] + ([r.model] if len(models) > 1 else []) + [str(s["answers"]), f"{s['mean_answer_words']:.0f}"]
@@ -520,5 +546,8 @@ def answers_table(results: Sequence[AnswerEvalResult]) -> Any:
             row += [f"{s['pd']:.2f}", f"{s['pd_mean']:.2f}", f"{s['pd_length_adjusted']:.2f}"]
         if "da" in metrics:
             row += [f"{100 * s['da']:.1f}%", str(s["da_unparsed"])]
+            if labelled:
+                a = s.get("da_agreement")
+                row.append(f"{a['accuracy']:.2f} / {a['f1']:.2f} (n={a['n']})" if a else "")
         table.add_row(*row)
     return table
