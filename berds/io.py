@@ -12,8 +12,8 @@ import hashlib
 import json
 import os
 import platform
+import secrets
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator, Mapping
@@ -33,7 +33,7 @@ def atomic_write(path: PathLike, mode: str = "w", encoding: str | None = "utf-8"
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     binary = "b" in mode
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _create_temp(path)
     try:
         with os.fdopen(fd, mode, encoding=None if binary else encoding) as f:
             yield f
@@ -44,6 +44,19 @@ def atomic_write(path: PathLike, mode: str = "w", encoding: str | None = "utf-8"
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _create_temp(path: Path) -> tuple[int, str]:
+    """A new temporary file beside ``path``, created with mode 0666 so the kernel applies the umask
+    (``tempfile.mkstemp`` would make it 0600, and the renamed file could not be shared)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = str(path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"could not create a temporary file beside {path}")
 
 
 def write_text(path: PathLike, text: str) -> None:
