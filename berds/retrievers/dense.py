@@ -85,6 +85,7 @@ class DenseRetriever:
         if groups == "on" and not self.index.grouped:
             raise BerdsError(f"groups='on' but the corpus of {index} has no groups — use groups='auto' or 'off'")
         self.per_group = self.index.grouped and groups != "off"
+        self.index.open(per_group=self.per_group)  # a damaged index fails here, before the query encoder loads
         self.encoder = Encoder(self.spec, device=device, batch_size=batch_size, dtype=dtype)
         self.encoder.load_query_model()  # load now, so search timings measure search
         self.name = name or self.spec.name
