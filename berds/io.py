@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import secrets
+import stat
 import sys
 import time
 from pathlib import Path
@@ -28,7 +29,8 @@ def atomic_write(path: PathLike, mode: str = "w", encoding: str | None = "utf-8"
     """Open ``path`` for writing so that it appears complete or not at all.
 
     Use as ``with atomic_write(p) as f: f.write(...)``. On an exception the temporary file is removed
-    and the target is untouched.
+    and the target is untouched. A new file gets the usual mode for the umask (0644 under umask 022);
+    a replaced file keeps the permissions it had.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -39,6 +41,8 @@ def atomic_write(path: PathLike, mode: str = "w", encoding: str | None = "utf-8"
             yield f
             f.flush()
             os.fsync(f.fileno())
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(f.fileno(), stat.S_IMODE(os.stat(path).st_mode))  # keep a replaced file's permissions
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
