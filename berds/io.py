@@ -41,8 +41,9 @@ def atomic_write(path: PathLike, mode: str = "w", encoding: str | None = "utf-8"
             yield f
             f.flush()
             os.fsync(f.fileno())
-            with contextlib.suppress(FileNotFoundError):
-                os.chmod(f.fileno(), stat.S_IMODE(os.stat(path).st_mode))  # keep a replaced file's permissions
+            if os.chmod in os.supports_fd:
+                with contextlib.suppress(FileNotFoundError):  # keep a replaced file's permissions
+                    os.chmod(f.fileno(), stat.S_IMODE(os.stat(path).st_mode))
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
