@@ -56,10 +56,12 @@ def read_answers(path: str | Path) -> list[Answer]:
     seen: dict[str, int] = {}
     for line, rec in iter_jsonl(path):
         qid = rec.get("id", rec.get("qid"))
-        if qid is None or isinstance(qid, (dict, list)) or str(qid).strip() == "":
+        if qid is None or (isinstance(qid, str) and not qid.strip()):
             raise InputError("record has no 'id'", path=path, line=line,
                              fix='each line needs {"id": QUESTION_ID, "answer": TEXT} (+ optional "question")')
-        qid = str(qid)
+        from berds.questions import record_id
+
+        qid = record_id(qid, what="answer 'id'", path=path, line=line)
         text = rec.get("answer")
         if not isinstance(text, str) or not text.strip():
             raise InputError("record has no 'answer' text (a non-empty string)", path=path, line=line, record=qid)
