@@ -412,3 +412,17 @@ def test_score_rows_are_shared_by_the_local_backends(tiny_mistral):
     llm = load_llm("transformers", str(tiny_mistral))
     assert len(llm.score([user_prompt("taxes")], ["school uniforms"])[0].logprobs) == len(rows[0][1])
     assert llm.score([], []) == []
+
+
+def test_da_without_a_question_set_reads_questions_from_the_answers_file(tmp_path):
+    with_questions = write_jsonl(tmp_path / "a.jsonl", [{"id": 1, "answer": "It is debated.", "question": "Tea?"},
+                                                        {"id": "2", "answer": "Yes.", "question": "Coffee?"}])
+    [result] = evaluate_answers([with_questions], ScriptedAwarenessLLM(), metrics=("da",), use_cache=False,
+                                progress=False)
+    assert [(r["id"], r["question"], r["da"]) for r in result.per_answer] == [("1", "Tea?", 1), ("2", "Coffee?", 0)]
+    missing = write_jsonl(tmp_path / "b.jsonl", [{"id": "1", "answer": "It is debated."}])
+    with pytest.raises(InputError, match="b.jsonl, line 1, record '1': D.A. needs the question text"):
+        evaluate_answers([missing], ScriptedAwarenessLLM(), metrics=("da",), use_cache=False, progress=False)
+    float_id = write_jsonl(tmp_path / "c.jsonl", [{"id": 1.5, "answer": "x", "question": "q"}])
+    with pytest.raises(InputError, match="c.jsonl, line 1: answer 'id' must be a string or an integer"):
+        read_answers(float_id)
