@@ -99,5 +99,6 @@ def test_bad_measures_and_judgement_files(tmp_path):
     bad.write_text('{"qid": "q1", "docid": "d1", "rank": 1, "perspective": 0, "label": 1}\n{"qid": "q1"}\n')
     with pytest.raises(InputError, match="judgements.jsonl, line 2: not a judgement record"):
         read_judgements(bad)
+    (tmp_path / "empty-dir").mkdir()
     with pytest.raises(InputError, match="holds no judgements.jsonl"):
-        read_judgements(tmp_path / "empty-dir" if (tmp_path / "empty-dir").mkdir() is None else None)
+        read_judgements(tmp_path / "empty-dir")
