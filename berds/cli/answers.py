@@ -49,6 +49,12 @@ def answers_eval(
     options = AnswerEvalOptions(metrics=tuple(metric), pd_prompt=pd_prompt, template=template, da_prompt=da_prompt,
                                 da_parse=da_parse, batch_size=batch_size, cache_path=cache, use_cache=not no_cache,
                                 progress=not quiet)
+    targets = [answers_output_dir(path, out, len(answers)) for path in answers]
+    if len(set(targets)) != len(targets):
+        from berds.errors import BerdsError
+
+        raise BerdsError("two answers files would write to the same output folder "
+                         f"({', '.join(str(t) for t in targets if targets.count(t) > 1)}) — give them different names")
     llm = load_llm_by_name(model, **parse_options(model_option))
     results = evaluate_answers(answers, llm, questions=questions, split=split, options=options)
     console = Console()
