@@ -144,7 +144,7 @@ def _commands(block: list[str]) -> list[str]:
     for cmd in joined:
         cmd = re.sub(r"\s{2,}#.*$", "", cmd).strip()  # a trailing comment
         cmd = re.sub(r"\s+", " ", cmd)
-        if re.match(r"^([A-Z_]+=\S+ )*berds ", cmd):
+        if re.match(r"^([A-Z_]+=\S+ )*berds [a-z][a-z-]*( |$)", cmd):  # not prose like "berds eval, ..."
             found.append(cmd)
     return found
 

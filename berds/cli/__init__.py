@@ -16,7 +16,7 @@ import sys
 
 import typer
 
-from berds.cli import analysis, corpus, engine, evaluate, judge_trust, llm, retrieval
+from berds.cli import analysis, answers, corpus, engine, evaluate, export, judge_trust, llm, retrieval
 from berds.cli.options import plain_help_types
 
 app = typer.Typer(
@@ -44,7 +44,7 @@ def _root(
     """Benchmark retrieval systems for diverse perspectives (BERDS)."""
 
 
-for module in (evaluate, corpus, retrieval, analysis, judge_trust, llm, engine):
+for module in (evaluate, corpus, retrieval, analysis, judge_trust, llm, engine, answers, export):
     module.register(app)
 
 plain_help_types()
@@ -64,7 +64,7 @@ KEPT_ON_INTERRUPT = {
 }
 
 # Spellings that changed, still accepted: (command words, old option, new option).
-OLD_SPELLINGS = [(("corpus", "build"), "-o", "--out")]
+OLD_SPELLINGS = [(("corpus", "build"), "-o", "--out"), (("export", "qrels"), "-o", "--out")]
 
 
 def _modernise(args: list[str]) -> list[str]:

@@ -150,7 +150,8 @@ class EvalOptions:
     * ``progress`` — show progress bars;
     * ``cache_path`` / ``use_cache`` — the judgement cache file (default ``$BERDS_HOME/judgements.sqlite``);
     * ``out`` / ``write_legacy`` — where ``evaluate_paths`` writes, and whether it also writes inline predictions;
-    * ``judge_runner`` — replaces ``judge_missing`` (``berds.evaluate.judging.judge_runner_for(engine)``).
+    * ``judge_runner`` — replaces ``judge_missing`` (``berds.evaluate.judging.judge_runner_for(engine)``);
+    * ``duplicates`` — a passage listed twice in one question's ranking: ``refuse`` (default) or ``dedupe``.
 
     Values are checked when the options are made, before any run is read or judged.
     """
@@ -168,8 +169,11 @@ class EvalOptions:
     judge_runner: Callable[..., dict[tuple[str, str], Verdict]] | None = None
     allow_unparsed: bool = False
     max_unparsed: float = MAX_UNPARSED
+    duplicates: str = "refuse"  # a passage twice in one ranking: "refuse" or "dedupe" (berds.runs.unique_hits)
 
     def __post_init__(self) -> None:
+        if self.duplicates not in ("refuse", "dedupe"):
+            raise BerdsError(f"unknown --duplicates {self.duplicates!r}; use refuse or dedupe")
         if self.overwrite not in OVERWRITE_POLICIES:
             raise BerdsError(f"unknown overwrite policy {self.overwrite!r}; use one of {', '.join(OVERWRITE_POLICIES)}")
         if self.title_position not in TITLE_POSITIONS:
@@ -212,6 +216,9 @@ def evaluate_run(
     fields (``evaluate_run(run, judge, ks=(5,), progress=False)``).
     """
     opts = as_options(options, changes)
+    from berds.questions import require_gold
+
+    require_gold(list(run.questions.values()), source=run.name, purpose="evaluation (MRecall/Precision)")
     ks, overwrite, title_position, allow_short = opts.ks, opts.overwrite, opts.title_position, opts.allow_short
     progress, judge_runner, batch_size = opts.progress, opts.judge_runner, opts.batch_size
     depth = ks[-1]
@@ -463,7 +470,7 @@ def evaluate_paths(
     if isinstance(judge, str):
         check_judge_name(judge)
     # parse everything first: bad input fails fast
-    runs = [(Path(p), load_run(p, allow_empty=opts.allow_short)) for p in paths]
+    runs = [(Path(p), load_run(p, allow_empty=opts.allow_short, duplicates=opts.duplicates)) for p in paths]
     targets = eval_output_dirs([p for p, _ in runs], opts.out)
     for target in targets:  # every output path is checked before anything is judged
         check_output_dir(target)
