@@ -108,6 +108,15 @@ NOT_RUN = {
     "berds retrieve --retriever my_pkg.retrievers:MyRetriever --corpus corpora/wiki --questions kialo --out runs/mine":
         "my_pkg is a placeholder (tests/test_plugin.py)",
     "berds engine info --address ray://head:10001": NET,
+    # docs/answers.md, docs/question-sets.md
+    "berds answers eval answers/gpt4o.jsonl answers/llama3.jsonl --questions debateqa.test.jsonl --metric pd "
+    "--model transformers:Qwen/Qwen2-0.5B-Instruct": NET,
+    "berds answers eval answers/gpt4o.jsonl --questions debateqa.test.jsonl --metric da "
+    "--model openai:microsoft/Phi-3-medium-128k-instruct -o base_url=http://127.0.0.1:8000/v1": NET,
+    "berds answers eval answers/gpt4o.jsonl --metric da --model vllm:Qwen/Qwen2-1.5B-Instruct": GPU,
+    "berds retrieve -r bm25 --index indexes/wiki-bm25 --questions delphi-controversial --k 100 "
+    "--out runs/delphi-bm25": NET,
+    "berds rerank mmr runs/delphi-bm25 --lambda 0.75 --out runs/delphi-bm25-mmr": NET,
 }
 
 
