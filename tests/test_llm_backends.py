@@ -300,7 +300,7 @@ def test_hub_name_offline_fails_fast_with_the_fix():
                            "hello"], capture_output=True, text=True, env=env, timeout=120, cwd=REPO)
     assert done.returncode == 2, done.stderr
     assert "cannot load tokenizer berds-test/no-such-model" in done.stderr
-    assert "HF_HUB_OFFLINE is set" in done.stderr and "huggingface-cli download" in done.stderr
+    assert "HF_HUB_OFFLINE is set" in done.stderr and "hf download berds-test/no-such-model" in done.stderr
     assert "Traceback" not in done.stderr
     assert time.monotonic() - started < 60
 

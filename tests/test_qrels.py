@@ -92,7 +92,7 @@ def test_cli_eval_measures_beside_mrecall(tmp_path):
 def test_bad_measures_and_judgement_files(tmp_path):
     with pytest.raises(BerdsError, match="unknown --measure 'alphaNDCG@10'"):
         check_measures(["alphaNDCG@10"])
-    done = subprocess.run(berds_cmd("eval", str(tmp_path / "nothing"), "--measure", "nope@3"),
+    done = subprocess.run(berds_cmd("eval", str(tmp_path / "nothing"), "--judge", "embedded", "--measure", "nope@3"),
                           capture_output=True, text=True, env=subprocess_env())
     assert done.returncode == 2 and "unknown --measure 'nope@3'" in done.stderr
     bad = tmp_path / "judgements.jsonl"

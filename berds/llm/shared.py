@@ -257,13 +257,14 @@ def ensure_model_available(name: str, *, revision: str | None = None, what: str 
     fix = (f"download it first: `{download_command(name, revision)}` (on a machine with network, then copy "
            f"~/.cache/huggingface), or pass a local folder with {option}")
     if hub_offline():
-        raise BerdsError(f"{what} {name!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set — {fix}")
+        raise BerdsError(f"cannot load {what} {name}: not in the local Hugging Face cache and HF_HUB_OFFLINE is set "
+                         f"— {fix}")
     try:
         huggingface_hub.model_info(name, revision=revision, timeout=probe_timeout)
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise BerdsError(f"{what} {name!r} is not in the local Hugging Face cache and the hub did not answer "
-                         f"({first}) — {fix}; set HF_HUB_OFFLINE=1 to skip the hub") from None
+        raise BerdsError(f"cannot load {what} {name}: not in the local Hugging Face cache and the hub did not "
+                         f"answer ({first}) — {fix}; set HF_HUB_OFFLINE=1 to skip the hub") from None
 
 
 # ----------------------------------------------------------------------------------------- scoring

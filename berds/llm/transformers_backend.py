@@ -280,7 +280,7 @@ def _load_or_explain(loader: Any, name: str, where: str, what: str, *args: Any,
     """Call a ``from_pretrained`` loader; turn "not found / offline" failures into one clear message."""
     from berds.llm.shared import ensure_model_available
 
-    ensure_model_available(name, what=f"{what} {where}".strip(), option="a local path")  # seconds, not minutes of retries
+    ensure_model_available(name, what=what, option="a local path")  # seconds, not minutes of retries
     try:
         return loader(name, *args, **kwargs) if first_positional else loader(*args, name, **kwargs)
     except (OSError, ValueError) as exc:
