@@ -109,6 +109,7 @@ def _parse_ctx(ctx: Any, *, path: Path, line: int, qid: str, pos: int) -> tuple[
     text = ctx.get("text")
     if not isinstance(text, str):
         raise InputError("passage has no 'text' string", path=path, line=line, record=where)
+    title_field = "title" in ctx
     title = ctx.get("title") or ""
     if not isinstance(title, str):
         title = str(title)
@@ -121,7 +122,7 @@ def _parse_ctx(ctx: Any, *, path: Path, line: int, qid: str, pos: int) -> tuple[
         raise InputError(f"score {raw_score!r} is not a number", path=path, line=line, record=where) from None
     if math.isnan(score):
         score = 0.0
-    return Hit(Passage(pid, text, title), score), synthesized
+    return Hit(Passage(pid, text, title, title_field=title_field), score), synthesized
 
 
 def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False) -> Run:
@@ -131,7 +132,14 @@ def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False) -> Run:
     hits: list[list[Hit]] = []
     seen: dict[str, int] = {}
     synthesized = 0
+    exchange_only = 0
     for line, rec in iter_jsonl(path):
+        if isinstance(rec, dict) and "perspectives" in rec and "ctxs" in rec and not (
+                {"id", "qid"} & rec.keys() and {"question", "text", "query"} & rec.keys()):
+            # the original exchange format needs only perspectives + ctxs: the line number stands in
+            rec = {**rec, "id": rec.get("id", rec.get("qid", f"line-{line}")),
+                   "question": rec.get("question", rec.get("text", rec.get("query", f"(question on line {line})")))}
+            exchange_only += 1
         q = parse_question(rec, path=path, line=line, dataset=str(rec.get("dataset", "")))
         if q.id in seen:
             raise InputError(f"duplicate question id (first on line {seen[q.id]})", path=path, line=line, record=q.id)
@@ -154,6 +162,8 @@ def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False) -> Run:
     manifest: dict[str, Any] = {"source": {"format": "berds-ctxs-jsonl", "path": str(path)}}
     if synthesized:
         manifest["source"]["synthesized_passage_ids"] = synthesized
+    if exchange_only:
+        manifest["source"]["ids_from_line_numbers"] = exchange_only
     return Run.from_lists(questions, hits, manifest=manifest, name=path.name.split(".")[0])
 
 
@@ -195,16 +205,57 @@ def read_trec(path: str | Path) -> dict[str, list[tuple[str, float]]]:
     return {q: [(d, s) for d, _, s in sorted(v, key=lambda x: x[1])] for q, v in out.items()}
 
 
-def legacy_predictions(labels: Mapping[str, Sequence[Sequence[bool]]]) -> dict[str, dict[str, Any]]:
-    """Judge labels in the original scripts' inline layout, for ``write_ctxs_jsonl(extra=...)``.
+LEGACY_PREDICTIONS = "run.mistralpred.jsonl"  # the original evaluation finds prediction files by ".mistralpred"
+PREDICTIONS_FIELD = "mistral-preds"
 
-    ``labels[qid][i][j]`` is whether passage ``j`` supports perspective ``i``; the legacy field
-    ``mistral-preds`` holds, per perspective, the list of ``"Yes"``/``"No"`` answers over the judged ctxs.
-    """
-    return {
-        qid: {"mistral-preds": [["Yes" if x else "No" for x in row] for row in matrix]}
-        for qid, matrix in labels.items()
-    }
+
+def write_legacy_predictions(run: Run, support: Mapping[str, Any], path: str | Path) -> Path:
+    """Write what the original BERDS evaluation reads in its compute-only mode: the exchange format with,
+    in *each* judged ctx, ``"mistral-preds"``: a list of booleans, one per perspective (``support[qid]`` is
+    the perspectives x judged-passages matrix). Only the judged passages are written. Atomic."""
+    import json
+
+    path = Path(path)
+    with atomic_write(path) as f:
+        for qid, q in run.questions.items():
+            matrix = support[qid]
+            depth = len(matrix[0]) if len(matrix) else 0
+            rec = ctxs_record(q, run.hits[qid][:depth])
+            for j, ctx in enumerate(rec["ctxs"]):
+                ctx[PREDICTIONS_FIELD] = [bool(matrix[i][j]) for i in range(len(q.perspectives))]
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    return path
+
+
+def read_predictions(path: str | Path) -> tuple[Run, dict[str, list[list[bool]]]]:
+    """A file with predictions already in it (the original compute-only mode): ``(run, support)``, where
+    ``support[qid][i][j]`` is ctx ``j``'s ``mistral-preds[i]``. Predictions must be booleans (the original
+    code counts any non-empty string, "No" included, as true, so strings are refused rather than guessed)."""
+    import json
+
+    path = Path(path)
+    run = read_ctxs_jsonl(path)
+    support: dict[str, list[list[bool]]] = {}
+    with open(path, encoding="utf-8") as f:
+        records = [(n, json.loads(line)) for n, line in enumerate(f, start=1) if line.strip()]
+    for (line, rec), (qid, q) in zip(records, run.questions.items()):
+        rows: list[list[bool]] = [[] for _ in q.perspectives]
+        for j, ctx in enumerate(rec["ctxs"]):
+            preds = ctx.get(PREDICTIONS_FIELD)
+            if preds is None:
+                if j == 0:
+                    raise InputError(f"ctxs[0] has no '{PREDICTIONS_FIELD}'", path=path, line=line, record=qid,
+                                     fix=f"each judged ctx needs '{PREDICTIONS_FIELD}': one boolean per perspective "
+                                         "(berds eval --write-legacy writes such files)")
+                break  # the judged passages come first; the rest were not judged
+            if not isinstance(preds, list) or len(preds) != len(q.perspectives) or not all(
+                    isinstance(x, bool) for x in preds):
+                raise InputError(f"ctxs[{j}].{PREDICTIONS_FIELD} must be a list of {len(q.perspectives)} booleans "
+                                 f"(one per perspective), got {preds!r:.80}", path=path, line=line, record=qid)
+            for i, x in enumerate(preds):
+                rows[i].append(x)
+        support[qid] = rows
+    return run, support
 
 
 def iter_passages(run: Run) -> Iterable[Passage]:

@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
 
 
 def eval_command(
-    runs: List[Path] = typer.Argument(..., help="Run folders or BERDS-format jsonl files."),
+    runs: Optional[List[Path]] = typer.Argument(None, help="Run folders or BERDS-format jsonl files."),
     judge: str = typer.Option("embedded", "--judge", "-j", help="Judge name (berds judges list), BACKEND:MODEL, or debate:NAME."),
     k: List[int] = typer.Option([5, 10], "--k", help="Cut-offs; repeat for several."),
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value passed to the judge/backend (repeatable)."),
@@ -30,7 +30,8 @@ def eval_command(
     title_position: str = typer.Option("after", "--title-position", help="Judge sees text+title (after, the study), title+text (before) or none."),
     allow_short: bool = typer.Option(False, "--allow-short", help="Score questions with fewer than k passages (missing ranks count as unsupported)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write metrics here instead of next to the run."),
-    write_legacy: bool = typer.Option(False, "--write-legacy", help="Also write the run with inline 'mistral-preds' lists (original BERDS layout)."),
+    write_legacy: bool = typer.Option(False, "--write-legacy", help="Also write run.mistralpred.jsonl: each judged ctx with 'mistral-preds' (one boolean per perspective), what the original BERDS evaluation reads."),
+    from_predictions: Optional[Path] = typer.Option(None, "--from-predictions", help="Compute metrics from the 'mistral-preds' already in this file (the original compute-only mode); no judge."),
     engine: str = typer.Option("local", "--engine", help="local | ray"),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (with --engine ray)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
@@ -38,14 +39,20 @@ def eval_command(
     """Judge retrieval runs against their gold perspectives and report MRecall@k / Precision@k."""
     from rich.console import Console
 
+    from berds.errors import BerdsError
     from berds.evaluate.evaluation import EvalOptions, evaluate_paths, metrics_table
     from berds.registry import parse_options
+
+    if from_predictions is not None:
+        if runs:
+            raise BerdsError("--from-predictions FILE computes metrics from that file alone; drop the run arguments")
+        return _eval_from_predictions(from_predictions, tuple(k), allow_short=allow_short, out=out)
+    if not runs:
+        raise BerdsError("name at least one run folder or BERDS-format jsonl (or --from-predictions FILE)")
 
     options = parse_options(judge_option)
     if rounds is not None:
         if not judge.startswith("debate:"):
-            from berds.errors import BerdsError
-
             raise BerdsError(f"--rounds is for debate judges; use --judge debate:{judge} --rounds {rounds}")
         options["rounds"] = rounds
     eval_options = EvalOptions(ks=tuple(k), overwrite=overwrite, title_position=title_position, allow_short=allow_short,
@@ -68,6 +75,21 @@ def eval_command(
             + f" → {files['metrics']}",
             highlight=False,
         )
+
+
+def _eval_from_predictions(path: Path, ks: tuple[int, ...], *, allow_short: bool, out: Optional[Path]) -> None:
+    from rich.console import Console
+
+    from berds.evaluate.evaluation import EvalOptions, eval_output_dir, evaluate_predictions, metrics_table
+    from berds.io import write_json
+
+    _, result = evaluate_predictions(path, EvalOptions(ks=ks, allow_short=allow_short, progress=False, use_cache=False))
+    target = eval_output_dir(path, out, 1)
+    target.mkdir(parents=True, exist_ok=True)
+    write_json(target / "metrics.json", result.to_json())
+    console = Console()
+    console.print(metrics_table([result], title="BERDS metrics from stored predictions"))
+    console.print(f"{path}: {result.stats.pairs} stored predictions → {target / 'metrics.json'}", highlight=False)
 
 
 def demo_command(

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from berds.errors import BerdsError
-from berds.llm.base import Generation, Prompt
+from berds.llm.base import PLAIN_ROLE, Generation, Prompt
 from berds.llm.shared import check_generation_options, generation_from_token_logprobs, normalise_prompts
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -114,6 +114,10 @@ class OpenAILLM:
         check_generation_options(max_new_tokens, temperature, top_logprobs)
         if not messages:
             return []
+        if any(m[0]["role"] == PLAIN_ROLE for m in messages):
+            raise BerdsError(f"{self.url} is a chat-completions endpoint and cannot take a plain (no chat template) "
+                             "prompt — use a chat prompt (-o prompt=zero-shot|one-shot) here, or the transformers / "
+                             "vllm backend for plain prompts")
 
         stop = threading.Event()  # set on the first failure (or Ctrl-C): other workers stop retrying
 
