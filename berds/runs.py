@@ -4,7 +4,8 @@ A run folder holds
 
 * ``manifest.json``   — what produced the run (retriever + options, corpus + fingerprint, index,
   expansion/rerank provenance, versions);
-* ``run.trec``        — ``qid Q0 docid rank score tag`` lines, ranks from 1, ties broken by docid;
+* ``run.trec``        — ``qid Q0 docid rank score tag`` lines, ranks from 1, tied scores ordered by docid
+  descending (trec_eval's own order, so trec_eval/ir_measures and ranx agree on the file);
 * ``run.ctxs.jsonl``  — the BERDS exchange format, one question per line:
   ``{"id", "question", "perspectives", "ctxs": [{"id", "title", "text", "score"}]}``.
 
@@ -36,12 +37,37 @@ def _score(value: float) -> str:
     return repr(float(value)) if math.isfinite(value) else "0.0"
 
 
+def order_ties_like_trec_eval(hits: Sequence[Hit]) -> list[Hit]:
+    """``hits`` with each run of equal scores reordered by docid *descending*, the order trec_eval (and so
+    ir_measures / pytrec_eval) gives tied documents whatever the file says. Hits with different scores keep
+    their places. Written this way, a run reads the same in berds, trec_eval and tools that keep file
+    order among ties (ranx)."""
+    out: list[Hit] = []
+    i = 0
+    while i < len(hits):
+        j = i + 1
+        while j < len(hits) and _score(hits[j].score) == _score(hits[i].score):
+            j += 1
+        group = list(hits[i:j])
+        out += sorted(group, key=lambda h: h.passage.id, reverse=True) if len(group) > 1 else group
+        i = j
+    return out
+
+
 def write_trec(run: Run, path: str | Path, tag: str | None = None) -> None:
-    """TREC run file. Hits are written in run order (rank = position, from 1)."""
+    """TREC run file: hits in run order with tied scores ordered docid-descending
+    (``order_ties_like_trec_eval``), rank = position from 1. A docid repeated within a question (a merge
+    that keeps duplicates) is written once, at its first position: TREC tools hold one score per docid."""
     tag = (tag or run.name or "berds").replace(" ", "_")
     with atomic_write(path) as f:
         for qid, hits in run.hits.items():
-            for rank, hit in enumerate(hits, start=1):
+            seen: set[str] = set()
+            rank = 0
+            for hit in order_ties_like_trec_eval(hits):
+                if hit.passage.id in seen:
+                    continue
+                seen.add(hit.passage.id)
+                rank += 1
                 f.write(f"{qid} Q0 {hit.passage.id} {rank} {_score(hit.score)} {tag}\n")
 
 
@@ -80,6 +106,8 @@ def save_run(run: Run, out_dir: str | Path, *, overwrite: bool = False) -> Path:
     if (out / MANIFEST).exists() and not overwrite:
         raise BerdsError(f"{out} already holds a run — choose another --out or pass --overwrite")
     out.mkdir(parents=True, exist_ok=True)
+    # ties in trec_eval's order in both files, so berds' metrics and TREC tools see the same ranking
+    run = Run(run.questions, {qid: order_ties_like_trec_eval(h) for qid, h in run.hits.items()}, run.manifest, run.name)
     write_trec(run, out / TREC)
     write_ctxs_jsonl(run, out / CTXS)
     depth = [len(h) for h in run.hits.values()]
