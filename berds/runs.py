@@ -76,8 +76,9 @@ def ctxs_record(question: Question, hits: Sequence[Hit], extra: Mapping[str, Any
         "id": question.id,
         "question": question.text,
         "perspectives": list(question.perspectives),
-        "ctxs": [
-            {"id": h.passage.id, "title": h.passage.title, "text": h.passage.text, "score": float(h.score)}
+        "ctxs": [  # no "title" key for a passage read without one: the judge text depends on it
+            {"id": h.passage.id, **({"title": h.passage.title} if h.passage.title_field else {}),
+             "text": h.passage.text, "score": float(h.score)}
             for h in hits
         ],
     }

@@ -150,9 +150,12 @@ class LLMJudge:
         self.max_new_tokens = max_new_tokens
         self.top_logprobs = top_logprobs
         self.threshold = threshold
-        self.name = name or llm.id
+        from berds.llm.secrets import redact_text
+
+        # The id keys the cache and is written to every output: never let a backend's credential into it.
+        self.name = redact_text(name or llm.id)
         suffix = f"|parse={parse}" + (f"|threshold={threshold:g}" if threshold is not None else "")
-        self.id = f"{llm.id}{suffix}"
+        self.id = redact_text(f"{llm.id}{suffix}")
         self.system = system
         self.drop_system = drops_system_turn(system, llm.id) and self.prompt.has_system_turn
         self.prompt_version = self.prompt.version + ("+no-system" if self.drop_system else "")
