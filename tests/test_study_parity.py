@@ -551,3 +551,48 @@ def test_nli_entailment_label_comes_from_id2label():
 
     with pytest.raises(BerdsError, match="nli:MODEL_NAME_OR_PATH"):
         check_judge_name("nli:")
+
+
+@pytest.fixture(scope="module")
+def tiny_t5_nli(tmp_path_factory):
+    """A random-weight T5 (encoder-decoder) with a word tokenizer that has the TRUE-style answer words "1"/"0"."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, T5Config, T5ForConditionalGeneration
+
+    folder = tmp_path_factory.mktemp("tiny-t5-nli")
+    words = "premise hypothesis : cats dogs are great loyal pets fish need clean water birds sing 1 0".split()
+    vocab = {w: i for i, w in enumerate(["<pad>", "</s>", "<unk>"] + words)}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>",
+                            unk_token="<unk>").save_pretrained(folder)
+    config = T5Config(vocab_size=len(vocab), d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2,
+                      decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+    torch.manual_seed(0)
+    model = T5ForConditionalGeneration(config)
+    with torch.no_grad():
+        model.lm_head.weight.normal_(0.0, 2.0)
+    model.save_pretrained(folder)
+    return folder
+
+
+def test_nli_judge_on_a_seq2seq_model_reads_p_of_1_against_0(tiny_t5_nli):
+    import torch
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from berds.judges.catalogue import load_judge
+
+    pairs = [JudgePair("cats are great pets", "cats are great pets"), JudgePair("dogs sing", "fish need clean water")]
+    judge = load_judge(f"nli:{tiny_t5_nli}", threshold=0.4)
+    verdicts = judge.judge(pairs)
+    assert judge.kind == "seq2seq"
+    tok = AutoTokenizer.from_pretrained(tiny_t5_nli)
+    model = AutoModelForSeq2SeqLM.from_pretrained(tiny_t5_nli).eval()
+    one, zero = tok.convert_tokens_to_ids(["1", "0"])
+    for pair, verdict in zip(pairs, verdicts):
+        enc = tok(f"premise: {pair.passage} hypothesis: {pair.perspective}", return_tensors="pt")
+        with torch.no_grad():
+            logits = model(**enc, decoder_input_ids=torch.tensor([[0]])).logits[0, 0]
+        expected = torch.softmax(logits[[one, zero]], dim=-1)[0].item()
+        assert verdict.p_yes == pytest.approx(expected, abs=1e-5) and verdict.label == (expected >= 0.4)
