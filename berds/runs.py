@@ -10,7 +10,10 @@ A run folder holds
   ``{"id", "question", "perspectives", "ctxs": [{"id", "title", "text", "score"}]}``.
 
 ``load_run`` reads a run folder or a single BERDS-format jsonl exactly as the original BERDS scripts
-consume it (``ctxs`` entries need ``text``; ``title``, ``id`` and ``score`` are optional).
+consume it (``ctxs`` entries need ``text``; ``title``, ``id`` and ``score`` are optional; a line in the
+original exchange format with only ``perspectives`` + ``ctxs`` gets the id ``line-N``, N its line number).
+``write_legacy_predictions`` / ``read_predictions`` write and read the original evaluation's prediction
+files (``*.mistralpred*``: per ctx, ``mistral-preds`` = one boolean per perspective).
 """
 
 from __future__ import annotations

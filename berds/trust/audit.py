@@ -181,7 +181,7 @@ class PromptVariantJudge:
         self.prompt, self.positive, self.negative = template, positive, negative
         self.llm = base.llm
         self.id = base.id if (positive, negative) == ("Yes", "No") else f"{base.id}|answers={positive}/{negative}"
-        self.prompt_version = template.version
+        self.prompt_version = template.version + ("+no-system" if getattr(base, "drop_system", False) else "")
         self.name = f"{getattr(base, 'name', base.id)}~{variant}"
         self.batch_size = getattr(base, "batch_size", None) or getattr(base.llm, "batch_size", 64)
 
