@@ -51,11 +51,24 @@ def hub_repo(spec: QuestionSetSpec) -> str:
     return os.environ.get(f"BERDS_HF_REPO_{spec.name.upper()}", spec.hf_repo)
 
 
+def record_id(value: Any, *, what: str, path: Path | str, line: int, record: str | None = None) -> str:
+    """An id read from a file as a string: JSON strings and integers only. A dict, list, float or bool
+    would otherwise become its Python repr (``"{'a': 1}"``) and match nothing, silently."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    raise InputError(f"{what} must be a string or an integer, got {type(value).__name__} {shown}", path=path, line=line,
+                     record=record)
+
+
 def parse_question(rec: dict[str, Any], *, path: Path | str, line: int, dataset: str = "") -> Question:
     """One question record -> ``Question``; errors name the file, line and the missing/bad field."""
     qid = rec.get("id", rec.get("qid"))
     if qid is None:
         raise InputError("record has no 'id'", path=path, line=line, fix='each line needs {"id", "question", "perspectives"}')
+    qid = record_id(qid, what="question 'id'", path=path, line=line)
     text = rec.get("question", rec.get("text", rec.get("query")))
     if not isinstance(text, str) or not text.strip():
         raise InputError("record has no 'question' text", path=path, line=line, record=str(qid))
