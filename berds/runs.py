@@ -115,13 +115,16 @@ def save_run(run: Run, out_dir: str | Path, *, overwrite: bool = False) -> Path:
     write_trec(run, out / TREC)
     write_ctxs_jsonl(run, out / CTXS)
     depth = [len(h) for h in run.hits.values()]
+    repeats = any(len({h.passage.id for h in hits}) != len(hits) for hits in run.hits.values())
     manifest = new_manifest(
         "run",
         name=run.name,
         questions=len(run),
         min_depth=min(depth, default=0),
         max_depth=max(depth, default=0),
-        **{k: v for k, v in run.manifest.items() if k not in ("kind", "created", "versions")},
+        # a ranking that repeats passages on purpose (the study's expansion merge): read back as it is
+        **({DUPLICATES_KEY: "kept"} if repeats else {}),
+        **{k: v for k, v in run.manifest.items() if k not in ("kind", "created", "versions", DUPLICATES_KEY)},
     )
     write_json(out / MANIFEST, manifest)  # written last: its presence marks a complete run
     return out
@@ -158,15 +161,20 @@ def _parse_ctx(ctx: Any, *, path: Path, line: int, qid: str, pos: int) -> tuple[
     return Hit(Passage(pid, text, title, title_field=title_field), score), synthesized
 
 
-DUPLICATE_POLICIES = ("refuse", "dedupe")
+DUPLICATE_POLICIES = ("refuse", "dedupe", "keep")
+DUPLICATES_KEY = "duplicate_passages"  # manifest key of a run folder whose rankings repeat passages on purpose
 
 
 def unique_hits(hits: list[Hit], *, duplicates: str, path: Path, line: int, qid: str) -> list[Hit]:
     """A question's ranking with each passage once. A passage listed twice would count twice in
     Precision@k (and fill two of the k slots); ``duplicates="refuse"`` (default) stops with an error naming
-    the file, line and both positions, ``"dedupe"`` keeps the first (best-ranked) occurrence."""
+    the file, line and both positions, ``"dedupe"`` keeps the first (best-ranked) occurrence, ``"keep"``
+    keeps every occurrence (what the study's query-expansion merge produced and its evaluation counted; a
+    run folder written with repeats says so in its manifest and is read this way by default)."""
     if duplicates not in DUPLICATE_POLICIES:
         raise BerdsError(f"duplicates must be one of {', '.join(DUPLICATE_POLICIES)}, got {duplicates!r}")
+    if duplicates == "keep":
+        return list(hits)
     first: dict[str, int] = {}
     kept: list[Hit] = []
     for pos, hit in enumerate(hits):
@@ -235,15 +243,22 @@ def load_run(path: str | Path, *, duplicates: str = "refuse") -> Run:
                 f"no {CTXS} in this folder", path=path,
                 fix="pass a run folder written by `berds retrieve` or a BERDS-format .jsonl file",
             )
-        run = read_ctxs_jsonl(ctxs, duplicates=duplicates)
-        if (path / TREC).exists() and duplicates == "refuse":  # (a deduplicated ranking differs from its TREC file)
-            check_trec_matches(path / TREC, run)
         manifest = read_json(path / MANIFEST) if (path / MANIFEST).exists() else {}
+        if duplicates == "refuse" and manifest.get(DUPLICATES_KEY) == "kept":
+            duplicates = "keep"  # written so on purpose (the study's expansion merge)
+        run = read_ctxs_jsonl(ctxs, duplicates=duplicates)
+        if (path / TREC).exists() and duplicates in ("refuse", "keep"):  # (a deduplicated ranking differs from it)
+            check_trec_matches(path / TREC, run)
         manifest.setdefault("source", {"format": "run-folder", "path": str(path)})
         return Run(run.questions, run.hits, manifest, manifest.get("name") or path.name)
     if not path.exists():
         raise InputError("no such run folder or file", path=path)
     return read_ctxs_jsonl(path, duplicates=duplicates)
+
+
+def _first_occurrences(hits: Sequence[Hit]) -> list[Hit]:
+    seen: set[str] = set()
+    return [h for h in hits if not (h.passage.id in seen or seen.add(h.passage.id))]
 
 
 def check_trec_matches(path: Path, run: Run) -> None:
@@ -252,6 +267,8 @@ def check_trec_matches(path: Path, run: Run) -> None:
     ranked passage present. Errors name the file and line (a hand-edited or truncated TREC file would
     otherwise disagree silently with what is evaluated)."""
     ctxs = path.parent / CTXS
+    # run.trec lists a repeated passage once, at its first rank (write_trec)
+    run = Run(run.questions, {qid: _first_occurrences(hits) for qid, hits in run.hits.items()}, run.manifest, run.name)
     seen: dict[str, int] = {}
     with open(path, encoding="utf-8", errors="replace") as f:
         for lineno, line in enumerate(f, start=1):

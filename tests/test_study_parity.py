@@ -596,3 +596,28 @@ def test_nli_judge_on_a_seq2seq_model_reads_p_of_1_against_0(tiny_t5_nli):
             logits = model(**enc, decoder_input_ids=torch.tensor([[0]])).logits[0, 0]
         expected = torch.softmax(logits[[one, zero]], dim=-1)[0].item()
         assert verdict.p_yes == pytest.approx(expected, abs=1e-5) and verdict.label == (expected >= 0.4)
+
+
+def test_an_expansion_run_with_repeats_is_saved_and_read_back_as_the_study_counted_it(tmp_path):
+    from berds.evaluate.evaluation import evaluate_run
+    from berds.retrievers.expansion import ExpandedRetriever, FileExpander
+    from berds.retrievers.retrieve import retrieve
+    from berds.runs import load_run, read_trec
+    from judges_for_tests import OverlapJudge
+
+    expander = FileExpander(FIXTURES / "study.dev.expansions.sample.jsonl")
+    rec = json.loads((FIXTURES / "study.dev.expansions.sample.jsonl").read_text().splitlines()[0])
+    question = Question("arguana-750", rec["question"], ("child performers face risks", "a ban robs children"))
+    lists = [["x", "a1"], ["x", "b1"], ["c1"], ["d1"], ["e1"], ["f1"]]
+    retriever = ExpandedRetriever(RecordingRetriever(lists), expander)
+    run = retrieve(retriever, [question], k=4, out=tmp_path / "run", progress=False)
+    assert [h.passage.id for h in run.hits["arguana-750"]] == ["x", "x", "c1", "d1"]
+    back = load_run(tmp_path / "run")  # the manifest says the repeats are on purpose: kept, TREC file checked
+    assert [h.passage.id for h in back.hits["arguana-750"]] == ["x", "x", "c1", "d1"]
+    assert [d for d, _ in read_trec(tmp_path / "run" / "run.trec")["arguana-750"]] == ["x", "c1", "d1"]
+    # the repeat fills a slot and counts in Precision@k, as in the study's evaluation
+    judged = evaluate_run(back, OverlapJudge(threshold=2.0), (4,), progress=False)  # says No to everything
+    assert judged.support["arguana-750"].shape == (2, 4)
+    with pytest.raises(InputError, match="listed twice"):
+        load_run(tmp_path / "run" / "run.ctxs.jsonl")  # a bare file must say so: --duplicates keep
+    assert len(load_run(tmp_path / "run" / "run.ctxs.jsonl", duplicates="keep").hits["arguana-750"]) == 4

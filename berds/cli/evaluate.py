@@ -29,7 +29,7 @@ def eval_command(
     overwrite: str = typer.Option("only-missing", "--overwrite", help="only-missing | always | never"),
     title_position: str = typer.Option("after", "--title-position", help="Judge sees text+title (after, the study), title+text (before) or none."),
     allow_short: bool = typer.Option(False, "--allow-short", help="Score questions with fewer than k passages (missing ranks count as unsupported)."),
-    duplicates: str = typer.Option("refuse", "--duplicates", help="A passage listed twice in one question's ranking: refuse (default) | dedupe (keep the first)."),
+    duplicates: str = typer.Option("refuse", "--duplicates", help="A passage listed twice in one question's ranking: refuse (default) | dedupe (keep the first) | keep (count every occurrence, as the study's expansion runs did; run folders that repeat on purpose are read so by default)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write metrics here instead of next to the run."),
     write_legacy: bool = typer.Option(False, "--write-legacy", help="Also write run.mistralpred.jsonl: each judged ctx with 'mistral-preds' (one boolean per perspective), what the original BERDS evaluation reads."),
     from_predictions: Optional[Path] = typer.Option(None, "--from-predictions", help="Compute metrics from the 'mistral-preds' already in this file (the original compute-only mode); no judge."),

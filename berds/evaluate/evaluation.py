@@ -138,7 +138,8 @@ class EvalOptions:
     * ``cache_path`` / ``use_cache`` — the judgement cache file (default ``$BERDS_HOME/judgements.sqlite``);
     * ``out`` / ``write_legacy`` — where ``evaluate_paths`` writes, and whether it also writes inline predictions;
     * ``judge_runner`` — replaces ``judge_missing`` (``berds.evaluate.judging.judge_runner_for(engine)``);
-    * ``duplicates`` — a passage listed twice in one question's ranking: ``refuse`` (default) or ``dedupe``.
+    * ``duplicates`` — a passage listed twice in one question's ranking: ``refuse`` (default; a run folder
+      whose manifest says its repeats are on purpose is read with ``keep``), ``dedupe`` or ``keep``.
 
     Values are checked when the options are made, before any run is read or judged.
     """
@@ -154,11 +155,11 @@ class EvalOptions:
     out: str | Path | None = None
     write_legacy: bool = False
     judge_runner: Callable[..., dict[tuple[str, str], Verdict]] | None = None
-    duplicates: str = "refuse"  # a passage twice in one ranking: "refuse" or "dedupe" (berds.runs.unique_hits)
+    duplicates: str = "refuse"  # a passage twice in one ranking: "refuse", "dedupe" or "keep" (berds.runs.unique_hits)
 
     def __post_init__(self) -> None:
-        if self.duplicates not in ("refuse", "dedupe"):
-            raise BerdsError(f"unknown --duplicates {self.duplicates!r}; use refuse or dedupe")
+        if self.duplicates not in ("refuse", "dedupe", "keep"):
+            raise BerdsError(f"unknown --duplicates {self.duplicates!r}; use refuse, dedupe or keep")
         if self.overwrite not in OVERWRITE_POLICIES:
             raise BerdsError(f"unknown overwrite policy {self.overwrite!r}; use one of {', '.join(OVERWRITE_POLICIES)}")
         if self.title_position not in TITLE_POSITIONS:
