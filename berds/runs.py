@@ -190,8 +190,11 @@ def unique_hits(hits: list[Hit], *, duplicates: str, path: Path, line: int, qid:
     return kept
 
 
-def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False, duplicates: str = "refuse") -> Run:
-    """A BERDS-format jsonl -> ``Run`` (hits in file order, which is the ranking; see ``unique_hits``)."""
+def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False, duplicates: str = "refuse",
+                    require_perspectives: bool = True) -> Run:
+    """A BERDS-format jsonl -> ``Run`` (hits in file order, which is the ranking; see ``unique_hits``).
+
+    ``require_perspectives=False`` reads runs over questions without gold perspectives (DELPHI retrievals)."""
     path = Path(path)
     questions: list[Question] = []
     hits: list[list[Hit]] = []
@@ -205,7 +208,8 @@ def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False, duplica
             rec = {**rec, "id": rec.get("id", rec.get("qid", f"line-{line}")),
                    "question": rec.get("question", rec.get("text", rec.get("query", f"(question on line {line})")))}
             exchange_only += 1
-        q = parse_question(rec, path=path, line=line, dataset=str(rec.get("dataset", "")))
+        q = parse_question(rec, path=path, line=line, dataset=str(rec.get("dataset", "")),
+                           require_perspectives=require_perspectives)
         if q.id in seen:
             raise InputError(f"duplicate question id (first on line {seen[q.id]})", path=path, line=line, record=q.id)
         seen[q.id] = line
@@ -232,7 +236,7 @@ def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False, duplica
     return Run.from_lists(questions, hits, manifest=manifest, name=path.name.split(".")[0])
 
 
-def load_run(path: str | Path, *, duplicates: str = "refuse") -> Run:
+def load_run(path: str | Path, *, duplicates: str = "refuse", require_perspectives: bool = True) -> Run:
     """A run folder (``manifest.json`` + ``run.ctxs.jsonl``, checked against its ``run.trec``) or a single
     BERDS-format jsonl. ``duplicates``: see ``unique_hits``."""
     path = Path(path)
@@ -246,14 +250,14 @@ def load_run(path: str | Path, *, duplicates: str = "refuse") -> Run:
         manifest = read_json(path / MANIFEST) if (path / MANIFEST).exists() else {}
         if duplicates == "refuse" and manifest.get(DUPLICATES_KEY) == "kept":
             duplicates = "keep"  # written so on purpose (the study's expansion merge)
-        run = read_ctxs_jsonl(ctxs, duplicates=duplicates)
+        run = read_ctxs_jsonl(ctxs, duplicates=duplicates, require_perspectives=require_perspectives)
         if (path / TREC).exists() and duplicates in ("refuse", "keep"):  # (a deduplicated ranking differs from it)
             check_trec_matches(path / TREC, run)
         manifest.setdefault("source", {"format": "run-folder", "path": str(path)})
         return Run(run.questions, run.hits, manifest, manifest.get("name") or path.name)
     if not path.exists():
         raise InputError("no such run folder or file", path=path)
-    return read_ctxs_jsonl(path, duplicates=duplicates)
+    return read_ctxs_jsonl(path, duplicates=duplicates, require_perspectives=require_perspectives)
 
 
 def _first_occurrences(hits: Sequence[Hit]) -> list[Hit]:

@@ -36,6 +36,8 @@ def eval_command(
     engine: str = typer.Option("local", "--engine", help="local | ray"),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (with --engine ray)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    measure: List[str] = typer.Option([], "--measure", help="Also compute an ir_measures diversity measure over the judgements as qrels (alpha_nDCG@10, ERR_IA@10, StRecall@10; repeatable)."),
+    qrels: Optional[Path] = typer.Option(None, "--qrels", help="Write the judgements as TREC diversity qrels (qid subtopic docid rel); a folder when several runs."),
 ) -> None:
     """Judge retrieval runs against their gold perspectives and report MRecall@k / Precision@k."""
     from rich.console import Console
@@ -52,6 +54,10 @@ def eval_command(
         raise BerdsError("name at least one run folder or BERDS-format jsonl (or --from-predictions FILE)")
 
     options = parse_options(judge_option)
+    if measure:
+        from berds.evaluate.qrels import check_measures
+
+        check_measures(measure)  # before any judging
     if rounds is not None:
         if not judge.startswith("debate:"):
             raise BerdsError(f"--rounds is for debate judges; use --judge debate:{judge} --rounds {rounds}")
@@ -76,6 +82,16 @@ def eval_command(
             + f" → {files['metrics']}",
             highlight=False,
         )
+    if measure or qrels is not None:
+        from berds.evaluate.qrels import add_measures_to_outputs, measures_table, qrels_path_for
+
+        rows = [(result.run_name or path.name, result.averages,
+                 add_measures_to_outputs(files, measure, qrels and qrels_path_for(qrels, path, len(results))))
+                for path, result, files in results]
+        if measure:
+            console.print(measures_table(rows))
+        if qrels is not None:
+            console.print(f"qrels (qid subtopic docid rel) → {qrels}", highlight=False)
 
 
 def _eval_from_predictions(path: Path, ks: tuple[int, ...], *, allow_short: bool, out: Optional[Path]) -> None:

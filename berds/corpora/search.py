@@ -475,7 +475,8 @@ def _load_questions(questions: str | os.PathLike | Sequence[Question], split: st
     if isinstance(questions, (str, os.PathLike)):
         from berds.questions import load_questions
 
-        return load_questions(str(questions), split=split, limit=limit)
+        # Searching needs only the question text: sets without gold perspectives (DELPHI) work too.
+        return load_questions(str(questions), split=split, limit=limit, require_perspectives=False)
     qs = list(questions)
     return qs[:limit] if limit is not None else qs
 

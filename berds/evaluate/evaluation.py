@@ -202,6 +202,9 @@ def evaluate_run(
     fields (``evaluate_run(run, judge, ks=(5,), progress=False)``).
     """
     opts = as_options(options, changes)
+    from berds.questions import require_gold
+
+    require_gold(list(run.questions.values()), source=run.name, purpose="evaluation (MRecall/Precision)")
     ks, overwrite, title_position, allow_short = opts.ks, opts.overwrite, opts.title_position, opts.allow_short
     progress, judge_runner, batch_size = opts.progress, opts.judge_runner, opts.batch_size
     depth = ks[-1]

@@ -267,7 +267,7 @@ def rerank_path(
     out = Path(out)
     if (out / "manifest.json").exists() and not overwrite:  # fail before the (slow) embedding step
         raise BerdsError(f"{out} already holds a run — choose another --out or pass --overwrite")
-    run = load_run(run_path)
+    run = load_run(run_path, require_perspectives=False)  # reranking needs no gold perspectives (DELPHI)
     reranked, stats = mmr_rerank(run, lam=lam, encoder=encoder, embedding_cache=embedding_cache, depth=depth,
                                  normalisation=normalisation, embed_text=embed_text, input_path=run_path,
                                  progress=progress, extra_provenance=extra_provenance)
