@@ -66,7 +66,7 @@ NOT_RUN = {
     "berds analyze leaning runs/kialo-bm25 runs/kialo-contriever --judge mistral-berds --stances stances/kialo.jsonl "
     "--k 5 --out results/leaning.json": GPU,
     "berds analyze sycophancy -r bm25 --index indexes/wiki-bm25 --questions kialo --judge mistral-berds "
-    "--stances stances/kialo.jsonl --k 10 --label \"BM25 / Wikipedia\" --out results/syc-bm25-wiki": GPU,
+    "--stances stances/kialo.jsonl --label \"wiki_bm25\" --out results/syc-bm25-wiki": GPU,
     "berds analyze coverage runs/kialo-bm25-wiki runs/kialo-bm25-sphere runs/kialo-contriever-wiki --depth 100 "
     "--judge mistral-berds": GPU,
     "berds analyze docs-needed runs/kialo-contriever-wiki --depth 100 --judge mistral-berds": GPU,
