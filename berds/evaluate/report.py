@@ -173,19 +173,20 @@ def plot_curves(curves: Mapping[str, Sequence[tuple[int, float]]], path: str | P
     return _save(fig, path)
 
 
-def plot_tuning(rows: Sequence[Mapping[str, Any]], ks: Sequence[int], path: str | Path) -> Path:
-    """MRecall@k and Precision@k against λ (the grid of ``berds tune mmr``)."""
-    grid = [r for r in rows if r.get("lambda") is not None]
+def plot_tuning(rows: Sequence[Mapping[str, Any]], ks: Sequence[int], path: str | Path, *,
+                parameter: str = "lambda") -> Path:
+    """MRecall@k and Precision@k against λ (the grid of ``berds tune mmr``) or another ``parameter``."""
+    grid = [r for r in rows if r.get(parameter) is not None]
     curves = {}
     for k in ks:
-        curves[f"MRecall@{k}"] = [(float(r["lambda"]), float(r[f"mrecall@{k}"])) for r in grid]
-        curves[f"Precision@{k}"] = [(float(r["lambda"]), float(r[f"precision@{k}"])) for r in grid]
+        curves[f"MRecall@{k}"] = [(float(r[parameter]), float(r[f"mrecall@{k}"])) for r in grid]
+        curves[f"Precision@{k}"] = [(float(r[parameter]), float(r[f"precision@{k}"])) for r in grid]
     fig = _figure(6.0, 4.0)
     ax = fig.add_subplot(1, 1, 1)
     for label, pts in curves.items():
         ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], marker="o", markersize=3.5, label=label,
                 linestyle="-" if label.startswith("MRecall") else "--")
-    ax.set_xlabel("λ")
+    ax.set_xlabel("λ" if parameter in ("lambda", "lam") else parameter)
     ax.set_ylabel("%")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, frameon=False)

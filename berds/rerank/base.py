@@ -102,7 +102,9 @@ class EmbeddingReranker:
     @property
     def name(self) -> str:
         value = getattr(self, self.parameter) if self.parameter else None
-        return f"{self.method}{value:g}" if isinstance(value, (int, float)) else self.method
+        if not isinstance(value, (int, float)):
+            return self.method
+        return f"{self.method}{'-' if self.method[-1:].isdigit() else ''}{value:g}"
 
     def prepare(self, run: Run, *, progress: bool = False) -> Candidates:
         return prepare_candidates(run, encoder=self.encoder, embedding_cache=self.embedding_cache, depth=self.depth,
