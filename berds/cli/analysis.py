@@ -263,6 +263,7 @@ def report_command(
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
     allow_short: bool = typer.Option(False, "--allow-short"),
     title: str = typer.Option("BERDS report", "--title"),
+    baseline: Optional[str] = typer.Option(None, "--baseline", help="Mark values that differ significantly from this run (label or path)."),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
     """Paper-style tables (markdown + CSV) and PNG figures for runs and analysis results."""
@@ -270,5 +271,5 @@ def report_command(
 
     report = build_report(list(runs or []), judge, out, ks=k, curve_depth=curve_depth, analyses=list(analysis),
                           judge_options=_options(judge_option), cache_path=cache, allow_short=allow_short,
-                          progress=not quiet, title=title)
+                          progress=not quiet, title=title, baseline=baseline)
     _print_table(f"report → {report.out}", ["file", "path"], [[key, str(p)] for key, p in report.files.items()])

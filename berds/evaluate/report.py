@@ -262,11 +262,14 @@ def build_report(
     allow_short: bool = False,
     progress: bool = False,
     title: str = "BERDS report",
+    baseline: str | None = None,
 ) -> Report:
     """Judge ``run_paths`` (cached), and write tables, figures and ``report.md`` into ``out``.
 
     ``analyses`` are result files from ``berds analyze ... --out`` (or result objects). ``curve_depth``
     (default ``max(ks)``) is how far the MRecall@k curve goes; deeper curves judge more passages.
+    ``baseline`` (a run's label or path) marks with ``*`` the overall values that differ significantly from
+    it (paired permutation test, Holm-corrected; ``berds.evaluate.compare``) and adds the comparison table.
     """
     from berds.evaluate.analyses.common import judge_runs, run_labels
     from berds.evaluate.analyses.results import load_result
@@ -296,10 +299,26 @@ def build_report(
         for label, run, res in zip(labels, runs, results):
             datasets = {qid: q.dataset for qid, q in run.questions.items()}
             rows += metrics_rows(label, res.support, ks, datasets)
+        compared = None
+        if baseline is not None:
+            from berds.evaluate.compare import compare_results, metric_names, resolve_baseline
+
+            compared = compare_results(results, labels, ks=ks, baseline=resolve_baseline(baseline, labels, run_paths))
+            for row in rows:  # mark the overall row of each run: header columns 3.. are the metrics
+                for col, metric in enumerate(metric_names(ks), start=3):
+                    found = compared.find(row[0], metric) if row[1] == "all" else None
+                    if found is not None and found.significant:
+                        row[col] += "*"
         report.files.update({f"metrics.{k}": v for k, v in write_table(out / "metrics", header, rows).items()})
         md += ["", "## Retrieval quality", "",
                f"Judge: `{results[0].judge_id}` (prompt `{results[0].prompt_version}`). Values in %.", "",
                markdown_table(header, rows)]
+        if compared is not None:
+            report.files.update({f"compare.{k}": v for k, v in compared.write(out).items()})
+            c_title, c_header, c_rows = compared.table()
+            md += ["", f"`*`: differs from `{compared.baseline}` at α={compared.alpha:g} (paired permutation test "
+                   "over questions, Holm-corrected per metric).", "", f"### {c_title}", "",
+                   markdown_table(c_header, c_rows)]
         curve_k = curve_depth or ks[-1]
         curves = {label: mrecall_curve({q: m[:, :curve_k] for q, m in res.support.items()}, curve_k)
                   for label, res in zip(labels, results)}
