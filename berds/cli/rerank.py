@@ -221,7 +221,8 @@ def study_diversify_command(
         allow_short=allow_short, progress=not quiet)
     for line in result.notes:
         _console().print(f"[yellow]note:[/] {line}", highlight=False)
-    title, header, rows = result.table()
-    _table(title, header, rows)
+    title, header, rows = result.table(detail=False)
+    _table(title.replace("[95% bootstrap CI], Holm-corrected permutation p; ", "(intervals and p in results.md); "),
+           header, rows)
     for key, path in result.files.items():
         _console().print(f"  {key}: {path}", highlight=False)

@@ -239,3 +239,23 @@ def embed_texts(
     if not texts:
         return np.zeros((0, 0), dtype=np.float32), 0
     return np.stack([vectors[t] for t in texts]), len(missing)
+
+
+class MemoEncoder:
+    """An encoder that remembers every vector it made in memory (same ``id`` as the wrapped one), so a study
+    that reranks the same passages with many strategies and parameters embeds each text once even without
+    an embedding cache file."""
+
+    def __init__(self, encoder: Encoder):
+        self.inner = encoder
+        self.id = encoder.id
+        self._vectors: dict[str, np.ndarray] = {}
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if t not in self._vectors]
+        if missing:
+            out = np.asarray(self.inner.encode(missing), dtype=np.float32)
+            self._vectors.update(zip(missing, out))
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        return np.stack([self._vectors[t] for t in texts])

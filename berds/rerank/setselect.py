@@ -90,3 +90,8 @@ def cover(diversity: float = 0.5, *, gamma: float | None = None, **options: Any)
 def ssd(diversity: float = 0.5, *, gamma: float | None = None, window: int | None = None,
         **options: Any) -> PyversityReranker:
     return PyversityReranker("ssd", diversity, gamma=gamma, window=window, **options)
+
+
+for _factory in (dpp, msd, cover, ssd):  # what a study tunes, readable without building a reranker
+    _factory.parameter = PyversityReranker.parameter  # type: ignore[attr-defined]
+    _factory.grid = PyversityReranker.grid  # type: ignore[attr-defined]
