@@ -15,7 +15,7 @@ from berds.evaluate.evaluation import evaluate_paths, evaluate_run
 from berds.judges import load_judge
 from berds.judges.llm_judge import p_yes_from_logprobs, parse_answer
 from berds.runs import save_run
-from berds.types import JudgePair, Verdict
+from berds.types import Hit, JudgePair, Passage, Question, Run, Verdict
 from conftest import berds_cmd, make_run, subprocess_env
 from judges_for_tests import OverlapJudge
 
@@ -200,3 +200,20 @@ def test_fully_cached_evaluation_never_loads_the_embedded_model(tmp_path, tiny_r
     again = evaluate_run(tiny_run, fresh, ks=(2,), cache=cache, progress=False)
     assert again.stats.judged == 0 and again.per_question == first.per_question
     assert fresh.encoder._model is None, "the model must only load when a pair needs judging"
+
+
+def test_judgement_lines_are_the_json_of_each_judgement_including_short_questions_and_missing_p_yes():
+    """judgements.jsonl is written without a json.dumps per line; it must say exactly what json.dumps would."""
+    from berds.evaluate.evaluation import EvalResult, JudgeStats
+
+    questions = [Question('q"1', "?", ("a", "b")), Question("q2", "?", ("c",))]
+    hits = [[Hit(Passage("d1", "t"), 1.0), Hit(Passage("dé2", "t"), 0.5)], [Hit(Passage("x", "t"), 1.0)]]
+    run = Run.from_lists(questions, hits)
+    support = {'q"1': np.array([[True, False, False], [False, True, False]]), "q2": np.array([[True, False, False]])}
+    p_yes = {'q"1': np.array([[0.9, np.nan, np.nan], [0.1, 0.7, np.nan]]), "q2": np.array([[1 / 3, np.nan, np.nan]])}
+    result = EvalResult("r", 'judge"x', "v", (3,), 3, support, p_yes, {}, {}, JudgeStats())
+    expected = [json.dumps({"qid": j.qid, "docid": j.docid, "rank": j.rank, "perspective": j.perspective_index,
+                            "label": int(j.label), "p_yes": j.p_yes, "judge": result.judge_id}, ensure_ascii=False) + "\n"
+                for j in result.judgements(run)]
+    assert len(expected) == 5  # 2 perspectives x 2 passages + 1 x 1: the short questions' missing ranks have none
+    assert list(result.judgement_lines(run)) == expected

@@ -19,7 +19,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from berds.errors import BerdsError
 from berds.types import JudgePair, Verdict
@@ -27,8 +27,30 @@ from berds.types import JudgePair, Verdict
 SCHEMA_VERSION = 1
 
 
+_IN_CHUNK = 500  # passages per "IN (...)" query: well under SQLite's bound on host parameters
+
+
 def text_digest(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8")).digest()
+
+
+class Digests:
+    """``text_digest`` memoised: each distinct text is hashed once however many pairs it is in."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, bytes] = {}
+
+    def __call__(self, text: str) -> bytes:
+        d = self._seen.get(text)
+        if d is None:
+            d = self._seen[text] = text_digest(text)
+        return d
+
+
+def row_verdict(row: tuple[int, float | None, str, str | None]) -> Verdict:
+    """A ``Verdict`` from a cached row ``(label, p_yes, raw, detail JSON)``."""
+    label, p_yes, raw, detail = row
+    return Verdict(bool(label), p_yes, raw, json.loads(detail) if detail else None)
 
 
 def default_cache_path() -> Path:
@@ -84,33 +106,41 @@ class JudgementCache:
 
     # -- lookups ---------------------------------------------------------------------------------
 
-    def get_many(self, judge_id: str, prompt_version: str, pairs: Sequence[JudgePair]) -> list[Verdict | None]:
-        """Cached verdicts for ``pairs`` (None where missing), in order. One query via a temp table."""
-        if not pairs:
-            return []
-        # Point lookups on the primary key: faster here than staging keys in a temp table and joining.
-        digests: dict[str, bytes] = {}
-
-        def digest(text: str) -> bytes:
-            d = digests.get(text)
-            if d is None:
-                d = digests[text] = text_digest(text)
-            return d
-
-        query = ("SELECT label, p_yes, raw, detail FROM judgements "
-                 "WHERE judge=? AND prompt=? AND perspective=? AND passage=?")
-        out: list[Verdict | None] = []
+    def lookup(self, judge_id: str, prompt_version: str, wanted: Mapping[bytes, Iterable[bytes]], *,
+               with_raw: bool = True) -> dict[tuple[bytes, bytes], tuple[int, float | None, str | None, str | None]]:
+        """Raw cached rows for many pairs at once: ``wanted`` maps a perspective digest to the passage digests
+        wanted with it; returns ``{(perspective digest, passage digest): (label, p_yes, raw, detail JSON)}``
+        for those found (``raw`` is None unless ``with_raw``: metrics never need the judge's text). One query per perspective and chunk of passages (``passage IN (...)`` on the primary
+        key), all in one read snapshot — the bulk path ``evaluate_run`` uses."""
+        out: dict[tuple[bytes, bytes], tuple[int, float | None, str | None, str | None]] = {}
+        raw_column = "raw" if with_raw else "NULL"
         with self._lock:
             cur = self._db.cursor()
             cur.execute("BEGIN")  # one read snapshot for the whole lookup
             try:
-                for p in pairs:
-                    row = cur.execute(query, (judge_id, prompt_version, digest(p.perspective), digest(p.passage))).fetchone()
-                    out.append(None if row is None else
-                               Verdict(bool(row[0]), row[1], row[2], json.loads(row[3]) if row[3] else None))
+                for persp, passages in wanted.items():
+                    passages = list(dict.fromkeys(passages))
+                    for lo in range(0, len(passages), _IN_CHUNK):
+                        chunk = passages[lo:lo + _IN_CHUNK]
+                        query = (f"SELECT passage, label, p_yes, {raw_column}, detail FROM judgements WHERE judge=? AND prompt=? "
+                                 f"AND perspective=? AND passage IN ({','.join('?' * len(chunk))})")
+                        for passage, label, p_yes, raw, detail in cur.execute(query, (judge_id, prompt_version, persp, *chunk)):
+                            out[(persp, passage)] = (label, p_yes, raw, detail)
             finally:
                 cur.execute("COMMIT")
         return out
+
+    def get_many(self, judge_id: str, prompt_version: str, pairs: Sequence[JudgePair]) -> list[Verdict | None]:
+        """Cached verdicts for ``pairs`` (None where missing), in order."""
+        if not pairs:
+            return []
+        digest = Digests()
+        keys = [(digest(p.perspective), digest(p.passage)) for p in pairs]
+        wanted: dict[bytes, list[bytes]] = {}
+        for persp, passage in keys:
+            wanted.setdefault(persp, []).append(passage)
+        found = self.lookup(judge_id, prompt_version, wanted)
+        return [None if (row := found.get(key)) is None else row_verdict(row) for key in keys]
 
     def put_many(
         self, judge_id: str, prompt_version: str, pairs: Sequence[JudgePair], verdicts: Sequence[Verdict]

@@ -14,16 +14,17 @@ The judge is loaded only if some pair is missing from the cache.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from berds.errors import BerdsError, InputError
-from berds.evaluate.cache import JudgementCache, unique_pairs
+from berds.evaluate.cache import Digests, JudgementCache
 from berds.evaluate.judging import judge_missing
 from berds.evaluate.metrics import aggregate, question_metrics
 from berds.types import Judgement, JudgePair, Run, Verdict
@@ -59,15 +60,32 @@ class EvalResult:
     manifest: dict[str, Any] = field(default_factory=dict)
 
     def judgements(self, run: Run) -> list[Judgement]:
+        """One ``Judgement`` per (question, judged passage, perspective); a short question's missing ranks have none."""
         out = []
         for qid, matrix in self.support.items():
             hits = run.hits[qid]
             for i in range(matrix.shape[0]):
-                for j in range(matrix.shape[1]):
+                for j in range(min(matrix.shape[1], len(hits))):
                     p = self.p_yes[qid][i, j]
                     out.append(Judgement(qid, hits[j].passage.id, j + 1, i, bool(matrix[i, j]),
                                          None if np.isnan(p) else float(p)))
         return out
+
+    def judgement_lines(self, run: Run) -> Iterator[str]:
+        """The lines of ``judgements.jsonl`` (what ``judgements`` holds, as JSON), built without a
+        ``json.dumps`` per line: each id is escaped once, numbers are formatted as ``json`` would."""
+        judge = json.dumps(self.judge_id, ensure_ascii=False)
+        for qid, matrix in self.support.items():
+            hits = run.hits[qid]
+            n = min(matrix.shape[1], len(hits))
+            q = json.dumps(qid, ensure_ascii=False)
+            docids = [json.dumps(h.passage.id, ensure_ascii=False) for h in hits[:n]]
+            labels, probs = matrix.astype(int).tolist(), self.p_yes[qid].tolist()
+            for i, (row, prow) in enumerate(zip(labels, probs)):
+                for j in range(n):
+                    p = prow[j]
+                    yield (f'{{"qid": {q}, "docid": {docids[j]}, "rank": {j + 1}, "perspective": {i}, '
+                           f'"label": {row[j]}, "p_yes": {"null" if p != p else repr(p)}, "judge": {judge}}}\n')
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -82,10 +100,10 @@ class EvalResult:
         }
 
 
-def pairs_for_run(run: Run, depth: int, *, title_position: str = "after", allow_short: bool = False
-                  ) -> dict[str, list[list[JudgePair]]]:
-    """``qid -> [perspective index][rank index] -> JudgePair`` over the top ``depth`` passages."""
-    out: dict[str, list[list[JudgePair]]] = {}
+def question_texts(run: Run, depth: int, *, title_position: str = "after", allow_short: bool = False
+                   ) -> dict[str, tuple[tuple[str, ...], list[str]]]:
+    """``qid -> (perspectives, texts of the top depth passages as the judge sees them)``."""
+    out: dict[str, tuple[tuple[str, ...], list[str]]] = {}
     for qid, q in run.questions.items():
         hits = run.hits[qid][:depth]
         if len(hits) < depth and not allow_short:
@@ -94,9 +112,16 @@ def pairs_for_run(run: Run, depth: int, *, title_position: str = "after", allow_
                 path=run.manifest.get("source", {}).get("path") or run.name or None, record=qid,
                 fix="use a smaller --k, retrieve more passages, or pass --allow-short to score missing ranks as unsupported",
             )
-        texts = [h.passage.judge_text(title_position) for h in hits]
-        out[qid] = [[JudgePair(perspective=p, passage=t) for t in texts] for p in q.perspectives]
+        out[qid] = (tuple(q.perspectives), [h.passage.judge_text(title_position) for h in hits])
     return out
+
+
+def pairs_for_run(run: Run, depth: int, *, title_position: str = "after", allow_short: bool = False
+                  ) -> dict[str, list[list[JudgePair]]]:
+    """``qid -> [perspective index][rank index] -> JudgePair`` over the top ``depth`` passages."""
+    return {qid: [[JudgePair(perspective=p, passage=t) for t in texts] for p in perspectives]
+            for qid, (perspectives, texts) in question_texts(run, depth, title_position=title_position,
+                                                              allow_short=allow_short).items()}
 
 
 @dataclass(frozen=True)
@@ -175,17 +200,27 @@ def evaluate_run(
     ks, overwrite, title_position, allow_short = opts.ks, opts.overwrite, opts.title_position, opts.allow_short
     progress, judge_runner, batch_size = opts.progress, opts.judge_runner, opts.batch_size
     depth = ks[-1]
-    grid = pairs_for_run(run, depth, title_position=title_position, allow_short=allow_short)
-    needed = unique_pairs(p for rows in grid.values() for row in rows for p in row)
+    grid = question_texts(run, depth, title_position=title_position, allow_short=allow_short)
+    # Each distinct text is hashed once; verdicts are keyed by (perspective digest, passage digest).
+    digest = Digests()
+    texts: dict[bytes, str] = {}
+    wanted: dict[bytes, dict[bytes, None]] = {}
+    keys: dict[str, tuple[list[bytes], list[bytes]]] = {}
+    for qid, (perspectives, passages) in grid.items():
+        pds, sds = [digest(t) for t in perspectives], [digest(t) for t in passages]
+        texts.update(zip(pds, perspectives))
+        texts.update(zip(sds, passages))
+        for pd in pds:
+            wanted.setdefault(pd, {}).update(dict.fromkeys(sds))
+        keys[qid] = (pds, sds)
+    needed = [(pd, sd) for pd, sds in wanted.items() for sd in sds]
     stats = JudgeStats(pairs=len(needed))
 
-    verdicts: dict[tuple[str, str], Verdict] = {}
+    rows: dict[tuple[bytes, bytes], tuple[int, float | None, str | None, str | None]] = {}
     if cache is not None and overwrite != "always":
-        for p, v in zip(needed, cache.get_many(judge.id, judge.prompt_version, needed)):
-            if v is not None:
-                verdicts[(p.perspective, p.passage)] = v
-    stats.cached = len(verdicts)
-    missing = [p for p in needed if (p.perspective, p.passage) not in verdicts]
+        rows = cache.lookup(judge.id, judge.prompt_version, wanted, with_raw=False)
+    stats.cached = len(rows)
+    missing = [JudgePair(perspective=texts[pd], passage=texts[sd]) for pd, sd in needed if (pd, sd) not in rows]
     if missing and overwrite == "never":
         raise BerdsError(
             f"{len(missing)} of {len(needed)} pairs are not in the judgement cache for judge {judge.id!r} and "
@@ -195,24 +230,26 @@ def evaluate_run(
         started = time.perf_counter()
         runner = judge_runner or judge_missing
         bs = batch_size or int(getattr(judge, "batch_size", 0) or 64) * 4
-        verdicts.update(runner(judge, missing, cache, batch_size=bs, progress=progress,
-                               description=f"judging {run.name or 'run'}"))
+        answered = runner(judge, missing, cache, batch_size=bs, progress=progress, description=f"judging {run.name or 'run'}")
+        for (perspective, passage), v in answered.items():
+            rows[(digest(perspective), digest(passage))] = (
+                int(bool(v.label)), v.p_yes, v.raw, json.dumps(v.detail) if v.detail else None)
         stats.judged = len(missing)
         stats.seconds = time.perf_counter() - started
 
     support: dict[str, np.ndarray] = {}
     p_yes: dict[str, np.ndarray] = {}
     per_question: dict[str, dict[str, float]] = {}
-    for qid, rows in grid.items():
-        s = np.zeros((len(rows), depth), dtype=bool)
-        py = np.full((len(rows), depth), np.nan)
-        for i, row in enumerate(rows):
-            for j, pair in enumerate(row):
-                v = verdicts[(pair.perspective, pair.passage)]
-                s[i, j] = v.label
-                if v.p_yes is not None:
-                    py[i, j] = v.p_yes
-                if v.detail and v.detail.get("unparsed"):
+    for qid, (pds, sds) in keys.items():
+        s = np.zeros((len(pds), depth), dtype=bool)
+        py = np.full((len(pds), depth), np.nan)
+        for i, pd in enumerate(pds):
+            for j, sd in enumerate(sds):  # ranks past a short question's last passage stay unsupported
+                label, prob, _, detail = rows[(pd, sd)]
+                s[i, j] = label
+                if prob is not None:
+                    py[i, j] = prob
+                if detail and json.loads(detail).get("unparsed"):
                     stats.unparsed += 1
         support[qid], p_yes[qid] = s, py
         per_question[qid] = question_metrics(s, ks)
@@ -231,18 +268,15 @@ def judge_slug(judge_id: str) -> str:
 
 def write_eval_outputs(result: EvalResult, run: Run, out_dir: str | Path, *, legacy_jsonl: bool = False) -> dict[str, Path]:
     """Write ``metrics.json`` and ``judgements.jsonl`` (and optionally the legacy inline predictions)."""
-    from berds.io import write_json, write_jsonl
+    from berds.io import atomic_write, write_json
     from berds.runs import legacy_predictions, write_ctxs_jsonl
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"metrics": out / "metrics.json", "judgements": out / "judgements.jsonl"}
     write_json(paths["metrics"], result.to_json())
-    write_jsonl(paths["judgements"], (
-        {"qid": j.qid, "docid": j.docid, "rank": j.rank, "perspective": j.perspective_index,
-         "label": int(j.label), "p_yes": j.p_yes, "judge": result.judge_id}
-        for j in result.judgements(run)
-    ))
+    with atomic_write(paths["judgements"]) as f:
+        f.writelines(result.judgement_lines(run))
     if legacy_jsonl:
         paths["legacy"] = out / "run.mistral-preds.jsonl"
         labels = {qid: m.tolist() for qid, m in result.support.items()}
