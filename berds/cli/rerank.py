@@ -180,7 +180,9 @@ def compare_command(
     title, header, rows = result.table()
     _table(title, header, rows)
     if out is not None:
-        for key, path in result.write(out).items():
+        from berds.evaluate.report import write_compare
+
+        for key, path in write_compare(result, out).items():
             _console().print(f"  {key}: {path}", highlight=False)
 
 

@@ -10,7 +10,8 @@ For every run against the baseline and every metric, over the questions both run
 * Holm's correction (``statsmodels``) of the p-values of one metric across the runs compared with the
   baseline (the family is one metric; with one compared run it changes nothing).
 
-``berds compare RUN_A RUN_B [...]`` prints it; ``berds report --baseline`` marks what is significant.
+``berds compare RUN_A RUN_B [...]`` prints it (``berds.evaluate.report.write_compare`` writes it);
+``berds report --baseline`` marks what is significant.
 """
 
 from __future__ import annotations
@@ -77,18 +78,6 @@ class CompareResult:
                  f"{100 * c.difference:+.1f}", f"[{100 * c.ci_low:+.1f}, {100 * c.ci_high:+.1f}]",
                  f"{c.p_value:.4f}", f"{c.p_holm:.4f}", "yes" if c.significant else "no"] for c in self.comparisons]
         return f"paired comparison against {self.baseline} (judge {self.judge_id})", header, rows
-
-    def write(self, out: str | Path) -> dict[str, Path]:
-        from berds.evaluate.report import write_table
-        from berds.io import write_json
-
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        title, header, rows = self.table()
-        paths = write_table(out / "compare", header, rows, title=title)
-        write_json(out / "compare.json", self.to_json())
-        paths["json"] = out / "compare.json"
-        return paths
 
 
 def paired_difference(baseline: np.ndarray, other: np.ndarray, *, n_resamples: int = 10000, confidence: float = 0.95,

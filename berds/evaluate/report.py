@@ -314,7 +314,7 @@ def build_report(
                f"Judge: `{results[0].judge_id}` (prompt `{results[0].prompt_version}`). Values in %.", "",
                markdown_table(header, rows)]
         if compared is not None:
-            report.files.update({f"compare.{k}": v for k, v in compared.write(out).items()})
+            report.files.update({f"compare.{k}": v for k, v in write_compare(compared, out).items()})
             c_title, c_header, c_rows = compared.table()
             md += ["", f"`*`: differs from `{compared.baseline}` at α={compared.alpha:g} (paired permutation test "
                    "over questions, Holm-corrected per metric).", "", f"### {c_title}", "",
@@ -347,6 +347,19 @@ def build_report(
     write_text(out / "report.md", "\n".join(md).rstrip() + "\n")
     report.files["report.md"] = out / "report.md"
     return report
+
+
+def write_compare(result: Any, out: str | Path) -> dict[str, Path]:
+    """``compare.md``, ``compare.csv`` and ``compare.json`` of a ``berds.evaluate.compare.CompareResult``."""
+    from berds.io import write_json
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    title, header, rows = result.table()
+    paths = write_table(out / "compare", header, rows, title=title)
+    write_json(out / "compare.json", result.to_json())
+    paths["json"] = out / "compare.json"
+    return paths
 
 
 def write_analysis(result: Any, json_path: str | Path) -> dict[str, Path]:
