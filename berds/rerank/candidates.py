@@ -137,7 +137,7 @@ def prepare_candidates(
     progress: bool = False,
 ) -> Candidates:
     """Cut every question to ``depth``, normalise its scores and embed its passages (through the cache)."""
-    from berds.rerank.embeddings import embed_texts
+    from berds.rerank.embeddings import embedding_map
 
     if depth < 1:
         raise BerdsError(f"--depth must be a positive integer, got {depth}")
@@ -164,14 +164,13 @@ def prepare_candidates(
         if normalisation == "question-max" and scores and max(scores) <= 0:
             constant_used += 1
         sim1[qid] = normalise_scores(scores, normalisation, qid=qid, dataset_max=dataset_max, sim1_constant=constant)
-    texts = [passage_embed_text(h, embed_text) for hits in cut.values() for h in hits]
-    vectors, computed = embed_texts(texts, encoder, embedding_cache, progress=progress,
-                                    description=f"embedding {run.name or 'run'}")
+    texts = {qid: [passage_embed_text(h, embed_text) for h in hits] for qid, hits in cut.items()}
+    vectors, computed = embedding_map([t for ts in texts.values() for t in ts], encoder, embedding_cache,
+                                      progress=progress, description=f"embedding {run.name or 'run'}")
     questions: dict[str, QuestionCandidates] = {}
-    row = 0
     for qid, hits in cut.items():
-        emb = vectors[row:row + len(hits)] if hits else np.zeros((0, 1), dtype=np.float32)
-        row += len(hits)
+        # one small matrix per question (not one for the run, sliced): stays in cache while it is normalised
+        emb = np.stack([vectors[t] for t in texts[qid]]) if hits else np.zeros((0, 1), dtype=np.float32)
         questions[qid] = QuestionCandidates(qid, hits, sim1[qid], unit_rows(emb))
     config: dict[str, Any] = {
         "encoder": getattr(encoder, "id", type(encoder).__name__),

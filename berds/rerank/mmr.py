@@ -94,23 +94,25 @@ def cosine_matrix(embeddings: np.ndarray) -> np.ndarray:
 
 
 def _greedy(relevance: np.ndarray, row_of: Any, n: int, lam: float, k: int, first: str) -> tuple[np.ndarray, np.ndarray]:
-    weighted = lam * relevance  # float64: the objective keeps the precision of Sim1
+    # float64 objective (Sim1's precision), float32 similarities; a picked candidate's relevance becomes -inf,
+    # so it can never win again without a mask operation per step.
+    available = lam * relevance
     diversity_weight = 1.0 - lam
     order = np.empty(k, dtype=np.int64)
     gains = np.empty(k, dtype=np.float64)
     if k == 0:
         return order, gains
-    pick = 0 if first == "rank1" else int(np.argmax(weighted))  # first maximum = best rank among ties
-    order[0], gains[0] = pick, weighted[pick]
+    pick = 0 if first == "rank1" else int(available.argmax())  # first maximum = best rank among ties
+    order[0], gains[0] = pick, available[pick]
+    available[pick] = -np.inf
     max_sim = np.array(row_of(pick), dtype=np.float32)
-    taken = np.zeros(n, dtype=bool)
-    taken[pick] = True
+    objective = np.empty(n, dtype=np.float64)
     for step in range(1, k):
-        objective = weighted - diversity_weight * max_sim
-        objective[taken] = -np.inf
-        pick = int(np.argmax(objective))
+        np.multiply(max_sim, diversity_weight, out=objective, dtype=np.float64)
+        np.subtract(available, objective, out=objective)
+        pick = int(objective.argmax())
         order[step], gains[step] = pick, objective[pick]
-        taken[pick] = True
+        available[pick] = -np.inf
         if step + 1 < k:
             np.maximum(max_sim, row_of(pick), out=max_sim)
     return order, gains
