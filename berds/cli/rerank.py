@@ -196,6 +196,7 @@ def study_diversify_command(
     strategy: List[str] = typer.Option([], "--strategy", "-s", help="Rerankers to study (default: mmr dpp msd cover ssd, plus xquad pm2 with aspects)."),
     expansions: Optional[Path] = typer.Option(None, "--expansions", help="Perspectives jsonl for xquad/pm2."),
     llm: Optional[str] = typer.Option(None, "--llm", help="Or write the perspectives for xquad/pm2 with this LLM."),
+    aspects: Optional[str] = typer.Option(None, "--aspects", help="oracle: give xquad/pm2 the gold perspectives (an upper bound, labelled so)."),
     expanded_run: Optional[Path] = typer.Option(None, "--expanded-run", help="A query-expansion run (berds retrieve --expand) of the test split: studied as is and reranked with MMR."),
     expanded_dev_run: Optional[Path] = typer.Option(None, "--expanded-dev-run", help="Its dev-split run (default: split like RUN)."),
     model: Optional[str] = typer.Option(None, "--model", help="Embedding model (default UAE-Large-V1)."),
@@ -217,7 +218,7 @@ def study_diversify_command(
 
     result = study_diversify_paths(
         run, out, judge, dev_run=dev_run, split_dev=split_dev, strategies=list(strategy) or None,
-        expansions=expansions, llm=llm, expanded_run=expanded_run, expanded_dev_run=expanded_dev_run, model=model,
+        expansions=expansions, llm=llm, aspects=aspects, expanded_run=expanded_run, expanded_dev_run=expanded_dev_run, model=model,
         pooling=pooling, depth=depth, ks=k, select=select, n_resamples=resamples, seed=seed,
         judge_options=parse_options(judge_option), cache_path=cache, embedding_cache=embedding_cache,
         allow_short=allow_short, progress=not quiet)

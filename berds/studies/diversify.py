@@ -119,6 +119,7 @@ def study_diversify(
     reranker_options: Mapping[str, Mapping[str, Any]] | None = None,
     expansions: str | Path | None = None,
     llm: str | None = None,
+    aspects: str | None = None,
     expanded_test_run: Run | None = None,
     expanded_dev_run: Run | None = None,
     embedding_cache: Any = None,
@@ -134,7 +135,8 @@ def study_diversify(
     progress: bool = False,
 ) -> DiversifyStudy:
     """The study on runs already split (see the module docstring). ``grids`` replaces a strategy's grid;
-    ``reranker_options[name]`` adds options to its factory."""
+    ``reranker_options[name]`` adds options to its factory. ``aspects="oracle"`` gives xQuAD/PM2 the gold
+    perspectives (their rows are labelled "(oracle aspects)": an upper bound, not a system)."""
     from berds.evaluate.compare import compare_results
     from berds.evaluate.evaluation import evaluate_run
     from berds.rerank.catalogue import RERANKERS, load_reranker
@@ -153,14 +155,21 @@ def study_diversify(
     for name in strategies:
         RERANKERS.spec(name)  # unknown names fail now, with suggestions, before any judging
     notes: list[str] = []
-    if expansions is None and llm is None:
+    if sum(x is not None for x in (expansions, llm, aspects)) > 1:
+        raise BerdsError("give one source of perspectives for xquad/pm2: expansions, llm or aspects='oracle'")
+    if aspects is not None and aspects != "oracle":
+        raise BerdsError(f"aspects={aspects!r}: the only named source is 'oracle'")
+    if expansions is None and llm is None and aspects is None:
         skipped = [s for s in strategies if s in ASPECT_STRATEGIES]
         if skipped:
             notes.append(f"{', '.join(skipped)} not run: they need perspectives (--expansions FILE or --llm BACKEND:MODEL)")
         strategies = [s for s in strategies if s not in ASPECT_STRATEGIES]
     memo = encoder if isinstance(encoder, MemoEncoder) else MemoEncoder(encoder)
     aspect_options: dict[str, Any] = {}
-    if expansions is not None:
+    if aspects == "oracle":
+        aspect_options["aspects"] = "oracle"
+        notes.append("xquad/pm2 use the gold perspectives as aspects (oracle): an upper bound, not a system")
+    elif expansions is not None:
         aspect_options["expansions"] = str(expansions)
     elif llm is not None:
         from berds.llm import load_llm_by_name
@@ -217,7 +226,8 @@ def study_diversify(
         evals.append(ev)
 
     for name in strategies:
-        study_one(name, name, dev_run, test_run)
+        oracle = aspects == "oracle" and name in ASPECT_STRATEGIES
+        study_one(f"{name} (oracle aspects)" if oracle else name, name, dev_run, test_run)
     if expanded_test_run is not None:
         if expanded_dev_run is None:
             raise BerdsError("an expanded test run needs its dev run too (or split one run with --split-dev)")
@@ -281,7 +291,7 @@ def write_study(study: DiversifyStudy, out: str | Path, *, base_dev: Mapping[str
     files["tradeoff.png"] = plot_tradeoff(study.tradeoff, out / "tradeoff.png", k=study.ks[0], chosen=chosen,
                                           base=base_dev)
     for row in study.rows[1:]:
-        slug = row.label.replace(" ", "").replace("+", "-")
+        slug = row.label.replace(" (oracle aspects)", "-oracle").replace(" ", "").replace("+", "-")
         files[f"run:{row.label}"] = save_run(row.run, out / "runs" / slug, overwrite=True)
     study.files = files
     return files
