@@ -127,6 +127,11 @@ def test_study_refuses_overlapping_splits_and_says_what_it_skips(tmp_path):
                             depth=20, n_resamples=200)
     assert [r.label for r in study.rows] == ["base run", "mmr"]
     assert any("xquad not run" in n for n in study.notes)
+    # gold perspectives as aspects: run, but labelled as the upper bound they are
+    oracle = study_diversify(test, dev, DemoGoldJudge(), encoder=LettersEncoder(), strategies=["pm2"], aspects="oracle",
+                             depth=20, n_resamples=200)
+    assert [r.label for r in oracle.rows] == ["base run", "pm2 (oracle aspects)"]
+    assert "oracle" in oracle.rows[1].run.manifest["rerank"]["aspects"]["source"]
 
 
 @pytest.mark.slow

@@ -86,6 +86,24 @@ def pm2_order(aspect_relevance: np.ndarray, lam: float, k: int, weights: np.ndar
     return order
 
 
+class MemoExpander:
+    """Asks the wrapped expander once per question: a parameter grid (or dev and test) reranked with LLM-written
+    perspectives pays for each question's generation once."""
+
+    def __init__(self, expander: Any):
+        self.inner = expander
+        self.done: dict[str, list[Any]] = {}
+
+    def expand(self, questions: Any) -> dict[str, list[Any]]:
+        todo = [q for q in questions if q.id not in self.done]
+        if todo:
+            self.done.update(self.inner.expand(todo))
+        return {q.id: self.done[q.id] for q in questions if q.id in self.done}
+
+    def provenance(self) -> dict[str, Any]:
+        return self.inner.provenance() if hasattr(self.inner, "provenance") else {"source": "?"}
+
+
 class ExplicitReranker(EmbeddingReranker):
     """xQuAD / PM2 with aspects from an expansions file, an LLM, or (for analysis only) the gold perspectives."""
 
@@ -114,7 +132,7 @@ class ExplicitReranker(EmbeddingReranker):
             from berds.llm import load_llm_by_name
             from berds.retrievers.expansion import LLMExpander
 
-            expander = LLMExpander(load_llm_by_name(llm, **dict(llm_options or {})))
+            expander = MemoExpander(LLMExpander(load_llm_by_name(llm, **dict(llm_options or {}))))
         self.expander = expander
         self.oracle = aspects == "oracle"
         self.aspect_text = aspect_text

@@ -173,9 +173,11 @@ def study_diversify(
         aspect_options["expansions"] = str(expansions)
     elif llm is not None:
         from berds.llm import load_llm_by_name
+        from berds.rerank.explicit import MemoExpander
         from berds.retrievers.expansion import LLMExpander
 
-        aspect_options["expander"] = LLMExpander(load_llm_by_name(llm))  # one model for dev and test
+        # one model, each question's perspectives written once for the whole grid
+        aspect_options["expander"] = MemoExpander(LLMExpander(load_llm_by_name(llm)))
 
     def evaluate(run: Run) -> Any:
         return evaluate_run(run, judge, ks, cache=judgement_cache, allow_short=allow_short, progress=progress)
