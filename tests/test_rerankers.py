@@ -197,3 +197,24 @@ def test_rerank_command_with_any_name_and_the_list(tmp_path, minilm, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["rerank", "mmr", str(run_dir), "--lambda", "table7:dpr:google", "--out", str(tmp_path / "x")])
     assert exc.value.code == 2 and "Table 7 has no λ" in capsys.readouterr().err
+
+
+def test_xquad_with_llm_written_perspectives_asks_the_llm_once_per_question_across_a_grid():
+    from analysis_fixtures import ScriptedLLM
+    from berds.rerank.explicit import MemoExpander
+    from berds.retrievers.expansion import LLMExpander
+    from berds.studies.tuning import tune_reranker
+    from judges_for_tests import OverlapJudge
+
+    def answer(prompt: str) -> str:  # the study's JSON shape, two perspectives per question
+        return '{"pro": "it makes streets safer and reduces obesity", "con": "it burdens poor families and shops"}'
+
+    llm = ScriptedLLM(answer)
+    expander = MemoExpander(LLMExpander(llm))
+    run = make_run(n_questions=3, depth=6)
+    enc = LettersEncoder()
+    result = tune_reranker(run, OverlapJudge(), lambda lam: load_reranker("xquad", lam=lam, expander=expander, encoder=enc),
+                           [0.1, 0.5, 0.9], parameter="lam", ks=(3,))
+    assert len(llm.prompts) == 3  # one generation per question, not per λ
+    assert result.chosen in (0.1, 0.5, 0.9) and len(result.rows) == 4
+    assert result.runs[0.5].manifest["rerank"]["aspects"]["source"] == "llm"
