@@ -131,7 +131,8 @@ class Catalogue(Generic[T]):
 
 
 def parse_options(items: Sequence[str]) -> dict[str, Any]:
-    """``["batch_size=8", "adapter=/x"]`` -> ``{"batch_size": 8, "adapter": "/x"}`` (JSON values allowed)."""
+    """``["batch_size=8", "adapter=/x"]`` -> ``{"batch_size": 8, "adapter": "/x"}`` (JSON values allowed):
+    the ``-o key=value`` options every command passes to a catalogue entry."""
     import json
 
     out: dict[str, Any] = {}

@@ -105,3 +105,24 @@ def tiny_mistral(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_lora(tiny_mistral: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Path of a random LoRA adapter for ``tiny_mistral``."""
     return build_tiny_lora(tiny_mistral, tmp_path_factory.mktemp("tiny-lora"))
+
+
+class SleepyLLM:
+    """A backend that takes ``delay`` seconds per ``generate()`` call and answers "Yes" (P(Yes) known):
+    the slow model the server's queue, timeout and health checks are tested against. Served with
+    ``--backend llm_fixtures:SleepyLLM --model NAME -o delay=2`` (tests/ on the server's PYTHONPATH)."""
+
+    def __init__(self, model: str, delay: float = 1.0):
+        self.model_name, self.delay = model, float(delay)
+        self.id = f"sleepy:{model}"
+        self.calls: list[int] = []
+
+    def generate(self, prompts, *, max_new_tokens=16, temperature=0.0, top_logprobs=0):
+        import time
+
+        from berds.llm.base import Generation
+
+        self.calls.append(len(prompts))
+        time.sleep(self.delay)
+        logprobs = {"Yes": -0.1, "No": -2.4} if top_logprobs else None
+        return [Generation("Yes", logprobs) for _ in prompts]

@@ -558,7 +558,7 @@ def test_client_errors_are_not_retried_and_connection_errors_are():
     from berds.llm.openai_backend import OpenAILLM
 
     with ScriptedServer(lambda body, n: (401, {}, {"error": {"message": "bad key"}})) as server:
-        with pytest.raises(BerdsError, match=r"HTTP 401: bad key — check the key in \$OPENAI_API_KEY"):
+        with pytest.raises(BerdsError, match=r"HTTP 401: bad key — no key was sent to this host: pass -o api_key_env"):
             OpenAILLM("m", base_url=server.url, backoff_base=0.001).generate([user_prompt("q")])
     assert len(server.requests) == 1
 
@@ -647,9 +647,13 @@ def test_openai_backend_options_are_checked_without_network(monkeypatch):
     from berds.llm.openai_backend import OpenAILLM, parse_retry_after
 
     monkeypatch.delenv("BERDS_TEST_NO_KEY", raising=False)
-    with pytest.raises(BerdsError, match="no API key for https://api.example.com/v1: set the environment "
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(BerdsError, match="no API key for https://api.example.com/v1: the environment "
                                          "variable BERDS_TEST_NO_KEY"):
         OpenAILLM("gpt-4", base_url="https://api.example.com/v1", api_key_env="BERDS_TEST_NO_KEY")
+    with pytest.raises(BerdsError, match="no API key for https://api.openai.com/v1: set the environment "
+                                         "variable OPENAI_API_KEY"):
+        OpenAILLM("gpt-4")
     with pytest.raises(BerdsError, match="not an http"):
         OpenAILLM("m", base_url="localhost:8000")
     local = OpenAILLM("m", base_url="http://localhost:8000/v1/")

@@ -36,15 +36,32 @@ def serve_command(
     api_key_env: Optional[str] = typer.Option(None, help="env variable holding the key clients must send"),
     max_batch_size: int = typer.Option(8, help="requests gathered into one generate() call"),
     batch_wait_ms: float = typer.Option(10.0, help="how long a batch waits for more requests"),
+    workers: int = typer.Option(1, help="model worker threads (more than 1 only for thread-safe backends)"),
+    max_top_logprobs: int = typer.Option(20, help="largest top_logprobs a request may ask for"),
+    max_body_bytes: int = typer.Option(2 * 1024 * 1024, help="largest request body (413 before it is read)"),
+    max_prompt_chars: int = typer.Option(200_000, help="largest prompt in characters (400 above)"),
+    max_prompt_tokens: int = typer.Option(8192, help="largest prompt in tokens, when the backend has a tokenizer"),
+    max_tokens_limit: int = typer.Option(4096, help="largest max_tokens a request may ask for"),
+    max_queue: int = typer.Option(256, help="chat requests in flight; more get 503 with Retry-After"),
+    request_timeout: float = typer.Option(600.0, help="seconds a request may take (503 after)"),
+    header_timeout: float = typer.Option(10.0, help="seconds a client may take to send its request head"),
+    keep_alive_timeout: float = typer.Option(5.0, help="seconds an idle keep-alive socket stays open"),
+    max_connections: int = typer.Option(1024, help="open sockets at once; more get 503 with Retry-After"),
+    backlog: int = typer.Option(2048, help="listen backlog"),
     log_requests: bool = typer.Option(False, help="print one line per request on stderr"),
 ) -> None:
-    """Serve a model over an OpenAI-compatible API (/v1/chat/completions, /v1/models)."""
+    """Serve a model over an OpenAI-compatible API (/v1/chat/completions, /v1/models), every size bounded."""
+    from berds.llm.server import ServerLimits, serve
     from berds.registry import parse_options
-    from berds.llm.server import serve
 
+    limits = ServerLimits(max_body_bytes=max_body_bytes, max_prompt_chars=max_prompt_chars,
+                          max_prompt_tokens=max_prompt_tokens, max_tokens=max_tokens_limit,
+                          max_top_logprobs=max_top_logprobs, max_queue=max_queue, request_timeout=request_timeout,
+                          header_timeout=header_timeout, keep_alive_timeout=keep_alive_timeout,
+                          max_connections=max_connections, backlog=backlog)
     serve(backend, model, host=host, port=port, served_model_name=served_model_name, options=parse_options(option),
-          api_key_env=api_key_env, max_batch_size=max_batch_size, batch_wait=batch_wait_ms / 1000,
-          log_requests=log_requests)
+          api_key_env=api_key_env, max_batch_size=max_batch_size, batch_wait=batch_wait_ms / 1000, workers=workers,
+          limits=limits, log_requests=log_requests)
 
 
 @llm_app.command("generate")

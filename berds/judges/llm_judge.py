@@ -93,9 +93,12 @@ class LLMJudge:
         self.max_new_tokens = max_new_tokens
         self.top_logprobs = top_logprobs
         self.threshold = threshold
-        self.name = name or llm.id
+        from berds.llm.secrets import redact_text
+
+        # The id keys the cache and is written to every output: never let a backend's credential into it.
+        self.name = redact_text(name or llm.id)
         suffix = f"|parse={parse}" + (f"|threshold={threshold:g}" if threshold is not None else "")
-        self.id = f"{llm.id}{suffix}"
+        self.id = redact_text(f"{llm.id}{suffix}")
         self.prompt_version = self.prompt.version
 
     def prompts_for(self, pairs: Sequence[JudgePair]) -> list[list[dict[str, str]]]:

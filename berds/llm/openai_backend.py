@@ -2,8 +2,12 @@
 
 Works with hosted APIs (the study's GPT-4 judge), ``vllm serve``, llama.cpp's ``llama-server`` and
 ``berds llm serve``. Requests run concurrently on a thread pool; 429, 5xx, timeouts and dropped connections
-are retried with exponential backoff and jitter, honouring ``Retry-After``. The API key comes from an
-environment variable only (never an option, so it cannot end up in a manifest or a shell history).
+are retried with exponential backoff and jitter, honouring ``Retry-After``.
+
+Keys: a key is sent only to the host it was meant for. ``OPENAI_API_KEY`` goes to ``api.openai.com`` only;
+any other host gets the key in ``$NAME`` when the user passes ``api_key_env=NAME`` for that endpoint, or the
+userinfo of its own ``base_url`` (``https://user:pass@host/v1`` -> HTTP Basic, ``https://KEY@host/v1`` ->
+Bearer). Keys never reach the id, ``repr`` or error messages (``berds.llm.secrets``).
 """
 
 from __future__ import annotations
@@ -20,18 +24,23 @@ from urllib.parse import urlsplit
 
 from berds.errors import BerdsError
 from berds.llm.base import Generation, Prompt
+from berds.llm.secrets import redact_text, redact_url, url_credentials
 from berds.llm.shared import check_generation_options, generation_from_token_logprobs, normalise_prompts
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+OPENAI_KEY_ENV = "OPENAI_API_KEY"
+OPENAI_HOSTS = frozenset({"api.openai.com"})  # the only hosts $OPENAI_API_KEY is sent to unless asked
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
-LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
 
 
 class OpenAILLM:
     """Chat completions from an OpenAI-compatible server behind ``berds.llm.base.LLM``.
 
     * ``base_url``: the API root, e.g. ``http://127.0.0.1:8000/v1`` for ``vllm serve``.
-    * ``api_key_env``: the environment variable holding the key; required except for local hosts.
+    * ``api_key_env``: the environment variable holding this endpoint's key (sent as ``Bearer``). Left
+      out, ``api.openai.com`` gets ``$OPENAI_API_KEY`` (required there) and any other host gets no key
+      but the userinfo of its own ``base_url``: ``user:pass@`` as HTTP Basic, a lone ``KEY@`` as Bearer.
+      ``OPENAI_API_KEY`` reaches another host only when named explicitly (``api_key_env=OPENAI_API_KEY``).
     * ``concurrency``: requests in flight at once. Results always come back in prompt order.
     * ``max_retries``: retries after the first attempt for 429/5xx/timeouts/connection errors, waiting
       ``Retry-After`` when the server sends it, else ``min(backoff_max, backoff_base * 2**attempt)`` with
@@ -53,7 +62,7 @@ class OpenAILLM:
         model: str,
         *,
         base_url: str = DEFAULT_BASE_URL,
-        api_key_env: str = "OPENAI_API_KEY",
+        api_key_env: str | None = None,
         concurrency: int = 8,
         max_retries: int = 6,
         timeout: float = 120.0,
@@ -65,21 +74,29 @@ class OpenAILLM:
         extra_body: Mapping[str, Any] | None = None,
         id: str | None = None,  # noqa: A002 - matches the LLM protocol's attribute
     ):
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise BerdsError(f"base_url {base_url!r} is not an http(s) URL — use e.g. http://127.0.0.1:8000/v1")
+        try:
+            parts = urlsplit(base_url)
+            parts.port  # noqa: B018 - raises ValueError on a bad port
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            raise BerdsError(f"base_url {redact_url(str(base_url))!r} is not an http(s) URL — use e.g. "
+                             "http://127.0.0.1:8000/v1")
         if not isinstance(concurrency, int) or concurrency < 1:
             raise BerdsError(f"concurrency must be a positive integer, got {concurrency!r}")
         if not isinstance(max_retries, int) or max_retries < 0:
             raise BerdsError(f"max_retries must be an integer >= 0, got {max_retries!r}")
         self.model = model
-        self.base_url = base_url.rstrip("/")
+        host = parts.hostname
+        netloc = parts.netloc.rpartition("@")[2]  # host[:port] as written, without user:pass@
+        # What is requested and shown: no userinfo (it becomes an Authorization header), no query.
+        self.base_url = f"{parts.scheme}://{netloc}{parts.path.rstrip('/')}"
+        if parts.query:
+            raise BerdsError(f"base_url {redact_url(base_url)!r} has a query string: pass the API root only "
+                             "(e.g. https://host/v1) and keys through api_key_env=NAME")
         self.url = f"{self.base_url}/chat/completions"
-        self.api_key_env = api_key_env
-        self._api_key = os.environ.get(api_key_env) or None
-        if self._api_key is None and parts.hostname not in LOCAL_HOSTS:
-            raise BerdsError(f"no API key for {self.base_url}: set the environment variable {api_key_env} "
-                             "(or pass api_key_env=NAME of the variable that holds it)")
+        self.host = host.lower()
+        self.api_key_env, self._api_key, self._basic_auth = self._credentials(api_key_env, url_credentials(base_url))
         self.concurrency = concurrency
         self.max_retries = max_retries
         self.timeout = float(timeout)
@@ -92,12 +109,41 @@ class OpenAILLM:
         self.seed = seed
         self.extra_body = dict(extra_body or {})
         self.logprobs_supported = True
-        self.id = id or f"openai:{model}@{parts.netloc}{parts.path.rstrip('/')}"
+        # The id keys the judgement cache: host, port and path only, so it never holds (or depends on) a key.
+        self.id = redact_text(id) if id else f"openai:{redact_text(model)}@{netloc}{parts.path.rstrip('/')}"
         self._local = threading.local()
         self._warn_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"OpenAILLM({self.model!r}, base_url={self.base_url!r})"
+
+    def _credentials(self, api_key_env: str | None, userinfo: tuple[str | None, str | None]
+                     ) -> tuple[str | None, str | None, tuple[str, str] | None]:
+        """``(env name, bearer key, basic auth)`` for this endpoint, sending a key only where it belongs."""
+        user, password = userinfo
+        has_userinfo = user is not None or password is not None
+        if api_key_env is not None:
+            if not isinstance(api_key_env, str) or not api_key_env.strip():
+                raise BerdsError(f"api_key_env must name an environment variable, got {api_key_env!r}")
+            if has_userinfo:
+                raise BerdsError(f"{self.base_url}: base_url carries credentials (user:pass@) and api_key_env="
+                                 f"{api_key_env} names a key too — keep one of them")
+            key = os.environ.get(api_key_env) or None
+            if key is None:
+                raise BerdsError(f"no API key for {self.base_url}: the environment variable {api_key_env} "
+                                 "(named by api_key_env) is empty or unset")
+            return api_key_env, key, None
+        if has_userinfo:
+            if password is not None:
+                return None, None, (user or "", password)
+            return None, user, None  # https://KEY@host/v1: a bare token
+        if self.host in OPENAI_HOSTS:
+            key = os.environ.get(OPENAI_KEY_ENV) or None
+            if key is None:
+                raise BerdsError(f"no API key for {self.base_url}: set the environment variable {OPENAI_KEY_ENV} "
+                                 "(or pass api_key_env=NAME of the variable that holds it)")
+            return OPENAI_KEY_ENV, key, None
+        return None, None, None  # any other host: no key unless the user names one
 
     # ---------------------------------------------------------------------------------- generation
 
@@ -153,7 +199,7 @@ class OpenAILLM:
             payload = retry_payload
         if status != 200:
             raise BerdsError(f"POST {self.url} answered HTTP {status}: {_error_message(payload)}"
-                             f"{_status_hint(status, self.api_key_env)}")
+                             f"{_status_hint(status, self.api_key_env, self._basic_auth is not None)}")
         return self._parse(payload, top_logprobs if asked else 0)
 
     def _disable_logprobs(self, reason: str) -> None:
@@ -169,7 +215,7 @@ class OpenAILLM:
             text = choice["message"].get("content") or ""
         except (KeyError, IndexError, TypeError, AttributeError):
             raise BerdsError(f"POST {self.url}: the reply is not a chat completion (no choices[0].message): "
-                             f"{str(payload)[:300]}") from None
+                             f"{redact_text(str(payload)[:300])}") from None
         pairs = None
         if top_logprobs:
             content = ((choice.get("logprobs") or {}).get("content") or []) if isinstance(choice, dict) else []
@@ -191,6 +237,8 @@ class OpenAILLM:
             session.headers["Content-Type"] = "application/json"
             if self._api_key:
                 session.headers["Authorization"] = f"Bearer {self._api_key}"
+            elif self._basic_auth:
+                session.auth = self._basic_auth
             self._local.session = session
         return session
 
@@ -209,9 +257,10 @@ class OpenAILLM:
                 raise BerdsError(f"POST {self.url}: abandoned because another request of this batch failed")
             retry_after: float | None = None
             try:
-                response = self._session().post(self.url, json=body, timeout=self.timeout)
+                # No redirects: a key must not follow a 30x to another host.
+                response = self._session().post(self.url, json=body, timeout=self.timeout, allow_redirects=False)
             except (requests.ConnectionError, requests.Timeout) as exc:
-                last = f"{type(exc).__name__}: {str(exc)[:200]}"
+                last = f"{type(exc).__name__}: {redact_text(str(exc))[:200]}"
             else:
                 if response.status_code not in RETRY_STATUSES:
                     try:
@@ -260,7 +309,12 @@ def _json_or_text(response: Any) -> Any:
 
 
 def _error_message(payload: Any) -> str:
-    """The server's error text (OpenAI's ``{"error": {"message": ...}}`` or a plain body), shortened."""
+    """The server's error text (OpenAI's ``{"error": {"message": ...}}`` or a plain body), shortened and
+    with anything shaped like a credential removed (servers echo headers and URLs back)."""
+    return redact_text(_raw_error_message(payload))
+
+
+def _raw_error_message(payload: Any) -> str:
     if isinstance(payload, dict):
         error = payload.get("error")
         if isinstance(error, dict) and error.get("message"):
@@ -272,9 +326,14 @@ def _error_message(payload: Any) -> str:
     return str(payload)[:300] or "(empty body)"
 
 
-def _status_hint(status: int, api_key_env: str) -> str:
+def _status_hint(status: int, api_key_env: str | None, basic_auth: bool = False) -> str:
     if status in (401, 403):
-        return f" — check the key in ${api_key_env} and that it may use this model"
+        if api_key_env:
+            return f" — check the key in ${api_key_env} and that it may use this model"
+        if basic_auth:
+            return " — check the user:password in base_url and that it may use this model"
+        return (" — no key was sent to this host: pass -o api_key_env=NAME of the environment variable that "
+                "holds its key")
     if status == 404:
         return " — check base_url (it usually ends in /v1) and the model name the server serves (GET /v1/models)"
     if status in (400, 422):

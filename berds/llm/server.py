@@ -1,24 +1,35 @@
-"""A small OpenAI-compatible HTTP server in front of any berds LLM backend.
+"""An OpenAI-compatible HTTP server in front of any berds LLM backend, on uvicorn + Starlette.
 
     python -m berds.llm.server --backend transformers --model /models/mistral \\
         --option adapter=/models/berds-lora --port 8000
     berds llm serve --backend transformers --model /models/mistral --port 8000
 
 Endpoints: ``POST /v1/chat/completions`` (with ``logprobs``/``top_logprobs``), ``GET /v1/models`` and
-``GET /health``. Concurrent requests are gathered into batches (up to ``max_batch_size``, waiting at most
-``batch_wait`` seconds for company) and run through the backend's batched ``generate()`` on one worker
-thread, so a client with many requests in flight (``OpenAILLM(concurrency=8)``) gets batched inference.
+``GET /health``. Requests wait in a bounded queue for a fixed number of model worker threads, which
+gather them into batches (up to ``max_batch_size``, waiting at most ``batch_wait`` seconds for company)
+and run them through the backend's batched ``generate()``. The event loop never runs the model, so
+``/health`` and ``/v1/models`` answer while a long generation runs.
+
+Every size is bounded (``ServerLimits``): the request body (refused with 413 from its ``Content-Length``
+before a byte of it is read, and while it streams), the prompt in characters and — when the backend has a
+tokenizer — in tokens, ``max_tokens``, ``top_logprobs``, the requests in flight (a full queue answers 503
+with ``Retry-After``), the time a request may take, the time a client may take to send its request head,
+and idle keep-alive sockets. Every error is an OpenAI-style JSON body ``{"error": {"message", "type",
+"param", "code"}}``.
 
 What it does not do, by design: streaming, ``n > 1``, tool calls. Log-probabilities cover the *first*
 generated token only (that is what ``berds.llm.base.Generation`` carries and what the judge needs);
-``usage`` is ``null`` and ``finish_reason`` is always ``"stop"``. The stdlib HTTP server is enough for
-tests, a lab machine or a notebook; put a real server (``vllm serve``) in front of heavy traffic.
+``usage`` is ``null`` and ``finish_reason`` is always ``"stop"``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import dataclasses
+import hmac
 import json
+import math
 import queue
 import signal
 import socket
@@ -27,21 +38,69 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Sequence
 
 from berds.errors import BerdsError
 
 ROLE_ALIASES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+CHAT_PATH = "/v1/chat/completions"
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """Every bound the server enforces; each has a ``berds llm serve --max-...`` option.
+
+    * ``max_body_bytes``: a request body larger than this is refused with 413 — from ``Content-Length``
+      before any of it is read (and before the API key is checked), or as soon as a chunked body passes it.
+    * ``max_prompt_chars`` / ``max_prompt_tokens``: the prompt (all message contents) in characters, and
+      in tokens after the chat template when the backend exposes a tokenizer; larger prompts get a 400.
+    * ``max_tokens``: the largest ``max_tokens`` a request may ask for (400 above it).
+    * ``max_queue``: chat requests in flight at once (being read, waiting or generating); one more is
+      answered 503 with ``Retry-After: retry_after`` seconds, without reading its body.
+    * ``request_timeout``: seconds from the request head to the answer; past it the request is dropped from
+      the queue (if it has not started) and answered 503 (``code: timeout``).
+    * ``header_timeout``: seconds a client may take to send a complete request head (slow-header clients
+      are disconnected); ``keep_alive_timeout``: seconds an idle keep-alive socket stays open.
+    * ``max_connections``: open sockets at once; one more is answered 503 (JSON, ``Retry-After``) and closed.
+    * ``backlog``: the listen backlog (the kernel caps it at ``net.core.somaxconn``).
+    """
+
+    max_body_bytes: int = 2 * 1024 * 1024
+    max_prompt_chars: int = 200_000
+    max_prompt_tokens: int = 8192
+    max_tokens: int = 4096
+    max_top_logprobs: int = 20
+    max_queue: int = 256
+    request_timeout: float = 600.0
+    header_timeout: float = 10.0
+    keep_alive_timeout: float = 5.0
+    retry_after: int = 1
+    max_connections: int = 1024
+    backlog: int = 2048
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                if f.name == "max_top_logprobs" and value == 0:
+                    continue
+                raise BerdsError(f"server limit {f.name} must be a positive number, got {value!r}")
 
 
 class RequestError(Exception):
     """A bad request: becomes an OpenAI-style error body with this HTTP status."""
 
-    def __init__(self, message: str, status: int = 400, param: str | None = None, code: str | None = None):
+    def __init__(self, message: str, status: int = 400, param: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None):
         super().__init__(message)
-        self.status, self.param, self.code = status, param, code
+        self.status, self.param, self.code, self.headers = status, param, code, headers or {}
+
+
+def error_body(message: str, status: int, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    kind = {401: "authentication_error", 413: "invalid_request_error", 429: "rate_limit_error",
+            503: "server_error"}.get(status, "invalid_request_error" if status < 500 else "server_error")
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 @dataclass
@@ -57,23 +116,53 @@ class _Job:
         return (self.max_new_tokens, self.temperature, self.top_logprobs)
 
 
-class _Batcher:
-    """One worker thread that runs queued jobs through ``llm.generate`` in batches of equal options."""
+def token_counter(llm: Any) -> Callable[[list[dict[str, str]]], int] | None:
+    """A function counting a prompt's tokens after the chat template, for backends that expose
+    ``render(prompt)`` and a ``tokenizer`` (transformers); None for the others."""
+    render, tokenizer = getattr(llm, "render", None), getattr(llm, "tokenizer", None)
+    if not callable(render) or tokenizer is None or not callable(tokenizer):
+        return None
 
-    def __init__(self, llm: Any, max_batch_size: int, batch_wait: float):
+    def count(messages: list[dict[str, str]]) -> int:
+        return len(tokenizer(render(messages), add_special_tokens=False)["input_ids"])
+
+    return count
+
+
+class _Batcher:
+    """``workers`` threads that run queued jobs through ``llm.generate`` in batches of equal options.
+
+    The queue holds at most ``max_queue`` jobs; a job whose request gave up (its future was cancelled)
+    is skipped, and prompts over ``max_prompt_tokens`` fail with a 400 before they reach the model.
+    """
+
+    def __init__(self, llm: Any, max_batch_size: int, batch_wait: float, *, workers: int = 1,
+                 max_queue: int = 256, max_prompt_tokens: int | None = None):
+        if max_batch_size < 1 or workers < 1:
+            raise BerdsError(f"max_batch_size and workers must be at least 1, got {max_batch_size} and {workers}")
         self.llm, self.max_batch_size, self.batch_wait = llm, max_batch_size, batch_wait
-        self.jobs: queue.Queue[_Job | None] = queue.Queue()
+        self.jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=max_queue)
+        self.max_prompt_tokens = max_prompt_tokens
+        self.count_tokens = token_counter(llm) if max_prompt_tokens else None
         self.batches_run = 0
-        self._thread = threading.Thread(target=self._run, name="berds-llm-batcher", daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._run, name=f"berds-llm-worker-{i}", daemon=True)
+                         for i in range(workers)]
+        for thread in self._threads:
+            thread.start()
 
     def submit(self, job: _Job) -> Future:
-        self.jobs.put(job)
+        """Queue ``job``; raises ``queue.Full`` when the queue is full."""
+        self.jobs.put_nowait(job)
         return job.result
 
     def stop(self) -> None:
-        self.jobs.put(None)
-        self._thread.join(timeout=5)
+        for _ in self._threads:
+            try:
+                self.jobs.put(None, timeout=1)
+            except queue.Full:
+                break
+        for thread in self._threads:
+            thread.join(timeout=5)
 
     def _run(self) -> None:
         while True:
@@ -91,8 +180,10 @@ class _Batcher:
                     self.jobs.put(None)  # stop after this batch
                     break
                 batch.append(job)
+            live = [job for job in batch if job.result.set_running_or_notify_cancel()]
+            live = [job for job in live if self._fits(job)]
             groups: dict[tuple[int, float, int], list[_Job]] = {}
-            for job in batch:
+            for job in live:
                 groups.setdefault(job.options, []).append(job)
             for (max_new_tokens, temperature, top_logprobs), jobs in groups.items():
                 try:
@@ -102,17 +193,40 @@ class _Batcher:
                     for job in jobs:
                         job.result.set_exception(exc)
                 else:
-                    for job, generation in zip(jobs, generations):
-                        job.result.set_result(generation)
+                    if len(generations) != len(jobs):  # a broken backend must not leave requests waiting
+                        error = RuntimeError(f"backend {getattr(self.llm, 'id', '?')!r} returned {len(generations)} "
+                                           f"generations for {len(jobs)} prompts")
+                        for job in jobs:
+                            job.result.set_exception(error)
+                    else:
+                        for job, generation in zip(jobs, generations):
+                            job.result.set_result(generation)
                 self.batches_run += 1
+
+    def _fits(self, job: _Job) -> bool:
+        """Count the prompt's tokens (on this worker thread: tokenizers are not shared across threads)."""
+        if self.count_tokens is None:
+            return True
+        try:
+            n = self.count_tokens(job.messages)
+        except Exception as exc:  # a prompt the template rejects: the backend's own error says why
+            job.result.set_exception(exc)
+            return False
+        if n > self.max_prompt_tokens:
+            job.result.set_exception(RequestError(
+                f"the prompt has {n} tokens, more than this server's limit of {self.max_prompt_tokens} "
+                "(berds llm serve --max-prompt-tokens)", param="messages", code="context_length_exceeded"))
+            return False
+        return True
 
 
 class ChatServer:
     """An OpenAI-compatible server for ``llm`` (any ``berds.llm.base.LLM``) on ``host:port``.
 
     ``port=0`` picks a free port (read it back from ``.port`` / ``.url``). When ``api_key`` is set,
-    requests must carry ``Authorization: Bearer <api_key>``. Use ``start()`` to serve from a background
-    thread (tests, notebooks) or ``serve_forever()`` to block.
+    requests must carry ``Authorization: Bearer <api_key>``. ``limits`` bounds every size
+    (``ServerLimits``). Use ``start()`` to serve from a background thread (tests, notebooks) or
+    ``serve_forever()`` to block. The socket is bound and listening when the constructor returns.
     """
 
     def __init__(
@@ -125,29 +239,44 @@ class ChatServer:
         api_key: str | None = None,
         max_batch_size: int = 8,
         batch_wait: float = 0.01,
-        max_top_logprobs: int = 20,
+        workers: int = 1,
+        limits: ServerLimits | None = None,
+        max_top_logprobs: int | None = None,
         default_max_tokens: int = 256,
         default_temperature: float = 0.0,
         log_requests: bool = False,
+        on_ready: Callable[["ChatServer"], None] | None = None,
     ):
+        from berds.lazy import require
+
+        require("uvicorn", extra="llm", purpose="berds llm serve")
+        require("starlette", extra="llm", purpose="berds llm serve")
+        limits = limits or ServerLimits()
+        if max_top_logprobs is not None:
+            limits = dataclasses.replace(limits, max_top_logprobs=max_top_logprobs)
+        self.limits = limits
         self.llm = llm
         self.served_model_name = served_model_name or getattr(llm, "model_name", None) or llm.id
         self.api_key = api_key
-        self.max_top_logprobs = max_top_logprobs
-        self.default_max_tokens = default_max_tokens
+        self.max_top_logprobs = limits.max_top_logprobs
+        self.default_max_tokens = min(default_max_tokens, limits.max_tokens)
         self.default_temperature = default_temperature
         self.log_requests = log_requests
+        self.on_ready = on_ready
         self.created = int(time.time())
-        self.batcher = _Batcher(llm, max_batch_size, batch_wait)
+        self.in_flight = 0  # chat requests admitted and not yet answered (touched on the event loop only)
+        self.batcher = _Batcher(llm, max_batch_size, batch_wait, workers=workers, max_queue=limits.max_queue,
+                                max_prompt_tokens=limits.max_prompt_tokens)
+        self.host = host
         try:
-            self.httpd = ThreadingHTTPServer((host, port), _make_handler(self))
+            self.socket = _listen(host, port, limits.backlog)
         except OSError as exc:
             self.batcher.stop()
             raise BerdsError(f"cannot listen on {host}:{port}: {exc.strerror or exc} — pick another --port "
                              "(0 = any free port)") from exc
-        self.httpd.daemon_threads = True
-        self.host = host
-        self.port = self.httpd.server_address[1]
+        self.port = self.socket.getsockname()[1]
+        self.app = _GuardMiddleware(_build_app(self), self)
+        self._uvicorn: Any = None
         self._thread: threading.Thread | None = None
 
     @property
@@ -162,23 +291,43 @@ class ChatServer:
             names.append(self.llm.id)
         return names
 
+    def _make_uvicorn(self) -> Any:
+        import uvicorn
+
+        config = uvicorn.Config(
+            self.app, http=_protocol_class(self.limits), lifespan="on",
+            timeout_keep_alive=max(1, int(math.ceil(self.limits.keep_alive_timeout))),
+            timeout_graceful_shutdown=10, backlog=self.limits.backlog, access_log=self.log_requests,
+            log_level="info" if self.log_requests else "warning", server_header=False,
+        )
+        return uvicorn.Server(config)
+
     def serve_forever(self) -> None:
+        """Serve until ``shutdown()`` (or SIGINT/SIGTERM when run on the main thread)."""
+        self._uvicorn = self._uvicorn or self._make_uvicorn()
         try:
-            self.httpd.serve_forever(poll_interval=0.2)
+            self._uvicorn.run(sockets=[self.socket])
         finally:
             self.batcher.stop()
-            self.httpd.server_close()
+            self.socket.close()
 
     def start(self) -> "ChatServer":
-        """Serve from a daemon thread; returns at once."""
+        """Serve from a daemon thread; returns once the server accepts requests."""
+        self._uvicorn = self._make_uvicorn()
         self._thread = threading.Thread(target=self.serve_forever, name="berds-llm-server", daemon=True)
         self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._uvicorn.started and self._thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if not self._uvicorn.started:
+            raise BerdsError(f"the berds LLM server on {self.url} did not start")
         return self
 
     def shutdown(self) -> None:
-        self.httpd.shutdown()
+        if self._uvicorn is not None:
+            self._uvicorn.should_exit = True
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=15)
 
     def __enter__(self) -> "ChatServer":
         return self.start()
@@ -193,6 +342,11 @@ class ChatServer:
             {"id": name, "object": "model", "created": self.created, "owned_by": "berds"}
             for name in self.model_names()
         ]}
+
+    def authorised(self, authorization: str | None) -> bool:
+        if not self.api_key:
+            return True
+        return hmac.compare_digest((authorization or "").encode(), f"Bearer {self.api_key}".encode())
 
     def parse_chat_request(self, body: Any) -> _Job:
         """Validate an OpenAI chat-completions body; raise ``RequestError`` naming the bad parameter."""
@@ -210,11 +364,19 @@ class ChatServer:
         if not isinstance(raw_messages, list) or not raw_messages:
             raise RequestError("'messages' must be a non-empty list", param="messages")
         messages = [_parse_message(m, i) for i, m in enumerate(raw_messages)]
+        chars = sum(len(m["content"]) for m in messages)
+        if chars > self.limits.max_prompt_chars:
+            raise RequestError(f"the prompt has {chars} characters, more than this server's limit of "
+                               f"{self.limits.max_prompt_chars} (berds llm serve --max-prompt-chars)",
+                               param="messages", code="context_length_exceeded")
 
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
         max_tokens = self.default_max_tokens if max_tokens is None else max_tokens
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise RequestError(f"max_tokens must be a positive integer, got {max_tokens!r}", param="max_tokens")
+        if max_tokens > self.limits.max_tokens:
+            raise RequestError(f"max_tokens is {max_tokens}, more than this server's limit of "
+                               f"{self.limits.max_tokens} (berds llm serve --max-tokens-limit)", param="max_tokens")
         temperature = body.get("temperature")
         temperature = self.default_temperature if temperature is None else temperature
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
@@ -248,6 +410,72 @@ class ChatServer:
             "usage": None,
         }
 
+    async def complete(self, request: Any, started: float) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """Handle one chat request: ``(status, JSON payload, extra headers)``."""
+        if not self.authorised(request.headers.get("authorization")):
+            raise RequestError("missing or wrong API key (Authorization: Bearer ...)", status=401,
+                               code="invalid_api_key")
+        raw = await _read_body(request, self.limits.max_body_bytes, started + self.limits.request_timeout)
+        try:
+            body = json.loads(raw.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise RequestError(f"the request body is not valid JSON: {exc}") from None
+        job = self.parse_chat_request(body)
+        try:
+            future = self.batcher.submit(job)
+        except queue.Full:
+            raise _busy(self.limits, "the request queue is full") from None
+        remaining = started + self.limits.request_timeout - time.monotonic()
+        try:
+            generation = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), max(0.001, remaining))
+        except asyncio.TimeoutError:
+            future.cancel()  # still queued: the worker skips it
+            raise RequestError(f"the request took longer than this server's limit of "
+                               f"{self.limits.request_timeout:g} s (berds llm serve --request-timeout)",
+                               status=503, code="timeout",
+                               headers={"Retry-After": str(self.limits.retry_after)}) from None
+        except RequestError:
+            raise
+        except BerdsError as exc:
+            raise RequestError(str(exc), status=400) from None
+        except Exception as exc:  # the model failed: report it, keep serving
+            raise RequestError(f"generation failed: {type(exc).__name__}: {exc}", status=500) from None
+        requested = (body.get("top_logprobs") or 0) if body.get("logprobs") else 0
+        return 200, self.chat_payload(job, generation, requested), {}
+
+
+def _busy(limits: ServerLimits, why: str) -> RequestError:
+    return RequestError(f"{why} ({limits.max_queue} requests in flight, berds llm serve --max-queue); "
+                        f"retry after {limits.retry_after} s", status=503, code="server_busy",
+                        headers={"Retry-After": str(limits.retry_after)})
+
+
+async def _read_body(request: Any, limit: int, deadline: float) -> bytes:
+    """The request body, refused (413) as soon as it passes ``limit`` bytes, and (408) when it has not
+    arrived by ``deadline`` — a client dripping its body cannot hold a slot forever."""
+    chunks, size = [], 0
+    stream = request.stream().__aiter__()
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            chunk = await asyncio.wait_for(stream.__anext__(), max(0.001, remaining))
+        except StopAsyncIteration:
+            break
+        except asyncio.TimeoutError:
+            raise RequestError("the request body did not arrive in time (berds llm serve --request-timeout)",
+                               status=408, code="timeout", headers={"Connection": "close"}) from None
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(_too_large(limit), status=413, code="request_too_large",
+                               headers={"Connection": "close"})
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(limit: int) -> str:
+    return (f"the request body is larger than this server's limit of {limit} bytes "
+            "(berds llm serve --max-body-bytes)")
+
 
 def _parse_message(message: Any, index: int) -> dict[str, str]:
     if not isinstance(message, dict):
@@ -269,82 +497,192 @@ def _parse_message(message: Any, index: int) -> dict[str, str]:
     return {"role": role, "content": content}
 
 
-def _make_handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive: clients reuse connections
-        server_version = "berds-llm-server"
+# ------------------------------------------------------------------------------------ ASGI layers
 
-        def setup(self) -> None:
-            super().setup()
-            # Headers and body go out as two writes; without TCP_NODELAY, Nagle's algorithm plus the
-            # client's delayed ACK stall every response by ~40 ms.
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-            if server.log_requests:
-                sys.stderr.write(f"{self.address_string()} {format % args}\n")
+def _json_response(status: int, payload: Any, headers: dict[str, str] | None = None) -> Any:
+    from starlette.responses import JSONResponse
 
-        def _send(self, status: int, payload: Any) -> None:
-            data = json.dumps(payload).encode("utf-8")
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    return JSONResponse(payload, status_code=status, headers=headers or None)
 
-        def _error(self, error: RequestError) -> None:
-            kind = "invalid_request_error" if error.status < 500 else "server_error"
-            self._send(error.status, {"error": {"message": str(error), "type": kind, "param": error.param,
-                                                "code": error.code}})
 
-        def _authorised(self) -> bool:
-            if not server.api_key:
-                return True
-            if self.headers.get("Authorization", "") == f"Bearer {server.api_key}":
-                return True
-            self._error(RequestError("missing or wrong API key (Authorization: Bearer ...)", status=401,
-                                     code="invalid_api_key"))
-            return False
+def _error_response(error: RequestError) -> Any:
+    return _json_response(error.status, error_body(str(error), error.status, error.param, error.code), error.headers)
 
-        def do_GET(self) -> None:  # noqa: N802 - stdlib naming
-            path = self.path.split("?")[0].rstrip("/")
-            if path == "/health":
-                self._send(200, {"status": "ok", "model": server.served_model_name})
-            elif path == "/v1/models":
-                if self._authorised():
-                    self._send(200, server.models_payload())
-            else:
-                self._error(RequestError(f"no route GET {self.path}", status=404))
 
-        def do_POST(self) -> None:  # noqa: N802 - stdlib naming
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            if self.path.split("?")[0].rstrip("/") != "/v1/chat/completions":
-                self._error(RequestError(f"no route POST {self.path}; use /v1/chat/completions", status=404))
+def _build_app(server: ChatServer) -> Any:
+    import contextlib
+
+    from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
+    from starlette.routing import Route
+
+    async def health(request: Any) -> Any:
+        return _json_response(200, {"status": "ok", "model": server.served_model_name,
+                                    "in_flight": server.in_flight, "max_queue": server.limits.max_queue})
+
+    async def models(request: Any) -> Any:
+        if not server.authorised(request.headers.get("authorization")):
+            return _error_response(RequestError("missing or wrong API key (Authorization: Bearer ...)",
+                                                status=401, code="invalid_api_key"))
+        return _json_response(200, server.models_payload())
+
+    async def chat(request: Any) -> Any:
+        started = request.scope.get("berds.started", time.monotonic())
+        try:
+            status, payload, headers = await server.complete(request, started)
+        except RequestError as exc:
+            return _error_response(exc)
+        return _json_response(status, payload, headers)
+
+    async def http_error(request: Any, exc: Any) -> Any:
+        status = exc.status_code
+        message = f"no route {request.method} {request.url.path}" if status in (404, 405) else str(exc.detail)
+        if status == 404 and request.method == "POST":
+            message += f"; use {CHAT_PATH}"
+        return _json_response(status, error_body(message, status))
+
+    async def crash(request: Any, exc: Exception) -> Any:
+        return _json_response(500, error_body(f"internal error: {type(exc).__name__}: {exc}", 500))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any):
+        if server.on_ready is not None:
+            server.on_ready(server)
+        yield
+
+    routes = [Route("/health", health, methods=["GET"]), Route("/v1/models", models, methods=["GET"]),
+              Route(CHAT_PATH, chat, methods=["POST"])]
+    return Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: crash},
+                     lifespan=lifespan)
+
+
+class _GuardMiddleware:
+    """The outermost ASGI layer: refuses oversized bodies (from ``Content-Length``, before any byte is read
+    and before the key is checked) and chat requests beyond ``max_queue`` (503 + ``Retry-After``), so
+    neither costs memory; counts admitted requests; paths end without their trailing slash."""
+
+    def __init__(self, app: Any, server: ChatServer):
+        self.app, self.server = app, server
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        scope["berds.started"] = time.monotonic()
+        path = scope.get("path", "")
+        if len(path) > 1 and path.endswith("/"):
+            scope["path"] = path = path.rstrip("/")
+        limits = self.server.limits
+        declared = None
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    await self._reply(send, RequestError("Content-Length is not a number", code="bad_request",
+                                                         headers={"Connection": "close"}))
+                    return
+        if declared is not None and declared > limits.max_body_bytes:
+            await self._reply(send, RequestError(_too_large(limits.max_body_bytes), status=413,
+                                                 code="request_too_large", headers={"Connection": "close"}))
+            return
+        if not (scope.get("method") == "POST" and path == CHAT_PATH):
+            await self.app(scope, receive, send)
+            return
+        if self.server.in_flight >= limits.max_queue:
+            error = _busy(limits, "the server is busy")
+            error.headers["Connection"] = "close"  # the unread body must not be taken for the next request
+            await self._reply(send, error)
+            return
+        self.server.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.server.in_flight -= 1
+
+    @staticmethod
+    async def _reply(send: Any, error: RequestError) -> None:
+        data = json.dumps(error_body(str(error), error.status, error.param, error.code)).encode("utf-8")
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+        headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in error.headers.items()]
+        await send({"type": "http.response.start", "status": error.status, "headers": headers})
+        await send({"type": "http.response.body", "body": data})
+
+
+def _protocol_class(limits: ServerLimits) -> type:
+    """uvicorn's h11 protocol, plus a deadline for the request head (uvicorn times out idle keep-alive
+    sockets but not a client that opens a socket and sends its headers a byte at a time) and a cap on
+    open sockets answered with a JSON 503 (uvicorn's own ``limit_concurrency`` answers in plain text)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    header_timeout = limits.header_timeout
+    busy = json.dumps(error_body(f"too many open connections ({limits.max_connections}, berds llm serve "
+                                 f"--max-connections); retry after {limits.retry_after} s", 503,
+                                 code="server_busy")).encode()
+    busy_response = (f"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+                     f"retry-after: {limits.retry_after}\r\nconnection: close\r\ncontent-length: {len(busy)}\r\n"
+                     "\r\n").encode() + busy
+
+    class HeadTimeoutProtocol(H11Protocol):
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._head_timer: Any = None
+            self._refused = len(self.connections) > limits.max_connections
+            if self._refused:
+                # Answer, send FIN, and keep reading (and dropping) what the client sends until it closes:
+                # closing with its request unread would reset the socket and lose the answer.
+                transport.write(busy_response)
+                transport.write_eof()
+                self._head_timer = self.loop.call_later(header_timeout, transport.close)
                 return
-            if not self._authorised():
-                return
-            try:
-                body = json.loads(raw.decode("utf-8"))
-                job = server.parse_chat_request(body)
-            except (ValueError, UnicodeDecodeError) as exc:
-                self._error(RequestError(f"the request body is not valid JSON: {exc}"))
-                return
-            except RequestError as exc:
-                self._error(exc)
-                return
-            try:
-                generation = server.batcher.submit(job).result()
-            except BerdsError as exc:
-                self._error(RequestError(str(exc), status=400))
-                return
-            except Exception as exc:  # the model failed: report it, keep serving
-                self._error(RequestError(f"generation failed: {type(exc).__name__}: {exc}", status=500))
-                return
-            requested = (body.get("top_logprobs") or 0) if body.get("logprobs") else 0
-            self._send(200, server.chat_payload(job, generation, requested))
+            self._arm_head_timer()
 
-    return Handler
+        def _between_requests(self) -> bool:
+            return self.cycle is None or self.cycle.response_complete
+
+        def _arm_head_timer(self) -> None:
+            if self._head_timer is None and not self.transport.is_closing():
+                self._head_timer = self.loop.call_later(header_timeout, self._head_timed_out)
+
+        def _head_timed_out(self) -> None:
+            self._head_timer = None
+            if self._between_requests() and not self.transport.is_closing():
+                self.transport.close()
+
+        def data_received(self, data: bytes) -> None:
+            if self._refused:
+                return
+            super().data_received(data)
+            if self._between_requests():
+                self._arm_head_timer()  # bytes of a request head are arriving: they must complete in time
+            elif self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+            super().connection_lost(exc)
+
+    return HeadTimeoutProtocol
+
+
+def _listen(host: str, port: int, backlog: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say so; without it every response
+    # (headers and body are two writes) waits ~40 ms for the client's delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+        sock.set_inheritable(True)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 # ------------------------------------------------------------------------------------ entry point
@@ -361,12 +699,14 @@ def serve(
     api_key_env: str | None = None,
     max_batch_size: int = 8,
     batch_wait: float = 0.01,
-    max_top_logprobs: int = 20,
+    workers: int = 1,
+    limits: ServerLimits | None = None,
+    max_top_logprobs: int | None = None,
     log_requests: bool = False,
     ready_message: bool = True,
 ) -> None:
     """Load ``backend:model`` and serve it until SIGINT/SIGTERM. Prints one readiness line with the URL
-    (``berds llm server ready: http://HOST:PORT/v1 ...``) once the model is loaded."""
+    (``berds llm server ready: http://HOST:PORT/v1 ...``) once the model is loaded and the server accepts."""
     import os
 
     from berds.llm import load_llm
@@ -379,23 +719,56 @@ def serve(
                              "key clients must send, or leave the option out for an open local server")
     if not 0 <= int(port) <= 65535:  # checked before the (slow) model load
         raise BerdsError(f"--port must be between 0 and 65535 (0 picks a free port), got {port}")
+    limits = limits or ServerLimits()
     llm = load_llm(backend, model, **(options or {}))
     if hasattr(llm, "load"):
         llm.load()  # load before announcing readiness, not on the first request
+
+    def announce(server: ChatServer) -> None:
+        if ready_message:
+            print(f"berds llm server ready: {server.url} model={server.served_model_name!r} id={llm.id!r}",
+                  flush=True)
+
     server = ChatServer(llm, host=host, port=port, served_model_name=served_model_name or model, api_key=api_key,
-                        max_batch_size=max_batch_size, batch_wait=batch_wait, max_top_logprobs=max_top_logprobs,
-                        log_requests=log_requests)
-
-    def stop(signum: int, frame: Any) -> None:
-        threading.Thread(target=server.httpd.shutdown, daemon=True).start()
-
-    signal.signal(signal.SIGTERM, stop)
-    if ready_message:
-        print(f"berds llm server ready: {server.url} model={server.served_model_name!r} id={llm.id!r}", flush=True)
+                        max_batch_size=max_batch_size, batch_wait=batch_wait, workers=workers, limits=limits,
+                        max_top_logprobs=max_top_logprobs, log_requests=log_requests, on_ready=announce)
+    # uvicorn handles SIGINT/SIGTERM (graceful shutdown) and then re-raises them to the handlers it found:
+    # a no-op handler for SIGTERM makes a clean stop exit 0.
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
+
+
+def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
+    defaults = ServerLimits()
+    parser.add_argument("--max-body-bytes", type=int, default=defaults.max_body_bytes,
+                        help="largest request body; larger ones get 413 before they are read")
+    parser.add_argument("--max-prompt-chars", type=int, default=defaults.max_prompt_chars)
+    parser.add_argument("--max-prompt-tokens", type=int, default=defaults.max_prompt_tokens,
+                        help="checked after the chat template when the backend has a tokenizer")
+    parser.add_argument("--max-tokens-limit", type=int, default=defaults.max_tokens,
+                        help="largest max_tokens a request may ask for")
+    parser.add_argument("--max-queue", type=int, default=defaults.max_queue,
+                        help="chat requests in flight; more get 503 with Retry-After")
+    parser.add_argument("--request-timeout", type=float, default=defaults.request_timeout, help="seconds")
+    parser.add_argument("--header-timeout", type=float, default=defaults.header_timeout,
+                        help="seconds a client may take to send its request head")
+    parser.add_argument("--keep-alive-timeout", type=float, default=defaults.keep_alive_timeout,
+                        help="seconds an idle keep-alive socket stays open")
+    parser.add_argument("--max-connections", type=int, default=defaults.max_connections,
+                        help="open sockets at once; more get 503 with Retry-After")
+    parser.add_argument("--backlog", type=int, default=defaults.backlog, help="listen backlog")
+
+
+def limits_from_args(args: argparse.Namespace) -> ServerLimits:
+    return ServerLimits(max_body_bytes=args.max_body_bytes, max_prompt_chars=args.max_prompt_chars,
+                        max_prompt_tokens=args.max_prompt_tokens, max_tokens=args.max_tokens_limit,
+                        max_top_logprobs=args.max_top_logprobs, max_queue=args.max_queue,
+                        request_timeout=args.request_timeout, header_timeout=args.header_timeout,
+                        keep_alive_timeout=args.keep_alive_timeout, max_connections=args.max_connections,
+                        backlog=args.backlog)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -410,7 +783,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--api-key-env", default=None, help="env variable holding the key clients must send")
     parser.add_argument("--max-batch-size", type=int, default=8)
     parser.add_argument("--batch-wait-ms", type=float, default=10.0, help="how long a batch waits for company")
-    parser.add_argument("--max-top-logprobs", type=int, default=20)
+    parser.add_argument("--workers", type=int, default=1,
+                        help="model worker threads (more than 1 only for thread-safe backends, e.g. openai)")
+    parser.add_argument("--max-top-logprobs", type=int, default=ServerLimits().max_top_logprobs)
+    add_limit_arguments(parser)
     parser.add_argument("--log-requests", action="store_true")
     return parser
 
@@ -422,7 +798,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         serve(args.backend, args.model, host=args.host, port=args.port, served_model_name=args.served_model_name,
               options=parse_options(args.option), api_key_env=args.api_key_env, max_batch_size=args.max_batch_size,
-              batch_wait=args.batch_wait_ms / 1000, max_top_logprobs=args.max_top_logprobs,
+              batch_wait=args.batch_wait_ms / 1000, workers=args.workers, limits=limits_from_args(args),
               log_requests=args.log_requests)
     except BerdsError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -76,7 +76,7 @@ def retrieve(
     retriever = load_retriever(retriever, **dict(options or {}))
     try:
         provenance = provenance_of(retriever)
-        identity = _jsonable({"retriever": spec_name or provenance["class"], "options": dict(options or {}), "k": k,
+        identity = _jsonable({"retriever": spec_name or provenance["class"], "options": _persistable(options), "k": k,
                               "questions": question_source["ids_sha256"]})
         done: dict[str, list[Hit]] = {}
         if out_dir is not None:
@@ -103,7 +103,7 @@ def retrieve(
             retriever.close()
 
     manifest = {
-        "retriever": {**({"spec": spec_name} if spec_name else {}), "options": _jsonable(dict(options or {})),
+        "retriever": {**({"spec": spec_name} if spec_name else {}), "options": _jsonable(_persistable(options)),
                       **{k_: v for k_, v in provenance.items() if k_ not in ("corpus", "index")}},
         "corpus": provenance.get("corpus"),
         "index": provenance.get("index"),
@@ -127,6 +127,14 @@ def retrieve(
 def _batches(items: list[Question], size: int) -> Iterator[list[Question]]:
     for i in range(0, len(items), size):
         yield items[i:i + size]
+
+
+def _persistable(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Options as they may be written down: no credentials (an ``llm_options`` ``base_url`` with
+    ``user:KEY@``, a ``*_token`` option), so manifests never hold a key and resuming does not depend on one."""
+    from berds.llm.secrets import redact_options
+
+    return redact_options(dict(options or {}))
 
 
 def _jsonable(value: Any) -> Any:

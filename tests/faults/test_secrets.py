@@ -1,0 +1,197 @@
+"""Credentials never persist and go only to the host they belong to (issue 15, item 2).
+
+A real HTTP server on 127.0.0.1 records the Authorization header of every request it gets; an evaluation
+whose ``base_url`` carries ``user:KEY@`` is then searched byte by byte for the key.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from berds.errors import BerdsError
+from berds.llm.base import user_prompt
+from berds.runs import save_run
+from conftest import make_run
+
+OPENAI_KEY = "sk-openai-ONLY-FOR-api-openai-com-0001"
+SECRET = "KEY-s3cr3t-5f1e9a77"
+
+
+class RecordingServer:
+    """An OpenAI-compatible endpoint that answers every chat completion with "Yes" (with logprobs) and
+    records each request's Authorization header; ``require`` makes it answer 401 to any other header."""
+
+    def __init__(self, require: str | None = None, redirect_to: str | None = None):
+        self.authorizations: list[str | None] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):  # noqa: N802
+                self.rfile.read(int(self.headers["Content-Length"]))
+                auth = self.headers.get("Authorization")
+                outer.authorizations.append(auth)
+                if redirect_to is not None:
+                    self.send_response(307)
+                    self.send_header("Location", redirect_to)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if require is not None and auth != require:
+                    status, payload = 401, {"error": {"message": "wrong credentials"}}
+                else:
+                    status, payload = 200, {"choices": [{"index": 0, "finish_reason": "stop",
+                                                         "message": {"role": "assistant", "content": "Yes"},
+                                                         "logprobs": {"content": [{"token": "Yes", "logprob": -0.1,
+                                                                                   "top_logprobs": [
+                                                                                       {"token": "Yes", "logprob": -0.1},
+                                                                                       {"token": "No", "logprob": -2.4}]}]}}]}
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def url_with(self, userinfo: str) -> str:
+        return f"http://{userinfo}@127.0.0.1:{self.port}/v1"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+@pytest.mark.network
+def test_the_openai_key_goes_to_another_host_only_when_named(monkeypatch):
+    from berds.llm.openai_backend import OpenAILLM
+
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    monkeypatch.setenv("LOCAL_SERVER_KEY", "local-key-42")
+    with RecordingServer() as server:
+        OpenAILLM("m", base_url=server.url).generate([user_prompt("q")])
+        OpenAILLM("m", base_url=server.url, api_key_env="LOCAL_SERVER_KEY").generate([user_prompt("q")])
+        OpenAILLM("m", base_url=server.url, api_key_env="OPENAI_API_KEY").generate([user_prompt("q")])  # asked for
+        OpenAILLM("m", base_url=server.url_with(f"judge:{SECRET}")).generate([user_prompt("q")])
+        OpenAILLM("m", base_url=server.url_with(SECRET)).generate([user_prompt("q")])
+    assert server.authorizations == [None, "Bearer local-key-42", f"Bearer {OPENAI_KEY}", basic("judge", SECRET),
+                                     f"Bearer {SECRET}"]
+
+
+@pytest.mark.network
+def test_a_judge_built_by_name_sends_no_openai_key_to_a_local_server(monkeypatch):
+    from berds.judges import load_judge
+    from berds.types import JudgePair
+
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    with RecordingServer() as server:
+        judge = load_judge("openai:m", base_url=server.url)
+        verdicts = judge.judge([JudgePair("a perspective", "a passage", "a question?")] * 3)
+    assert [v.label for v in verdicts] == [True] * 3
+    assert server.authorizations and set(server.authorizations) == {None}
+
+
+@pytest.mark.network
+def test_a_key_does_not_follow_a_redirect_to_another_host(monkeypatch):
+    from berds.llm.openai_backend import OpenAILLM
+
+    monkeypatch.setenv("LOCAL_SERVER_KEY", "local-key-42")
+    with RecordingServer() as elsewhere:
+        other_host = elsewhere.url.replace("127.0.0.1", "localhost")
+        with RecordingServer(redirect_to=f"{other_host}/chat/completions") as server:
+            with pytest.raises(BerdsError, match="answered HTTP 307"):
+                OpenAILLM("m", base_url=server.url, api_key_env="LOCAL_SERVER_KEY").generate([user_prompt("q")])
+    assert server.authorizations == ["Bearer local-key-42"] and elsewhere.authorizations == []
+
+
+def test_credentials_are_checked_before_anything_is_sent(monkeypatch):
+    from berds.llm.openai_backend import OpenAILLM
+
+    monkeypatch.delenv("UNSET_KEY_VAR", raising=False)
+    monkeypatch.setenv("SET_KEY_VAR", "x")
+    with pytest.raises(BerdsError, match="UNSET_KEY_VAR") as caught:
+        OpenAILLM("m", base_url="https://api.example.com/v1", api_key_env="UNSET_KEY_VAR")
+    with pytest.raises(BerdsError, match="keep one of them") as both:
+        OpenAILLM("m", base_url=f"https://u:{SECRET}@api.example.com/v1", api_key_env="SET_KEY_VAR")
+    with pytest.raises(BerdsError, match="query string") as query:
+        OpenAILLM("m", base_url=f"https://api.example.com/v1?api_key={SECRET}")
+    for error in (caught, both, query):
+        assert SECRET not in str(error.value)
+
+
+@pytest.mark.network
+def test_an_evaluation_with_a_key_in_base_url_leaves_no_trace_of_it(tmp_path):
+    from berds.evaluate.evaluation import evaluate_paths
+
+    run_dir = save_run(make_run(), tmp_path / "run-a")
+    cache = tmp_path / "judgements.sqlite"
+    with RecordingServer(require=basic("judge", SECRET)) as server:
+        [(_, result, files)] = evaluate_paths([run_dir], "openai:m", ks=(3,), cache_path=cache, progress=False,
+                                              judge_options={"base_url": server.url_with(f"judge:{SECRET}")})
+        asked = len(server.authorizations)
+        assert asked == result.stats.judged > 0 and set(server.authorizations) == {basic("judge", SECRET)}
+        assert result.judge_id == f"openai:m@127.0.0.1:{server.port}/v1|parse=strict"
+        written = [p for p in run_dir.rglob("*")] + [p for p in tmp_path.glob("judgements.sqlite*")]
+        assert files["metrics"].exists() and any(p.name == "judgements.jsonl" for p in written)
+        for path in written:
+            assert SECRET not in str(path) and "judge:" not in path.name
+            if path.is_file():
+                assert SECRET.encode() not in path.read_bytes(), path
+        # Another key for the same endpoint is the same judge: everything comes from the cache.
+        [(_, again, _)] = evaluate_paths([run_dir], "openai:m", ks=(3,), cache_path=cache, progress=False,
+                                         judge_options={"base_url": server.url_with("judge:another-key")})
+        assert len(server.authorizations) == asked and again.stats.cached == again.stats.pairs
+    for path in [p for p in run_dir.rglob("*")] + [p for p in tmp_path.glob("judgements.sqlite*")]:
+        if path.is_file():
+            assert b"another-key" not in path.read_bytes(), path
+
+
+def test_redaction_covers_urls_queries_assignments_and_option_names():
+    from berds.llm.secrets import REDACTED, is_secret_name, redact_options, redact_text
+
+    cases = [
+        (f"openai:m@http://user:{SECRET}@h:8/v1", "openai:m@http://h:8/v1"),
+        (f"https://h/v1?api_key={SECRET}&api-version=2", f"https://h/v1?api_key={REDACTED}&api-version=2"),
+        (f"run with token={SECRET} and max_tokens=16", f"run with token={REDACTED} and max_tokens=16"),
+        (f"Authorization: Bearer {SECRET}", f"Authorization: Bearer {REDACTED}"),
+        ("transformers:/models/mistral#1f0c2a9e|parse=strict", "transformers:/models/mistral#1f0c2a9e|parse=strict"),
+        ("openai:gpt-4@api.openai.com/v1|parse=strict", "openai:gpt-4@api.openai.com/v1|parse=strict"),
+    ]
+    for text, expected in cases:
+        assert redact_text(text) == expected, text
+    assert [is_secret_name(n) for n in ("api_key", "hf_token", "client-secret", "x-api-key", "password",
+                                        "api_key_env", "max_tokens", "tokenizer", "top_logprobs", "base_url")] == \
+        [True, True, True, True, True, False, False, False, False, False]
+    options = {"base": "bm25", "llm_options": {"base_url": f"http://u:{SECRET}@h/v1", "api_key_env": "MY_KEY",
+                                               "hf_token": SECRET, "max_tokens": 8}, "list": [f"http://{SECRET}@h"]}
+    assert redact_options(options) == {"base": "bm25", "llm_options": {"base_url": "http://h/v1", "api_key_env": "MY_KEY",
+                                                                       "hf_token": REDACTED, "max_tokens": 8},
+                                       "list": ["http://h"]}
+
+
+def test_retrieval_manifests_and_resume_identity_hold_no_credentials():
+    from berds.retrievers.retrieve import _persistable
+
+    options = {"base": "bm25", "llm": "openai:m", "llm_options": {"base_url": f"https://u:{SECRET}@h/v1"}}
+    assert SECRET not in json.dumps(_persistable(options))
+    assert _persistable(options) == _persistable({**options, "llm_options": {"base_url": "https://u:other@h/v1"}})
