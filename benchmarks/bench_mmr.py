@@ -10,8 +10,9 @@ printed.
             (rank 1 first, running max similarity, ``argmax``), stopping after ``wanted`` picks;
 * berds   — ``berds.rerank.mmr.mmr_order_embeddings`` on ``unit_rows(embeddings)``, as ``MMRReranker`` calls
             it: only the cosine rows of the picks when few are wanted, all of them in one product otherwise;
-* run     — ``mmr_rerank`` on a whole ``Run`` with embeddings already computed (an in-memory encoder): what
-            ``berds rerank mmr`` costs per question once embeddings are cached (Run in, Run out).
+* run     — ``MMRReranker`` (what ``mmr_rerank`` and ``berds rerank mmr`` run) on a whole ``Run`` with
+            embeddings already computed (an in-memory encoder), split into the preparation (embedding lookup,
+            Sim1, unit rows) and MMR + building the new Run, beside the numpy baseline in the same rounds.
 
 Rounds alternate numpy and berds (medians of ``--rounds``). BLAS threads: berds' reranker runs its loop under
 one BLAS thread (``threadpoolctl``); the numpy baseline is timed both with the default thread pool and with one
@@ -75,7 +76,7 @@ def main() -> None:
     from threadpoolctl import threadpool_limits
 
     from berds.rerank.candidates import normalise_scores, unit_rows
-    from berds.rerank.mmr import mmr_order_embeddings, mmr_rerank
+    from berds.rerank.mmr import mmr_order_embeddings
     from berds.types import Hit, Passage, Question, Run
 
     rng = np.random.default_rng(args.seed)
@@ -119,7 +120,10 @@ def main() -> None:
         a, a1, b = statistics.median(t_np), statistics.median(t_np1), statistics.median(t_b)
         print(f"{wanted:>6}  {1000 * a:>9.3f}  {1000 * a1:>14.3f}  {1000 * b:>9.3f}  {b / a:>10.2f}x  {b / a1:>16.2f}x")
 
-    # The whole-run path: Run -> embeddings (warm) -> Sim1 -> per-question MMR -> new Run.
+    # The whole-run path: Run -> embeddings (warm) -> Sim1 -> per-question MMR -> new Run, split into the
+    # preparation (embedding lookup, Sim1, unit rows) and MMR + building the new Run; numpy 1-thread alongside.
+    from berds.rerank.mmr import MMRReranker
+
     table: dict[str, np.ndarray] = {}
     questions, hits = [], []
     for qi, (_, emb, scores) in enumerate(data):
@@ -132,13 +136,20 @@ def main() -> None:
         hits.append(row)
     run = Run.from_lists(questions, hits, name="bench")
     for wanted in (20, None):
-        times = []
+        reranker = MMRReranker(args.lam, encoder=TableEncoder(table), embed_text="text", top=wanted)
+        t_prep, t_mmr, t_np1 = [], [], []
         for _ in range(args.rounds):
             start = time.perf_counter()
-            mmr_rerank(run, lam=args.lam, encoder=TableEncoder(table), embed_text="text", top=wanted)
-            times.append((time.perf_counter() - start) / q)
-        print(f"whole run (mmr_rerank, top={wanted or n}, embeddings in memory): "
-              f"{1000 * statistics.median(times):.3f} ms per question")
+            prepared = reranker.prepare(run)
+            middle = time.perf_counter()
+            reranker.rerank(run, candidates=prepared)
+            t_prep.append((middle - start) / q)
+            t_mmr.append((time.perf_counter() - middle) / q)
+            t_np1.append(time_numpy_one_thread(wanted or n))
+        p, m, b = statistics.median(t_prep), statistics.median(t_mmr), statistics.median(t_np1)
+        print(f"whole run (top={wanted or n}, embeddings in memory): {1000 * (p + m):.3f} ms per question = "
+              f"preparation {1000 * p:.3f} (embedding lookup, Sim1, unit rows) + MMR and the new Run {1000 * m:.3f}; "
+              f"numpy 1-thr {1000 * b:.3f}: MMR-and-Run/numpy {m / b:.2f}x, whole/numpy {(p + m) / b:.2f}x")
 
 
 if __name__ == "__main__":
