@@ -218,3 +218,12 @@ def test_xquad_with_llm_written_perspectives_asks_the_llm_once_per_question_acro
     assert len(llm.prompts) == 3  # one generation per question, not per λ
     assert result.chosen in (0.1, 0.5, 0.9) and len(result.rows) == 4
     assert result.runs[0.5].manifest["rerank"]["aspects"]["source"] == "llm"
+
+
+def test_rerank_command_runs_a_plug_in_given_as_module_attr(tmp_path):
+    run_dir = save_run(make_run(n_questions=2, depth=5, name="tiny"), tmp_path / "tiny")
+    code, out, err = run_cli("rerank", "test_rerankers:Reverses", str(run_dir), "--out", str(tmp_path / "rev"), "-q")
+    assert code == 0, err
+    back = load_run(tmp_path / "rev")
+    assert back.manifest["rerank"]["method"] == "reverse"
+    assert [h.passage.id for h in back.hits["q0"]] == [f"d0-{i}" for i in range(4, -1, -1)]

@@ -121,11 +121,13 @@ def rerank_file(name: str | Any, run_path: Any, out: Any, *, options: dict[str, 
         raise BerdsError(f"{out} already holds a run — choose another --out or pass --overwrite")
     reranker = load_reranker(name, **dict(options or {}))
     run = load_run(run_path)
-    kwargs: dict[str, Any] = {"progress": progress}
+    kwargs: dict[str, Any] = {}
     try:
         params = inspect.signature(reranker.rerank).parameters
     except (TypeError, ValueError):
         params = {}
+    if "progress" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        kwargs["progress"] = progress
     if "input_path" in params:
         kwargs["input_path"] = str(run_path)
     if extra_provenance and "extra_provenance" in params:
