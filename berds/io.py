@@ -12,8 +12,9 @@ import hashlib
 import json
 import os
 import platform
+import secrets
+import stat
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator, Mapping
@@ -28,22 +29,39 @@ def atomic_write(path: PathLike, mode: str = "w", encoding: str | None = "utf-8"
     """Open ``path`` for writing so that it appears complete or not at all.
 
     Use as ``with atomic_write(p) as f: f.write(...)``. On an exception the temporary file is removed
-    and the target is untouched.
+    and the target is untouched. A new file gets the usual mode for the umask (0644 under umask 022);
+    a replaced file keeps the permissions it had.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     binary = "b" in mode
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _create_temp(path)
     try:
         with os.fdopen(fd, mode, encoding=None if binary else encoding) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
+            if os.chmod in os.supports_fd:
+                with contextlib.suppress(FileNotFoundError):  # keep a replaced file's permissions
+                    os.chmod(f.fileno(), stat.S_IMODE(os.stat(path).st_mode))
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _create_temp(path: Path) -> tuple[int, str]:
+    """A new temporary file beside ``path``, created with mode 0666 so the kernel applies the umask
+    (``tempfile.mkstemp`` would make it 0600, and the renamed file could not be shared)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = str(path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"could not create a temporary file beside {path}")
 
 
 def write_text(path: PathLike, text: str) -> None:

@@ -6,7 +6,16 @@ and ``shared/data/berds-dev`` ship them). ``load_questions(source, split=...)`` 
 1. an existing file path -> read it;
 2. ``demo`` -> the demo benchmark shipped inside berds (``berds/data/demo/questions.jsonl``);
 3. ``arguana`` / ``kialo`` / ``opinionqa`` -> ``$BERDS_DATA_DIR/{name}.{split}.jsonl`` when that file exists,
-   else the berds home cache, else the public Hugging Face dataset repo (downloaded once into the cache).
+   else the berds home cache, else the public Hugging Face dataset repo (downloaded once into the cache);
+4. ``delphi`` / ``delphi-controversial`` -> the DELPHI controversial-questions set (Sun et al.): a local
+   ``$BERDS_DATA_DIR/delphi.{split}.jsonl`` or ``delphi.jsonl``, else the home cache, else downloaded once
+   (``read_delphi`` also reads the release's csv/json). DELPHI has no gold perspectives.
+
+Gold perspectives: ``berds eval``, ``berds analyze``/``report``, ``berds tune`` and ``berds answers eval
+--metric pd`` need them and refuse questions without (``load_questions(..., require_perspectives=True)``,
+the default); ``berds retrieve``, ``berds rerank``, ``berds corpus build search`` and ``berds answers eval
+--metric da`` do not
+(``GOLD_FREE_COMMANDS``).
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from berds.errors import BerdsError, InputError, UnknownNameError
 from berds.io import home_dir, iter_jsonl
@@ -22,6 +31,8 @@ from berds.types import Question
 
 DEMO_DIR = Path(__file__).parent / "data" / "demo"
 SPLITS = ("dev", "test")
+DELPHI_SETS = {"delphi": "DELPHI (Sun et al.): Quora questions with human controversy labels; no gold perspectives",
+               "delphi-controversial": "DELPHI, only the questions labelled controversial"}
 
 
 @dataclass(frozen=True)
@@ -44,36 +55,62 @@ BERDS_SETS: dict[str, QuestionSetSpec] = {
 }
 
 
-def parse_question(rec: dict[str, Any], *, path: Path | str, line: int, dataset: str = "") -> Question:
-    """One question record -> ``Question``; errors name the file, line and the missing/bad field."""
+GOLD_FREE_COMMANDS = ("berds retrieve", "berds rerank", "berds corpus build search", "berds answers eval --metric da")
+GOLD_COMMANDS = ("berds eval", "berds analyze", "berds report", "berds tune", "berds answers eval --metric pd")
+NO_GOLD_FIX = (f"{', '.join(GOLD_COMMANDS)} need gold perspectives; {', '.join(GOLD_FREE_COMMANDS)} work "
+               "without (DELPHI questions have none)")
+
+
+def record_id(value: Any, *, what: str, path: Path | str, line: int, record: str | None = None) -> str:
+    """An id read from a file as a string: JSON strings and integers only. A dict, list, float or bool
+    would otherwise become its Python repr (``"{'a': 1}"``) and match nothing, silently."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    raise InputError(f"{what} must be a string or an integer, got {type(value).__name__} {shown}", path=path, line=line,
+                     record=record)
+
+
+def parse_question(rec: dict[str, Any], *, path: Path | str, line: int, dataset: str = "",
+                   require_perspectives: bool = True) -> Question:
+    """One question record -> ``Question``; errors name the file, line and the missing/bad field.
+
+    With ``require_perspectives=False`` a record without ``perspectives`` (or with an empty list) becomes a
+    question without gold perspectives."""
     qid = rec.get("id", rec.get("qid"))
     if qid is None:
         raise InputError("record has no 'id'", path=path, line=line, fix='each line needs {"id", "question", "perspectives"}')
+    qid = record_id(qid, what="question 'id'", path=path, line=line)
     text = rec.get("question", rec.get("text", rec.get("query")))
     if not isinstance(text, str) or not text.strip():
         raise InputError("record has no 'question' text", path=path, line=line, record=str(qid))
     persp = rec.get("perspectives")
+    if persp is None and not require_perspectives:
+        persp = []
     if persp is None:
         raise InputError(
             "record has no 'perspectives'", path=path, line=line, record=str(qid),
-            fix="add a list of perspective statements under 'perspectives'",
+            fix=f"add a list of perspective statements under 'perspectives' ({NO_GOLD_FIX})",
         )
-    if isinstance(persp, str) or not isinstance(persp, list) or not persp:
-        raise InputError("'perspectives' must be a non-empty list of strings", path=path, line=line, record=str(qid))
+    if isinstance(persp, str) or not isinstance(persp, list) or (not persp and require_perspectives):
+        raise InputError("'perspectives' must be a non-empty list of strings", path=path, line=line, record=str(qid),
+                         fix=None if persp else NO_GOLD_FIX)
     try:
         return Question(str(qid), text, tuple(persp), dataset=str(rec.get("dataset", dataset) or dataset))
     except ValueError as exc:
         raise InputError(str(exc), path=path, line=line, record=str(qid)) from None
 
 
-def read_questions(path: str | Path, *, dataset: str = "") -> list[Question]:
+def read_questions(path: str | Path, *, dataset: str = "", require_perspectives: bool = True) -> list[Question]:
     """Read a question jsonl; duplicate ids are an error."""
     path = Path(path)
     dataset = dataset or path.name.split(".")[0]
     out: list[Question] = []
     seen: dict[str, int] = {}
     for line, rec in iter_jsonl(path):
-        q = parse_question(rec, path=path, line=line, dataset=dataset)
+        q = parse_question(rec, path=path, line=line, dataset=dataset, require_perspectives=require_perspectives)
         if q.id in seen:
             raise InputError(f"duplicate question id (first seen on line {seen[q.id]})", path=path, line=line, record=q.id)
         seen[q.id] = line
@@ -118,10 +155,12 @@ def resolve_questions_path(source: str, split: str = "test") -> Path:
         return path
     if source == "demo":
         return DEMO_DIR / "questions.jsonl"
+    if source in DELPHI_SETS:
+        return resolve_delphi_path(split)
     if source not in BERDS_SETS:
         if any(ch in source for ch in "/\\.") :
             raise InputError("file not found", path=source, fix="pass an existing questions jsonl or a set name")
-        raise UnknownNameError("question set", source, list(BERDS_SETS) + ["demo"])
+        raise UnknownNameError("question set", source, list(BERDS_SETS) + list(DELPHI_SETS) + ["demo"])
     if split not in SPLITS:
         raise BerdsError(f"unknown split {split!r} for {source}; use one of {', '.join(SPLITS)}")
     candidates = []
@@ -135,10 +174,190 @@ def resolve_questions_path(source: str, split: str = "test") -> Path:
     return _hub_download(BERDS_SETS[source], split, cached)
 
 
-def load_questions(source: str | Path, split: str = "test", *, limit: int | None = None) -> list[Question]:
-    """Questions from a path, ``demo``, or a BERDS set name (``arguana``/``kialo``/``opinionqa``)."""
+def load_questions(source: str | Path, split: str = "test", *, limit: int | None = None,
+                   require_perspectives: bool = True) -> list[Question]:
+    """Questions from a path, ``demo``, a BERDS set name (``arguana``/``kialo``/``opinionqa``) or ``delphi``.
+
+    ``require_perspectives`` (the default) refuses questions without gold perspectives, naming the commands
+    that work without them; retrieval passes ``False``."""
     source = str(source)
     path = resolve_questions_path(source, split)
-    dataset = source if (source in BERDS_SETS or source == "demo") else ""
-    questions = read_questions(path, dataset=dataset)
+    if source in DELPHI_SETS or _looks_like_delphi(path):
+        questions = read_delphi(path, controversial_only=source == "delphi-controversial")
+        if require_perspectives:
+            require_gold(questions, source=str(path))
+    else:
+        dataset = source if (source in BERDS_SETS or source == "demo") else ""
+        questions = read_questions(path, dataset=dataset, require_perspectives=require_perspectives)
     return questions[:limit] if limit else questions
+
+
+def _looks_like_delphi(path: Path) -> bool:
+    return path.name.lower().startswith("delphi") or path.suffix.lower() in (".csv", ".json")
+
+
+def require_gold(questions: Sequence[Question], *, source: str = "", purpose: str = "this command") -> None:
+    """Refuse questions without gold perspectives, naming the first and the commands that work without."""
+    missing = [q.id for q in questions if not q.perspectives]
+    if missing:
+        raise InputError(
+            f"{len(missing)} of {len(questions)} questions have no gold perspectives and {purpose} needs them",
+            path=source or None, record=missing[0], fix=NO_GOLD_FIX)
+
+
+# ------------------------------------------------------------------------------------------- DELPHI
+
+# The DELPHI release (github.com/apple/ml-delphi). The file name inside the repository could not be checked
+# from where this was written (no network): override with BERDS_DELPHI_URL, or download it yourself and
+# pass its path / put it at $BERDS_DATA_DIR/delphi.jsonl.
+DELPHI_URL = "https://raw.githubusercontent.com/apple/ml-delphi/main/delphi.jsonl"
+DELPHI_ID_KEYS = ("id", "qid", "question_id")
+DELPHI_TEXT_KEYS = ("question", "question_text", "text", "query")
+DELPHI_LABEL_KEYS = ("controversial", "is_controversial", "controversy_label", "controversy", "label")
+_TRUE = {"1", "true", "yes", "y", "controversial", "highly controversial"}
+_FALSE = {"0", "false", "no", "n", "non-controversial", "not controversial", "noncontroversial"}
+
+
+def _first(rec: dict[str, Any], keys: Sequence[str]) -> tuple[str | None, Any]:
+    for key in keys:
+        if key in rec and rec[key] not in (None, ""):
+            return key, rec[key]
+    return None, None
+
+
+def parse_controversy_label(value: Any) -> bool | None:
+    """DELPHI's controversy label as a bool: booleans, 0/1, yes/no, (non-)controversial; None when unknown."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return bool(value)
+    text = str(value).strip().lower()
+    return True if text in _TRUE else False if text in _FALSE else None
+
+
+def parse_delphi_record(rec: dict[str, Any], *, path: Path | str, line: int) -> Question:
+    """A DELPHI record (field names as in the release or as berds writes them) -> ``Question``.
+
+    ``extra`` gets ``controversial`` (bool, when the record has a label), ``answers`` (per-answer records
+    with their perspectives, when given) and every other field as it is."""
+    id_key, qid = _first(rec, DELPHI_ID_KEYS)
+    if qid is None:
+        raise InputError("record has no id", path=path, line=line, fix=f"give each record one of {', '.join(DELPHI_ID_KEYS)}")
+    qid = record_id(qid, what=f"question {id_key!r}", path=path, line=line)
+    text_key, text = _first(rec, DELPHI_TEXT_KEYS)
+    if not isinstance(text, str) or not text.strip():
+        raise InputError("record has no question text", path=path, line=line, record=str(qid),
+                         fix=f"give each record one of {', '.join(DELPHI_TEXT_KEYS)}")
+    extra: dict[str, Any] = {k: v for k, v in rec.items() if k not in (id_key, text_key, "perspectives", "answers")}
+    label_key, label = _first(rec, DELPHI_LABEL_KEYS)
+    if label_key is not None:
+        parsed = parse_controversy_label(label)
+        if parsed is None:
+            raise InputError(f"controversy label {label!r} under {label_key!r} is not a yes/no value", path=path,
+                             line=line, record=str(qid), fix="use true/false, 1/0 or controversial/non-controversial")
+        extra.pop(label_key, None)
+        extra["controversial"] = parsed
+    answers = rec.get("answers")
+    if answers is not None:
+        if not isinstance(answers, list) or not all(isinstance(a, dict) for a in answers):
+            raise InputError("'answers' must be a list of objects (an answer and its perspectives)", path=path,
+                             line=line, record=str(qid))
+        for i, a in enumerate(answers):
+            persp = a.get("perspectives", [])
+            if isinstance(persp, str) or not isinstance(persp, list) or not all(isinstance(p, str) for p in persp):
+                raise InputError(f"answers[{i}].perspectives must be a list of strings", path=path, line=line,
+                                 record=str(qid))
+        extra["answers"] = answers
+    gold = rec.get("perspectives") or []
+    if isinstance(gold, str) or not isinstance(gold, list):
+        raise InputError("'perspectives' must be a list of strings", path=path, line=line, record=str(qid))
+    try:
+        return Question(str(qid), text.strip(), tuple(gold), dataset="delphi", extra=extra)
+    except ValueError as exc:
+        raise InputError(str(exc), path=path, line=line, record=str(qid)) from None
+
+
+def _delphi_records(path: Path) -> Any:
+    """``(line, record)`` from a jsonl, a json array (or ``{"data": [...]}``) or a csv with a header row."""
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        import csv
+
+        if not path.is_file():
+            raise InputError("file not found", path=path)
+        with open(path, newline="", encoding="utf-8") as f:
+            for row_number, row in enumerate(csv.DictReader(f), start=2):
+                yield row_number, {k: v for k, v in row.items() if k is not None}
+        return
+    if suffix == ".json":
+        from berds.io import read_json
+
+        data = read_json(path)
+        data = data.get("data", data.get("questions")) if isinstance(data, dict) else data
+        if not isinstance(data, list):
+            raise InputError("expected a JSON array of question records (or {\"data\": [...]})", path=path)
+        for i, rec in enumerate(data):
+            if not isinstance(rec, dict):
+                raise InputError(f"item {i} is not an object", path=path)
+            yield i + 1, rec  # "line" = position in the array
+        return
+    yield from iter_jsonl(path)
+
+
+def read_delphi(path: str | Path, *, controversial_only: bool = False) -> list[Question]:
+    """Read DELPHI questions (jsonl, json or csv); ``controversial_only`` keeps those labelled controversial."""
+    path = Path(path)
+    out: list[Question] = []
+    seen: dict[str, int] = {}
+    for line, rec in _delphi_records(path):
+        q = parse_delphi_record(rec, path=path, line=line)
+        if q.id in seen:
+            raise InputError(f"duplicate question id (first on line {seen[q.id]})", path=path, line=line, record=q.id)
+        seen[q.id] = line
+        if controversial_only and "controversial" not in q.extra:
+            raise InputError("record has no controversy label, so delphi-controversial cannot filter on it", path=path,
+                             line=line, record=q.id, fix=f"label it under one of {', '.join(DELPHI_LABEL_KEYS)}")
+        if not controversial_only or q.extra["controversial"]:
+            out.append(q)
+    if not out:
+        raise InputError("holds no " + ("controversial " if controversial_only else "") + "questions", path=path)
+    return out
+
+
+def resolve_delphi_path(split: str = "test") -> Path:
+    """``$BERDS_DATA_DIR/delphi.{split}.jsonl`` or ``delphi.jsonl``, the home cache, else one download."""
+    candidates = []
+    if os.environ.get("BERDS_DATA_DIR"):
+        data_dir = Path(os.environ["BERDS_DATA_DIR"])
+        candidates += [data_dir / f"delphi.{split}.jsonl", data_dir / "delphi.jsonl"]
+    url = os.environ.get("BERDS_DELPHI_URL", DELPHI_URL)
+    suffix = Path(url.split("?")[0]).suffix.lower() if Path(url.split("?")[0]).suffix.lower() in (".csv", ".json") else ".jsonl"
+    cached = home_dir() / "benchmarks" / f"delphi{suffix}"
+    candidates.append(cached)
+    for c in candidates:
+        if c.exists():
+            return c
+    return download_delphi(url, cached)
+
+
+def download_delphi(url: str, dest: Path) -> Path:
+    """Fetch the DELPHI file once into ``dest`` (atomic); a clear error offline or when it fails."""
+    where = "$BERDS_DATA_DIR/delphi.jsonl"
+    if any(os.environ.get(v, "").lower() in ("1", "true", "yes") for v in ("BERDS_OFFLINE", "HF_HUB_OFFLINE")):
+        raise BerdsError(f"DELPHI is not available locally and berds is offline (BERDS_OFFLINE/HF_HUB_OFFLINE) — "
+                         f"download {url} elsewhere and pass its path, or put it at {where}")
+    import requests
+
+    try:
+        response = requests.get(url, timeout=60)
+        response.raise_for_status()
+    except requests.RequestException as exc:
+        raise BerdsError(f"could not fetch DELPHI from {url}: {type(exc).__name__}: {str(exc)[:200]} — download "
+                         f"the file from github.com/apple/ml-delphi yourself and pass its path, put it at {where}, "
+                         "or set BERDS_DELPHI_URL") from None
+    from berds.io import atomic_write
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(dest, "wb", encoding=None) as out:
+        out.write(response.content)
+    return dest

@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from berds.questions import parse_question
+from berds.questions import parse_question, record_id
 from berds.errors import BerdsError, InputError
 from berds.io import atomic_write, iter_jsonl, new_manifest, read_json, write_json
 from berds.types import Hit, Passage, Question, Run
@@ -113,7 +113,8 @@ def _parse_ctx(ctx: Any, *, path: Path, line: int, qid: str, pos: int) -> tuple[
     if not isinstance(title, str):
         title = str(title)
     synthesized = ctx.get("id") in (None, "")
-    pid = _synth_id(title, text) if synthesized else str(ctx["id"])
+    pid = _synth_id(title, text) if synthesized else record_id(ctx["id"], what="passage 'id'", path=path, line=line,
+                                                                  record=where)
     raw_score = ctx.get("score", 0.0)
     try:
         score = float(raw_score) if raw_score not in (None, "") else 0.0
@@ -124,15 +125,43 @@ def _parse_ctx(ctx: Any, *, path: Path, line: int, qid: str, pos: int) -> tuple[
     return Hit(Passage(pid, text, title), score), synthesized
 
 
-def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False) -> Run:
-    """A BERDS-format jsonl -> ``Run`` (hits in file order, which is the ranking)."""
+DUPLICATE_POLICIES = ("refuse", "dedupe")
+
+
+def unique_hits(hits: list[Hit], *, duplicates: str, path: Path, line: int, qid: str) -> list[Hit]:
+    """A question's ranking with each passage once. A passage listed twice would count twice in
+    Precision@k (and fill two of the k slots); ``duplicates="refuse"`` (default) stops with an error naming
+    the file, line and both positions, ``"dedupe"`` keeps the first (best-ranked) occurrence."""
+    if duplicates not in DUPLICATE_POLICIES:
+        raise BerdsError(f"duplicates must be one of {', '.join(DUPLICATE_POLICIES)}, got {duplicates!r}")
+    first: dict[str, int] = {}
+    kept: list[Hit] = []
+    for pos, hit in enumerate(hits):
+        pid = hit.passage.id
+        if pid in first:
+            if duplicates == "refuse":
+                raise InputError(f"passage {pid!r} is listed twice in this question's ctxs (positions {first[pid]} and {pos})",
+                                 path=path, line=line, record=qid,
+                                 fix="remove the repeat, or pass --duplicates dedupe to keep only its first occurrence")
+            continue
+        first[pid] = pos
+        kept.append(hit)
+    return kept
+
+
+def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False, duplicates: str = "refuse",
+                    require_perspectives: bool = True) -> Run:
+    """A BERDS-format jsonl -> ``Run`` (hits in file order, which is the ranking; see ``unique_hits``).
+
+    ``require_perspectives=False`` reads runs over questions without gold perspectives (DELPHI retrievals)."""
     path = Path(path)
     questions: list[Question] = []
     hits: list[list[Hit]] = []
     seen: dict[str, int] = {}
     synthesized = 0
     for line, rec in iter_jsonl(path):
-        q = parse_question(rec, path=path, line=line, dataset=str(rec.get("dataset", "")))
+        q = parse_question(rec, path=path, line=line, dataset=str(rec.get("dataset", "")),
+                           require_perspectives=require_perspectives)
         if q.id in seen:
             raise InputError(f"duplicate question id (first on line {seen[q.id]})", path=path, line=line, record=q.id)
         seen[q.id] = line
@@ -148,7 +177,7 @@ def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False) -> Run:
         parsed = [_parse_ctx(c, path=path, line=line, qid=q.id, pos=i) for i, c in enumerate(ctxs)]
         synthesized += sum(s for _, s in parsed)
         questions.append(q)
-        hits.append([h for h, _ in parsed])
+        hits.append(unique_hits([h for h, _ in parsed], duplicates=duplicates, path=path, line=line, qid=q.id))
     if not questions:
         raise InputError("holds no questions", path=path)
     manifest: dict[str, Any] = {"source": {"format": "berds-ctxs-jsonl", "path": str(path)}}
@@ -157,8 +186,9 @@ def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False) -> Run:
     return Run.from_lists(questions, hits, manifest=manifest, name=path.name.split(".")[0])
 
 
-def load_run(path: str | Path) -> Run:
-    """A run folder (``manifest.json`` + ``run.ctxs.jsonl``) or a single BERDS-format jsonl."""
+def load_run(path: str | Path, *, duplicates: str = "refuse", require_perspectives: bool = True) -> Run:
+    """A run folder (``manifest.json`` + ``run.ctxs.jsonl``, checked against its ``run.trec``) or a single
+    BERDS-format jsonl. ``duplicates``: see ``unique_hits``."""
     path = Path(path)
     if path.is_dir():
         ctxs = path / CTXS
@@ -167,13 +197,51 @@ def load_run(path: str | Path) -> Run:
                 f"no {CTXS} in this folder", path=path,
                 fix="pass a run folder written by `berds retrieve` or a BERDS-format .jsonl file",
             )
-        run = read_ctxs_jsonl(ctxs)
+        run = read_ctxs_jsonl(ctxs, duplicates=duplicates, require_perspectives=require_perspectives)
+        if (path / TREC).exists() and duplicates == "refuse":  # (a deduplicated ranking differs from its TREC file)
+            check_trec_matches(path / TREC, run)
         manifest = read_json(path / MANIFEST) if (path / MANIFEST).exists() else {}
         manifest.setdefault("source", {"format": "run-folder", "path": str(path)})
         return Run(run.questions, run.hits, manifest, manifest.get("name") or path.name)
     if not path.exists():
         raise InputError("no such run folder or file", path=path)
-    return read_ctxs_jsonl(path)
+    return read_ctxs_jsonl(path, duplicates=duplicates, require_perspectives=require_perspectives)
+
+
+def check_trec_matches(path: Path, run: Run) -> None:
+    """Check a run folder's ``run.trec`` line by line against the ranking in its ``run.ctxs.jsonl``: six
+    fields, an integer rank, a numeric score, a known question, the same passage at that rank, and every
+    ranked passage present. Errors name the file and line (a hand-edited or truncated TREC file would
+    otherwise disagree silently with what is evaluated)."""
+    ctxs = path.parent / CTXS
+    seen: dict[str, int] = {}
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, start=1):
+            parts = line.split()
+            if not parts:
+                continue
+            if len(parts) != 6:
+                raise InputError(f"expected 6 fields 'qid Q0 docid rank score tag', got {len(parts)}", path=path, line=lineno,
+                                 fix=f"rewrite it from {CTXS} or remove it")
+            qid, _, docid, rank_text, score_text, _ = parts
+            try:
+                rank, score = int(rank_text), float(score_text)
+            except ValueError:
+                raise InputError("rank must be an integer and score a number", path=path, line=lineno) from None
+            hits = run.hits.get(qid)
+            if hits is None:
+                raise InputError(f"question {qid!r} is not in {CTXS}", path=path, line=lineno)
+            if not 1 <= rank <= len(hits) or hits[rank - 1].passage.id != docid:
+                want = hits[rank - 1].passage.id if 1 <= rank <= len(hits) else f"nothing (it has {len(hits)} passages)"
+                raise InputError(f"rank {rank} of question {qid!r} is {docid!r}, but {CTXS} has {want!r} there",
+                                 path=path, line=lineno, fix=f"the two files of a run must agree: rewrite {TREC} from {CTXS}")
+            if math.isnan(score):
+                raise InputError("score is NaN", path=path, line=lineno)
+            seen[qid] = seen.get(qid, 0) + 1
+    for qid, hits in run.hits.items():
+        if seen.get(qid, 0) != len(hits):
+            raise InputError(f"question {qid!r} has {seen.get(qid, 0)} lines here but {len(hits)} passages in {CTXS}",
+                             path=path, fix=f"the file is incomplete: rewrite {TREC} from {CTXS}")
 
 
 def read_trec(path: str | Path) -> dict[str, list[tuple[str, float]]]:

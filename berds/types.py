@@ -30,12 +30,18 @@ def _check_str(value: Any, name: str, *, allow_empty: bool = False) -> None:
 
 @dataclass(frozen=True)
 class Question:
-    """A question with its gold perspectives (each a short statement a passage may support)."""
+    """A question with its gold perspectives (each a short statement a passage may support).
+
+    ``perspectives`` is empty for sets without gold perspectives (DELPHI): such questions can be retrieved
+    for, and the commands that need gold perspectives refuse them (``berds.questions.require_gold``).
+    ``extra`` keeps a set's other fields (DELPHI's controversy label); it takes no part in equality.
+    """
 
     id: str
     text: str
     perspectives: tuple[str, ...]
     dataset: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         _check_str(self.id, "question id")
@@ -43,8 +49,6 @@ class Question:
         if isinstance(self.perspectives, str) or not isinstance(self.perspectives, (list, tuple)):
             raise ValueError("perspectives must be a list of strings")
         object.__setattr__(self, "perspectives", tuple(self.perspectives))
-        if not self.perspectives:
-            raise ValueError("perspectives must hold at least one statement")
         for i, p in enumerate(self.perspectives):
             _check_str(p, f"perspectives[{i}]")
 

@@ -27,6 +27,7 @@ LAYERS: list[set[str]] = [
     {"rerank"},
     {"judges"},
     {"evaluate"},
+    {"answers"},
     {"trust"},
     {"studies"},
     {"testing", "demo"},

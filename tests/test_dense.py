@@ -56,7 +56,7 @@ def test_flat_index_equals_brute_force_inner_product(tmp_path, spec, store, bert
     texts = [f"{p.title} {p.text}" if p.title else p.text for p in passages]  # "title text" passage format
     P = reference_vectors(bert, texts)
     Q = reference_vectors(bert, [q.text for q in QUESTIONS])
-    retriever = DenseRetriever(index=tmp_path / "flat")
+    retriever = DenseRetriever(index=tmp_path / "flat", encoder=spec)  # a local model: named by the user
     results = retriever.search(QUESTIONS, k=10)
     for qi, hits in enumerate(results):
         scores = P @ Q[qi]
@@ -81,11 +81,11 @@ def test_hnsw_and_ivfpq_recall_against_flat(tmp_path, spec, store):
                              faiss_options={"nlist": 4, "pq_m": 4, "pq_bits": 4, "nprobe": 4}, progress=False)
     assert meta["faiss_resolved"]["kind"] == "ivfpq" and meta["faiss_resolved"]["pq_m"] == 4
     questions = [Question(f"q{i}", " ".join(WORDS[i:i + 3]), ("x",)) for i in range(12)]
-    exact = [[h.passage.id for h in hits] for hits in DenseRetriever(index=tmp_path / "flat").search(questions, k=20)]
-    approx = [[h.passage.id for h in hits] for hits in DenseRetriever(index=tmp_path / "hnsw").search(questions, k=20)]
+    exact = [[h.passage.id for h in hits] for hits in DenseRetriever(index=tmp_path / "flat", encoder=spec).search(questions, k=20)]
+    approx = [[h.passage.id for h in hits] for hits in DenseRetriever(index=tmp_path / "hnsw", encoder=spec).search(questions, k=20)]
     recall = np.mean([len(set(a) & set(e)) / 20 for a, e in zip(approx, exact)])
     assert recall >= 0.95  # HNSW on 300 vectors is (nearly) exact
-    ivf = DenseRetriever(index=tmp_path / "ivfpq", nprobe=4).search(questions, k=20)
+    ivf = DenseRetriever(index=tmp_path / "ivfpq", trust_index_encoder=True, nprobe=4).search(questions, k=20)
     assert all(len(h) == 20 for h in ivf)  # nprobe = nlist visits every list: a full (quantised) scan
 
 
@@ -153,7 +153,7 @@ def test_grouped_store_searches_within_each_question_group(tmp_path, spec, bert)
     grouped = word_store(tmp_path / "store", n=60, groups=["q1", "q2", "q3"])
     meta = build_dense_index(grouped, tmp_path / "idx", encoder=spec, progress=False)
     assert meta["grouped"] and meta["embeddings_kept"]
-    retriever = DenseRetriever(index=tmp_path / "idx")
+    retriever = DenseRetriever(index=tmp_path / "idx", encoder=spec)
     hits = retriever.search(QUESTIONS, k=50)
     members = {g: set(grouped.group_ids(g)) for g in ("q1", "q2")}
     assert len(hits[0]) == 20 and {h.passage.id for h in hits[0]} == members["q1"]

@@ -94,7 +94,10 @@ def test_folder_without_run_files(tmp_path):
 
 def test_types_validate_at_the_boundary():
     with pytest.raises(ValueError, match="perspectives"):
-        Question("q", "text?", ())
+        Question("q", "text?", "one string")
+    with pytest.raises(ValueError, match=r"perspectives\[1\]"):
+        Question("q", "text?", ("a", " "))
+    assert Question("q", "text?", ()).perspectives == ()  # no gold perspectives (DELPHI): allowed, refused by eval
     with pytest.raises(ValueError, match="passage id"):
         Passage("", "x")
     with pytest.raises(ValueError, match="score"):

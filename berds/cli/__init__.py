@@ -12,7 +12,7 @@ import sys
 
 import typer
 
-from berds.cli import analysis, corpus, engine, evaluate, judge_trust, llm, rerank, retrieval
+from berds.cli import analysis, answers, corpus, engine, evaluate, export, judge_trust, llm, rerank, retrieval
 
 app = typer.Typer(
     name="berds",
@@ -22,7 +22,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
-for module in (evaluate, corpus, retrieval, analysis, rerank, judge_trust, llm, engine):
+for module in (evaluate, corpus, retrieval, analysis, rerank, judge_trust, llm, engine, answers, export):
     module.register(app)
 
 

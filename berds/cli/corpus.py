@@ -116,13 +116,15 @@ def build_search_command(
     read_timeout: float = typer.Option(15.0, "--read-timeout", help="Seconds to wait for data."),
     total_timeout: float = typer.Option(30.0, "--total-timeout", help="Seconds for a whole page."),
     retries: int = typer.Option(2, "--retries", help="Retries for timeouts, connection errors, 429 and 5xx."),
+    max_retry_after: float = typer.Option(60.0, "--max-retry-after", help="Longest Retry-After (429/503) waited for; a page asking for more fails now."),
     words: int = WORDS, overwrite: bool = OVERWRITE, quiet: bool = QUIET,
 ) -> None:
     """One corpus per question from the top web search results (as in the BERDS study)."""
     from berds.corpora.search import FetchOptions, build_search_corpus
 
     fetch = FetchOptions(connect_timeout=connect_timeout, read_timeout=read_timeout, total_timeout=total_timeout,
-                         max_bytes=max_bytes, retries=retries, concurrency=concurrency, per_host=per_host)
+                         max_bytes=max_bytes, retries=retries, concurrency=concurrency, per_host=per_host,
+                         max_retry_after=max_retry_after)
     _, report = build_search_corpus(questions, out, provider=provider, top=top, split=split, limit=limit, cache_dir=cache,
                                     fetch_options=fetch, retry_failed=retry_failed, words_per_passage=words,
                                     overwrite=overwrite, progress=not quiet)

@@ -29,11 +29,14 @@ def eval_command(
     overwrite: str = typer.Option("only-missing", "--overwrite", help="only-missing | always | never"),
     title_position: str = typer.Option("after", "--title-position", help="Judge sees text+title (after, the study), title+text (before) or none."),
     allow_short: bool = typer.Option(False, "--allow-short", help="Score questions with fewer than k passages (missing ranks count as unsupported)."),
+    duplicates: str = typer.Option("refuse", "--duplicates", help="A passage listed twice in one question's ranking: refuse (default) | dedupe (keep the first)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write metrics here instead of next to the run."),
     write_legacy: bool = typer.Option(False, "--write-legacy", help="Also write the run with inline 'mistral-preds' lists (original BERDS layout)."),
     engine: str = typer.Option("local", "--engine", help="local | ray"),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (with --engine ray)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    measure: List[str] = typer.Option([], "--measure", help="Also compute an ir_measures diversity measure over the judgements as qrels (alpha_nDCG@10, ERR_IA@10, StRecall@10; repeatable)."),
+    qrels: Optional[Path] = typer.Option(None, "--qrels", help="Write the judgements as TREC diversity qrels (qid subtopic docid rel); a folder when several runs."),
 ) -> None:
     """Judge retrieval runs against their gold perspectives and report MRecall@k / Precision@k."""
     from rich.console import Console
@@ -42,6 +45,10 @@ def eval_command(
     from berds.registry import parse_options
 
     options = parse_options(judge_option)
+    if measure:
+        from berds.evaluate.qrels import check_measures
+
+        check_measures(measure)  # before any judging
     if rounds is not None:
         if not judge.startswith("debate:"):
             from berds.errors import BerdsError
@@ -50,7 +57,7 @@ def eval_command(
         options["rounds"] = rounds
     eval_options = EvalOptions(ks=tuple(k), overwrite=overwrite, title_position=title_position, allow_short=allow_short,
                                progress=not quiet, cache_path=cache, use_cache=not no_cache, out=out,
-                               write_legacy=write_legacy)
+                               write_legacy=write_legacy, duplicates=duplicates)
     if engine != "local":
         from berds.engine import get_engine
         from berds.evaluate.judging import judge_runner_for
@@ -68,6 +75,16 @@ def eval_command(
             + f" → {files['metrics']}",
             highlight=False,
         )
+    if measure or qrels is not None:
+        from berds.evaluate.qrels import add_measures_to_outputs, measures_table, qrels_path_for
+
+        rows = [(result.run_name or path.name, result.averages,
+                 add_measures_to_outputs(files, measure, qrels and qrels_path_for(qrels, path, len(results))))
+                for path, result, files in results]
+        if measure:
+            console.print(measures_table(rows))
+        if qrels is not None:
+            console.print(f"qrels (qid subtopic docid rel) → {qrels}", highlight=False)
 
 
 def demo_command(

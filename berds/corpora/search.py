@@ -15,9 +15,13 @@ Pieces:
   small record per URL saying what happened (ok with the body's hash, or the failure reason). A second
   run reads the cache and fetches only what is missing (failures are not retried unless asked).
 * ``PageFetcher`` — concurrent downloads with requests: connect/read timeouts and a total deadline, a
-  size cap (Content-Length first, then while streaming), a content-type check (HTML and plain text),
-  retries with exponential backoff for timeouts / connection errors / 429 / 5xx, and at most
-  ``per_host`` requests at a time to any one host. A failed page never aborts the build.
+  size cap (Content-Length first, then while streaming), a content-type check (HTML and plain text;
+  bodies without a type, or typed text/plain, are sniffed and binary ones refused), retries with
+  exponential backoff for timeouts / connection errors / 429 / 5xx (a ``Retry-After`` is waited for, up to
+  ``max_retry_after``), and at most ``per_host`` requests at a time to any one host. The total deadline
+  is checked after every socket read, so a server dripping its body cannot hold a build: the page is
+  recorded as failed ("timeout (over N s in total)") and a re-run skips it. A failed page never aborts
+  the build.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from urllib.parse import urlsplit
 
 from berds.corpora.build import BuildReport, RateColumn, write_passages
 from berds.corpora.docstore import PassageStore
-from berds.corpora.html import CLEANER_VERSION, CleanedPage, clean_html, decode_html
+from berds.corpora.html import CLEANER_VERSION, CleanedPage, clean_html, decode_html, sniff_binary
 from berds.corpora.split import DEFAULT_WORDS, Document, split_document
 from berds.errors import BerdsError, InputError
 from berds.io import atomic_write, read_json, write_json, write_jsonl
@@ -95,6 +99,7 @@ class SerperProvider:
     name = "serper"
     DEFAULT_BASE_URL = "https://google.serper.dev"
     PAGE_SIZE = 100  # serper's largest "num"
+    MAX_RETRY_AFTER = 60.0  # longest Retry-After waited for
 
     def __init__(self, *, api_key: str | None = None, base_url: str | None = None, gl: str = "us", hl: str = "en",
                  timeout: float = 30.0, retries: int = 3, backoff: float = 1.0):
@@ -113,9 +118,11 @@ class SerperProvider:
             raise BerdsError("no serper.dev API key: set the environment variable SERPER_API_KEY (or pass api_key=)")
         url = f"{self.base_url}/search"
         last = ""
+        wait: float | None = None  # the server's Retry-After, when it sent one
         for attempt in range(self.retries + 1):
             if attempt:
-                time.sleep(_retry_delay(attempt - 1, self.backoff))
+                time.sleep(wait if wait is not None else _retry_delay(attempt - 1, self.backoff))
+                wait = None
             self.requests_made += 1
             try:
                 r = requests.post(url, json=payload, headers={"X-API-KEY": self.api_key, "Content-Type": "application/json"},
@@ -127,6 +134,10 @@ class SerperProvider:
                 raise BerdsError(f"{url} refused the API key (HTTP {r.status_code}) — check SERPER_API_KEY")
             if r.status_code == 429 or r.status_code >= 500:
                 last = f"HTTP {r.status_code}"
+                wait = retry_after_seconds(r.headers.get("Retry-After"))
+                if wait is not None and wait > self.MAX_RETRY_AFTER:
+                    raise SearchError(f"{url} asks to retry after {wait:g} s (over the {self.MAX_RETRY_AFTER:g} s limit) — "
+                                      "re-run the build later; finished searches are cached")
                 continue
             if r.status_code != 200:
                 raise SearchError(f"{url} answered HTTP {r.status_code}: {r.text[:200]}")
@@ -260,12 +271,53 @@ class FetchOptions:
     per_host: int = 2
     user_agent: str = "Mozilla/5.0 (compatible; berds-corpus-builder/0.1; research use)"
     accepted_types: tuple[str, ...] = ACCEPTED_TYPES
+    max_retry_after: float = 60.0  # longest Retry-After (429/503) waited for; longer ones fail the page now
 
 
 class _Failure(Exception):
-    def __init__(self, reason: str, *, retry: bool, status: int | None = None):
+    def __init__(self, reason: str, *, retry: bool, status: int | None = None, retry_after: float | None = None):
         super().__init__(reason)
-        self.reason, self.retry, self.status = reason, retry, status
+        self.reason, self.retry, self.status, self.retry_after = reason, retry, status, retry_after
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """Seconds a ``Retry-After`` header asks for (delta-seconds or an HTTP date), or None when absent/unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    import datetime as _dt
+
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=_dt.timezone.utc)
+    return max(0.0, (when - _dt.datetime.now(_dt.timezone.utc)).total_seconds())
+
+
+def _read_body(r: Any, deadline: float, options: "FetchOptions") -> list[bytes]:
+    """The body of a streamed response, chunk by chunk, checking the size cap and the total deadline after
+    every socket read: ``read1`` returns whatever one read gives, so a server dripping a byte at a time
+    (each byte inside the read timeout) is stopped at the deadline instead of hanging on a 64 KB read."""
+    read1 = getattr(r.raw, "read1", None)
+    chunks, size = [], 0
+    reader = iter(lambda: read1(65_536, decode_content=True), b"") if read1 else r.iter_content(65_536)
+    for chunk in reader:
+        size += len(chunk)
+        if size > options.max_bytes:
+            raise _Failure(f"too large (> {options.max_bytes:,} bytes)", retry=False, status=200)
+        if time.monotonic() > deadline:
+            # Not retried: a page this slow is slow again; the failure is recorded, so a re-run skips it.
+            raise _Failure(f"timeout (over {options.total_timeout:g} s in total)", retry=False, status=200)
+        chunks.append(chunk)
+    return chunks
 
 
 class PageFetcher:
@@ -297,13 +349,15 @@ class PageFetcher:
 
     def _download_once(self, url: str) -> tuple[bytes, str, int, str]:
         import requests
+        import urllib3
 
         o = self.options
         deadline = time.monotonic() + o.total_timeout
         try:
             with self._session().get(url, timeout=(o.connect_timeout, o.read_timeout), stream=True, allow_redirects=True) as r:
                 if r.status_code == 429 or r.status_code >= 500:
-                    raise _Failure(f"http {r.status_code}", retry=True, status=r.status_code)
+                    raise _Failure(f"http {r.status_code}", retry=True, status=r.status_code,
+                                   retry_after=retry_after_seconds(r.headers.get("Retry-After")))
                 if r.status_code != 200:
                     raise _Failure(f"http {r.status_code}", retry=False, status=r.status_code)
                 content_type = r.headers.get("Content-Type", "")
@@ -313,20 +367,15 @@ class PageFetcher:
                 length = r.headers.get("Content-Length")
                 if length and length.isdigit() and int(length) > o.max_bytes:
                     raise _Failure(f"too large ({int(length):,} bytes > {o.max_bytes:,})", retry=False, status=200)
-                chunks, size = [], 0
-                for chunk in r.iter_content(65_536):
-                    size += len(chunk)
-                    if size > o.max_bytes:
-                        raise _Failure(f"too large (> {o.max_bytes:,} bytes)", retry=False, status=200)
-                    if time.monotonic() > deadline:
-                        raise _Failure(f"timeout (over {o.total_timeout:g} s in total)", retry=True, status=200)
-                    chunks.append(chunk)
-                body = b"".join(chunks)
-                if not mime and body[:5] == b"%PDF-":
-                    raise _Failure("content type application/pdf (sniffed)", retry=False, status=200)
+                body = b"".join(_read_body(r, deadline, o))
+                sniffed = sniff_binary(body, mime)
+                if sniffed:
+                    raise _Failure(f"content type {sniffed} (sniffed)", retry=False, status=200)
                 return body, content_type or "text/html", r.status_code, r.url
-        except requests.Timeout:
+        except (requests.Timeout, urllib3.exceptions.ReadTimeoutError):
             raise _Failure("timeout", retry=True) from None
+        except (urllib3.exceptions.ProtocolError, urllib3.exceptions.DecodeError) as exc:  # from read1 (not wrapped by requests)
+            raise _Failure(f"broken response ({type(exc).__name__})", retry=True) from None
         except requests.exceptions.TooManyRedirects:
             raise _Failure("too many redirects", retry=False) from None
         except (requests.exceptions.InvalidURL, requests.exceptions.MissingSchema, requests.exceptions.InvalidSchema) as exc:
@@ -349,8 +398,11 @@ class PageFetcher:
                 with self._host_slot(url):
                     body, content_type, status, final_url = self._download_once(url)
             except _Failure as f:
-                if f.retry and attempt <= o.retries:
-                    time.sleep(_retry_delay(attempt - 1, o.backoff))
+                if f.retry and f.retry_after is not None and f.retry_after > o.max_retry_after:
+                    f.reason += f" (Retry-After {f.retry_after:g} s is over the {o.max_retry_after:g} s limit)"
+                elif f.retry and attempt <= o.retries:
+                    # The server's Retry-After when it sent one (bounded above), else exponential backoff.
+                    time.sleep(f.retry_after if f.retry_after is not None else _retry_delay(attempt - 1, o.backoff))
                     continue
                 record = PageRecord(url=url, ok=False, reason=f.reason, http_status=f.status, attempts=attempt, fetched_at=now())
                 self.cache.put_page(record)
@@ -423,7 +475,8 @@ def _load_questions(questions: str | os.PathLike | Sequence[Question], split: st
     if isinstance(questions, (str, os.PathLike)):
         from berds.questions import load_questions
 
-        return load_questions(str(questions), split=split, limit=limit)
+        # Searching needs only the question text: sets without gold perspectives (DELPHI) work too.
+        return load_questions(str(questions), split=split, limit=limit, require_perspectives=False)
     qs = list(questions)
     return qs[:limit] if limit is not None else qs
 

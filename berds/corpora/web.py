@@ -71,7 +71,7 @@ class JsonlFields:
         return JsonlFields(text=text, title=pick(self.title, TITLE_FIELDS), url=pick(self.url, URL_FIELDS), id=pick(self.id, ID_FIELDS))
 
 
-def _str_field(record: dict, name: str, path: Path, line: int, *, required: bool = False) -> str:
+def _str_field(record: dict, name: str, path: Path, line: int, *, required: bool = False, numbers: bool = True) -> str:
     if not name:
         return ""
     value = record.get(name)
@@ -80,7 +80,7 @@ def _str_field(record: dict, name: str, path: Path, line: int, *, required: bool
             raise InputError(f"missing field {name!r}", path=path, line=line,
                              fix="every record needs it (or choose another field with the --*-field options)")
         return ""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and numbers:
         return str(value)
     if not isinstance(value, str):
         raise InputError(f"field {name!r} must be a string, got {type(value).__name__}", path=path, line=line)
@@ -104,7 +104,8 @@ def iter_jsonl_documents(
                 seen_fields[str(path)] = {"text": resolved.text, "title": resolved.title, "url": resolved.url, "id": resolved.id}  # type: ignore[dict-item]
             if report is not None:
                 report.documents_read += 1
-            text = _str_field(record, resolved.text, path, line, required=True)  # type: ignore[arg-type]
+            # A number is not a text (a mis-chosen field, or a broken export): refused, not indexed as "42".
+            text = _str_field(record, resolved.text, path, line, required=True, numbers=False)  # type: ignore[arg-type]
             title = _str_field(record, resolved.title, path, line)  # type: ignore[arg-type]
             url = _str_field(record, resolved.url, path, line)  # type: ignore[arg-type]
             doc_id = _str_field(record, resolved.id, path, line) if resolved.id else ""  # type: ignore[arg-type]

@@ -137,7 +137,8 @@ class EvalOptions:
     * ``progress`` — show progress bars;
     * ``cache_path`` / ``use_cache`` — the judgement cache file (default ``$BERDS_HOME/judgements.sqlite``);
     * ``out`` / ``write_legacy`` — where ``evaluate_paths`` writes, and whether it also writes inline predictions;
-    * ``judge_runner`` — replaces ``judge_missing`` (``berds.evaluate.judging.judge_runner_for(engine)``).
+    * ``judge_runner`` — replaces ``judge_missing`` (``berds.evaluate.judging.judge_runner_for(engine)``);
+    * ``duplicates`` — a passage listed twice in one question's ranking: ``refuse`` (default) or ``dedupe``.
 
     Values are checked when the options are made, before any run is read or judged.
     """
@@ -153,8 +154,11 @@ class EvalOptions:
     out: str | Path | None = None
     write_legacy: bool = False
     judge_runner: Callable[..., dict[tuple[str, str], Verdict]] | None = None
+    duplicates: str = "refuse"  # a passage twice in one ranking: "refuse" or "dedupe" (berds.runs.unique_hits)
 
     def __post_init__(self) -> None:
+        if self.duplicates not in ("refuse", "dedupe"):
+            raise BerdsError(f"unknown --duplicates {self.duplicates!r}; use refuse or dedupe")
         if self.overwrite not in OVERWRITE_POLICIES:
             raise BerdsError(f"unknown overwrite policy {self.overwrite!r}; use one of {', '.join(OVERWRITE_POLICIES)}")
         if self.title_position not in TITLE_POSITIONS:
@@ -197,6 +201,9 @@ def evaluate_run(
     fields (``evaluate_run(run, judge, ks=(5,), progress=False)``).
     """
     opts = as_options(options, changes)
+    from berds.questions import require_gold
+
+    require_gold(list(run.questions.values()), source=run.name, purpose="evaluation (MRecall/Precision)")
     ks, overwrite, title_position, allow_short = opts.ks, opts.overwrite, opts.title_position, opts.allow_short
     progress, judge_runner, batch_size = opts.progress, opts.judge_runner, opts.batch_size
     depth = ks[-1]
@@ -353,7 +360,7 @@ def evaluate_paths(
     opts = as_options(options, changes)
     if isinstance(judge, str):
         check_judge_name(judge)
-    runs = [(Path(p), load_run(p)) for p in paths]  # parse everything first: bad input fails fast
+    runs = [(Path(p), load_run(p, duplicates=opts.duplicates)) for p in paths]  # parse everything first: bad input fails fast
     if isinstance(judge, str):
         name, jopts = judge, dict(judge_options or {})
         judge = LazyJudge(lambda: load_judge(name, **jopts), recipe=JudgeRecipe(name, jopts))

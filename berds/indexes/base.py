@@ -102,6 +102,27 @@ def write_index_meta(path: str | os.PathLike, index_type: str, **fields: Any) ->
     return meta
 
 
+def rebuild_command(folder: str | os.PathLike, meta: Mapping[str, Any] | None) -> str:
+    """The command that rebuilds the index in ``folder`` from scratch, from what its ``meta.json`` records."""
+    meta = meta or {}
+    kind = meta.get("type") or "bm25|dense"
+    corpus = (meta.get("corpus") or {}).get("path") or "CORPUS"
+    extra = ""
+    if kind == "dense":
+        extra = f" --encoder {(meta.get('encoder') or {}).get('name') or 'NAME'}"
+        faiss_kind = (meta.get("faiss") or {}).get("kind")
+        if faiss_kind and faiss_kind != "flat":
+            extra += f" --faiss {faiss_kind}"
+    elif meta.get("contents") and meta.get("contents") != "title+text":
+        extra = f" --contents {meta['contents']}"
+    return f"berds index {kind} {corpus}{extra} --out {folder} --overwrite always"
+
+
+def damaged_index(file: str | os.PathLike, why: str, *, folder: str | os.PathLike, meta: Mapping[str, Any] | None) -> InputError:
+    """The error for a damaged file inside a finished index: names the file and the command that rebuilds it."""
+    return InputError(f"damaged index file ({why})", path=file, fix=f"rebuild the index: {rebuild_command(folder, meta)}")
+
+
 def check_same_corpus(meta: Mapping[str, Any], store: Any, *, index_path: str | os.PathLike) -> None:
     """Refuse to read passages for an index from a store with a different fingerprint."""
     want = meta.get("corpus", {}).get("fingerprint")

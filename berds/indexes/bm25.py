@@ -52,6 +52,7 @@ from berds.errors import BerdsError, InputError
 from berds.indexes.base import (
     IdTable,
     corpus_record,
+    damaged_index,
     finish_index_folder,
     open_store,
     prepare_index_folder,
@@ -223,6 +224,32 @@ class LuceneSearcher:
         self._searcher.close()
 
 
+def open_lucene(index_dir: str | os.PathLike, meta: dict[str, Any], *, k1: float = DEFAULT_K1,
+                b: float = DEFAULT_B) -> LuceneSearcher:
+    """Open a finished index's Lucene part for search, checked against ``meta.json``: a damaged or
+    missing Lucene folder is an error naming it and the rebuild command, not a Java stack trace."""
+    folder = Path(index_dir)
+    lucene = folder / LUCENE_DIR
+    if not lucene.is_dir():
+        raise damaged_index(lucene, "the Lucene folder is missing", folder=folder, meta=meta)
+    from berds.java import start_jvm
+
+    jnius = start_jvm()  # a JVM that cannot start is its own (clear) error, not a damaged index
+
+    try:
+        searcher = LuceneSearcher(lucene, k1=k1, b=b)
+        n_docs = searcher.num_docs
+    except jnius.JavaException as exc:
+        why = (getattr(exc, "classname", "") or "").rsplit(".", 1)[-1] or "Lucene cannot open it"
+        detail = str(getattr(exc, "innermessage", "") or "").splitlines()[0:1]
+        raise damaged_index(lucene, f"{why}{': ' + detail[0][:200] if detail else ''}", folder=folder, meta=meta) from None
+    if "documents" in meta and n_docs != meta["documents"]:
+        searcher.close()
+        raise damaged_index(lucene, f"Lucene holds {n_docs} documents, meta.json records {meta['documents']}",
+                            folder=folder, meta=meta)
+    return searcher
+
+
 # ---------------------------------------------------------------------------- building
 
 
@@ -386,11 +413,25 @@ class GroupedBM25:
         from berds.io import read_json
 
         self.k1, self.b = np.float32(k1), np.float32(b)
-        self.indptr = np.load(folder / "indptr.npy")
-        self.terms = np.load(folder / "terms.npy", mmap_mode="r")
-        self.tfs = np.load(folder / "tfs.npy", mmap_mode="r")
-        self.lengths = np.load(folder / "lengths.npy")
-        self.row_groups = np.load(folder / "row-groups.npy")
+        index_dir = Path(index_dir)
+        meta = read_index_meta(index_dir) if (index_dir / "meta.json").is_file() else {}
+
+        def load(name: str, mmap: bool = False) -> np.ndarray:
+            try:
+                return np.load(folder / name, mmap_mode="r" if mmap else None, allow_pickle=False)
+            except (ValueError, OSError, EOFError) as exc:
+                raise damaged_index(folder / name, str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                                    folder=index_dir, meta=meta) from None
+
+        self.indptr = load("indptr.npy")
+        self.terms = load("terms.npy", mmap=True)
+        self.tfs = load("tfs.npy", mmap=True)
+        self.lengths = load("lengths.npy")
+        self.row_groups = load("row-groups.npy")
+        rows = len(self.lengths)
+        if (len(self.indptr) != rows + 1 or len(self.row_groups) != rows or len(self.terms) != len(self.tfs)
+                or (rows and int(self.indptr[-1]) != len(self.terms))):
+            raise damaged_index(folder, "the per-group term count files do not agree in size", folder=index_dir, meta=meta)
         self.term_id = {t: i for i, t in enumerate(read_json(folder / "vocab.json"))}
         self.group_names: list[str] = read_json(folder / "group-names.json")
         self._group_number = {g: i for i, g in enumerate(self.group_names)}

@@ -61,16 +61,38 @@ def iter_shard_passages(store: Any, shard_size: int, batch_size: int) -> Iterato
 # Resuming an encode (locally or on an engine): a shard is done once its .npy exists.
 
 
+def shard_rows(n: int, shard_size: int, i: int) -> int:
+    """Rows in shard ``i`` of ``n`` passages cut into shards of ``shard_size``."""
+    return min(shard_size, n - i * shard_size)
+
+
+def shard_is_complete(folder: Path, i: int, rows: int) -> bool:
+    """Whether shard ``i`` is on disk, readable and holds ``rows`` vectors (reads only the .npy header).
+
+    A truncated or otherwise damaged shard (disk trouble, a copy cut short) counts as missing, so a
+    resumed build encodes it again instead of failing at the end.
+    """
+    path = shard_path(folder, i)
+    if not path.is_file() or not (folder / f"shard-{i:05d}.ids.txt").is_file():
+        return False
+    try:
+        vectors = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError):
+        return False
+    return vectors.ndim == 2 and vectors.shape[0] == rows
+
+
 def resume_point(folder: Path, n: int, shard_size: int) -> tuple[int, int]:
     """``(shards, rows already encoded)`` for ``n`` passages cut into shards of ``shard_size``."""
     n_shards = max(1, math.ceil(n / shard_size))
-    return n_shards, sum(min(shard_size, n - i * shard_size) for i in range(n_shards) if shard_path(folder, i).is_file())
+    return n_shards, sum(shard_rows(n, shard_size, i) for i in range(n_shards)
+                         if shard_is_complete(folder, i, shard_rows(n, shard_size, i)))
 
 
 def shards_to_encode(store: Any, folder: Path, shard_size: int) -> Iterator[tuple[int, list[Any]]]:
-    """``(shard number, passages)`` of the shards not yet written to ``folder``, in store order."""
+    """``(shard number, passages)`` of the shards not yet (completely) written to ``folder``, in store order."""
     for shard, passages in iter_shard_passages(store, shard_size, min(shard_size, 1024)):
-        if not shard_path(folder, shard).is_file():
+        if not shard_is_complete(folder, shard, len(passages)):
             yield shard, passages
 
 
@@ -115,19 +137,37 @@ def embed_corpus(store: Any, encoder: Encoder, folder: Path, *, shard_size: int,
 class ShardedEmbeddings:
     """The embedding shards of an index, memory-mapped: ``rows(idx)`` gathers vectors by row number."""
 
-    def __init__(self, folder: Path, n: int, shard_size: int):
-        self.folder, self.n, self.shard_size = folder, n, shard_size
+    RESUME_FIX = "re-run the same `berds index dense` command: it encodes missing or damaged shards again"
+
+    def __init__(self, folder: Path, n: int, shard_size: int, *, dim: int | None = None, fix: str | None = None):
+        self.folder, self.n, self.shard_size, self.dim = folder, n, shard_size, dim
+        self.fix = fix or self.RESUME_FIX
         self.n_shards = max(1, math.ceil(n / shard_size))
         missing = [i for i in range(self.n_shards) if not shard_path(folder, i).is_file()]
         if missing:
-            raise InputError(f"embedding shard {missing[0]} is missing", path=folder,
-                             fix="re-run `berds index dense` with the same settings to finish the index")
+            raise InputError(f"embedding shard {missing[0]} is missing", path=folder, fix=self.fix)
         self._maps: dict[int, np.ndarray] = {}
 
     def shard(self, i: int) -> np.ndarray:
+        """Shard ``i`` memory-mapped; a truncated or mis-shaped file is an error naming it (not an mmap traceback)."""
         if i not in self._maps:
-            self._maps[i] = np.load(shard_path(self.folder, i), mmap_mode="r")
+            path = shard_path(self.folder, i)
+            try:
+                vectors = np.load(path, mmap_mode="r", allow_pickle=False)
+            except (ValueError, OSError, EOFError) as exc:
+                raise InputError(f"damaged embedding shard ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})",
+                                 path=path, fix=self.fix) from None
+            rows = shard_rows(self.n, self.shard_size, i)
+            if vectors.ndim != 2 or vectors.shape[0] != rows or (self.dim and vectors.shape[1] != self.dim):
+                raise InputError(f"damaged embedding shard (shape {vectors.shape}, expected ({rows}, {self.dim or 'dim'}))",
+                                 path=path, fix=self.fix)
+            self._maps[i] = vectors
         return self._maps[i]
+
+    def check(self) -> None:
+        """Open every shard's header now (cheap), so a damaged one is reported before any work starts."""
+        for i in range(self.n_shards):
+            self.shard(i)
 
     def __iter__(self) -> Iterator[np.ndarray]:
         for i in range(self.n_shards):

@@ -178,6 +178,51 @@ def check_same_encoder(index_spec: Mapping[str, Any], wanted: EncoderSpec, *, in
         )
 
 
+def catalogue_models() -> set[str]:
+    """Model names the encoder catalogue itself declares (berds' own entries and installed plugins')."""
+    names: set[str] = set()
+    for entry in ENCODERS.specs():
+        for key in ("model", "passage_model"):
+            value = entry.options.get(key)
+            if isinstance(value, str) and value:
+                names.add(value)
+    return names
+
+
+def index_encoder_spec(identity: Mapping[str, Any], *, index_path: Any, trusted: bool = False) -> EncoderSpec:
+    """The encoder an index's ``meta.json`` records, when it is safe to load without the user naming it.
+
+    A shared index folder is data: its ``meta.json`` must not make berds run the model's Python code
+    (``trust_remote_code``) or load weights from a path or hub name no one chose here. Models the encoder
+    catalogue declares are fine; anything else needs the user to name the encoder (``encoder=`` /
+    ``-o encoder=NAME``, which is then checked against the index) or to trust the index explicitly
+    (``trusted=True`` / ``-o trust_index_encoder=true``).
+    """
+    if not isinstance(identity, Mapping):
+        raise InputError("'encoder' in meta.json is not an object", path=Path(index_path) / "meta.json",
+                         fix="rebuild the index with `berds index dense`")
+    try:
+        spec = EncoderSpec.from_dict(identity)
+    except (BerdsError, TypeError) as exc:
+        raise InputError(f"the encoder recorded in meta.json is not valid ({exc})", path=Path(index_path) / "meta.json",
+                         fix="rebuild the index with `berds index dense`") from None
+    if trusted:
+        return spec
+    known = catalogue_models()
+    asks = [f"the model {m!r}" for m in (spec.model, spec.passage_model) if m and m not in known]
+    if spec.trust_remote_code:
+        asks.append("running the model's own Python code (trust_remote_code=true)")
+    if asks:
+        raise BerdsError(
+            f"index {index_path} asks for {' and '.join(asks)}, which you did not name — an index folder is data "
+            "and does not choose code or weights to load. Name the encoder yourself (-o encoder=NAME, e.g. "
+            f"-o encoder={'sentence-transformers' if spec.backend == 'sentence-transformers' else 'transformers'}:"
+            f"{spec.model}, plus -o trust_remote_code=true if it needs its own code), or, if you trust whoever made "
+            "this index, pass -o trust_index_encoder=true"
+        )
+    return spec
+
+
 def resolve_model_path(model: str) -> str:
     """``pypi:PACKAGE`` -> the ``model`` folder inside that installed package; anything else unchanged."""
     if not model.startswith("pypi:"):

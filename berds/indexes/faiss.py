@@ -39,12 +39,14 @@ import numpy as np
 from berds.errors import BerdsError, InputError
 from berds.indexes.base import (
     corpus_record,
+    damaged_index,
     finish_index_folder,
     open_store,
     prepare_index_folder,
     IdTable,
     read_ids,
     read_index_meta,
+    rebuild_command,
     write_ids,
 )
 from berds.indexes.embedding import ShardedEmbeddings, embed_corpus, embed_corpus_on_engine
@@ -193,11 +195,37 @@ def build_faiss(chunks: Any, n: int, dim: int, settings: FaissSettings, *, devic
     return _to_cpu(index)
 
 
-def write_faiss(index: Any, path: Path) -> None:
-    """Write an index atomically (FAISS writes to a temporary name, then it is renamed)."""
+def write_faiss(index: Any, path: Path) -> int:
+    """Write an index atomically (FAISS writes to a temporary name, then it is renamed); returns its size in bytes."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    _faiss().write_index(index, str(tmp))
-    os.replace(tmp, path)
+    try:
+        _faiss().write_index(index, str(tmp))
+        size = tmp.stat().st_size
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return size
+
+
+def read_faiss(path: Path, *, folder: Path, meta: dict[str, Any]) -> Any:
+    """Read ``faiss.index`` and check it against ``meta.json`` (size, vector count, dimension): a damaged
+    file is an error naming it and the rebuild command, never a FAISS traceback or wrong results."""
+    if not path.is_file():
+        raise damaged_index(path, "file is missing", folder=folder, meta=meta)
+    want_bytes = meta.get("faiss_bytes")
+    have_bytes = path.stat().st_size
+    if want_bytes is not None and have_bytes != want_bytes:
+        raise damaged_index(path, f"{have_bytes:,} bytes, meta.json records {want_bytes:,}", folder=folder, meta=meta)
+    try:
+        index = _faiss().read_index(str(path))
+    except (RuntimeError, MemoryError, ValueError) as exc:  # FAISS reports a bad file as RuntimeError
+        first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise damaged_index(path, f"FAISS cannot read it: {first[:200]}", folder=folder, meta=meta) from None
+    if index.ntotal != meta.get("rows", index.ntotal) or index.d != meta.get("dim", index.d):
+        raise damaged_index(path, f"holds {index.ntotal} vectors of {index.d}-d, meta.json records "
+                                  f"{meta.get('rows')} of {meta.get('dim')}-d", folder=folder, meta=meta)
+    return index
 
 
 # ------------------------------------------------------------------------------------------ building
@@ -249,7 +277,7 @@ def build_dense_index(
         encoder_ = Encoder(spec, device=device, batch_size=batch_size, dtype=dtype)
         stats = embed_corpus(store, encoder_, emb_dir, shard_size=shard_size, progress=progress)
         encoder_.close()
-    embeddings = ShardedEmbeddings(emb_dir, len(store), shard_size)
+    embeddings = ShardedEmbeddings(emb_dir, len(store), shard_size, dim=stats["dim"])
     write_ids(out / "docids.txt", embeddings.ids())  # streamed shard by shard
     if grouped:
         from berds.indexes.bm25 import _row_groups  # same row -> group mapping as BM25 indexes
@@ -262,7 +290,7 @@ def build_dense_index(
     started = time.perf_counter()
     sample = embeddings.sample(resolved.train_size, resolved.seed) if resolved.kind == "ivfpq" else None
     index = build_faiss(iter(embeddings), len(store), stats["dim"], resolved, device=device, training_sample=sample)
-    write_faiss(index, out / FAISS_FILE)
+    faiss_bytes = write_faiss(index, out / FAISS_FILE)
     faiss_seconds = time.perf_counter() - started
     if not keep:
         shutil.rmtree(emb_dir)
@@ -278,6 +306,7 @@ def build_dense_index(
         embed_seconds=round(stats["seconds"], 3),
         passages_per_second=round(stats["encoded"] / stats["seconds"], 2) if stats["encoded"] and stats["seconds"] > 0 else None,
         faiss_seconds=round(faiss_seconds, 3),
+        faiss_bytes=faiss_bytes,  # checked when the index is opened (a truncated copy is caught)
         device=device,
     )
 
@@ -300,6 +329,9 @@ class DenseIndex:
         self.meta = read_index_meta(self.path, "dense")
         self.encoder_identity: dict[str, Any] = self.meta["encoder"]
         self.ids = IdTable(self.path / "docids.txt")
+        if "rows" in self.meta and len(self.ids) != self.meta["rows"]:
+            raise damaged_index(self.path / "docids.txt", f"{len(self.ids)} row ids, meta.json records {self.meta['rows']}",
+                                folder=self.path, meta=self.meta)
         self._index = None
         self._groups: tuple[list[np.ndarray], dict[str, int]] | None = None
         self._embeddings: ShardedEmbeddings | None = None
@@ -310,13 +342,22 @@ class DenseIndex:
 
     def _faiss_index(self) -> Any:
         if self._index is None:
-            index = _faiss().read_index(str(self.path / FAISS_FILE))
+            index = read_faiss(self.path / FAISS_FILE, folder=self.path, meta=self.meta)
             if self.ef_search is not None and hasattr(index, "hnsw"):
                 index.hnsw.efSearch = int(self.ef_search)
             if self.nprobe is not None and hasattr(index, "nprobe"):
                 index.nprobe = int(self.nprobe)
             self._index = _to_device(index, self.device)
         return self._index
+
+    def open(self, *, per_group: bool) -> None:
+        """Open (and so check) what a search will read, before any question is encoded: the FAISS file, or
+        for per-group search every embedding shard."""
+        if per_group:
+            self._group_index()
+            self._shards().check()
+        else:
+            self._faiss_index()
 
     def search(self, vectors: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
         """Top-``k`` ``(docid, inner product)`` per query vector, best first."""
@@ -338,16 +379,20 @@ class DenseIndex:
             self._groups = (group_row_lists(np.load(self.path / "row-groups.npy"), len(names)), {g: i for i, g in enumerate(names)})
         return self._groups
 
+    def _shards(self) -> ShardedEmbeddings:
+        if self._embeddings is None:
+            if not self.meta.get("embeddings_kept"):
+                raise BerdsError(f"index {self.path} did not keep its embeddings; rebuild it with keep_embeddings")
+            self._embeddings = ShardedEmbeddings(self.path / EMBEDDINGS_DIR, int(self.meta["rows"]), int(self.meta["shard_size"]),
+                                                 dim=self.meta.get("dim"), fix=f"rebuild the index: {rebuild_command(self.path, self.meta)}")
+        return self._embeddings
+
     def search_group(self, group: str, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
         """Exact top-``k`` inner products of ``vector`` against the rows of ``group`` only."""
         group_rows, numbers = self._group_index()
         if group not in numbers:
             raise BerdsError(f"group {group!r} is not in index {self.path}")
-        if self._embeddings is None:
-            if not self.meta.get("embeddings_kept"):
-                raise BerdsError(f"index {self.path} did not keep its embeddings; rebuild it with keep_embeddings")
-            self._embeddings = ShardedEmbeddings(self.path / EMBEDDINGS_DIR, int(self.meta["rows"]), int(self.meta["shard_size"]))
         rows = group_rows[numbers[group]]
-        scores = self._embeddings.rows(rows) @ np.asarray(vector, dtype=np.float32)
+        scores = self._shards().rows(rows) @ np.asarray(vector, dtype=np.float32)
         ranked = sorted(((self.ids[int(r)], float(s)) for r, s in zip(rows, scores)), key=lambda t: (-t[1], t[0]))
         return ranked[:k]  # ties broken by docid before cutting at k

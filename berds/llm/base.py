@@ -50,3 +50,58 @@ def user_prompt(text: str, system: str | None = None) -> list[dict[str, str]]:
     messages = [{"role": "system", "content": system}] if system else []
     messages.append({"role": "user", "content": text})
     return messages
+
+
+@dataclass(frozen=True)
+class ContinuationScore:
+    """Natural-log probabilities a model gives each token of a continuation, conditioned on a prompt.
+
+    ``tokens[i]`` is the decoded i-th continuation token and ``logprobs[i]`` its log-probability given the
+    prompt and the tokens before it (DebateQA's P.D. is built from these, ``berds.answers``).
+    """
+
+    tokens: tuple[str, ...]
+    logprobs: tuple[float, ...]
+    truncated: bool = False  # the prompt was cut from the left to fit the model's context
+
+    @property
+    def total(self) -> float:
+        return float(sum(self.logprobs))
+
+    @property
+    def mean(self) -> float:
+        return self.total / len(self.logprobs) if self.logprobs else float("nan")
+
+    @property
+    def perplexity(self) -> float:
+        """``exp(-mean log-prob)``: DebateQA's conditional perplexity PPL(Y|X) (their eq. 2)."""
+        import math
+
+        return math.exp(-self.mean) if self.logprobs else float("nan")
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    """A backend that can score a given continuation (``transformers``, ``vllm``; ``openai`` against servers
+    with ``/v1/completions`` echo+logprobs, such as ``vllm serve`` and ``berds llm serve``).
+
+    A prompt is a chat prompt (rendered with the model's chat template, as for ``generate``) or a plain
+    string used verbatim. Continuations must be non-empty.
+    """
+
+    id: str
+
+    def score(self, prompts: Sequence[Prompt | str], continuations: Sequence[str]) -> list[ContinuationScore]:
+        ...
+
+
+def require_scorer(llm: object, purpose: str) -> Scorer:
+    """``llm`` when it can score continuations, else a ``BerdsError`` saying which backends can."""
+    if callable(getattr(llm, "score", None)):
+        return llm  # type: ignore[return-value]
+    from berds.errors import BerdsError
+
+    raise BerdsError(f"{purpose} needs token log-probabilities of a given text, and the LLM "
+                     f"{getattr(llm, 'id', type(llm).__name__)!r} cannot score continuations — use "
+                     "transformers:MODEL, vllm:MODEL, or openai:MODEL against a server with /v1/completions "
+                     "echo+logprobs (vllm serve, berds llm serve)")

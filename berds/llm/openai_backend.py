@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from berds.errors import BerdsError
-from berds.llm.base import Generation, Prompt
+from berds.llm.base import ContinuationScore, Generation, Prompt
 from berds.llm.secrets import redact_text, redact_url, url_credentials
 from berds.llm.shared import check_generation_options, generation_from_token_logprobs, normalise_prompts
 
@@ -55,6 +55,10 @@ class OpenAILLM:
     ``top_logprobs=N`` asks for ``logprobs``/``top_logprobs``; a server that rejects them (HTTP 400/422)
     is asked again without, logprobs are switched off for the rest of this object's life, and one warning
     is shown — the texts are still returned, with ``first_token_logprobs=None``.
+
+    ``score(prompts, continuations)`` uses the legacy ``/v1/completions`` endpoint with ``echo=true`` and
+    ``logprobs`` (vLLM, ``berds llm serve``; OpenAI's hosted chat models no longer offer it). Prompts must be
+    plain strings there: the server tokenises prompt + continuation together and no chat template is applied.
     """
 
     def __init__(
@@ -226,6 +230,69 @@ class OpenAILLM:
                          if isinstance(e, dict) and "token" in e and e.get("logprob") is not None]
         return generation_from_token_logprobs(text.strip(), pairs, top_logprobs)
 
+    # ---------------------------------------------------------------------------------- scoring
+
+    def score(self, prompts: Sequence[Prompt | str], continuations: Sequence[str]) -> list[ContinuationScore]:
+        """Per-token log-probabilities of each continuation given its (plain-string) prompt, in input order.
+
+        One ``/v1/completions`` request per pair with ``prompt = prompt + continuation``, ``echo=true``,
+        ``logprobs=0`` and ``max_tokens=1`` (some servers refuse 0); the continuation's tokens are those whose
+        text span holds any continuation character (a token straddling the boundary counts as continuation).
+        """
+        if isinstance(prompts, (str, bytes)) or isinstance(continuations, (str, bytes)):
+            raise BerdsError("score() takes a list of prompts and a list of continuations")
+        if len(prompts) != len(continuations):
+            raise BerdsError(f"score() got {len(prompts)} prompts but {len(continuations)} continuations")
+        for i, (prompt, continuation) in enumerate(zip(prompts, continuations)):
+            if not isinstance(prompt, str):
+                raise BerdsError(f"prompt {i}: the openai backend scores plain-text prompts only (the completions "
+                                 "endpoint applies no chat template) — pass the prompt text itself")
+            if not isinstance(continuation, str) or not continuation.strip():
+                raise BerdsError(f"continuation {i} is empty or not a string — there is nothing to score")
+        stop = threading.Event()
+        url = f"{self.base_url}/completions"
+
+        def one(pair: tuple[str, str]) -> ContinuationScore:
+            return self._score_one(pair[0], pair[1], url, stop)
+
+        pairs = list(zip(prompts, continuations))
+        if self.concurrency == 1 or len(pairs) <= 1:
+            return [one(p) for p in pairs]
+        pool = ThreadPoolExecutor(max_workers=min(self.concurrency, len(pairs)), thread_name_prefix="berds-openai")
+        try:
+            return list(pool.map(one, pairs))
+        except BaseException:
+            stop.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        finally:
+            pool.shutdown(wait=False)
+
+    def _score_one(self, prompt: str, continuation: str, url: str, stop: threading.Event) -> ContinuationScore:
+        text = prompt + continuation
+        body = {"model": self.model, "prompt": text, "echo": True, "logprobs": 0, "max_tokens": 1,
+                "temperature": 0.0, **self.extra_body}
+        status, payload = self._post(body, stop, url=url)
+        if status != 200:
+            hint = (" — this server does not offer /v1/completions with echo+logprobs; P.D. needs a server that "
+                    "does (vllm serve, berds llm serve) or a transformers:MODEL evaluator"
+                    if status in (400, 404, 405, 422, 501) else _status_hint(status, self.api_key_env))
+            raise BerdsError(f"POST {url} answered HTTP {status}: {_error_message(payload)}{hint}")
+        try:
+            logprobs = payload["choices"][0]["logprobs"]
+            tokens, values, offsets = logprobs["tokens"], logprobs["token_logprobs"], logprobs["text_offset"]
+        except (KeyError, IndexError, TypeError):
+            raise BerdsError(f"POST {url}: the reply carries no choices[0].logprobs tokens/token_logprobs/"
+                             f"text_offset, so the server did not echo log-probabilities: {str(payload)[:300]}") from None
+        # A token belongs to the continuation when it holds any of its characters: it starts before the text
+        # ends (the generated token starts after) and ends (where the next token starts) after the prompt.
+        ends = [*offsets[1:], len(text) + 1]
+        picked = [(t, v) for t, v, o, e in zip(tokens, values, offsets, ends) if o < len(text) and e > len(prompt)]
+        if not picked or any(v is None for _, v in picked):
+            raise BerdsError(f"POST {url}: no log-probabilities for the continuation tokens in the echoed reply "
+                             f"(a prompt that ends inside a token, or a server that ignores echo): {str(payload)[:300]}")
+        return ContinuationScore(tuple(t for t, _ in picked), tuple(float(v) for _, v in picked))
+
     # ------------------------------------------------------------------------------------- HTTP
 
     def _session(self) -> Any:
@@ -242,7 +309,8 @@ class OpenAILLM:
             self._local.session = session
         return session
 
-    def _post(self, body: dict[str, Any], stop: threading.Event | None = None) -> tuple[int, Any]:
+    def _post(self, body: dict[str, Any], stop: threading.Event | None = None, url: str | None = None
+              ) -> tuple[int, Any]:
         """POST with retries; returns ``(status, parsed JSON or text)`` for any final HTTP answer.
 
         Raises ``BerdsError`` when retries run out (naming the URL, the last status or error, attempts),
@@ -251,14 +319,15 @@ class OpenAILLM:
         import requests
 
         stop = stop or threading.Event()
+        url = url or self.url
         last = ""
         for attempt in range(self.max_retries + 1):
             if stop.is_set():
-                raise BerdsError(f"POST {self.url}: abandoned because another request of this batch failed")
+                raise BerdsError(f"POST {url}: abandoned because another request of this batch failed")
             retry_after: float | None = None
             try:
                 # No redirects: a key must not follow a 30x to another host.
-                response = self._session().post(self.url, json=body, timeout=self.timeout, allow_redirects=False)
+                response = self._session().post(url, json=body, timeout=self.timeout, allow_redirects=False)
             except (requests.ConnectionError, requests.Timeout) as exc:
                 last = f"{type(exc).__name__}: {redact_text(str(exc))[:200]}"
             else:
@@ -267,14 +336,14 @@ class OpenAILLM:
                         return response.status_code, response.json()
                     except ValueError:
                         if response.status_code == 200:
-                            raise BerdsError(f"POST {self.url}: HTTP 200 but the body is not JSON: "
+                            raise BerdsError(f"POST {url}: HTTP 200 but the body is not JSON: "
                                              f"{response.text[:300]!r}") from None
                         return response.status_code, response.text
                 last = f"HTTP {response.status_code}: {_error_message(_json_or_text(response))}"
                 retry_after = parse_retry_after(response.headers.get("Retry-After"))
             if attempt < self.max_retries:
                 stop.wait(self.backoff_delay(attempt, retry_after))  # wakes at once when stop is set
-        raise BerdsError(f"POST {self.url} failed after {self.max_retries + 1} attempts; last answer: {last} — "
+        raise BerdsError(f"POST {url} failed after {self.max_retries + 1} attempts; last answer: {last} — "
                          "check that the server is up and not overloaded (or raise max_retries / lower concurrency)")
 
     def backoff_delay(self, attempt: int, retry_after: float | None = None) -> float:

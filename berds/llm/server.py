@@ -5,7 +5,8 @@
     berds llm serve --backend transformers --model /models/mistral --port 8000
 
 Endpoints: ``POST /v1/chat/completions`` (with ``logprobs``/``top_logprobs``), ``GET /v1/models`` and
-``GET /health``. Requests wait in a bounded queue for a fixed number of model worker threads, which
+``GET /health``; ``POST /v1/completions`` answers *scoring* requests only (``echo=true`` with ``logprobs``: the
+prompt's per-token log-probabilities, nothing generated) for backends that can score (transformers). Requests wait in a bounded queue for a fixed number of model worker threads, which
 gather them into batches (up to ``max_batch_size``, waiting at most ``batch_wait`` seconds for company)
 and run them through the backend's batched ``generate()``. The event loop never runs the model, so
 ``/health`` and ``/v1/models`` answer while a long generation runs.
@@ -45,6 +46,7 @@ from berds.errors import BerdsError
 
 ROLE_ALIASES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 CHAT_PATH = "/v1/chat/completions"
+COMPLETIONS_PATH = "/v1/completions"
 
 
 @dataclass(frozen=True)
@@ -265,6 +267,7 @@ class ChatServer:
         self.on_ready = on_ready
         self.created = int(time.time())
         self.in_flight = 0  # chat requests admitted and not yet answered (touched on the event loop only)
+        self.score_lock = threading.Lock()  # scoring requests run one at a time, beside the batcher's workers
         self.batcher = _Batcher(llm, max_batch_size, batch_wait, workers=workers, max_queue=limits.max_queue,
                                 max_prompt_tokens=limits.max_prompt_tokens)
         self.host = host
@@ -444,6 +447,59 @@ class ChatServer:
         return 200, self.chat_payload(job, generation, requested), {}
 
 
+    def completion_payload(self, body: Any) -> dict[str, Any]:
+        """Answer a legacy completions request that asks to score its prompt (``echo=true`` + ``logprobs``)."""
+        if not isinstance(body, dict):
+            raise RequestError("the request body must be a JSON object")
+        if body.get("model") not in self.model_names():
+            raise RequestError(f"The model `{body.get('model')}` does not exist; this server serves "
+                               f"{', '.join(self.model_names())}", status=404, param="model", code="model_not_found")
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1:
+            prompt = prompt[0]
+        if not isinstance(prompt, str) or not prompt:
+            raise RequestError("'prompt' must be one non-empty string", param="prompt")
+        if len(prompt) > self.limits.max_prompt_chars:
+            raise RequestError(f"the prompt has {len(prompt)} characters, more than this server's limit of "
+                               f"{self.limits.max_prompt_chars} (berds llm serve --max-prompt-chars)",
+                               param="prompt", code="context_length_exceeded")
+        if not body.get("echo") or body.get("logprobs") is None:
+            raise RequestError("this server's /v1/completions only scores prompts: send echo=true and logprobs=0 "
+                               "(use /v1/chat/completions to generate)", param="echo")
+        scorer = getattr(self.llm, "echo_logprobs", None)
+        if not callable(scorer):
+            raise RequestError(f"the backend {self.llm.id!r} cannot score prompts (no echo_logprobs)", status=501)
+        with self.score_lock:
+            tokens, offsets, values = scorer(prompt)
+        return {
+            "id": f"cmpl-{uuid.uuid4().hex[:24]}", "object": "text_completion", "created": int(time.time()),
+            "model": self.served_model_name, "system_fingerprint": self.llm.id,
+            "choices": [{"index": 0, "text": prompt, "finish_reason": "length",
+                         "logprobs": {"tokens": tokens, "token_logprobs": values, "text_offset": offsets,
+                                      "top_logprobs": None}}],
+            "usage": None,
+        }
+
+    async def score(self, request: Any, started: float) -> dict[str, Any]:
+        """Handle one scoring request on a thread (the event loop never runs the model)."""
+        if not self.authorised(request.headers.get("authorization")):
+            raise RequestError("missing or wrong API key (Authorization: Bearer ...)", status=401,
+                               code="invalid_api_key")
+        raw = await _read_body(request, self.limits.max_body_bytes, started + self.limits.request_timeout)
+        try:
+            body = json.loads(raw.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise RequestError(f"the request body is not valid JSON: {exc}") from None
+        try:
+            return await asyncio.to_thread(self.completion_payload, body)
+        except RequestError:
+            raise
+        except BerdsError as exc:
+            raise RequestError(str(exc), status=400) from None
+        except Exception as exc:  # the model failed: report it, keep serving
+            raise RequestError(f"scoring failed: {type(exc).__name__}: {exc}", status=500) from None
+
+
 def _busy(limits: ServerLimits, why: str) -> RequestError:
     return RequestError(f"{why} ({limits.max_queue} requests in flight, berds llm serve --max-queue); "
                         f"retry after {limits.retry_after} s", status=503, code="server_busy",
@@ -535,6 +591,14 @@ def _build_app(server: ChatServer) -> Any:
             return _error_response(exc)
         return _json_response(status, payload, headers)
 
+    async def completions(request: Any) -> Any:
+        started = request.scope.get("berds.started", time.monotonic())
+        try:
+            payload = await server.score(request, started)
+        except RequestError as exc:
+            return _error_response(exc)
+        return _json_response(200, payload)
+
     async def http_error(request: Any, exc: Any) -> Any:
         status = exc.status_code
         message = f"no route {request.method} {request.url.path}" if status in (404, 405) else str(exc.detail)
@@ -552,7 +616,7 @@ def _build_app(server: ChatServer) -> Any:
         yield
 
     routes = [Route("/health", health, methods=["GET"]), Route("/v1/models", models, methods=["GET"]),
-              Route(CHAT_PATH, chat, methods=["POST"])]
+              Route(CHAT_PATH, chat, methods=["POST"]), Route(COMPLETIONS_PATH, completions, methods=["POST"])]
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: crash},
                      lifespan=lifespan)
 
@@ -587,7 +651,7 @@ class _GuardMiddleware:
             await self._reply(send, RequestError(_too_large(limits.max_body_bytes), status=413,
                                                  code="request_too_large", headers={"Connection": "close"}))
             return
-        if not (scope.get("method") == "POST" and path == CHAT_PATH):
+        if not (scope.get("method") == "POST" and path in (CHAT_PATH, COMPLETIONS_PATH)):
             await self.app(scope, receive, send)
             return
         if self.server.in_flight >= limits.max_queue:

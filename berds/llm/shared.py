@@ -216,3 +216,45 @@ def model_identity(
     if adapter:
         text += f"+adapter={describe_source(adapter, adapter_revision)}"
     return text
+
+
+# ----------------------------------------------------------------------------------------- scoring
+
+
+def score_token_rows(tokenizer: Any, prompts: Sequence[Any], continuations: Sequence[str], *,
+                     chat_template: str | None = None, context: int | None = None
+                     ) -> tuple[list[tuple[list[int], list[int]]], list[bool]]:
+    """``(prompt ids, continuation ids)`` per pair for ``score()``, and which prompts were cut to fit.
+
+    A chat prompt is rendered with the chat template (no extra special tokens); a string prompt is used
+    verbatim with the tokenizer's own special tokens; an empty prompt becomes BOS (or EOS). The continuation
+    is tokenised on its own. With ``context``, a prompt is cut from the left so prompt + continuation fit.
+    Every backend that scores with local weights builds its inputs here, so they score the same tokens.
+    """
+    if isinstance(prompts, (str, bytes)) or isinstance(continuations, (str, bytes)):
+        raise BerdsError("score() takes a list of prompts and a list of continuations")
+    if len(prompts) != len(continuations):
+        raise BerdsError(f"score() got {len(prompts)} prompts but {len(continuations)} continuations")
+    rows: list[tuple[list[int], list[int]]] = []
+    truncated: list[bool] = []
+    for i, (prompt, continuation) in enumerate(zip(prompts, continuations)):
+        if not isinstance(continuation, str) or not continuation.strip():
+            raise BerdsError(f"continuation {i} is empty or not a string — there is nothing to score")
+        if isinstance(prompt, str):
+            prompt_ids = list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+        else:
+            text = render_chat(tokenizer, normalise_prompts([prompt])[0], chat_template=chat_template)
+            prompt_ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+        if not prompt_ids:  # the first token needs something to be conditioned on
+            start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+            prompt_ids = [start]
+        cont_ids = list(tokenizer(continuation, add_special_tokens=False)["input_ids"])
+        cut = False
+        if context and len(prompt_ids) + len(cont_ids) > context:
+            if len(cont_ids) >= context:
+                raise BerdsError(f"continuation {i} has {len(cont_ids)} tokens, more than the model's context "
+                                 f"of {context} — score shorter texts or use a model with a longer context")
+            prompt_ids, cut = prompt_ids[len(prompt_ids) + len(cont_ids) - context:], True
+        rows.append((prompt_ids, cont_ids))
+        truncated.append(cut)
+    return rows, truncated

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 from berds.errors import BerdsError
 from berds.lazy import require
-from berds.llm.base import Generation, Prompt
+from berds.llm.base import ContinuationScore, Generation, Prompt
 from berds.llm.shared import (
     check_generation_options,
     generation_from_token_logprobs,
@@ -24,6 +24,7 @@ from berds.llm.shared import (
     model_identity,
     normalise_prompts,
     render_chat,
+    score_token_rows,
 )
 
 _DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
@@ -45,6 +46,9 @@ class TransformersLLM:
     Decoding is greedy (``temperature=0``) unless a temperature is given. With ``top_logprobs=N`` each
     ``Generation`` carries the N most likely first tokens (decoded strings -> natural-log probabilities of
     the unmodified softmax over the whole vocabulary).
+
+    ``score(prompts, continuations)`` returns the log-probability of every token of each continuation
+    given its prompt (one forward pass per batch, no generation): what DebateQA's P.D. needs.
     """
 
     def __init__(
@@ -209,6 +213,66 @@ class TransformersLLM:
                 pairs = [(tokenizer.decode([i]), v) for i, v in zip(ids, values) if not math.isinf(v)]
             generations.append(generation_from_token_logprobs(text, pairs, top_logprobs))
         return generations
+
+    # ------------------------------------------------------------------------------------ scoring
+
+    def score(self, prompts: Sequence[Prompt | str], continuations: Sequence[str]) -> list[ContinuationScore]:
+        """Per-token log-probabilities of each continuation given its prompt, in input order.
+
+        A chat prompt is rendered with the chat template (generation prompt added; no extra special tokens);
+        a string prompt is used verbatim with the tokenizer's own special tokens (e.g. BOS). The
+        continuation is tokenised on its own and appended, so its tokens are exactly those scored. A
+        prompt too long for the model's context is cut from the left (``truncated=True``).
+        """
+        if isinstance(prompts, (list, tuple)) and isinstance(continuations, (list, tuple)) and not prompts + continuations:
+            return []
+        self.load()
+        tokenizer = self._tokenizer
+        rows, truncated = score_token_rows(tokenizer, prompts, continuations, chat_template=self.chat_template,
+                                           context=self._context_length())
+        values = self._continuation_logprobs([p + c for p, c in rows], [len(p) for p, _ in rows])
+        return [ContinuationScore(tuple(tokenizer.decode([t]) for t in cont_ids), tuple(v), truncated[i])
+                for i, ((_, cont_ids), v) in enumerate(zip(rows, values))]
+
+    def echo_logprobs(self, text: str) -> tuple[list[str], list[int], list[float | None]]:
+        """``(tokens, character offsets, log-probabilities)`` of every token of ``text`` (the first has None):
+        what an OpenAI ``/v1/completions`` request with ``echo=true, logprobs`` returns (``berds llm serve``)."""
+        self.load()
+        tokenizer = self._tokenizer
+        encoded = tokenizer(text, add_special_tokens=True, return_offsets_mapping=True)
+        ids, offsets = list(encoded["input_ids"]), [int(a) for a, _ in encoded["offset_mapping"]]
+        if not ids:
+            return [], [], []
+        values = self._continuation_logprobs([ids], [1])[0] if len(ids) > 1 else []
+        return [tokenizer.decode([t]) for t in ids], offsets, [None, *values]
+
+    def _context_length(self) -> int | None:
+        limit = getattr(self._model.config, "max_position_embeddings", None)
+        return int(limit) if isinstance(limit, int) and limit > 0 else None
+
+    def _continuation_logprobs(self, sequences: list[list[int]], starts: list[int]) -> list[list[float]]:
+        """Log-probabilities of ``sequence[start:]`` for each sequence (right-padded batches, longest first)."""
+        torch, tokenizer, model = self._torch, self._tokenizer, self._model
+        order = sorted(range(len(sequences)), key=lambda i: -len(sequences[i]))
+        out: list[list[float]] = [[] for _ in sequences]
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        for begin in range(0, len(order), self.batch_size):
+            chunk = order[begin:begin + self.batch_size]
+            width = max(len(sequences[i]) for i in chunk)
+            ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(chunk), width), dtype=torch.long)
+            for row, i in enumerate(chunk):
+                ids[row, :len(sequences[i])] = torch.tensor(sequences[i])
+                mask[row, :len(sequences[i])] = 1
+            with torch.inference_mode():
+                logits = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device)).logits
+                for row, i in enumerate(chunk):
+                    start, end = starts[i], len(sequences[i])
+                    # Position t predicts token t+1; log-softmax only the rows needed (vocabularies are large).
+                    step = torch.log_softmax(logits[row, start - 1:end - 1].float(), dim=-1)
+                    target = ids[row, start:end].to(step.device).unsqueeze(-1)
+                    out[i] = step.gather(-1, target).squeeze(-1).tolist()
+        return out
 
 
 def _load_or_explain(loader: Any, name: str, where: str, what: str, *args: Any,

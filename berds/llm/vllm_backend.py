@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 
 from berds.errors import BerdsError
 from berds.lazy import require
-from berds.llm.base import Generation, Prompt
+from berds.llm.base import ContinuationScore, Generation, Prompt
 from berds.llm.shared import (
     check_generation_options,
     generation_from_token_logprobs,
@@ -27,6 +27,7 @@ from berds.llm.shared import (
     model_identity,
     normalise_prompts,
     render_chat,
+    score_token_rows,
 )
 
 # LoRA ranks vLLM compiles kernels for; an adapter's rank is rounded up to the next one.
@@ -135,6 +136,25 @@ class VLLMLLM:
                                         lora_request=self._lora_request)
         return [generation_from_vllm_completion(out.outputs[0], top_logprobs) for out in outputs]
 
+    def render(self, prompt: Prompt) -> str:
+        """The exact text the model sees for one chat prompt (starts the engine for its tokenizer)."""
+        return render_chat(self.load()._tokenizer, normalise_prompts([prompt])[0], chat_template=self.chat_template)
+
+    def score(self, prompts: Sequence[Prompt | str], continuations: Sequence[str]) -> list[ContinuationScore]:
+        """Per-token log-probabilities of each continuation given its prompt (vLLM ``prompt_logprobs``).
+
+        Inputs are built like the transformers backend's (``score_token_rows``: same tokens); the whole list
+        is one vLLM batch. A prompt longer than ``max_model_len`` is vLLM's error, not cut."""
+        if isinstance(prompts, (list, tuple)) and isinstance(continuations, (list, tuple)) and not prompts + continuations:
+            return []
+        self.load()
+        vllm = require("vllm", extra="vllm")
+        rows, _ = score_token_rows(self._tokenizer, prompts, continuations, chat_template=self.chat_template)
+        params = vllm.SamplingParams(max_tokens=1, temperature=0.0, n=1, prompt_logprobs=0)
+        outputs = self._engine.generate([{"prompt_token_ids": p + c} for p, c in rows], params,
+                                        use_tqdm=self.show_progress, lora_request=self._lora_request)
+        return [continuation_from_prompt_logprobs(out.prompt_logprobs, len(p), c) for out, (p, c) in zip(outputs, rows)]
+
 
 # ----------------------------------------------------------------- pure helpers (tested on CPU)
 
@@ -183,6 +203,24 @@ def generation_from_vllm_completion(completion: Any, top_logprobs: int) -> Gener
     steps = getattr(completion, "logprobs", None)
     first = steps[0] if steps else None
     return generation_from_token_logprobs(completion.text.strip(), vllm_step_pairs(first), top_logprobs)
+
+
+def continuation_from_prompt_logprobs(prompt_logprobs: Sequence[Mapping[int, Any] | None], start: int,
+                                      continuation_ids: Sequence[int]) -> ContinuationScore:
+    """A ``ContinuationScore`` from vLLM's ``RequestOutput.prompt_logprobs`` (one ``{token_id: Logprob}`` per
+    prompt position, ``None`` first), for the tokens from ``start`` on; each position holds the prompt's own
+    token (vLLM adds it to the top-0 list)."""
+    tokens, values = [], []
+    for offset, token_id in enumerate(continuation_ids):
+        step = prompt_logprobs[start + offset] if start + offset < len(prompt_logprobs) else None
+        entry = step.get(token_id) if step else None
+        if entry is None:
+            raise BerdsError(f"vLLM returned no log-probability for continuation token {offset} (id {token_id}) — "
+                             "is prompt_logprobs supported by this vLLM version?")
+        text = getattr(entry, "decoded_token", None)
+        tokens.append(text if text is not None else f"<id {token_id}>")
+        values.append(float(entry.logprob))
+    return ContinuationScore(tuple(tokens), tuple(values))
 
 
 def vllm_step_pairs(step: Mapping[int, Any] | None) -> list[tuple[str, float]] | None:

@@ -120,7 +120,7 @@ def rerank_file(name: str | Any, run_path: Any, out: Any, *, options: dict[str, 
     if (out / "manifest.json").exists() and not overwrite:  # fail before the (slow) embedding step
         raise BerdsError(f"{out} already holds a run — choose another --out or pass --overwrite")
     reranker = load_reranker(name, **dict(options or {}))
-    run = load_run(run_path)
+    run = load_run(run_path, require_perspectives=False)  # reranking needs no gold perspectives
     kwargs: dict[str, Any] = {}
     try:
         params = inspect.signature(reranker.rerank).parameters

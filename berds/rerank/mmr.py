@@ -276,6 +276,6 @@ def rerank_path(
     out = Path(out)
     if (out / "manifest.json").exists() and not overwrite:  # fail before the (slow) embedding step
         raise BerdsError(f"{out} already holds a run — choose another --out or pass --overwrite")
-    run = load_run(run_path)
+    run = load_run(run_path, require_perspectives=False)  # reranking needs no gold perspectives (DELPHI)
     reranked, stats = mmr_rerank(run, lam=lam, input_path=run_path, **options)
     return reranked, stats, save_run(reranked, out, overwrite=overwrite)

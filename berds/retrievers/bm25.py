@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 from berds.errors import BerdsError
 from berds.indexes.base import corpus_record, open_index_corpus, read_index_meta
-from berds.indexes.bm25 import DEFAULT_B, DEFAULT_K1, LUCENE_DIR, GroupedBM25, LuceneSearcher, build_bm25_index
+from berds.indexes.bm25 import DEFAULT_B, DEFAULT_K1, LUCENE_DIR, GroupedBM25, LuceneSearcher, build_bm25_index, open_lucene
 from berds.types import Hit, Question, rank_hits
 
 GROUP_MODES = ("auto", "on", "off")
@@ -65,7 +65,7 @@ class BM25Retriever:
             raise BerdsError(f"groups='on' but the corpus of {self.index} has no groups — use groups='auto' or 'off'")
         self.per_group = grouped and groups != "off"
         self._grouped = GroupedBM25(self.index, k1=self.k1, b=self.b) if self.per_group else None
-        self._searcher = None if self.per_group else LuceneSearcher(self.index / LUCENE_DIR, k1=self.k1, b=self.b)
+        self._searcher = None if self.per_group else open_lucene(self.index, self.meta, k1=self.k1, b=self.b)
 
     def search(self, questions: Sequence[Question], *, k: int) -> list[list[Hit]]:
         """Top-``k`` passages per question (see the class docstring for per-group search)."""

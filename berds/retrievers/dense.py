@@ -1,6 +1,8 @@
 """Dense retriever: encode questions, search a ``berds index dense`` index (FAISS) by inner product.
 
-The query encoder is the one recorded in the index's ``meta.json``. Naming one (``encoder="dpr"``, as
+The query encoder is the one recorded in the index's ``meta.json`` — loaded without asking only when it is
+a catalogue model without remote code (``index_encoder_spec``; a shared index must not pick code to run).
+Naming one (``encoder="dpr"``, as
 the ``dpr`` / ``contriever`` / ``nv-embed`` / ``minilm`` catalogue entries do) is a check: an index built
 with anything else is refused rather than searched with vectors from another space.
 
@@ -19,7 +21,7 @@ from typing import Any, Sequence
 
 from berds.errors import BerdsError
 from berds.indexes.base import corpus_record, open_index_corpus
-from berds.indexes.encoders import Encoder, EncoderSpec, check_same_encoder, encoder_spec
+from berds.indexes.encoders import Encoder, EncoderSpec, check_same_encoder, encoder_spec, index_encoder_spec
 from berds.indexes.faiss import DenseIndex, build_dense_index
 from berds.types import Hit, Question, rank_hits
 
@@ -32,7 +34,9 @@ class DenseRetriever:
     Options (keyword-only): ``index`` (folder) or ``corpus`` (+ ``encoder``) for a throw-away index;
     ``encoder`` / ``encoder_options`` (checked against the index); ``device`` (``cpu``, ``cuda``: the
     query encoder and, with faiss-gpu, FAISS); ``dtype`` (``float16`` on GPU); ``batch_size`` (queries
-    per encoder batch); ``ef_search`` (HNSW) and ``nprobe`` (IVF-PQ) search-time knobs; ``groups``.
+    per encoder batch); ``ef_search`` (HNSW) and ``nprobe`` (IVF-PQ) search-time knobs; ``groups``;
+    ``trust_remote_code`` for the encoder you name; ``trust_index_encoder`` loads whatever model the index records even when no catalogue entry names it
+    (off: an index folder never chooses code or weights to load by itself, see ``index_encoder_spec``).
     """
 
     def __init__(
@@ -48,11 +52,18 @@ class DenseRetriever:
         ef_search: int | None = None,
         nprobe: int | None = None,
         groups: str = "auto",
+        trust_index_encoder: bool = False,
+        trust_remote_code: bool | None = None,
         name: str | None = None,
         progress: bool = False,
     ):
         if groups not in GROUP_MODES:
             raise BerdsError(f"groups must be one of {', '.join(GROUP_MODES)}, got {groups!r}")
+        if trust_remote_code is not None:  # the user's own choice for the encoder they name
+            if encoder is None:
+                raise BerdsError("trust_remote_code applies to an encoder you name: add -o encoder=NAME "
+                                 "(or -o trust_index_encoder=true to accept the index's recorded encoder)")
+            encoder_options = {**(encoder_options or {}), "trust_remote_code": bool(trust_remote_code)}
         wanted = encoder_spec(encoder, **(encoder_options or {})) if encoder is not None else None
         self._tmp: str | None = None
         if index is None:
@@ -68,11 +79,13 @@ class DenseRetriever:
         self.index = DenseIndex(Path(index), device=device, ef_search=ef_search, nprobe=nprobe)
         if wanted is not None:
             check_same_encoder(self.index.encoder_identity, wanted, index_path=index)
-        self.spec = wanted or EncoderSpec.from_dict(self.index.encoder_identity)
+        self.spec = wanted or index_encoder_spec(self.index.encoder_identity, index_path=index,
+                                                 trusted=trust_index_encoder)
         self.store = open_index_corpus(self.index.meta, corpus, index_path=index)
         if groups == "on" and not self.index.grouped:
             raise BerdsError(f"groups='on' but the corpus of {index} has no groups — use groups='auto' or 'off'")
         self.per_group = self.index.grouped and groups != "off"
+        self.index.open(per_group=self.per_group)  # a damaged index fails here, before the query encoder loads
         self.encoder = Encoder(self.spec, device=device, batch_size=batch_size, dtype=dtype)
         self.encoder.load_query_model()  # load now, so search timings measure search
         self.name = name or self.spec.name

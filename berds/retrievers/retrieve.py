@@ -59,7 +59,7 @@ def retrieve(
         from berds.questions import load_questions
 
         question_source = {"source": str(questions), "split": split}
-        questions = load_questions(questions, split, limit=limit)
+        questions = load_questions(questions, split, limit=limit, require_perspectives=False)  # DELPHI has none
     else:
         question_source = {"source": "in-memory"}
         questions = list(questions)[:limit] if limit else list(questions)

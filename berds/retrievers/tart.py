@@ -142,7 +142,8 @@ class TartRetriever:
         if index is None and encoder is None:
             raise BerdsError("TART without an index needs first_stage_encoder to name an encoder")
         self.first_stage = DenseRetriever(index=index, corpus=corpus, encoder=encoder, device=device, dtype=dtype,
-                                          batch_size=batch_size, groups=groups)
+                                          batch_size=batch_size, groups=groups,
+                                          trust_index_encoder=encoder is None)  # "index": the user accepts its encoder
         self.scorer = TartScorer(model, revision=revision, device=device, dtype=dtype, batch_size=batch_size,
                                  max_length=max_length, bos_token=bos_token)
         self.model, self.revision, self.instruction = model, revision, instruction

@@ -1,0 +1,73 @@
+"""``berds answers eval``: DebateQA's answer metrics (P.D., D.A.) over answers files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+answers_app = typer.Typer(help="Evaluate answers to contentious questions (DebateQA's P.D. and D.A.).",
+                          no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(answers_app, name="answers")
+
+
+@answers_app.command("eval")
+def answers_eval(
+    answers: List[Path] = typer.Argument(..., help='Answers jsonl files: {"id", "answer"} (+ optional "question") per line.'),
+    model: str = typer.Option(..., "--model", "-m", help="Evaluator LM as BACKEND:MODEL (transformers:PATH, openai:NAME, vllm:NAME)."),
+    metric: List[str] = typer.Option(["pd"], "--metric", help="pd (perspective diversity, needs gold perspectives) | da (dispute awareness); repeatable."),
+    questions: Optional[str] = typer.Option(None, "--questions", help="Question set (path, demo, a BERDS set, delphi); P.D. needs gold perspectives."),
+    split: str = typer.Option("test", "--split", help="Split of a named question set."),
+    model_option: List[str] = typer.Option([], "--model-option", "-o", help="key=value passed to the LLM backend (repeatable), e.g. base_url=http://127.0.0.1:8000/v1."),
+    pd_prompt: str = typer.Option("pd1", "--pd-prompt", help="DebateQA Table 12 wrapper: pd1 ('{response} Please restate.', eq. 1) ... pd5."),
+    template: str = typer.Option("auto", "--template", help="chat (the evaluator's chat template, eq. 1) | raw (plain text; openai backend, models without a template) | auto (chat when the model has a template, else raw)."),
+    da_prompt: str = typer.Option("table13", "--da-prompt", help="table13 (the paper's p_D.A.) | zero-shot."),
+    da_parse: str = typer.Option("strict", "--da-parse", help="strict (reply must be 0 or 1) | first-digit | every-reply-aware (reproduces the published script's pitfall)."),
+    batch_size: int = typer.Option(32, "--batch-size", help="Pairs per backend call (each batch is cached)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default: ANSWERS.answers-eval/ beside each file)."),
+    cache: Optional[Path] = typer.Option(None, "--cache", help="Score cache (default: $BERDS_HOME/answers.sqlite)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the cache."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+) -> None:
+    """Score answers with DebateQA's P.D. (lower is better) and D.A. (higher is better)."""
+    from rich.console import Console
+
+    from berds.answers.evaluation import (
+        AnswerEvalOptions,
+        answers_output_dir,
+        answers_table,
+        evaluate_answers,
+        write_answer_outputs,
+    )
+    from berds.llm import load_llm_by_name
+    from berds.registry import parse_options
+
+    options = AnswerEvalOptions(metrics=tuple(metric), pd_prompt=pd_prompt, template=template, da_prompt=da_prompt,
+                                da_parse=da_parse, batch_size=batch_size, cache_path=cache, use_cache=not no_cache,
+                                progress=not quiet)
+    targets = [answers_output_dir(path, out, len(answers)) for path in answers]
+    if len(set(targets)) != len(targets):
+        from berds.errors import BerdsError
+
+        raise BerdsError("two answers files would write to the same output folder "
+                         f"({', '.join(str(t) for t in targets if targets.count(t) > 1)}) — give them different names")
+    llm = load_llm_by_name(model, **parse_options(model_option))
+    results = evaluate_answers(answers, llm, questions=questions, split=split, options=options)
+    console = Console()
+    console.print(answers_table(results))
+    for r in results:
+        files = write_answer_outputs(r, answers_output_dir(r.path, out, len(results)))
+        work = ", ".join(f"{name}: {s.pairs} pairs, {s.cached} cached, {s.computed} computed" for name, s in r.stats.items())
+        console.print(f"{r.path}: {work} → {files['metrics']}", highlight=False)
+    fit = results[0].settings.get("length_adjustment") if results else None
+    if fit and fit.get("pearson_log_length") is not None:
+        console.print(f"P.D./n vs answer length (log-log, {fit['n']} answers): Pearson r = {fit['pearson_log_length']:+.2f}, "
+                      f"slope {fit['slope']:+.3f}; length-adjusted r = {fit['pearson_log_length_adjusted']:+.2f}",
+                      highlight=False)
+    if any(r.summary.get("da_unparsed") for r in results):
+        console.print("[yellow]some D.A. replies were neither 0 nor 1 and count as 0 (eq. 3); see da_reply in "
+                      "per_answer.jsonl, or --da-parse first-digit[/]")

@@ -1,0 +1,27 @@
+"""``berds export qrels``: an evaluation's judgements as TREC diversity qrels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+export_app = typer.Typer(help="Export berds results for other tools.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(export_app, name="export")
+
+
+@export_app.command("qrels")
+def export_qrels_command(
+    evaluation: Path = typer.Argument(..., help="An evaluation folder written by `berds eval` (or its judgements.jsonl)."),
+    out: Path = typer.Option(..., "--out", "-o", help="The qrels file to write (qid subtopic docid rel)."),
+) -> None:
+    """Write judgements as qrels with perspectives as subtopics, for ir_measures / ndeval / ranx."""
+    from rich.console import Console
+
+    from berds.evaluate.qrels import export_qrels
+
+    n = export_qrels(evaluation, out)
+    Console().print(f"{n:,} qrels lines (qid subtopic docid rel) → {out}", highlight=False)

@@ -1,0 +1,196 @@
+"""Judgements as TREC diversity qrels, and diversity measures through ir_measures.
+
+A berds evaluation judges every (perspective, passage) pair of the top k passages. Written as qrels with the
+perspectives as *subtopics* -- one line ``qid subtopic docid rel`` per judged pair, the layout of the TREC Web
+track's diversity qrels that ``ndeval`` reads -- any IR toolkit's diversity measures run on it. Subtopics are
+the 1-based positions of the question's gold perspectives; ``rel`` is the judge's label (1/0); a passage
+retrieved at several ranks gets one line per subtopic (its labels agree: same text, same verdict).
+
+``berds eval --measure alpha_nDCG@10 --measure ERR_IA@10 --measure StRecall@10`` computes measures with
+ir_measures (its ``pyndeval`` provider) over these qrels and the run's ranking; nothing is hand-written here.
+ndeval's rules apply: a subtopic counts only when some judged passage supports it, so ``StRecall@k`` is the
+share of *supported* perspectives covered -- not MRecall's share of all gold perspectives -- and the ideal
+ranking of alpha-nDCG / ERR-IA is built (greedily) from the judged passages only.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from berds.errors import BerdsError, InputError
+
+QrelRow = tuple[str, str, str, int]  # (qid, subtopic, docid, rel)
+RunRow = tuple[str, str, int]        # (qid, docid, rank)
+
+
+def check_measures(names: Sequence[str]) -> list[Any]:
+    """Parse measure names with ir_measures (``alpha_nDCG@10``, ``ERR_IA@10``, ``StRecall@10``, ...)."""
+    if not names:
+        return []
+    from berds.lazy import require
+
+    ir_measures = require("ir_measures", extra="analysis", purpose="diversity measures (--measure)")
+    out = []
+    for name in names:
+        try:
+            out.append(ir_measures.parse_measure(name))
+        except (NameError, ValueError, SyntaxError, TypeError) as exc:
+            raise BerdsError(f"unknown --measure {name!r} ({exc}) — use ir_measures names such as alpha_nDCG@10, "
+                             "ERR_IA@10, StRecall@10 (https://ir-measur.es)") from None
+    return out
+
+
+def read_judgements(path: str | Path) -> tuple[list[QrelRow], list[RunRow]]:
+    """Qrels and the ranking from an evaluation's ``judgements.jsonl`` (or a folder holding one)."""
+    path = Path(path)
+    if path.is_dir():
+        found = sorted(path.rglob("judgements.jsonl"))
+        if len(found) != 1:
+            raise InputError(f"holds {len(found)} judgements.jsonl files, expected one" if found else
+                             "holds no judgements.jsonl", path=path,
+                             fix="pass the evaluation folder `berds eval` wrote (or the judgements.jsonl itself)")
+        path = found[0]
+    if not path.is_file():
+        raise InputError("no such judgements file or evaluation folder", path=path)
+    text = path.read_text(encoding="utf-8")
+    lines = [line for line in text.splitlines() if line.strip()]
+    try:  # one C-level parse of the whole file; on any error, parse line by line to name the bad line
+        records = json.loads("[" + ",".join(lines) + "]")
+        fields = [(str(r["qid"]), str(r["docid"]), int(r["rank"]), str(int(r["perspective"]) + 1), int(r["label"]))
+                  for r in records]
+    except (ValueError, KeyError, TypeError):
+        fields = []
+        for line_number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+                fields.append((str(r["qid"]), str(r["docid"]), int(r["rank"]), str(int(r["perspective"]) + 1),
+                               int(r["label"])))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise InputError(f"not a judgement record ({type(exc).__name__}: {exc})", path=path, line=line_number,
+                                 fix='expected {"qid", "docid", "rank", "perspective", "label"} as berds eval writes'
+                                 ) from None
+    labels: dict[tuple[str, str, str], int] = {}
+    ranks: dict[tuple[str, int], str] = {}
+    for qid, docid, rank, subtopic, label in fields:
+        key = (qid, subtopic, docid)
+        labels[key] = max(label, labels.get(key, 0))
+        ranks.setdefault((qid, rank), docid)
+    if not labels:
+        raise InputError("holds no judgements", path=path)
+    return ([(q, s, d, r) for (q, s, d), r in labels.items()], [(q, d, rank) for (q, rank), d in ranks.items()])
+
+
+def qrels_from_judgements(judgements: Iterable[Any]) -> tuple[list[QrelRow], list[RunRow]]:
+    """Qrels and ranking from ``berds.types.Judgement`` objects (``EvalResult.judgements(run)``)."""
+    labels: dict[tuple[str, str, str], int] = {}
+    ranks: dict[tuple[str, int], str] = {}
+    for j in judgements:
+        key = (j.qid, str(j.perspective_index + 1), j.docid)
+        labels[key] = max(int(j.label), labels.get(key, 0))
+        ranks.setdefault((j.qid, j.rank), j.docid)
+    return ([(q, s, d, r) for (q, s, d), r in labels.items()], [(q, d, rank) for (q, rank), d in ranks.items()])
+
+
+def qrels_text(rows: Sequence[QrelRow]) -> str:
+    """``qid subtopic docid rel`` lines; ids holding whitespace (which the format cannot carry) are refused."""
+    text = "".join([f"{q} {s} {d} {r}\n" for q, s, d, r in rows])
+    if len(text.split()) != 4 * len(rows):  # one C-level pass instead of a check per id
+        bad = next((q, d) for q, _, d, _ in rows if len(q.split()) != 1 or len(d.split()) != 1)
+        raise BerdsError(f"question/passage id {bad[0]!r} / {bad[1]!r} holds whitespace, which the TREC qrels "
+                         "format cannot carry")
+    return text
+
+
+def write_qrels(rows: Sequence[QrelRow], path: str | Path) -> int:
+    """Write ``qid subtopic docid rel`` lines atomically; returns the number of lines."""
+    from berds.io import atomic_write
+
+    text = qrels_text(rows)
+    with atomic_write(path) as f:
+        f.write(text)
+    return len(rows)
+
+
+def export_qrels(source: str | Path, out: str | Path) -> int:
+    """``berds export qrels``: an evaluation folder or judgements.jsonl -> a TREC diversity qrels file."""
+    rows, _ = read_judgements(source)
+    return write_qrels(rows, out)
+
+
+def compute_measures(measures: Sequence[Any | str], qrels: Sequence[QrelRow], ranking: Sequence[RunRow]
+                     ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """``(mean over questions, per question)`` of ir_measures ``measures`` for qrels + ranking.
+
+    The ranking becomes scores ``-rank`` (best first); qrels' subtopics go into ir_measures' ``iteration``
+    field, which is where its ndeval provider reads subtopics from."""
+    parsed = check_measures([str(m) for m in measures])
+    if not parsed:
+        return {}, {}
+    import ir_measures
+
+    qrel_objects = [ir_measures.Qrel(q, d, int(r), s) for q, s, d, r in qrels]
+    run_objects = [ir_measures.ScoredDoc(q, d, float(-rank)) for q, d, rank in ranking]
+    per_question: dict[str, dict[str, float]] = {}
+    try:
+        for metric in ir_measures.iter_calc(parsed, qrel_objects, run_objects):
+            per_question.setdefault(metric.query_id, {})[str(metric.measure)] = float(metric.value)
+    except ValueError as exc:  # e.g. a measure no installed provider supports
+        raise BerdsError(f"ir_measures cannot compute {', '.join(map(str, parsed))}: {str(exc).splitlines()[0]} — "
+                         "pip install 'berds[analysis]' (ir-measures + pyndeval)") from None
+    names = [str(m) for m in parsed]
+    means = {name: sum(row.get(name, 0.0) for row in per_question.values()) / len(per_question)
+             for name in names} if per_question else {name: float("nan") for name in names}
+    return means, per_question
+
+
+def add_measures_to_outputs(files: Mapping[str, Path], measures: Sequence[str], qrels_out: str | Path | None = None
+                            ) -> dict[str, float]:
+    """After ``berds eval`` wrote an evaluation: compute ``measures`` from its judgements.jsonl, store them in its
+    metrics.json (``"ir_measures"``: mean and per question) and write the qrels to ``qrels_out`` when given."""
+    from berds.io import read_json, write_json
+
+    rows, ranking = read_judgements(files["judgements"])
+    if qrels_out is not None:
+        write_qrels(rows, qrels_out)
+    if not measures:
+        return {}
+    means, per_question = compute_measures(measures, rows, ranking)
+    # A run folder gets metrics.json twice: at its top and beside the judgements (eval/<judge>/); update both.
+    for target in dict.fromkeys([Path(files["metrics"]), Path(files["judgements"]).parent / "metrics.json"]):
+        if target.exists():
+            metrics = read_json(target)
+            metrics["ir_measures"] = {"mean": means, "per_question": per_question,
+                                      "provider": "ir_measures (pyndeval)", "questions": len(per_question)}
+            write_json(target, metrics)
+    return means
+
+
+def qrels_path_for(qrels: Path, run_path: Path, n_runs: int) -> Path:
+    """``--qrels OUT``: the file itself for one run; ``OUT/<run name>.qrels`` for several."""
+    if n_runs == 1:
+        return qrels
+    return qrels / (run_path.name.split(".")[0] + ".qrels")
+
+
+def measures_table(rows: Sequence[tuple[str, Mapping[str, Mapping[str, float]], Mapping[str, float]]]) -> Any:
+    """A rich table: run, MRecall@k / Prec@k (all questions) and the ir_measures means, in percent."""
+    from rich.table import Table
+
+    metric_names = sorted({k for _, averages, _ in rows for k in averages.get("all", {})},
+                          key=lambda k: (not k.startswith("mrecall"), int(k.split("@")[1]) if "@" in k else 0, k))
+    measure_names = list(dict.fromkeys(k for _, _, measures in rows for k in measures))
+    table = Table(title="BERDS metrics and diversity measures (ir_measures over the judgements as qrels)")
+    table.add_column("run", overflow="fold")
+    for name in metric_names:
+        table.add_column(name.replace("mrecall", "MRecall").replace("precision", "Prec"), justify="right")
+    for name in measure_names:
+        table.add_column(name, justify="right")
+    for run_name, averages, measures in rows:
+        overall = averages.get("all", {})
+        table.add_row(run_name, *[f"{100 * overall[n]:.1f}" if n in overall else "" for n in metric_names],
+                      *[f"{100 * measures[n]:.1f}" if n in measures else "" for n in measure_names])
+    return table

@@ -1,0 +1,73 @@
+"""Files berds writes follow the umask, so runs, metrics and indexes can be shared (issue 15, item 8).
+
+``atomic_write`` used ``tempfile.mkstemp``, which creates files 0600 whatever the umask; renamed into
+place they stayed private. The umask is a process-wide setting, so each case sets it and restores it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from berds.io import atomic_write, write_json, write_jsonl, write_text
+from berds.runs import save_run
+from conftest import make_run
+
+
+@pytest.fixture(params=[0o022, 0o002, 0o077], ids=["umask-022", "umask-002", "umask-077"])
+def umask(request):
+    old = os.umask(request.param)
+    yield request.param
+    os.umask(old)
+
+
+def mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_atomic_writes_respect_the_umask(tmp_path, umask):
+    want = 0o666 & ~umask
+    write_text(tmp_path / "a.txt", "x")
+    write_json(tmp_path / "b.json", {"a": 1})
+    write_jsonl(tmp_path / "c.jsonl", [{"a": 1}])
+    with atomic_write(tmp_path / "d.bin", "wb", encoding=None) as f:
+        f.write(b"\0")
+    for name in ("a.txt", "b.json", "c.jsonl", "d.bin"):
+        assert mode(tmp_path / name) == want, name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.json", "c.jsonl", "d.bin"]  # no temp files left
+
+
+def test_a_saved_run_is_readable_by_the_group_and_others_under_umask_022(tmp_path):
+    old = os.umask(0o022)
+    try:
+        folder = save_run(make_run(), tmp_path / "run")
+    finally:
+        os.umask(old)
+    assert {p.name: oct(mode(p)) for p in folder.iterdir()} == {
+        "manifest.json": "0o644", "run.trec": "0o644", "run.ctxs.jsonl": "0o644"}
+
+
+def test_a_faiss_index_file_respects_the_umask(tmp_path):
+    faiss = pytest.importorskip("faiss")
+    from berds.indexes.faiss import write_faiss
+
+    old = os.umask(0o022)
+    try:
+        write_faiss(faiss.IndexFlatIP(4), tmp_path / "faiss.index")
+    finally:
+        os.umask(old)
+    assert mode(tmp_path / "faiss.index") == 0o644
+
+
+def test_a_replaced_file_keeps_its_permissions(tmp_path):
+    target = tmp_path / "metrics.json"
+    target.write_text("{}")
+    os.chmod(target, 0o640)  # the user's choice for this file
+    old = os.umask(0o022)
+    try:
+        write_json(target, {"new": True})
+    finally:
+        os.umask(old)
+    assert mode(target) == 0o640 and target.read_text().startswith('{\n  "new"')

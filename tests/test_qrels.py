@@ -1,0 +1,104 @@
+"""Judgements as TREC diversity qrels, and ir_measures diversity measures on `berds eval` (one value by hand)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+
+import pytest
+
+from berds.errors import BerdsError, InputError
+from berds.evaluate.evaluation import evaluate_paths, evaluate_run
+from berds.evaluate.qrels import (
+    check_measures,
+    compute_measures,
+    export_qrels,
+    qrels_from_judgements,
+    read_judgements,
+)
+from berds.runs import save_run
+from berds.types import Hit, Passage, Question, Run
+from conftest import berds_cmd, subprocess_env
+from judges_for_tests import OverlapJudge
+
+# Perspective 1 = "bike lanes make streets safer", 2 = "bike lanes hurt local shops". With the overlap judge:
+# d1 supports 1, d2 supports 1, d3 supports both, d4 supports neither.
+PASSAGES = [("d1", "bike lanes make streets safer"), ("d2", "safer streets make sense"),
+            ("d3", "bike lanes make streets safer but hurt local shops"), ("d4", "gardening and weather")]
+
+
+def hand_run(name: str = "hand") -> Run:
+    q = Question("q1", "Should cities build more bike lanes?",
+                 ("bike lanes make streets safer", "bike lanes hurt local shops"))
+    q2 = Question("q2", "Is rain good?", ("rain helps farms",))
+    hits = [Hit(Passage(pid, text), float(10 - i)) for i, (pid, text) in enumerate(PASSAGES)]
+    return Run.from_lists([q, q2], [hits, list(reversed(hits))], name=name)
+
+
+def test_alpha_ndcg_matches_a_hand_computation(tmp_path):
+    result = evaluate_run(hand_run(), OverlapJudge(), ks=(4,), progress=False)
+    assert result.support["q1"].astype(int).tolist() == [[1, 1, 1, 0], [0, 0, 1, 0]]
+    qrels, ranking = qrels_from_judgements(result.judgements(hand_run()))
+    means, per_question = compute_measures(["alpha_nDCG@4", "StRecall@4", "ERR_IA@4"], qrels, ranking)
+    # alpha = 0.5: gain of a passage = sum over the subtopics it supports of 0.5 ** (times already covered).
+    # Ranking d1 d2 d3 d4: gains 1, 0.5, 0.25 + 1, 0 -> DCG = 1/log2(2) + 0.5/log2(3) + 1.25/log2(4).
+    dcg = 1 + 0.5 / math.log2(3) + 1.25 / math.log2(4)
+    # Ideal (greedy): d3 (2), then d1 or d2 (0.5), then the other (0.25).
+    ideal = 2 + 0.5 / math.log2(3) + 0.25 / math.log2(4)
+    assert per_question["q1"]["alpha_nDCG@4"] == pytest.approx(dcg / ideal, abs=1e-9)
+    assert dcg / ideal == pytest.approx(0.795121, abs=1e-6)
+    assert per_question["q1"]["StRecall@4"] == 1.0
+    # q2's only perspective is supported by no passage: ndeval has no subtopic for it, every measure is 0.
+    assert per_question["q2"] == {"alpha_nDCG@4": 0.0, "StRecall@4": 0.0, "ERR_IA@4": 0.0}
+    assert means["alpha_nDCG@4"] == pytest.approx(dcg / ideal / 2)
+
+
+def test_qrels_lines_and_the_export_command(tmp_path):
+    run = hand_run()
+    save_run(run, tmp_path / "run")
+    [(_, result, files)] = evaluate_paths([tmp_path / "run"], "judges_for_tests:OverlapJudge", ks=(4,),
+                                          progress=False, use_cache=False)
+    out = tmp_path / "run.qrels"
+    n = export_qrels(tmp_path / "run", out)
+    lines = out.read_text().splitlines()
+    assert n == len(lines) == 4 * 2 + 4 * 1  # every judged pair: 4 passages x 2 perspectives, 4 x 1
+    assert "q1 2 d3 1" in lines and "q1 2 d1 0" in lines and "q2 1 d4 0" in lines
+    # The CLI does the same.
+    cli_out = tmp_path / "cli.qrels"
+    done = subprocess.run(berds_cmd("export", "qrels", str(tmp_path / "run"), "--out", str(cli_out)),
+                          capture_output=True, text=True, env=subprocess_env())
+    assert done.returncode == 0, done.stderr
+    assert sorted(cli_out.read_text().splitlines()) == sorted(lines)
+    assert "12 qrels lines" in done.stdout
+
+
+def test_cli_eval_measures_beside_mrecall(tmp_path):
+    save_run(hand_run(), tmp_path / "run")
+    done = subprocess.run(berds_cmd("eval", str(tmp_path / "run"), "--judge", "judges_for_tests:OverlapJudge",
+                                    "--k", "4", "--no-cache", "-q", "--measure", "alpha_nDCG@4", "--measure",
+                                    "ERR_IA@4", "--measure", "StRecall@4", "--qrels", str(tmp_path / "out.qrels")),
+                          capture_output=True, text=True, env=subprocess_env(COLUMNS="250"))
+    assert done.returncode == 0, done.stderr
+    assert "alpha_nDCG@4" in done.stdout and "MRecall@4" in done.stdout and "StRecall@4" in done.stdout
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    evaluated = json.loads(next((tmp_path / "run" / "eval").rglob("metrics.json")).read_text())
+    for m in (metrics, evaluated):
+        assert m["ir_measures"]["mean"]["alpha_nDCG@4"] == pytest.approx(0.795121 / 2, abs=1e-6)
+        assert m["ir_measures"]["per_question"]["q2"]["StRecall@4"] == 0.0
+    assert len((tmp_path / "out.qrels").read_text().splitlines()) == 12
+
+
+def test_bad_measures_and_judgement_files(tmp_path):
+    with pytest.raises(BerdsError, match="unknown --measure 'alphaNDCG@10'"):
+        check_measures(["alphaNDCG@10"])
+    done = subprocess.run(berds_cmd("eval", str(tmp_path / "nothing"), "--measure", "nope@3"),
+                          capture_output=True, text=True, env=subprocess_env())
+    assert done.returncode == 2 and "unknown --measure 'nope@3'" in done.stderr
+    bad = tmp_path / "judgements.jsonl"
+    bad.write_text('{"qid": "q1", "docid": "d1", "rank": 1, "perspective": 0, "label": 1}\n{"qid": "q1"}\n')
+    with pytest.raises(InputError, match="judgements.jsonl, line 2: not a judgement record"):
+        read_judgements(bad)
+    (tmp_path / "empty-dir").mkdir()
+    with pytest.raises(InputError, match="holds no judgements.jsonl"):
+        read_judgements(tmp_path / "empty-dir")
