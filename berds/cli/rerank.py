@@ -132,10 +132,17 @@ def rerank_command(
 @rerankers_app.command("list")
 def rerankers_list() -> None:
     """Built-in and plug-in rerankers (entry-point group berds.rerankers)."""
+    from rich.markup import escape
+    from rich.table import Table
+
     from berds.rerank.catalogue import RERANKERS
 
-    _table("rerankers", ["name", "source", "description"],
-           [[s.name, s.source, s.description or s.loader] for s in RERANKERS.specs()])
+    table = Table(title="rerankers")
+    for col in ("name", "source", "description"):
+        table.add_column(col, overflow="fold")
+    for s in RERANKERS.specs():
+        table.add_row(s.name, s.source, escape(s.description or s.loader))
+    _console().print(table)
 
 
 def check_reranker_command(
