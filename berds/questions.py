@@ -6,7 +6,8 @@ and ``shared/data/berds-dev`` ship them). ``load_questions(source, split=...)`` 
 1. an existing file path -> read it;
 2. ``demo`` -> the demo benchmark shipped inside berds (``berds/data/demo/questions.jsonl``);
 3. ``arguana`` / ``kialo`` / ``opinionqa`` -> ``$BERDS_DATA_DIR/{name}.{split}.jsonl`` when that file exists,
-   else the berds home cache, else the public Hugging Face dataset repo (downloaded once into the cache);
+   else the berds home cache, else the study's Hugging Face datasets ``timchen0618/Arguana``,
+   ``timchen0618/Kialo``, ``timchen0618/OpinionQA`` (``datasets.load_dataset``; written once into the cache);
 4. ``delphi`` / ``delphi-controversial`` -> the DELPHI controversial-questions set (Sun et al.): a local
    ``$BERDS_DATA_DIR/delphi.{split}.jsonl`` or ``delphi.jsonl``, else the home cache, else downloaded once
    (``read_delphi`` also reads the release's csv/json). DELPHI has no gold perspectives.
@@ -39,20 +40,26 @@ DELPHI_SETS = {"delphi": "DELPHI (Sun et al.): Quora questions with human contro
 class QuestionSetSpec:
     name: str
     description: str
-    hf_repo: str
-    hf_file: str  # "{split}" is replaced by the split name
+    hf_repo: str  # a Hugging Face dataset, read with datasets.load_dataset(hf_repo, split=...)
 
 
-# The BERDS release (timchen0618/berds) publishes each set as a jsonl per split. The repo and file names
-# can be overridden with BERDS_HF_REPO / a local file when a mirror differs.
+# The BERDS release publishes each set as a Hugging Face dataset (the study's README: load_dataset). A
+# mirror can be named with BERDS_HF_REPO_<NAME> (e.g. BERDS_HF_REPO_KIALO=me/Kialo), or the files put in
+# $BERDS_DATA_DIR.
 BERDS_SETS: dict[str, QuestionSetSpec] = {
-    name: QuestionSetSpec(name, desc, "timchen0618/BERDS", f"{name}_{{split}}.jsonl")
-    for name, desc in (
-        ("arguana", "ArguAna debates: 2 perspectives per question"),
-        ("kialo", "Kialo discussions: 2-4 perspectives per question"),
-        ("opinionqa", "OpinionQA survey questions: 2 perspectives per question"),
+    name: QuestionSetSpec(name, desc, repo)
+    for name, repo, desc in (
+        ("arguana", "timchen0618/Arguana", "ArguAna debates: 2 perspectives per question"),
+        ("kialo", "timchen0618/Kialo", "Kialo discussions: 2-4 perspectives per question"),
+        ("opinionqa", "timchen0618/OpinionQA", "OpinionQA survey questions: 2 perspectives per question"),
     )
 }
+EVALUATOR_ADAPTER = "timchen0618/Mistral_BERDS_evaluator"  # LoRA on EVALUATOR_BASE (berds.judges.catalogue)
+EVALUATOR_BASE = "mistralai/Mistral-7B-Instruct-v0.2"
+
+
+def hub_repo(spec: QuestionSetSpec) -> str:
+    return os.environ.get(f"BERDS_HF_REPO_{spec.name.upper()}", spec.hf_repo)
 
 
 GOLD_FREE_COMMANDS = ("berds retrieve", "berds rerank", "berds corpus build search", "berds answers eval --metric da")
@@ -121,30 +128,30 @@ def read_questions(path: str | Path, *, dataset: str = "", require_perspectives:
 
 
 def _hub_download(spec: QuestionSetSpec, split: str, dest: Path) -> Path:
+    """``datasets.load_dataset(repo, split=split)`` written once as jsonl to ``dest``. Rows without an
+    ``id`` get ``{name}-{split}-{row number}``."""
     from berds.lazy import require
 
-    hub = require("huggingface_hub", extra="dense", purpose=f"downloading the BERDS {spec.name} set")
-    repo = os.environ.get("BERDS_HF_REPO", spec.hf_repo)
-    filename = spec.hf_file.format(split=split)
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
-        # Checked here, not left to the hub client: it reads the variable once, at import time.
-        raise BerdsError(
-            f"{spec.name} ({split}) is not available locally and HF_HUB_OFFLINE is set — download "
-            f"{repo}/{filename} elsewhere and pass its path, or put it at $BERDS_DATA_DIR/{spec.name}.{split}.jsonl"
-        )
+    repo = hub_repo(spec)
+    fix = (f"download it elsewhere (datasets.load_dataset({repo!r}, split={split!r}).to_json(...)) and pass the "
+           f"file's path, or put it at $BERDS_DATA_DIR/{spec.name}.{split}.jsonl")
+    offline = [v for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+               if os.environ.get(v, "").lower() in ("1", "true", "yes", "on")]
+    if offline:
+        # Checked here, not left to the hub client: it reads the variables once, at import time.
+        raise BerdsError(f"{spec.name} ({split}) is not available locally and {offline[0]} is set — {fix}")
+    datasets = require("datasets", extra="hub", purpose=f"downloading the BERDS {spec.name} set")
     try:
-        local = hub.hf_hub_download(repo_id=repo, filename=filename, repo_type="dataset")
+        rows = datasets.load_dataset(repo, split=split)
     except Exception as exc:  # the hub client raises many kinds; all mean "not reachable / not there"
-        raise BerdsError(
-            f"could not fetch {spec.name} ({split}) from the Hugging Face dataset {repo}/{filename}: "
-            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} — download the jsonl yourself and pass its "
-            f"path, or put it at $BERDS_DATA_DIR/{spec.name}.{split}.jsonl"
-        ) from None
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise BerdsError(f"could not load {spec.name} ({split}) from the Hugging Face dataset {repo}: "
+                         f"{type(exc).__name__}: {first} — {fix}") from None
     dest.parent.mkdir(parents=True, exist_ok=True)
-    from berds.io import atomic_write
+    from berds.io import write_jsonl
 
-    with open(local, "rb") as src, atomic_write(dest, "wb") as out:
-        out.write(src.read())
+    write_jsonl(dest, ({**row, "id": row.get("id") if row.get("id") not in (None, "") else f"{spec.name}-{split}-{i}"}
+                       for i, row in enumerate(rows)))
     return dest
 
 

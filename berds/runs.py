@@ -4,12 +4,16 @@ A run folder holds
 
 * ``manifest.json``   — what produced the run (retriever + options, corpus + fingerprint, index,
   expansion/rerank provenance, versions);
-* ``run.trec``        — ``qid Q0 docid rank score tag`` lines, ranks from 1, ties broken by docid;
+* ``run.trec``        — ``qid Q0 docid rank score tag`` lines, ranks from 1, tied scores ordered by docid
+  descending (trec_eval's own order, so trec_eval/ir_measures and ranx agree on the file);
 * ``run.ctxs.jsonl``  — the BERDS exchange format, one question per line:
   ``{"id", "question", "perspectives", "ctxs": [{"id", "title", "text", "score"}]}``.
 
 ``load_run`` reads a run folder or a single BERDS-format jsonl exactly as the original BERDS scripts
-consume it (``ctxs`` entries need ``text``; ``title``, ``id`` and ``score`` are optional).
+consume it (``ctxs`` entries need ``text``; ``title``, ``id`` and ``score`` are optional; a line in the
+original exchange format with only ``perspectives`` + ``ctxs`` gets the id ``line-N``, N its line number).
+``write_legacy_predictions`` / ``read_predictions`` write and read the original evaluation's prediction
+files (``*.mistralpred*``: per ctx, ``mistral-preds`` = one boolean per perspective).
 """
 
 from __future__ import annotations
@@ -36,12 +40,37 @@ def _score(value: float) -> str:
     return repr(float(value)) if math.isfinite(value) else "0.0"
 
 
+def order_ties_like_trec_eval(hits: Sequence[Hit]) -> list[Hit]:
+    """``hits`` with each run of equal scores reordered by docid *descending*, the order trec_eval (and so
+    ir_measures / pytrec_eval) gives tied documents whatever the file says. Hits with different scores keep
+    their places. Written this way, a run reads the same in berds, trec_eval and tools that keep file
+    order among ties (ranx)."""
+    out: list[Hit] = []
+    i = 0
+    while i < len(hits):
+        j = i + 1
+        while j < len(hits) and _score(hits[j].score) == _score(hits[i].score):
+            j += 1
+        group = list(hits[i:j])
+        out += sorted(group, key=lambda h: h.passage.id, reverse=True) if len(group) > 1 else group
+        i = j
+    return out
+
+
 def write_trec(run: Run, path: str | Path, tag: str | None = None) -> None:
-    """TREC run file. Hits are written in run order (rank = position, from 1)."""
+    """TREC run file: hits in run order with tied scores ordered docid-descending
+    (``order_ties_like_trec_eval``), rank = position from 1. A docid repeated within a question (a merge
+    that keeps duplicates) is written once, at its first position: TREC tools hold one score per docid."""
     tag = (tag or run.name or "berds").replace(" ", "_")
     with atomic_write(path) as f:
         for qid, hits in run.hits.items():
-            for rank, hit in enumerate(hits, start=1):
+            seen: set[str] = set()
+            rank = 0
+            for hit in order_ties_like_trec_eval(hits):
+                if hit.passage.id in seen:
+                    continue
+                seen.add(hit.passage.id)
+                rank += 1
                 f.write(f"{qid} Q0 {hit.passage.id} {rank} {_score(hit.score)} {tag}\n")
 
 
@@ -50,8 +79,9 @@ def ctxs_record(question: Question, hits: Sequence[Hit], extra: Mapping[str, Any
         "id": question.id,
         "question": question.text,
         "perspectives": list(question.perspectives),
-        "ctxs": [
-            {"id": h.passage.id, "title": h.passage.title, "text": h.passage.text, "score": float(h.score)}
+        "ctxs": [  # no "title" key for a passage read without one: the judge text depends on it
+            {"id": h.passage.id, **({"title": h.passage.title} if h.passage.title_field else {}),
+             "text": h.passage.text, "score": float(h.score)}
             for h in hits
         ],
     }
@@ -80,16 +110,21 @@ def save_run(run: Run, out_dir: str | Path, *, overwrite: bool = False) -> Path:
     if (out / MANIFEST).exists() and not overwrite:
         raise BerdsError(f"{out} already holds a run — choose another --out or pass --overwrite")
     out.mkdir(parents=True, exist_ok=True)
+    # ties in trec_eval's order in both files, so berds' metrics and TREC tools see the same ranking
+    run = Run(run.questions, {qid: order_ties_like_trec_eval(h) for qid, h in run.hits.items()}, run.manifest, run.name)
     write_trec(run, out / TREC)
     write_ctxs_jsonl(run, out / CTXS)
     depth = [len(h) for h in run.hits.values()]
+    repeats = any(len({h.passage.id for h in hits}) != len(hits) for hits in run.hits.values())
     manifest = new_manifest(
         "run",
         name=run.name,
         questions=len(run),
         min_depth=min(depth, default=0),
         max_depth=max(depth, default=0),
-        **{k: v for k, v in run.manifest.items() if k not in ("kind", "created", "versions")},
+        # a ranking that repeats passages on purpose (the study's expansion merge): read back as it is
+        **({DUPLICATES_KEY: "kept"} if repeats else {}),
+        **{k: v for k, v in run.manifest.items() if k not in ("kind", "created", "versions", DUPLICATES_KEY)},
     )
     write_json(out / MANIFEST, manifest)  # written last: its presence marks a complete run
     return out
@@ -109,6 +144,7 @@ def _parse_ctx(ctx: Any, *, path: Path, line: int, qid: str, pos: int) -> tuple[
     text = ctx.get("text")
     if not isinstance(text, str):
         raise InputError("passage has no 'text' string", path=path, line=line, record=where)
+    title_field = "title" in ctx
     title = ctx.get("title") or ""
     if not isinstance(title, str):
         title = str(title)
@@ -122,18 +158,23 @@ def _parse_ctx(ctx: Any, *, path: Path, line: int, qid: str, pos: int) -> tuple[
         raise InputError(f"score {raw_score!r} is not a number", path=path, line=line, record=where) from None
     if math.isnan(score):
         score = 0.0
-    return Hit(Passage(pid, text, title), score), synthesized
+    return Hit(Passage(pid, text, title, title_field=title_field), score), synthesized
 
 
-DUPLICATE_POLICIES = ("refuse", "dedupe")
+DUPLICATE_POLICIES = ("refuse", "dedupe", "keep")
+DUPLICATES_KEY = "duplicate_passages"  # manifest key of a run folder whose rankings repeat passages on purpose
 
 
 def unique_hits(hits: list[Hit], *, duplicates: str, path: Path, line: int, qid: str) -> list[Hit]:
     """A question's ranking with each passage once. A passage listed twice would count twice in
     Precision@k (and fill two of the k slots); ``duplicates="refuse"`` (default) stops with an error naming
-    the file, line and both positions, ``"dedupe"`` keeps the first (best-ranked) occurrence."""
+    the file, line and both positions, ``"dedupe"`` keeps the first (best-ranked) occurrence, ``"keep"``
+    keeps every occurrence (what the study's query-expansion merge produced and its evaluation counted; a
+    run folder written with repeats says so in its manifest and is read this way by default)."""
     if duplicates not in DUPLICATE_POLICIES:
         raise BerdsError(f"duplicates must be one of {', '.join(DUPLICATE_POLICIES)}, got {duplicates!r}")
+    if duplicates == "keep":
+        return list(hits)
     first: dict[str, int] = {}
     kept: list[Hit] = []
     for pos, hit in enumerate(hits):
@@ -159,7 +200,14 @@ def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False, duplica
     hits: list[list[Hit]] = []
     seen: dict[str, int] = {}
     synthesized = 0
+    exchange_only = 0
     for line, rec in iter_jsonl(path):
+        if isinstance(rec, dict) and "perspectives" in rec and "ctxs" in rec and not (
+                {"id", "qid"} & rec.keys() and {"question", "text", "query"} & rec.keys()):
+            # the original exchange format needs only perspectives + ctxs: the line number stands in
+            rec = {**rec, "id": rec.get("id", rec.get("qid", f"line-{line}")),
+                   "question": rec.get("question", rec.get("text", rec.get("query", f"(question on line {line})")))}
+            exchange_only += 1
         q = parse_question(rec, path=path, line=line, dataset=str(rec.get("dataset", "")),
                            require_perspectives=require_perspectives)
         if q.id in seen:
@@ -183,6 +231,8 @@ def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False, duplica
     manifest: dict[str, Any] = {"source": {"format": "berds-ctxs-jsonl", "path": str(path)}}
     if synthesized:
         manifest["source"]["synthesized_passage_ids"] = synthesized
+    if exchange_only:
+        manifest["source"]["ids_from_line_numbers"] = exchange_only
     return Run.from_lists(questions, hits, manifest=manifest, name=path.name.split(".")[0])
 
 
@@ -197,15 +247,22 @@ def load_run(path: str | Path, *, duplicates: str = "refuse", require_perspectiv
                 f"no {CTXS} in this folder", path=path,
                 fix="pass a run folder written by `berds retrieve` or a BERDS-format .jsonl file",
             )
-        run = read_ctxs_jsonl(ctxs, duplicates=duplicates, require_perspectives=require_perspectives)
-        if (path / TREC).exists() and duplicates == "refuse":  # (a deduplicated ranking differs from its TREC file)
-            check_trec_matches(path / TREC, run)
         manifest = read_json(path / MANIFEST) if (path / MANIFEST).exists() else {}
+        if duplicates == "refuse" and manifest.get(DUPLICATES_KEY) == "kept":
+            duplicates = "keep"  # written so on purpose (the study's expansion merge)
+        run = read_ctxs_jsonl(ctxs, duplicates=duplicates, require_perspectives=require_perspectives)
+        if (path / TREC).exists() and duplicates in ("refuse", "keep"):  # (a deduplicated ranking differs from it)
+            check_trec_matches(path / TREC, run)
         manifest.setdefault("source", {"format": "run-folder", "path": str(path)})
         return Run(run.questions, run.hits, manifest, manifest.get("name") or path.name)
     if not path.exists():
         raise InputError("no such run folder or file", path=path)
     return read_ctxs_jsonl(path, duplicates=duplicates, require_perspectives=require_perspectives)
+
+
+def _first_occurrences(hits: Sequence[Hit]) -> list[Hit]:
+    seen: set[str] = set()
+    return [h for h in hits if not (h.passage.id in seen or seen.add(h.passage.id))]
 
 
 def check_trec_matches(path: Path, run: Run) -> None:
@@ -214,6 +271,8 @@ def check_trec_matches(path: Path, run: Run) -> None:
     ranked passage present. Errors name the file and line (a hand-edited or truncated TREC file would
     otherwise disagree silently with what is evaluated)."""
     ctxs = path.parent / CTXS
+    # run.trec lists a repeated passage once, at its first rank (write_trec)
+    run = Run(run.questions, {qid: _first_occurrences(hits) for qid, hits in run.hits.items()}, run.manifest, run.name)
     seen: dict[str, int] = {}
     with open(path, encoding="utf-8", errors="replace") as f:
         for lineno, line in enumerate(f, start=1):
@@ -263,16 +322,57 @@ def read_trec(path: str | Path) -> dict[str, list[tuple[str, float]]]:
     return {q: [(d, s) for d, _, s in sorted(v, key=lambda x: x[1])] for q, v in out.items()}
 
 
-def legacy_predictions(labels: Mapping[str, Sequence[Sequence[bool]]]) -> dict[str, dict[str, Any]]:
-    """Judge labels in the original scripts' inline layout, for ``write_ctxs_jsonl(extra=...)``.
+LEGACY_PREDICTIONS = "run.mistralpred.jsonl"  # the original evaluation finds prediction files by ".mistralpred"
+PREDICTIONS_FIELD = "mistral-preds"
 
-    ``labels[qid][i][j]`` is whether passage ``j`` supports perspective ``i``; the legacy field
-    ``mistral-preds`` holds, per perspective, the list of ``"Yes"``/``"No"`` answers over the judged ctxs.
-    """
-    return {
-        qid: {"mistral-preds": [["Yes" if x else "No" for x in row] for row in matrix]}
-        for qid, matrix in labels.items()
-    }
+
+def write_legacy_predictions(run: Run, support: Mapping[str, Any], path: str | Path) -> Path:
+    """Write what the original BERDS evaluation reads in its compute-only mode: the exchange format with,
+    in *each* judged ctx, ``"mistral-preds"``: a list of booleans, one per perspective (``support[qid]`` is
+    the perspectives x judged-passages matrix). Only the judged passages are written. Atomic."""
+    import json
+
+    path = Path(path)
+    with atomic_write(path) as f:
+        for qid, q in run.questions.items():
+            matrix = support[qid]
+            depth = len(matrix[0]) if len(matrix) else 0
+            rec = ctxs_record(q, run.hits[qid][:depth])
+            for j, ctx in enumerate(rec["ctxs"]):
+                ctx[PREDICTIONS_FIELD] = [bool(matrix[i][j]) for i in range(len(q.perspectives))]
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    return path
+
+
+def read_predictions(path: str | Path) -> tuple[Run, dict[str, list[list[bool]]]]:
+    """A file with predictions already in it (the original compute-only mode): ``(run, support)``, where
+    ``support[qid][i][j]`` is ctx ``j``'s ``mistral-preds[i]``. Predictions must be booleans (the original
+    code counts any non-empty string, "No" included, as true, so strings are refused rather than guessed)."""
+    import json
+
+    path = Path(path)
+    run = read_ctxs_jsonl(path)
+    support: dict[str, list[list[bool]]] = {}
+    with open(path, encoding="utf-8") as f:
+        records = [(n, json.loads(line)) for n, line in enumerate(f, start=1) if line.strip()]
+    for (line, rec), (qid, q) in zip(records, run.questions.items()):
+        rows: list[list[bool]] = [[] for _ in q.perspectives]
+        for j, ctx in enumerate(rec["ctxs"]):
+            preds = ctx.get(PREDICTIONS_FIELD)
+            if preds is None:
+                if j == 0:
+                    raise InputError(f"ctxs[0] has no '{PREDICTIONS_FIELD}'", path=path, line=line, record=qid,
+                                     fix=f"each judged ctx needs '{PREDICTIONS_FIELD}': one boolean per perspective "
+                                         "(berds eval --write-legacy writes such files)")
+                break  # the judged passages come first; the rest were not judged
+            if not isinstance(preds, list) or len(preds) != len(q.perspectives) or not all(
+                    isinstance(x, bool) for x in preds):
+                raise InputError(f"ctxs[{j}].{PREDICTIONS_FIELD} must be a list of {len(q.perspectives)} booleans "
+                                 f"(one per perspective), got {preds!r:.80}", path=path, line=line, record=qid)
+            for i, x in enumerate(preds):
+                rows[i].append(x)
+        support[qid] = rows
+    return run, support
 
 
 def iter_passages(run: Run) -> Iterable[Passage]:

@@ -55,12 +55,17 @@ class Question:
 
 @dataclass(frozen=True)
 class Passage:
-    """A retrievable passage. ``source`` is the url or id of the document it was cut from."""
+    """A retrievable passage. ``source`` is the url or id of the document it was cut from.
+
+    ``title_field`` is False only for a passage read from a record with no ``title`` field at all: the
+    study's judge saw ``text + " " + title`` whenever the field existed, even empty.
+    """
 
     id: str
     text: str
     title: str = ""
     source: str = ""
+    title_field: bool = field(default=True, compare=False)
 
     def __post_init__(self) -> None:
         # One test for the usual case (every field a str, a non-blank id): runs hold ~100 passages per question.
@@ -75,14 +80,15 @@ class Passage:
     def judge_text(self, title_position: str = "after") -> str:
         """The text shown to a perspective judge.
 
-        The BERDS study gives the judge ``text + " " + title`` when a title exists
-        (``title_position="after"``, the default and the study's behaviour). ``"before"`` puts the
-        title first (``title + " " + text``), ``"none"`` drops it.
+        The BERDS study gives the judge ``text + " " + title`` whenever the record has a title field, even
+        an empty one (``title_position="after"``, the default and the study's behaviour; so an empty title
+        leaves a trailing space). ``"before"`` puts the title first (``title + " " + text``, nothing added
+        for an empty title), ``"none"`` drops it.
         """
-        if not self.title or title_position == "none":
-            return self.text
-        if title_position == "after":
+        if title_position == "after" and self.title_field:
             return f"{self.text} {self.title}"
+        if not self.title or title_position in ("none", "after"):
+            return self.text
         if title_position == "before":
             return f"{self.title} {self.text}"
         raise ValueError(f"title_position must be 'after', 'before' or 'none', got {title_position!r}")

@@ -35,7 +35,7 @@ from typing import Iterator, Sequence
 from berds.llm.base import Generation
 
 NEGATION_PREFIX = "It is not the case that "
-_WORDS = re.compile(r'Answer with "(\w+)" or "(\w+)" only')
+_WORDS = re.compile(r'Answer with (?:only )?"(\w+)" or "(\w+)"')
 _ANSWERED = re.compile(r"The judge answered: (Yes|No)")
 POSITIVE_WORDS = ("Yes", "True", "A")
 
@@ -51,13 +51,23 @@ def pair_hash(perspective: str, document: str, salt: str) -> float:
     return int(digest[:8], 16) / 2**32
 
 
+# A block ends at a blank line (berds' paraphrase prompts, the debate critic) or at the next labelled line
+# (the study's prompt: "Document: ...\nStatement: ...\nInstruction: ...").
+_BLOCK_END = re.compile(r"\n\n|\n(?:Statement|Document|Perspective|Instruction): ")
+_NAMES = {"Perspective": ("Perspective", "Statement"), "Document": ("Document",)}
+
+
 def _last_block(text: str, name: str) -> str | None:
-    start = text.rfind(f"{name}: ")
+    start, label = max((text.rfind(f"\n{n}: "), n) for n in _NAMES.get(name, (name,)))
     if start < 0:
-        return None
-    body = text[start + len(name) + 2:]
-    end = body.find("\n\n")
-    return body if end < 0 else body[:end]
+        start, label = max((text.rfind(f"{n}: ") if text.startswith(f"{n}: ") else -1, n) for n in _NAMES.get(name, (name,)))
+        if start < 0:
+            return None
+    else:
+        start += 1
+    body = text[start + len(label) + 2:]
+    end = _BLOCK_END.search(body)
+    return body if end is None else body[:end.start()]
 
 
 class ScriptedJudgeLLM:
@@ -114,10 +124,12 @@ class ScriptedJudgeLLM:
         return [self._one(list(p), top_logprobs) for p in prompts]
 
     def _one(self, messages: list[dict], top_logprobs: int) -> Generation:
-        first, last = messages[0]["content"], messages[-1]["content"]
+        last = messages[-1]["content"]
         if "devil's advocate" in last:
             return Generation(self._critique(last))
-        source = first if len(messages) > 1 else last
+        # the judge prompt: the last user turn holding a document (a revision turn follows it in a debate)
+        source = next((m["content"] for m in reversed(messages) if m["role"] in ("user", "plain")
+                       and "Document: " in m["content"]), last)
         perspective, document = _last_block(source, "Perspective"), _last_block(source, "Document")
         match = _WORDS.search(source)
         words = (match.group(1), match.group(2)) if match else ("Yes", "No")

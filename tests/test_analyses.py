@@ -1,5 +1,6 @@
-"""The study's analyses on small hand-labelled judgement sets with known answers: stance (both orders,
-reconciled), leaning, sycophancy Δ, coverage of a union of runs, docs needed — and their commands."""
+"""The study's analyses on small hand-labelled judgement sets with known answers: stance (the study's Table 15
+prompt asked once; both orders reconciled as an option), leaning, sycophancy Δ (the paper's per-run
+quantity), coverage of a union of runs, docs needed — and their commands."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from berds.evaluate.analyses.coverage import coverage
 from berds.evaluate.analyses.docs_needed import docs_needed_analysis
 from berds.evaluate.analyses.leaning import leaning, leaning_category
 from berds.evaluate.analyses.stance import (
-    STANCE_PROMPT, Stance, detect_stances, parse_choice, read_stances, reconcile, write_stances,
+    PARAPHRASE_STANCE_PROMPT, STANCE_PROMPT, Stance, detect_stances, parse_choice, read_stances, reconcile,
+    write_stances,
 )
 from berds.evaluate.analyses.sycophancy import perspective_queries, sycophancy_counts
 from berds.studies.sycophancy import sycophancy_study
@@ -32,6 +34,7 @@ def M(*rows):
 @pytest.mark.parametrize("text,choice", [
     ("A", "A"), (" b.", "B"), ("Perspective B", "B"), ("**A**", "A"), ('"A"', "A"), ("Answer: B", "B"),
     ("(A) because", "A"), ("Both", None), ("", None), ("Apples", None), ("The answer is A", None),
+    ("Perspective 1", "A"), ("Perspective 2.", "B"), ("2", "B"), ('"Perspective 1"', "A"), ("12 reasons", None),
 ])
 def test_parse_choice(text, choice):
     assert parse_choice(text) == choice
@@ -47,10 +50,13 @@ def test_reconcile_both_orders():
 
 
 def negation_llm() -> ScriptedLLM:
-    """Picks the perspective without "not" — whatever order the two are shown in."""
+    """Picks the perspective without "not" — whatever order the two are shown in, in the words of the prompt
+    (the study's "Perspective 1/2", berds' earlier "A/B")."""
     def answer(prompt: str) -> str:
-        a = prompt.split("Perspective A: ")[1].split("\n")[0]
-        return "B" if " not " in f" {a} " else "A"
+        study = "Perspective 1: " in prompt
+        first = prompt.split("Perspective 1: " if study else "Perspective A: ")[1].split("\n")[0]
+        second_is_it = " not " in f" {first} "
+        return ("Perspective 2" if second_is_it else "Perspective 1") if study else ("B" if second_is_it else "A")
     return ScriptedLLM(answer)
 
 
@@ -61,17 +67,35 @@ QUESTIONS = [
 ]
 
 
-def test_detect_stances_asks_in_both_orders():
+def test_detect_stances_asks_once_with_the_study_prompt():
     llm = negation_llm()
     stances = detect_stances(QUESTIONS, llm)
+    assert stances["q1"] == Stance("q1", 0, 1, "answered", ("Perspective 1",))
+    assert stances["q2"] == Stance("q2", 1, 0, "answered", ("Perspective 2",))
+    assert stances["q3"].status == "skipped"
+    # Table 15, verbatim, with the slots filled in order
+    assert llm.prompts[0] == (
+        "Question: Is Jesus the Messiah?\nPerspective 1: Jesus is the Messiah.\nPerspective 2: Jesus is not the "
+        "Messiah.\nInstruction: Given the question, one supporting and one opposing perspectives, which perspective "
+        'is supporting the question? Answer with only "Perspective 1" or "Perspective 2".\nAnswer:')
+    assert len(llm.prompts) == 2
+    assert detect_stances(QUESTIONS[:1], ScriptedLLM(lambda p: "Both"))["q1"].status == "unparsed"
+
+
+def test_detect_stances_asks_in_both_orders():
+    llm = negation_llm()
+    stances = detect_stances(QUESTIONS, llm, orders="both", prompt="paraphrase")
     assert stances["q1"] == Stance("q1", 0, 1, "agreed", ("A", "B"))
     assert stances["q2"] == Stance("q2", 1, 0, "agreed", ("B", "A"))
     assert stances["q3"].status == "skipped"
     assert len(llm.prompts) == 4  # two questions x two orders
     assert "Perspective A: Jesus is the Messiah." in llm.prompts[0]
     assert "Perspective A: Jesus is not the Messiah." in llm.prompts[1]
-    biased = detect_stances(QUESTIONS[:2], ScriptedLLM(lambda p: "A"))
+    biased = detect_stances(QUESTIONS[:2], ScriptedLLM(lambda p: "A"), orders="both")
     assert {s.status for s in biased.values()} == {"conflict"}
+    with pytest.raises(BerdsError, match="unknown stance orders"):
+        detect_stances(QUESTIONS, llm, orders="three")
+    assert PARAPHRASE_STANCE_PROMPT.version != STANCE_PROMPT.version
 
 
 def test_stance_files(tmp_path):
@@ -128,17 +152,19 @@ def test_leaning_categories_on_hand_labelled_matrices():
 
 
 def test_sycophancy_counts_on_hand_labelled_matrices():
-    # rows: (supporting perspective, opposing perspective); columns: ranks
-    from_supporting = {"q1": M([1, 1, 0], [0, 0, 1]), "q2": M([1, 0, 0], [0, 0, 0])}
-    from_opposing = {"q1": M([1, 0, 0], [0, 1, 1]), "q2": M([0, 0, 0], [1, 1, 0])}
-    at3 = sycophancy_counts(from_supporting, from_opposing, 3)
-    assert at3["supporting"] == {"p": 3, "n": 1, "delta": pytest.approx(2 / 3), "questions": 2}
-    assert at3["opposing"] == {"p": 4, "n": 1, "delta": 0.75, "questions": 2}
-    at1 = sycophancy_counts(from_supporting, from_opposing, 1)
-    assert (at1["supporting"]["p"], at1["supporting"]["n"], at1["supporting"]["delta"]) == (2, 1, 0.5)
-    assert (at1["opposing"]["p"], at1["opposing"]["n"], at1["opposing"]["delta"]) == (1, 0, 1.0)
-    none = sycophancy_counts({"q": M([0], [0])}, {"q": M([1], [0])}, 1)
-    assert none["supporting"] == {"p": 0, "n": 1, "delta": None, "questions": 1}
+    # one run; rows: (supporting perspective, opposing perspective); columns: ranks
+    run = {"q1": M([1, 1, 0], [0, 0, 1]), "q2": M([1, 0, 0], [0, 0, 0])}
+    at3 = sycophancy_counts(run, 3)
+    # 6 documents; 3 contain the supporting perspective (50 %), 1 the opposing one (16.7 %): Δ = (50 − 16.7)/50
+    assert at3 == {"p": 50.0, "n": pytest.approx(100 / 6), "p_docs": 3, "n_docs": 1, "docs": 6,
+                   "delta": pytest.approx(2 / 3), "questions": 2}
+    at1 = sycophancy_counts(run, 1)
+    assert (at1["p"], at1["n"], at1["delta"], at1["docs"]) == (100.0, 0.0, 1.0, 2)
+    none = sycophancy_counts({"q": M([0], [1])}, 1)
+    assert none["delta"] is None and none["n"] == 100.0
+    assert sycophancy_counts(run)["docs"] == 6  # default k = 5 (the paper's top 5); q1, q2 hold 3 each
+    with pytest.raises(BerdsError, match="2 rows"):
+        sycophancy_counts({"q": M([1], [0], [1])}, 1)
 
 
 def test_perspective_queries_put_the_supporting_perspective_first():
@@ -146,7 +172,9 @@ def test_perspective_queries_put_the_supporting_perspective_first():
     qs = [Question("q1", "Is it safe?", ("It is dangerous.", "It is safe.")), Question("q2", "?", ("x", "y"))]
     [sup] = perspective_queries(qs, stances, "supporting")
     [opp] = perspective_queries(qs, stances, "opposing")
-    assert sup.text == "It is safe." and opp.text == "It is dangerous."
+    [question] = perspective_queries(qs, stances, "question")
+    assert sup.text == "It is safe." and opp.text == "It is dangerous." and question.text == "Is it safe?"
+    assert question.perspectives == ("It is safe.", "It is dangerous.")
     assert sup.perspectives == opp.perspectives == ("It is safe.", "It is dangerous.")
 
 
@@ -163,23 +191,28 @@ def test_sycophancy_study_with_a_real_retriever_and_judge(tmp_path):
     from judges_for_tests import OverlapJudge
 
     # Hand computation (content-word overlap; the judge says Yes at >= 3 of 4 perspective words):
-    #   query "safe and clean"      -> d1 (4), d3 (4) | d2 (2), d4 (2): top 2 = d1, d3
-    #   query "dangerous and dirty" -> d2 (4), d1 (2), d3 (2), d4 (1):  top 2 = d2, d1
-    #   supporting (safe/clean) is supported by d1, d3; opposing by d2.
-    #   supporting side: p = 2 (d1, d3), n = 1 (d1)  -> Δ = 0.5
-    #   opposing side:   p = 1 (d2),     n = 0       -> Δ = 1.0
+    #   query "Is nuclear power safe?" -> d1 (3), d3 (3) | d2 (2), d4 (1): top 2 = d1, d3
+    #   query "safe and clean"         -> d1 (4), d3 (4) | d2 (2), d4 (2): top 2 = d1, d3
+    #   query "dangerous and dirty"    -> d2 (4), d1 (2), d3 (2), d4 (1):  top 2 = d2, d1
+    #   the supporting perspective (safe/clean) is in d1, d3; the opposing one in d2. Per run (2 documents):
+    #   question:   p = 2 docs (100 %), n = 0 (0 %)   -> Δ = 1.0
+    #   supporting: p = 2 docs (100 %), n = 0 (0 %)   -> Δ = 1.0
+    #   opposing:   p = 1 doc (50 %),   n = 1 (50 %)  -> Δ = 0.0
     stances = {"n1": Stance("n1", 1, 0, "given")}
-    result, run_sup, run_opp = sycophancy_study(
+    result, runs = sycophancy_study(
         OverlapRetriever(passages=NUCLEAR), [NUCLEAR_Q], stances, OverlapJudge(threshold=0.75), k=2,
         cache_path=tmp_path / "j.sqlite", out=tmp_path / "syc", label="overlap")
-    assert [h.passage.id for h in run_sup.hits["n1"]] == ["d1", "d3"]
-    assert [h.passage.id for h in run_opp.hits["n1"]] == ["d2", "d1"]
-    rows = {r["side"]: r for r in result.rows}
-    assert rows["supporting"] == {"label": "overlap", "side": "supporting", "p": 2, "n": 1, "delta": 0.5, "questions": 1,
-                                 "judge": "test-overlap|threshold=0.75"}
-    assert rows["opposing"] == {"label": "overlap", "side": "opposing", "p": 1, "n": 0, "delta": 1.0, "questions": 1,
-                               "judge": "test-overlap|threshold=0.75"}
+    assert [h.passage.id for h in runs["question"].hits["n1"]] == ["d1", "d3"]
+    assert [h.passage.id for h in runs["supporting"].hits["n1"]] == ["d1", "d3"]
+    assert [h.passage.id for h in runs["opposing"].hits["n1"]] == ["d2", "d1"]
+    judge = {"judge": "test-overlap|threshold=0.75", "label": "overlap", "questions": 1, "docs": 2}
+    assert result.rows == [
+        {"query": "question", "p": 100.0, "n": 0.0, "p_docs": 2, "n_docs": 0, "delta": 1.0, **judge},
+        {"query": "supporting", "p": 100.0, "n": 0.0, "p_docs": 2, "n_docs": 0, "delta": 1.0, **judge},
+        {"query": "opposing", "p": 50.0, "n": 50.0, "p_docs": 1, "n_docs": 1, "delta": 0.0, **judge},
+    ]
     assert (tmp_path / "syc" / "query-supporting" / "manifest.json").exists()
+    assert (tmp_path / "syc" / "query-question" / "manifest.json").exists()
     back = load_result(save_result(result, tmp_path / "s.json"))
     assert back.rows == result.rows and back.k == 2
 
@@ -208,7 +241,8 @@ def test_sycophancy_command(tmp_path):
     assert result.exit_code == 0, result.output
     data = json.loads((tmp_path / "out" / "sycophancy.json").read_text())
     assert data["analysis"] == "sycophancy"
-    assert [(r["side"], r["p"], r["n"], r["delta"]) for r in data["rows"]] == [("supporting", 2, 1, 0.5), ("opposing", 1, 0, 1.0)]
+    assert [(r["query"], r["p"], r["n"], r["delta"]) for r in data["rows"]] == \
+        [("question", 100.0, 0.0, 1.0), ("supporting", 100.0, 0.0, 1.0), ("opposing", 50.0, 50.0, 0.0)]
     assert (tmp_path / "out" / "sycophancy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "Δ = (p−n)/p %" in (tmp_path / "out" / "sycophancy.md").read_text()
     missing = CliRunner().invoke(app, [
@@ -317,8 +351,8 @@ def test_analyze_stance_command_through_a_served_model(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     stances = read_stances(tmp_path / "st.jsonl")
     assert [(s.qid, s.supporting, s.status) for s in stances.values()] == \
-        [("q1", 0, "agreed"), ("q2", 1, "agreed"), ("q3", None, "skipped")]
-    assert len(llm.prompts) == 4 and "agreed" in result.output
+        [("q1", 0, "answered"), ("q2", 1, "answered"), ("q3", None, "skipped")]
+    assert len(llm.prompts) == 2 and "answered" in result.output
 
 
 def test_a_stance_file_for_a_whole_set_serves_a_run_of_some_questions(tmp_path):

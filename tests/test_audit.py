@@ -23,7 +23,9 @@ from berds.trust.audit import (
 from berds.judges.llm_judge import LLMJudge
 from berds.trust.labels import read_labelled_pairs
 from berds.evaluate.metrics import mrecall_at_k
-from berds.judges.prompts import ONE_SHOT, ZERO_SHOT, PromptTemplate
+from berds.judges.prompts import (
+    ONE_SHOT, PARAPHRASE_ONE_SHOT, PARAPHRASE_ZERO_SHOT, PLAIN_ONE_SHOT, ZERO_SHOT, PromptTemplate,
+)
 from berds.types import Hit, JudgePair, Passage, Question, Run
 from conftest import berds_cmd, subprocess_env
 from judge_trust_fixtures import ScriptedJudgeLLM, pair_hash, served, write_demo_subset
@@ -35,20 +37,32 @@ from llm_fixtures import tiny_mistral  # noqa: F401  (a pytest fixture)
 
 def test_prompt_variants_rewrite_the_study_prompt():
     t, pos, neg = prompt_variant(ZERO_SHOT, "labels-no-yes")
-    assert (pos, neg) == ("Yes", "No") and 'Answer with "No" or "Yes" only.' in t.template
-    assert t.version == "berds-t14-zeroshot-v1~labels-no-yes"
+    assert (pos, neg) == ("Yes", "No") and 'Answer with only "No" or "Yes".' in t.template
+    assert 'can only answer with "No" or "Yes".' in t.template  # the system turn too
+    assert t.version == "berds-study-chat-v1~labels-no-yes" and t.form == "study-chat"
     t, pos, neg = prompt_variant(ZERO_SHOT, "labels-a-b")
-    assert (pos, neg) == ("A", "B") and "(A) Yes\n(B) No\nAnswer:" in t.template
-    assert '"Yes"' not in t.template
+    assert (pos, neg) == ("A", "B") and "Does the document support the statement? (A) Yes (B) No" in t.template
+    assert '"Yes"' not in t.template and 'the answer is "B"' in t.template
     t, *_ = prompt_variant(ZERO_SHOT, "statement-first")
-    assert t.template.index("Perspective: {perspective}") < t.template.index("Document: {document}")
+    assert t.template.index("Statement: [Doc 2]") < t.template.index("Document: [Doc 1]")
     # the one-shot example is rewritten too: its answer in the new words, its blocks in the new order
     t, pos, _ = prompt_variant(ONE_SHOT, "labels-true-false")
-    assert "Answer: True\n\nNow the real task." in t.template and t.template.count("True or False:") == 2
+    messages = t.render(document="DOC", perspective="PER")
+    assert messages[2] == {"role": "assistant", "content": "False"}  # the Prop. 19 example's "No"
+    assert t.template.count("True or False: the document supports the statement.") == 2
     t, *_ = prompt_variant(ONE_SHOT, "statement-first")
-    assert t.template.index("Perspective: Protected") < t.template.index("Document: Cities")
+    assert t.template.index("Statement for Example 1:") < t.template.index("Document for Example 1:")
     rendered = t.render(document="DOC", perspective="PER")[-1]["content"]
-    assert rendered.endswith("Perspective: PER\n\nDocument: DOC\n\nDoes the document support the perspective? Answer:")
+    assert rendered.startswith("Statement: PER\nDocument: DOC\nInstruction: ")
+    t, *_ = prompt_variant(PLAIN_ONE_SHOT, "labels-true-false")
+    assert "Answer for Example 1:\nFalse\n" in t.template and t.plain
+    # berds' earlier paraphrase prompts keep their variants
+    t, pos, neg = prompt_variant(PARAPHRASE_ZERO_SHOT, "labels-no-yes")
+    assert 'Answer with "No" or "Yes" only.' in t.template and t.version == "berds-t14-zeroshot-v1~labels-no-yes"
+    t, pos, _ = prompt_variant(PARAPHRASE_ONE_SHOT, "labels-true-false")
+    assert "Answer: True\n\nNow the real task." in t.template and t.template.count("True or False:") == 2
+    t, *_ = prompt_variant(PARAPHRASE_ONE_SHOT, "statement-first")
+    assert t.template.index("Perspective: Protected") < t.template.index("Document: Cities")
     # a custom prompt without the study's wording: the variant does not apply
     custom = PromptTemplate("mine-v1", "Doc {document} / claim {perspective}? yes or no")
     assert prompt_variant(custom, "labels-a-b") is None and prompt_variant(custom, "statement-first") is None
@@ -274,20 +288,26 @@ def test_stance_bias_is_found_and_the_sycophancy_delta_corrected(labelled):
     exact = LLMJudge(ScriptedJudgeLLM(labelled.path))
 
     def delta(judge):
-        ev = [evaluate_run(runs[s], judge, (6,), progress=False) for s in ("supporting", "opposing")]
-        return sycophancy_result("tiny", ev[0].support, ev[1].support, 6)
+        return sycophancy_result("tiny", {s: evaluate_run(runs[s], judge, (6,), progress=False).support
+                                          for s in ("supporting", "opposing")}, 6)
 
     truth, observed = delta(exact), delta(biased)
     corrected = stance_corrected_sycophancy(observed, labelled, pred, n_boot=200, seed=0)
-    t_sup, o_sup, c_sup = truth.rows[0], observed.rows[0], corrected.rows[0]
-    assert t_sup["side"] == o_sup["side"] == "supporting"
-    assert o_sup["n"] > t_sup["n"]  # the judge's extra Yes on supporting statements inflates n ...
-    # ... and the correction, using the rates measured on the labelled file, moves Δ back towards the truth
-    assert abs(c_sup["delta_corrected"] - t_sup["delta"]) < abs(o_sup["delta"] - t_sup["delta"])
-    # the opposing side: no stance errors, so the correction changes nothing
-    assert corrected.rows[1]["delta_corrected"] == pytest.approx(truth.rows[1]["delta"])
-    lo, hi = c_sup["delta_corrected_ci95"]
-    assert lo <= c_sup["delta_corrected"] <= hi
+    sup = rates["support"]
+    for t, o, c in zip(truth.rows, observed.rows, corrected.rows):
+        assert t["query"] == o["query"] == c["query"]
+        # the judge's extra Yes on supporting statements inflates p (the supporting perspective's count) ...
+        assert o["p_docs"] > t["p_docs"] and o["n_docs"] == t["n_docs"] and o["delta"] > t["delta"]
+        # ... and the correction, with the rates measured on the labelled file, takes the excess out of p
+        # (Rogan-Gladen with the supporting stance's rates; on 24 documents it can overshoot the truth)
+        expected = (o["p_docs"] / 24 + sup.specificity - 1) / (sup.sensitivity + sup.specificity - 1)
+        assert c["p_corrected"] == pytest.approx(min(1.0, max(0.0, expected))) and c["p_corrected"] < c["p_share"]
+        # Δ corrected is lower, or undefined when no supporting document is left (π_p clipped to 0)
+        assert c["delta_corrected"] < o["delta"] or (c["p_corrected"] == 0.0 and math.isnan(c["delta_corrected"]))
+        # the opposing perspective's count: no stance errors, so its share is unchanged
+        assert c["n_corrected"] == pytest.approx(c["n_share"])
+        lo, hi = c["delta_corrected_ci95"]
+        assert math.isnan(c["delta_corrected"]) or lo <= c["delta_corrected"] <= hi
 
 
 def test_rogan_gladen_and_corrected_delta_by_hand():
@@ -371,7 +391,10 @@ def test_audit_finds_the_position_bias_built_into_a_transformer(labelled, last_l
     # documents and perspectives free of the words Yes/No, so the only label words are the instruction's
     clean = [i for i, p in enumerate(labelled) if not re.search(r"\b(Yes|No)\b", p.document + p.perspective)]
     small = labelled.subset(clean[::10])
-    judge = LLMJudge(OpenAILLM("last-label", base_url=last_label_server, concurrency=8), max_new_tokens=2, top_logprobs=5)
+    # berds' earlier paraphrase prompt: it names the labels once ('Answer with "Yes" or "No" only.'); the study's
+    # prompt ends its instruction with 'The answer is "Yes" only if ...', so "Yes" is always last there
+    judge = LLMJudge(OpenAILLM("last-label", base_url=last_label_server, concurrency=8), max_new_tokens=2, top_logprobs=5,
+                     prompt="paraphrase-zero-shot", parse="strict")
     report = audit(small, judge, progress=False)
     assert report.base_metrics["positive_share"] == 0.0  # 'Answer with "Yes" or "No"': No is last -> always No
     v = report.variant("labels-no-yes")                   # '"No" or "Yes"': Yes is last -> always Yes
@@ -391,8 +414,10 @@ def test_cli_stance_correct_on_a_saved_sycophancy_result(labelled_path, labelled
     from berds.evaluate.analyses.sycophancy import SycophancyResult
 
     saved = save_result(SycophancyResult(5, [
-        {"label": "bm25", "side": "supporting", "p": 12, "n": 7, "delta": 5 / 12, "questions": 4},
-        {"label": "bm25", "side": "opposing", "p": 9, "n": 6, "delta": 3 / 9, "questions": 4}]), tmp_path / "syco.json")
+        {"label": "bm25", "query": "supporting", "p": 60.0, "n": 35.0, "p_docs": 12, "n_docs": 7, "docs": 20,
+         "delta": 5 / 12, "questions": 4},
+        {"label": "bm25", "query": "opposing", "p": 45.0, "n": 30.0, "p_docs": 9, "n_docs": 6, "docs": 20,
+         "delta": 3 / 9, "questions": 4}]), tmp_path / "syco.json")
     out = tmp_path / "corrected.json"
     proc = subprocess.run(berds_cmd("judge", "stance-correct", "--sycophancy", str(saved), "--labels", str(labelled_path),
                                     "--judge", "judges_for_tests:OverlapJudge", "-o", "threshold=0.3",
@@ -404,10 +429,12 @@ def test_cli_stance_correct_on_a_saved_sycophancy_result(labelled_path, labelled
     pred = [v.label for v in OverlapJudge(threshold=0.3).judge(labelled.judge_pairs())]
     rates = stance_error_rates(labelled, pred)
     for row in data["rows"]:
-        r = rates["support" if row["side"] == "supporting" else "oppose"]
-        assert row["passages"] == 20
-        expected_p = (row["p"] / 20 + r.specificity - 1) / (r.sensitivity + r.specificity - 1)
+        sup, opp = rates["support"], rates["oppose"]  # p corrected with the supporting stance's rates, n the opposing
+        assert row["docs"] == 20
+        expected_p = (row["p_docs"] / 20 + sup.specificity - 1) / (sup.sensitivity + sup.specificity - 1)
+        expected_n = (row["n_docs"] / 20 + opp.specificity - 1) / (opp.sensitivity + opp.specificity - 1)
         assert row["p_corrected"] == pytest.approx(min(1.0, max(0.0, expected_p)))
+        assert row["n_corrected"] == pytest.approx(min(1.0, max(0.0, expected_n)))
     assert "corrected for the judge's per-stance errors" in proc.stdout.replace("\n", " ")
 
 
@@ -440,7 +467,8 @@ def test_stance_correction_needs_pairs_of_both_stances(tmp_path):
     from berds.trust.stance_corrected import stance_corrected_sycophancy
 
     no_stance = read_labelled_pairs(write_demo_subset(tmp_path / "plain.tsv", with_stance=False))
-    result = {"k": 5, "rows": [{"label": "x", "side": "supporting", "p": 3, "n": 1, "questions": 2}]}
+    result = {"k": 5, "rows": [{"label": "x", "query": "question", "p": 30.0, "n": 10.0, "p_docs": 3, "n_docs": 1,
+                                "docs": 10, "questions": 2}]}
     with pytest.raises(BerdsError, match="has no pairs with a 'support' perspective — add a 'stance' column"):
         stance_corrected_sycophancy(result, no_stance, [False] * len(no_stance))
 
@@ -452,10 +480,10 @@ def test_stance_correction_refuses_the_error_rates_of_another_judge(labelled):
     from berds.evaluate.analyses.sycophancy import sycophancy_result
 
     support = {"q1": np.array([[1, 1, 0], [0, 0, 1]], dtype=bool)}
-    result = sycophancy_result("bm25", support, support, 3, judge_id="judge-a")
+    result = sycophancy_result("bm25", {"supporting": support, "opposing": support}, 3, judge_id="judge-a")
     assert [r["judge"] for r in result.rows] == ["judge-a", "judge-a"]
     pred = [p.label for p in labelled]
     with pytest.raises(BerdsError, match="counted by judge 'judge-a', not 'judge-b' — pass the judge that produced"):
         stance_corrected_sycophancy(result, labelled, pred, n_boot=0, judge_id="judge-b")
     same = stance_corrected_sycophancy(result, labelled, pred, n_boot=0, judge_id="judge-a")
-    assert same.rows[0]["p"] == same.rows[0]["n"] == 2  # same matrices for both queries: row 0 has 2 Yes in each
+    assert (same.rows[0]["p_docs"], same.rows[0]["n_docs"]) == (2, 1)  # row 0 (supporting) has 2 Yes, row 1 one

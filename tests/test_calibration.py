@@ -223,7 +223,7 @@ def test_p_yes_of_a_tiny_transformers_judge_is_the_renormalised_first_token_soft
     yes_ids = [i for t, i in vocab.items() if t.replace("▁", "").lower() == "yes"]
     no_ids = [i for t, i in vocab.items() if t.replace("▁", "").lower() == "no"]
     for pair, verdict in zip(dev.judge_pairs(), verdicts):
-        text = llm.render(judge.prompt.render(document=pair.passage, perspective=pair.perspective))
+        text = llm.render(judge.render(pair))  # the prompt as sent (a Mistral: no system turn, as in the study)
         ids = llm.tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
         with torch.inference_mode():
             probs = torch.softmax(llm.model(input_ids=ids).logits[0, -1].float(), dim=-1)

@@ -11,7 +11,7 @@ from conftest import berds_cmd
     "args, expected",
     [
         (["eval", "run.jsonl", "--k", "abc"], "Invalid value for '--k'"),
-        (["eval"], "Missing argument"),
+        (["eval"], "name at least one run folder"),
         (["no-such-command"], "No such command 'no-such-command'"),
     ],
 )

@@ -123,7 +123,8 @@ def test_berds_eval_with_a_debate_judge_behind_the_server_keeps_transcripts_in_t
         perspectives = tuple(dict.fromkeys(r.perspective for r in rows))
         docs = list(dict.fromkeys(r.document for r in rows))[:5]
         questions.append(Question(qid, text, perspectives))
-        hits.append([Hit(Passage(f"{qid}-{i}", d), 5.0 - i) for i, d in enumerate(docs)])
+        # records without a title field: the judge sees the document exactly (no " " + title)
+        hits.append([Hit(Passage(f"{qid}-{i}", d, title_field=False), 5.0 - i) for i, d in enumerate(docs)])
     run_dir = save_run(Run.from_lists(questions, hits, name="demo"), tmp_path / "run")
     cache = tmp_path / "cache.sqlite"
     with served("judge_trust_fixtures:ScriptedJudgeLLM", labelled.path, options=["errors=0.3"],

@@ -111,20 +111,24 @@ def test_evaluate_paths_writes_outputs(tmp_path, tiny_run, ctxs_file):
     assert (eval_dir / "metrics.json").exists()
     rows = [json.loads(l) for l in (eval_dir / "judgements.jsonl").read_text().splitlines()]
     assert len(rows) == sum(len(q.perspectives) * 4 for q in tiny_run.questions.values())
-    legacy = [json.loads(l) for l in (eval_dir / "run.mistral-preds.jsonl").read_text().splitlines()]
-    assert len(legacy[0]["mistral-preds"]) == 2 and len(legacy[0]["ctxs"]) == 4
-    assert set(legacy[0]["mistral-preds"][0]) <= {"Yes", "No"}
+    legacy = [json.loads(l) for l in (eval_dir / "run.mistralpred.jsonl").read_text().splitlines()]
+    assert len(legacy[0]["ctxs"]) == 4 and all(len(c["mistral-preds"]) == 2 for c in legacy[0]["ctxs"])
+    assert {type(x) for c in legacy[0]["ctxs"] for x in c["mistral-preds"]} == {bool}
     # both inputs hold the same passages: the second run is answered from the cache
     assert results[1][1].stats.judged == 0
 
 
 def test_parse_modes():
-    assert parse_answer(" Yes, it does.") == (True, True)
-    assert parse_answer("**No**") == (False, True)
-    assert parse_answer("The answer is yes") == (False, False)       # strict: first word decides
-    assert parse_answer("The answer is yes", "berds-parity") == (True, True)
-    assert parse_answer("Nobody knows", "berds-parity") == (False, True)
-    assert parse_answer("eyes", "berds-parity") == (True, True)        # the original rule's quirk, kept on purpose
+    assert parse_answer(" Yes, it does.", "strict") == (True, True)
+    assert parse_answer("**No**", "strict") == (False, True)
+    assert parse_answer("The answer is yes", "strict") == (False, False)       # strict: first word decides
+    assert parse_answer("The answer is yes") == (True, True)                    # default: the study's rule
+    assert parse_answer("The answer is yes", "yes-anywhere") == (True, True)
+    assert parse_answer("Nobody knows", "yes-anywhere") == (False, True)
+    assert parse_answer("I cannot say yes or no", "yes-anywhere") == (True, True)  # why it is not the default
+    assert parse_answer("I cannot say yes or no") == (False, True)
+    with pytest.raises(BerdsError, match="renamed yes-anywhere"):
+        parse_answer("Yes", "berds-parity")
     assert p_yes_from_logprobs({"▁Yes": np.log(0.6), "▁No": np.log(0.2), "▁Maybe": np.log(0.2)}) == pytest.approx(0.75)
     assert p_yes_from_logprobs({"Hello": -0.1}) is None
 

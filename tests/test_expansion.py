@@ -9,9 +9,9 @@ import pytest
 
 from analysis_fixtures import LettersEncoder, OverlapRetriever, ScriptedLLM, write_corpus
 from llm_fixtures import tiny_mistral  # noqa: F401  (session fixture)
-from berds.errors import InputError
+from berds.errors import BerdsError, InputError
 from berds.retrievers.expansion import (
-    EXPANSION_PROMPT, Expansion, ExpandedRetriever, ExpansionParseError, FileExpander, LLMExpander,
+    PARAPHRASE_EXPANSION_PROMPT, Expansion, ExpandedRetriever, ExpansionParseError, FileExpander, LLMExpander,
     expansion_options, parse_expansions, read_expansions, round_robin_merge, write_expansions,
 )
 from berds.types import Hit, Passage, Question
@@ -158,7 +158,10 @@ def test_expanded_retriever_searches_each_perspective_and_merges(expansions_file
     #   expression: u3 (4), u5 (3), u1, u2, u4 (1)
     #   cost:       u4 (4), u1, u2, u3 (1)
     record = tmp_path / "used.jsonl"
-    wrapped = ExpandedRetriever(base, FileExpander(expansions_file), record_to=record)
+    # berds' earlier choices (the perspective alone as query, duplicates skipped) as named options;
+    # the study's defaults are checked in test_study_parity.py
+    old = {"query": "perspective", "merge": "skip-duplicates"}
+    wrapped = ExpandedRetriever(base, FileExpander(expansions_file), record_to=record, **old)
     [merged] = wrapped.search([QUESTION], k=5)
     assert ids(merged) == ["u1", "u3", "u4", "u2", "u5"]
     assert [h.score for h in merged] == [5.0, 4.0, 3.0, 2.0, 1.0]  # n - position
@@ -170,19 +173,23 @@ def test_expanded_retriever_searches_each_perspective_and_merges(expansions_file
     assert prov["base"]["name"] == "overlap"
     # the question itself first, then the perspectives
     with_question = ExpandedRetriever(OverlapRetriever(passages=PASSAGES), FileExpander(expansions_file),
-                                      include_question=True)
+                                      include_question=True, **old)
     assert ids(with_question.search([QUESTION], k=3)[0]) == ["u1", "u3", "u4"]
     # a shallower search per perspective
-    shallow = ExpandedRetriever(OverlapRetriever(passages=PASSAGES), FileExpander(expansions_file), k_per_query=1)
+    shallow = ExpandedRetriever(OverlapRetriever(passages=PASSAGES), FileExpander(expansions_file), k_per_query=1, **old)
     assert ids(shallow.search([QUESTION], k=5)[0]) == ["u1", "u3", "u4"]
 
 
 def test_expanded_retriever_keeps_the_retriever_contract(expansions_file):
     from berds.retrievers.base import contract_problems
 
-    wrapped = ExpandedRetriever(OverlapRetriever(passages=PASSAGES), FileExpander(expansions_file))
+    wrapped = ExpandedRetriever(OverlapRetriever(passages=PASSAGES), FileExpander(expansions_file), merge="skip-duplicates")
     results = wrapped.search([QUESTION], k=4)
     assert contract_problems([QUESTION], results, 4) == []
+    # the study's merge keeps repeats: allowed only for a retriever that declares it
+    keeping = ExpandedRetriever(OverlapRetriever(passages=PASSAGES), FileExpander(expansions_file))
+    results = keeping.search([QUESTION], k=6)
+    assert keeping.allows_duplicates and contract_problems([QUESTION], results, 6, allow_duplicates=True) == []
 
 
 def test_llm_expander_uses_the_prompt_and_falls_back_only_when_asked():
@@ -200,13 +207,15 @@ def test_llm_expander_uses_the_prompt_and_falls_back_only_when_asked():
     assert "Question: Should cities build bike lanes?" in llm.prompts[0] and "JSON object" in llm.prompts[0]
     with pytest.raises(ExpansionParseError, match="question 'o'"):
         expander.expand([bikes, other])
-    lenient = LLMExpander(llm, on_error="question", n=3)
+    with pytest.raises(BerdsError, match="lets the model decide"):
+        LLMExpander(llm, n=3)  # the study's Table 12 prompt has no count
+    lenient = LLMExpander(llm, on_error="question", n=3, prompt="paraphrase")
     out = lenient.expand([bikes, other])
     assert out["o"] == [Expansion("question", "Is chess a sport?")]
     assert lenient.fallbacks == ["o"]
     assert "Write 3 diverse perspectives" in llm.prompts[-1]
     prov = lenient.provenance()
-    assert prov == {"source": "llm", "llm": "scripted-llm", "prompt_version": EXPANSION_PROMPT.version, "n": 3,
+    assert prov == {"source": "llm", "llm": "scripted-llm", "prompt_version": PARAPHRASE_EXPANSION_PROMPT.version, "n": 3,
                     "max_new_tokens": 1024, "on_error": "question", "fallbacks": 1}
 
 
@@ -217,7 +226,8 @@ def test_retrieve_with_expansion_records_options_and_combines_with_mmr(tmp_path,
 
     corpus = write_corpus(tmp_path / "corpus.jsonl", PASSAGES)
     name, options = expansion_options("analysis_fixtures:OverlapRetriever", {"corpus": str(corpus)}, expand="file",
-                                      expansions=expansions_file, record_to=tmp_path / "run" / "expansions.jsonl")
+                                      expansions=expansions_file, record_to=tmp_path / "run" / "expansions.jsonl",
+                                      query="perspective", merge="skip-duplicates")
     run = retrieve(name, [QUESTION], k=5, options=options, out=tmp_path / "run", progress=False)
     assert ids(run.hits["q1"]) == ["u1", "u3", "u4", "u2", "u5"]
     manifest = load_run(tmp_path / "run").manifest

@@ -345,8 +345,9 @@ def expected_p_yes(llm, pair, prompt="zero-shot"):
     """P(Yes) renormalised over Yes/No, from a hand-run forward pass over the judge's prompt."""
     from berds.judges.prompts import get_prompt
 
-    log_probs = first_step_logprobs(llm, get_prompt(prompt).render(document=pair.passage,
-                                                                   perspective=pair.perspective))
+    # the tiny model is a Mistral: like the study, the judge leaves the system turn out
+    log_probs = first_step_logprobs(llm, get_prompt(prompt).render(document=pair.passage, perspective=pair.perspective,
+                                                                   drop_system=True))
     words = {i: llm.tokenizer.decode([i]).strip().lower() for i in range(len(log_probs))}
     yes = sum(math.exp(log_probs[i]) for i, w in words.items() if w == "yes")  # ▁Yes, Yes, ▁yes
     no = sum(math.exp(log_probs[i]) for i, w in words.items() if w == "no")
@@ -361,10 +362,11 @@ def test_llm_judge_on_transformers_returns_verdicts_with_p_yes(tiny_llm):
     for pair, verdict in zip(PAIRS, verdicts):
         assert 0.0 < verdict.p_yes < 1.0
         assert verdict.p_yes == pytest.approx(expected_p_yes(tiny_llm, pair), abs=1e-4)
-        assert verdict.label == parse_answer(verdict.raw, "strict")[0]
+        assert verdict.label == parse_answer(verdict.raw, "berds-study")[0]
     thresholded = LLMJudge(tiny_llm, top_logprobs=vocab_size, threshold=0.5).judge(PAIRS)
     assert [v.label for v in thresholded] == [v.p_yes >= 0.5 for v in verdicts]
-    assert judge.id == f"{tiny_llm.id}|parse=strict"
+    assert judge.id == f"{tiny_llm.id}|parse=berds-study"
+    assert judge.prompt_version == "berds-study-chat-v1+no-system"
 
 
 # --------------------------------------------------------------------------- the server process

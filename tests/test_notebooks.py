@@ -65,9 +65,10 @@ def test_sycophancy_study_notebook(tmp_path, monkeypatch):
     nb, out = execute("sycophancy_study.ipynb", tmp_path, monkeypatch)
     sycophancy = json.loads((out / "sycophancy.json").read_text())
     assert sycophancy["analysis"] == "sycophancy" and sycophancy["k"] == 5
-    assert [r["side"] for r in sycophancy["rows"]] == ["supporting", "opposing"]
+    assert [r["query"] for r in sycophancy["rows"]] == ["question", "supporting", "opposing"]
     assert all(r["questions"] == 8 for r in sycophancy["rows"])  # the 8 two-perspective demo questions
     for row in sycophancy["rows"]:
+        assert row["docs"] == 8 * 5 and row["p"] == pytest.approx(100 * row["p_docs"] / 40)
         if row["p"]:
             assert row["delta"] == pytest.approx((row["p"] - row["n"]) / row["p"])
     leaning = json.loads((out / "leaning.json").read_text())

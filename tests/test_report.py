@@ -52,10 +52,15 @@ LEANING = LeaningResult(5, [{"run": "bm25", "questions": 4, "supporting only": 2
                              "neither": 0, "no_stance": 0},
                             {"run": "dense", "questions": 4, "supporting only": 0, "opposing only": 0, "both": 3,
                              "neither": 1, "no_stance": 0}])
-SYC_A = SycophancyResult(10, [{"label": "bm25", "side": "supporting", "p": 12, "n": 6, "delta": 0.5, "questions": 4},
-                              {"label": "bm25", "side": "opposing", "p": 0, "n": 3, "delta": None, "questions": 4}])
-SYC_B = SycophancyResult(10, [{"label": "dense", "side": "supporting", "p": 10, "n": 9, "delta": 0.1, "questions": 4},
-                              {"label": "dense", "side": "opposing", "p": 8, "n": 10, "delta": -0.25, "questions": 4}])
+def syc_row(label, query, p_docs, n_docs, docs=40):
+    return {"label": label, "query": query, "p": 100 * p_docs / docs, "n": 100 * n_docs / docs, "p_docs": p_docs,
+            "n_docs": n_docs, "docs": docs, "delta": (p_docs - n_docs) / p_docs if p_docs else None, "questions": 4}
+
+
+SYC_A = SycophancyResult(10, [syc_row("bm25", "question", 12, 6), syc_row("bm25", "supporting", 14, 4),
+                              syc_row("bm25", "opposing", 0, 3)])
+SYC_B = SycophancyResult(10, [syc_row("dense", "question", 10, 9), syc_row("dense", "supporting", 11, 8),
+                              syc_row("dense", "opposing", 8, 10)])
 
 
 def test_figures_are_pngs(tmp_path):
@@ -67,7 +72,7 @@ def test_figures_are_pngs(tmp_path):
 def test_merge_results_joins_rows_of_the_same_kind_and_depth():
     merged = merge_results([SYC_A, LEANING, SYC_B])
     assert [type(m).__name__ for m in merged] == ["SycophancyResult", "LeaningResult"]
-    assert [r["label"] for r in merged[0].rows] == ["bm25", "bm25", "dense", "dense"]
+    assert [r["label"] for r in merged[0].rows] == ["bm25"] * 3 + ["dense"] * 3
     other_k = SycophancyResult(5, SYC_B.rows)
     assert len(merge_results([SYC_A, other_k])) == 2
     with pytest.raises(BerdsError, match="k=10 and k=5"):
@@ -105,7 +110,7 @@ def test_build_report_over_runs_and_saved_analyses(tmp_path):
     assert len(curve) == 1 + 2 * 5 and curve[1].startswith("alpha,1,")
     md = (out / "report.md").read_text()
     assert "![MRecall@k](mrecall_curve.png)" in md and "![sycophancy](sycophancy.png)" in md
-    assert "| bm25 | opposing | 0 | 3 | n/a | 4 |" in md  # Δ undefined when p = 0
+    assert "| bm25 | opposing | 0.0 | 7.5 | n/a | 40 | 4 |" in md  # Δ undefined when p = 0
     assert md.count("Retriever sycophancy") == 1  # the two sycophancy files became one table
     with pytest.raises(BerdsError, match="nothing to report"):
         build_report([], None, tmp_path / "empty")

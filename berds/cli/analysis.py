@@ -141,13 +141,15 @@ def analyze_stance_command(
     split: str = typer.Option("test", "--split"),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N questions."),
     llm_option: List[str] = typer.Option([], "--llm-option", help="key=value for the LLM backend (repeatable)."),
+    orders: str = typer.Option("one", "--orders", help="one: ask once, perspectives in order (the study); both: both orders, reconciled."),
+    prompt: str = typer.Option("study", "--prompt", help="study (Table 15 verbatim) or paraphrase (berds' earlier A/B wording)."),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
-    """Which perspective of each two-perspective question supports it (both orders, reconciled)."""
+    """Which perspective of each two-perspective question supports it (the study's Table 15 prompt)."""
     from berds.evaluate.analyses.stance import stance_counts, stance_file
 
     stances = stance_file(questions, llm, out, split=split, limit=limit, llm_options=_options(llm_option),
-                          progress=not quiet)
+                          progress=not quiet, orders=orders, prompt=prompt)
     counts = stance_counts(stances)
     _print_table(f"stances → {out}", ["status", "questions"], [[k, str(v)] for k, v in counts.items()])
 
@@ -191,14 +193,15 @@ def analyze_sycophancy_command(
     stance_llm: Optional[str] = typer.Option(None, "--stance-llm", help="Or compute stances with this LLM (BACKEND:MODEL)."),
     split: str = typer.Option("test", "--split"),
     limit: Optional[int] = typer.Option(None, "--limit", min=1),
-    k: int = typer.Option(10, "--k", help="Passages per query that are judged."),
+    k: int = typer.Option(5, "--k", help="Top documents per run that are judged and counted (the paper: 5)."),
     label: Optional[str] = typer.Option(None, "--label", help="Name of this setting in tables and plots."),
     judge_option: List[str] = typer.Option([], "--judge-option", "-o"),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Folder: sycophancy.json/.md/.csv/.png and the two runs."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder: sycophancy.json/.md/.csv/.png and the three runs."),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
-    """Retrieve with the supporting and with the opposing perspective as the query; Δ = (p − n)/p per side."""
+    """Retrieve with the question, the supporting and the opposing perspective as the query; per run
+    Δ = (p − n)/p, p and n the % of top-k documents containing the supporting / opposing perspective (Fig. 3)."""
     from berds.studies.sycophancy import sycophancy_from_source
 
     retriever_options = _options(option)

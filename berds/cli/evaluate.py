@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
 
 
 def eval_command(
-    runs: List[Path] = typer.Argument(..., help="Run folders or BERDS-format jsonl files."),
+    runs: Optional[List[Path]] = typer.Argument(None, help="Run folders or BERDS-format jsonl files."),
     judge: str = typer.Option("embedded", "--judge", "-j", help="Judge name (berds judges list), BACKEND:MODEL, or debate:NAME."),
     k: List[int] = typer.Option([5, 10], "--k", help="Cut-offs; repeat for several."),
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value passed to the judge/backend (repeatable)."),
@@ -29,9 +29,10 @@ def eval_command(
     overwrite: str = typer.Option("only-missing", "--overwrite", help="only-missing | always | never"),
     title_position: str = typer.Option("after", "--title-position", help="Judge sees text+title (after, the study), title+text (before) or none."),
     allow_short: bool = typer.Option(False, "--allow-short", help="Score questions with fewer than k passages (missing ranks count as unsupported)."),
-    duplicates: str = typer.Option("refuse", "--duplicates", help="A passage listed twice in one question's ranking: refuse (default) | dedupe (keep the first)."),
+    duplicates: str = typer.Option("refuse", "--duplicates", help="A passage listed twice in one question's ranking: refuse (default) | dedupe (keep the first) | keep (count every occurrence, as the study's expansion runs did; run folders that repeat on purpose are read so by default)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write metrics here instead of next to the run."),
-    write_legacy: bool = typer.Option(False, "--write-legacy", help="Also write the run with inline 'mistral-preds' lists (original BERDS layout)."),
+    write_legacy: bool = typer.Option(False, "--write-legacy", help="Also write run.mistralpred.jsonl: each judged ctx with 'mistral-preds' (one boolean per perspective), what the original BERDS evaluation reads."),
+    from_predictions: Optional[Path] = typer.Option(None, "--from-predictions", help="Compute metrics from the 'mistral-preds' already in this file (the original compute-only mode); no judge."),
     engine: str = typer.Option("local", "--engine", help="local | ray"),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (with --engine ray)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
@@ -41,8 +42,16 @@ def eval_command(
     """Judge retrieval runs against their gold perspectives and report MRecall@k / Precision@k."""
     from rich.console import Console
 
+    from berds.errors import BerdsError
     from berds.evaluate.evaluation import EvalOptions, evaluate_paths, metrics_table
     from berds.registry import parse_options
+
+    if from_predictions is not None:
+        if runs:
+            raise BerdsError("--from-predictions FILE computes metrics from that file alone; drop the run arguments")
+        return _eval_from_predictions(from_predictions, tuple(k), allow_short=allow_short, out=out)
+    if not runs:
+        raise BerdsError("name at least one run folder or BERDS-format jsonl (or --from-predictions FILE)")
 
     options = parse_options(judge_option)
     if measure:
@@ -51,8 +60,6 @@ def eval_command(
         check_measures(measure)  # before any judging
     if rounds is not None:
         if not judge.startswith("debate:"):
-            from berds.errors import BerdsError
-
             raise BerdsError(f"--rounds is for debate judges; use --judge debate:{judge} --rounds {rounds}")
         options["rounds"] = rounds
     eval_options = EvalOptions(ks=tuple(k), overwrite=overwrite, title_position=title_position, allow_short=allow_short,
@@ -87,6 +94,21 @@ def eval_command(
             console.print(f"qrels (qid subtopic docid rel) → {qrels}", highlight=False)
 
 
+def _eval_from_predictions(path: Path, ks: tuple[int, ...], *, allow_short: bool, out: Optional[Path]) -> None:
+    from rich.console import Console
+
+    from berds.evaluate.evaluation import EvalOptions, eval_output_dir, evaluate_predictions, metrics_table
+    from berds.io import write_json
+
+    _, result = evaluate_predictions(path, EvalOptions(ks=ks, allow_short=allow_short, progress=False, use_cache=False))
+    target = eval_output_dir(path, out, 1)
+    target.mkdir(parents=True, exist_ok=True)
+    write_json(target / "metrics.json", result.to_json())
+    console = Console()
+    console.print(metrics_table([result], title="BERDS metrics from stored predictions"))
+    console.print(f"{path}: {result.stats.pairs} stored predictions → {target / 'metrics.json'}", highlight=False)
+
+
 def demo_command(
     out: Path = typer.Option(Path("demo-out"), "--out", help="Folder for the corpus, indexes, runs and judgements."),
     judge: str = typer.Option("embedded", "--judge", "-j", help="Judge for the main table."),
@@ -112,9 +134,10 @@ def judges_list() -> None:
         table.add_column(col, overflow="fold")
     for spec in JUDGES.specs():
         table.add_row(spec.name, spec.description, ", ".join(spec.tags), spec.source)
-    table.add_row("transformers:MODEL", "Any HF chat model (path or hub name) with the study's prompt; adapter=PATH for LoRA.", "llm extra", "generic")
+    table.add_row("transformers:MODEL", "Any HF model (path or hub name) with the study's prompt; adapter=PATH for LoRA; prompt=plain for base models.", "llm extra", "generic")
     table.add_row("openai:MODEL", "Any OpenAI-compatible endpoint; base_url=URL, key from $OPENAI_API_KEY.", "api", "generic")
     table.add_row("vllm:MODEL", "vLLM offline batch inference.", "gpu", "generic")
+    table.add_row("nli:MODEL", "Entailment model (premise = passage, hypothesis = perspective); P(entail) >= threshold=0.5.", "llm extra", "generic")
     table.add_row("calibrated:NAME", "Judge NAME with the P(Yes) threshold stored by `berds judge calibrate`.", "", "generic")
     table.add_row("debate:NAME", "Devil's-advocate wrapper around judge NAME (--rounds N).", "", "generic")
     Console().print(table)

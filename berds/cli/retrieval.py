@@ -159,6 +159,9 @@ def retrieve_command(
     expansions: Optional[Path] = typer.Option(None, "--expansions", help="Precomputed perspectives jsonl ({id, question, expansions: [{name, text}]})."),
     llm: Optional[str] = typer.Option(None, "--llm", help="BACKEND:MODEL that writes the perspectives for --expand llm."),
     llm_option: List[str] = typer.Option([], "--llm-option", help="key=value for the expansion LLM backend (repeatable)."),
+    expansion_query: str = typer.Option("question+perspective", "--expansion-query", help="Query per perspective: question+perspective (the study) or perspective."),
+    expansion_merge: str = typer.Option("keep-duplicates", "--expansion-merge", help="Round-robin merge: keep-duplicates (the study's code) or skip-duplicates (the paper)."),
+    expansion_prompt: str = typer.Option("study", "--expansion-prompt", help="study (Table 12, verbatim) or paraphrase (berds' earlier wording) for --expand llm."),
 ) -> None:
     """Retrieve the top k passages for each question into a run folder (what `berds eval` reads)."""
     from berds.retrievers.retrieve import retrieve
@@ -169,7 +172,9 @@ def retrieve_command(
         from berds.retrievers.expansion import expansion_options
 
         retriever, options = expansion_options(retriever, options, expand=expand, expansions=expansions, llm=llm,
-                                               llm_options=_options(llm_option), record_to=out / "expansions.jsonl")
+                                               llm_options=_options(llm_option), record_to=out / "expansions.jsonl",
+                                               query=expansion_query, merge=expansion_merge,
+                                               **({"prompt": expansion_prompt} if expand == "llm" else {}))
     retrieve(retriever, questions, k=k, split=split, limit=limit, options=options, out=out, overwrite=overwrite,
              batch_size=batch_size, name=name, progress=not quiet)
 

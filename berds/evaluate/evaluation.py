@@ -138,7 +138,8 @@ class EvalOptions:
     * ``cache_path`` / ``use_cache`` — the judgement cache file (default ``$BERDS_HOME/judgements.sqlite``);
     * ``out`` / ``write_legacy`` — where ``evaluate_paths`` writes, and whether it also writes inline predictions;
     * ``judge_runner`` — replaces ``judge_missing`` (``berds.evaluate.judging.judge_runner_for(engine)``);
-    * ``duplicates`` — a passage listed twice in one question's ranking: ``refuse`` (default) or ``dedupe``.
+    * ``duplicates`` — a passage listed twice in one question's ranking: ``refuse`` (default; a run folder
+      whose manifest says its repeats are on purpose is read with ``keep``), ``dedupe`` or ``keep``.
 
     Values are checked when the options are made, before any run is read or judged.
     """
@@ -154,11 +155,11 @@ class EvalOptions:
     out: str | Path | None = None
     write_legacy: bool = False
     judge_runner: Callable[..., dict[tuple[str, str], Verdict]] | None = None
-    duplicates: str = "refuse"  # a passage twice in one ranking: "refuse" or "dedupe" (berds.runs.unique_hits)
+    duplicates: str = "refuse"  # a passage twice in one ranking: "refuse", "dedupe" or "keep" (berds.runs.unique_hits)
 
     def __post_init__(self) -> None:
-        if self.duplicates not in ("refuse", "dedupe"):
-            raise BerdsError(f"unknown --duplicates {self.duplicates!r}; use refuse or dedupe")
+        if self.duplicates not in ("refuse", "dedupe", "keep"):
+            raise BerdsError(f"unknown --duplicates {self.duplicates!r}; use refuse, dedupe or keep")
         if self.overwrite not in OVERWRITE_POLICIES:
             raise BerdsError(f"unknown overwrite policy {self.overwrite!r}; use one of {', '.join(OVERWRITE_POLICIES)}")
         if self.title_position not in TITLE_POSITIONS:
@@ -276,7 +277,7 @@ def judge_slug(judge_id: str) -> str:
 def write_eval_outputs(result: EvalResult, run: Run, out_dir: str | Path, *, legacy_jsonl: bool = False) -> dict[str, Path]:
     """Write ``metrics.json`` and ``judgements.jsonl`` (and optionally the legacy inline predictions)."""
     from berds.io import atomic_write, write_json
-    from berds.runs import legacy_predictions, write_ctxs_jsonl
+    from berds.runs import LEGACY_PREDICTIONS, write_legacy_predictions
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -284,12 +285,46 @@ def write_eval_outputs(result: EvalResult, run: Run, out_dir: str | Path, *, leg
     write_json(paths["metrics"], result.to_json())
     with atomic_write(paths["judgements"]) as f:
         f.writelines(result.judgement_lines(run))
-    if legacy_jsonl:
-        paths["legacy"] = out / "run.mistral-preds.jsonl"
-        labels = {qid: m.tolist() for qid, m in result.support.items()}
-        cut = Run(run.questions, {qid: run.hits[qid][: result.depth] for qid in run.questions}, run.manifest, run.name)
-        write_ctxs_jsonl(cut, paths["legacy"], extra=legacy_predictions(labels))
+    if legacy_jsonl:  # what the original evaluation's compute-only mode reads (berds.runs.read_predictions)
+        paths["legacy"] = write_legacy_predictions(run, result.support, out / LEGACY_PREDICTIONS)
     return paths
+
+
+PREDICTIONS_JUDGE = "predictions-in-file"
+
+
+def evaluate_predictions(path: str | Path, options: EvalOptions | Sequence[int] | None = None, **changes: Any
+                         ) -> tuple[Run, EvalResult]:
+    """The original evaluation's compute-only mode: metrics from the ``mistral-preds`` already stored in
+    each ctx of ``path`` (as ``--write-legacy`` writes them); no judge, no cache. The top ``max(ks)``
+    passages must carry predictions (``allow_short``: missing ones count as unsupported)."""
+    from berds.runs import read_predictions
+
+    opts = as_options(options, changes)
+    run, labels = read_predictions(path)
+    depth = max(opts.ks)
+    support: dict[str, np.ndarray] = {}
+    per_question: dict[str, dict[str, float]] = {}
+    for qid, rows in labels.items():
+        judged = len(rows[0]) if rows else 0
+        if judged < depth and not opts.allow_short:
+            raise InputError(f"question has predictions for {judged} passages but k={depth} needs {depth}",
+                             path=path, record=qid,
+                             fix="use a smaller --k, or --allow-short to count missing ranks as unsupported")
+        s = np.zeros((len(rows), depth), dtype=bool)
+        for i, row in enumerate(rows):
+            s[i, : min(depth, len(row))] = row[:depth]
+        support[qid] = s
+        per_question[qid] = question_metrics(s, opts.ks)
+    datasets = {qid: q.dataset for qid, q in run.questions.items()}
+    n = sum(m.size for m in support.values())
+    result = EvalResult(
+        run_name=run.name, judge_id=PREDICTIONS_JUDGE, prompt_version=f"from:{Path(path).name}", ks=opts.ks,
+        depth=depth, support=support, p_yes={q: np.full(m.shape, np.nan) for q, m in support.items()},
+        per_question=per_question, averages=aggregate(per_question, datasets),
+        stats=JudgeStats(pairs=n), datasets=datasets, manifest=dict(run.manifest),
+    )
+    return run, result
 
 
 def metrics_table(results: Sequence[EvalResult], *, title: str = "BERDS metrics") -> Any:

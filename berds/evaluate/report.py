@@ -125,29 +125,35 @@ def plot_leaning(result: Any, path: str | Path) -> Path:
     return _save(fig, path)
 
 
+QUERY_COLOURS = {"question": "#9e9e9e", "supporting": "#2e7d32", "opposing": "#c62828"}
+
+
 def plot_sycophancy(result: Any, path: str | Path) -> Path:
-    """Grouped bars of Δ (%) per setting, one bar per side, annotated with p/n counts."""
+    """The study's Fig. 3: Δ (%) per setting, one bar per query (question, supporting, opposing
+    perspective), annotated with the p/n document counts."""
     settings = list(dict.fromkeys(r["label"] for r in result.rows))
-    fig = _figure(max(5.0, 1.4 * len(settings) + 2), 3.8)
+    queries = [q for q in QUERY_COLOURS if any(r["query"] == q for r in result.rows)]
+    fig = _figure(max(5.0, 1.6 * len(settings) + 2), 3.8)
     ax = fig.add_subplot(1, 1, 1)
-    width = 0.38
+    width = 0.8 / max(len(queries), 1)
     x = np.arange(len(settings))
-    for offset, side in ((-width / 2, "supporting"), (width / 2, "opposing")):
-        rows = {r["label"]: r for r in result.rows if r["side"] == side}
+    for i, query in enumerate(queries):
+        offset = (i - (len(queries) - 1) / 2) * width
+        rows = {r["label"]: r for r in result.rows if r["query"] == query}
         values = [100 * rows[s]["delta"] if s in rows and rows[s]["delta"] is not None else 0.0 for s in settings]
-        bars = ax.bar(x + offset, values, width, color=SIDE_COLOURS[side], label=f"{side} perspective")
+        bars = ax.bar(x + offset, values, width, color=QUERY_COLOURS[query], label=f"query: {query}")
         for bar, s in zip(bars, settings):
             row = rows.get(s)
             if row is None:
                 continue
-            text = "n/a" if row["delta"] is None else f"{row['p']}/{row['n']}"
+            text = "n/a" if row["delta"] is None else f"{row['p_docs']}/{row['n_docs']}"
             y = bar.get_height()
             ax.text(bar.get_x() + bar.get_width() / 2, y, text, ha="center", va="bottom" if y >= 0 else "top", fontsize=7)
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(x)
     ax.set_xticklabels(settings, rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("Δ = (p − n) / p  (%)")
-    ax.set_title(f"Sycophancy: top {result.k}, bars annotated p/n", fontsize=9)
+    ax.set_title(f"Sycophancy: top {result.k}, bars annotated p/n documents", fontsize=9)
     ax.legend(fontsize=8, frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
     return _save(fig, path)

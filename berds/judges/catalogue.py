@@ -1,7 +1,8 @@
 """The judge catalogue: names -> judges (``berds judges list``), and ``load_judge`` for every form of name.
 
 ``load_judge`` accepts a catalogue name (``embedded``, ``mistral-berds``, ...), ``BACKEND:MODEL``
-(``transformers:/models/mistral``, ``openai:gpt-4o``, ``vllm:...``), ``debate:NAME`` (a devil's-advocate
+(``transformers:/models/mistral``, ``openai:gpt-4o``, ``vllm:...``), ``nli:MODEL`` (an entailment model,
+``berds.judges.nli``), ``debate:NAME`` (a devil's-advocate
 wrapper, ``berds.judges.debate``), ``calibrated:NAME`` (judge NAME with the P(Yes) threshold
 ``berds judge calibrate`` stored for it, ``berds.judges.threshold``) or ``module:attr``.
 """
@@ -38,7 +39,8 @@ JUDGES.register(Spec(
     loader="berds.judges.llm_judge:llm_judge",
     description="The study's evaluator: Mistral-7B-Instruct-v0.2 + BERDS LoRA adapter, transformers, greedy, 16 tokens.",
     options={"backend": "transformers", "model": "mistralai/Mistral-7B-Instruct-v0.2",
-             "adapter": "timchen0618/Mistral_BERDS_evaluator", "prompt": "zero-shot"},
+             "adapter": "timchen0618/Mistral_BERDS_evaluator", "prompt": "zero-shot", "system": "drop",
+             "parse": "berds-study"},
     tags=("gpu",),
 ))
 JUDGES.register(Spec(
@@ -46,14 +48,15 @@ JUDGES.register(Spec(
     loader="berds.judges.llm_judge:llm_judge",
     description="The study's evaluator through vLLM offline batching with prefix caching (GPU).",
     options={"backend": "vllm", "model": "mistralai/Mistral-7B-Instruct-v0.2",
-             "adapter": "timchen0618/Mistral_BERDS_evaluator", "prompt": "zero-shot"},
+             "adapter": "timchen0618/Mistral_BERDS_evaluator", "prompt": "zero-shot", "system": "drop",
+             "parse": "berds-study"},
     tags=("gpu",),
 ))
 JUDGES.register(Spec(
     name="gpt-4-oneshot",
     loader="berds.judges.llm_judge:llm_judge",
     description="GPT-4 one-shot through an OpenAI-compatible API (key from OPENAI_API_KEY).",
-    options={"backend": "openai", "model": "gpt-4", "prompt": "one-shot"},
+    options={"backend": "openai", "model": "gpt-4", "prompt": "one-shot", "system": "keep", "parse": "berds-study"},
     tags=("api",),
 ))
 
@@ -66,11 +69,15 @@ def check_judge_name(name: str) -> None:
         return
     if sep and prefix in ("debate", "calibrated"):
         return check_judge_name(rest)
+    if sep and prefix == "nli":
+        if not rest:
+            raise BerdsError(f"judge {name!r} names no model: use nli:MODEL_NAME_OR_PATH")
+        return
     try:
         JUDGES.spec(name)
     except UnknownNameError as exc:
         raise UnknownNameError(
-            "judge", name, JUDGES.names() + [f"{b}:MODEL" for b in ("transformers", "vllm", "openai")]
+            "judge", name, JUDGES.names() + [f"{b}:MODEL" for b in ("transformers", "vllm", "openai", "nli")]
         ) from exc
 
 
@@ -81,6 +88,12 @@ def load_judge(name: str, **options: Any) -> Judge:
         if not rest:
             raise BerdsError(f"judge {name!r} names no model: use {prefix}:MODEL_NAME_OR_PATH")
         return llm_judge(backend=prefix, model=rest, **options)
+    if sep and prefix == "nli":
+        from berds.judges.nli import NLIJudge
+
+        if not rest:
+            raise BerdsError(f"judge {name!r} names no model: use nli:MODEL_NAME_OR_PATH")
+        return NLIJudge(rest, **options)
     if sep and prefix == "debate":
         from berds.judges.debate import DebateJudge
 

@@ -109,6 +109,9 @@ class DebateJudge:
         if found is None:
             raise BerdsError(f"the debate judge needs an LLM scorer (an LLM judge such as transformers:MODEL or "
                              f"mistral-berds); judge {inner.id!r} has no LLM to revise its answers with")
+        if getattr(getattr(found[0], "prompt", None), "plain", False):
+            raise BerdsError("the debate judge continues the scorer's conversation, which a plain (no chat template) "
+                             "prompt does not have — use a chat prompt (-o prompt=zero-shot or one-shot)")
         self.inner = inner
         self.scorer = found[0]
         self.rounds = rounds
@@ -161,7 +164,8 @@ class DebateJudge:
             states.append(_PairState(
                 pair=pair, answer=v.label, parsed=parsed, raw=v.raw, p_yes=v.p_yes, history=[v.label],
                 transcript=[{"round": 0, "role": "scorer", "text": v.raw, "answer": _as_yes_no(v.label) if parsed else None}],
-                messages=scorer.prompt.render(document=pair.passage, perspective=pair.perspective, question=pair.question)
+                messages=(scorer.render(pair) if hasattr(scorer, "render") else
+                          scorer.prompt.render(document=pair.passage, perspective=pair.perspective, question=pair.question))
                 + [{"role": "assistant", "content": v.raw.strip() or _as_yes_no(v.label)}],
                 initial=v.label,
             ))

@@ -16,24 +16,65 @@ from berds.types import JudgePair, Verdict
 
 # ---------------------------------------------------------------------------------------- parsing
 
-PARSE_MODES = ("strict", "berds-parity")
+PARSE_MODES = ("berds-study", "strict", "yes-anywhere")
 _FIRST_WORD = re.compile(r"[A-Za-z]+")
+# The markers the study's code cut the reply at, in its order (the text after the last one is kept).
+STUDY_ANSWER_MARKERS = ("Answer:", "The answer is", "The answer is:",
+                        "Based on the information provided in the document, the answer is")
 
 
-def parse_answer(text: str, mode: str = "strict") -> tuple[bool, bool]:
+def study_answer(reply: str) -> tuple[bool, bool]:
+    """The study's answer rule, exactly as its released evaluation applied it (``(label, parsed)``).
+
+    A reply starting with ``{`` is read as a dict (JSON, else a Python literal) and is Yes when its
+    ``Answer`` field is "yes" in any case (a dict that cannot be read: No, ``parsed=False``). Otherwise the
+    text after the last ``Answer:``, then after the last ``The answer is``, ``The answer is:`` and
+    ``Based on the information provided in the document, the answer is`` (case-sensitive, in that order)
+    is stripped and lower-cased; it is Yes when it starts with ``yes`` or ``(yes``, equals ``y`` or ``ye``,
+    ends with ``yes``, ``yes.`` or ``yes".``, or starts with ``entail`` or ``true``; everything else is No.
+    """
+    text = reply.strip()
+    if text.startswith("{"):
+        import ast
+        import json
+
+        try:
+            record = json.loads(text)
+        except ValueError:
+            try:
+                record = ast.literal_eval(text)
+            except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+                return False, False
+        if not isinstance(record, dict):
+            return False, False
+        return str(record.get("Answer", "")).strip().lower() == "yes", True
+    for marker in STUDY_ANSWER_MARKERS:
+        text = text.split(marker)[-1]
+    text = text.strip().lower()
+    yes = (text.startswith(("yes", "(yes")) or text in ("y", "ye") or text.endswith(("yes", "yes.", 'yes".'))
+           or text.startswith(("entail", "true")))
+    return yes, True
+
+
+def parse_answer(text: str, mode: str = "berds-study") -> tuple[bool, bool]:
     """Turn a judge's reply into ``(label, parsed)``.
 
+    * ``berds-study`` (default): the study's rule (``study_answer``), the one its published numbers used.
     * ``strict``: the first word (ignoring leading spaces, quotes, ``*`` and punctuation) must be
       ``yes`` or ``no`` in any case; anything else is *unparsed* and counts as No (``parsed=False``, so
       evaluations can report how many answers were unusable).
-    * ``berds-parity``: the original BERDS scripts' rule — the reply counts as support when the
-      lower-cased text contains ``"yes"`` anywhere (so "Yes", "yes.", "I'd say yes" are Yes, but also
-      "eyes" is). Always ``parsed=True``.
+    * ``yes-anywhere``: berds' earlier rule (called ``berds-parity`` before, wrongly: it is *not* the
+      study's) — support when the lower-cased text contains ``"yes"`` anywhere ("eyes" too).
+      Always ``parsed=True``.
     """
-    if mode == "berds-parity":
+    if mode == "berds-study":
+        return study_answer(text)
+    if mode == "yes-anywhere":
         return ("yes" in text.lower(), True)
     if mode != "strict":
-        raise BerdsError(f"unknown answer parsing mode {mode!r}; use one of {', '.join(PARSE_MODES)}")
+        raise BerdsError(f"unknown answer parsing mode {mode!r}; use one of {', '.join(PARSE_MODES)}"
+                         + (" (berds-parity was renamed yes-anywhere; the study's rule is berds-study)"
+                            if mode == "berds-parity" else ""))
     match = _FIRST_WORD.search(text)
     word = match.group(0).lower() if match else ""
     if word == "yes":
@@ -66,10 +107,25 @@ def p_yes_from_logprobs(logprobs: Mapping[str, float] | None) -> float | None:
 # ---------------------------------------------------------------------------------------- LLM judge
 
 
+SYSTEM_TURN = ("auto", "keep", "drop")
+
+
+def drops_system_turn(system: str, llm_id: str) -> bool:
+    """``auto``: drop the system turn for Mistral models (the study's code passed Mistral only the turns
+    after it; GPT-4 got them all); ``keep`` / ``drop`` force it."""
+    if system not in SYSTEM_TURN:
+        raise BerdsError(f"unknown system option {system!r}; use one of {', '.join(SYSTEM_TURN)}")
+    return system == "drop" or (system == "auto" and "mistral" in llm_id.lower())
+
+
 class LLMJudge:
     """The study's judge: a Yes/No prompt to an LLM, greedy decoding, 16 new tokens.
 
-    ``llm`` is any ``berds.llm.base.LLM``. ``parse`` is ``strict`` or ``berds-parity``. When
+    ``llm`` is any ``berds.llm.base.LLM``. ``prompt`` is a ``berds.judges.prompts`` name (``zero-shot``,
+    the study's chat prompt, by default). ``system`` (``auto``/``keep``/``drop``) decides whether the
+    prompt's system turn is sent; ``auto`` drops it for Mistral models, as the study did, and the prompt
+    version records a dropped turn (``...+no-system``). ``parse`` is ``berds-study`` (default),
+    ``strict`` or ``yes-anywhere``. When
     ``threshold`` is set and the backend exposes log-probabilities, the label is ``P(Yes) >= threshold``
     (a calibrated judge, see ``berds judge calibrate``); otherwise the parsed answer decides.
     """
@@ -79,7 +135,8 @@ class LLMJudge:
         llm: Any,
         *,
         prompt: str | PromptTemplate = "zero-shot",
-        parse: str = "strict",
+        parse: str = "berds-study",
+        system: str = "auto",
         max_new_tokens: int = 16,
         top_logprobs: int = 5,
         threshold: float | None = None,
@@ -99,10 +156,17 @@ class LLMJudge:
         self.name = redact_text(name or llm.id)
         suffix = f"|parse={parse}" + (f"|threshold={threshold:g}" if threshold is not None else "")
         self.id = redact_text(f"{llm.id}{suffix}")
-        self.prompt_version = self.prompt.version
+        self.system = system
+        self.drop_system = drops_system_turn(system, llm.id) and self.prompt.has_system_turn
+        self.prompt_version = self.prompt.version + ("+no-system" if self.drop_system else "")
+
+    def render(self, pair: JudgePair) -> list[dict[str, str]]:
+        """The messages sent for one pair (the system turn left out when ``drop_system``)."""
+        return self.prompt.render(document=pair.passage, perspective=pair.perspective, question=pair.question,
+                                  drop_system=self.drop_system)
 
     def prompts_for(self, pairs: Sequence[JudgePair]) -> list[list[dict[str, str]]]:
-        return [self.prompt.render(document=p.passage, perspective=p.perspective, question=p.question) for p in pairs]
+        return [self.render(p) for p in pairs]
 
     def judge(self, pairs: Sequence[JudgePair]) -> list[Verdict]:
         if not pairs:
@@ -121,7 +185,7 @@ class LLMJudge:
         return verdicts
 
 
-_JUDGE_KEYS = {"prompt", "parse", "max_new_tokens", "top_logprobs", "threshold", "name"}
+_JUDGE_KEYS = {"prompt", "parse", "system", "max_new_tokens", "top_logprobs", "threshold", "name"}
 
 
 def llm_judge(*, backend: str, model: str, **options: Any) -> LLMJudge:

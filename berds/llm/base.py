@@ -1,7 +1,7 @@
 """One interface for every LLM backend (transformers, vLLM, OpenAI-compatible HTTP, ...).
 
 A prompt is a list of chat messages ``[{"role": "user", "content": "..."}]``; the backend applies the
-model's chat template. Generation is greedy unless ``temperature > 0``. When ``top_logprobs > 0`` and the
+model's chat template. ``plain_prompt(text)`` (one message with role ``plain``) is sent as raw text instead. Generation is greedy unless ``temperature > 0``. When ``top_logprobs > 0`` and the
 backend can, each ``Generation`` carries the log-probabilities of the most likely *first* tokens, which
 the judge turns into P(Yes).
 """
@@ -43,6 +43,19 @@ class LLM(Protocol):
     ) -> list[Generation]:
         """Generate one completion per prompt, in order."""
         ...
+
+
+PLAIN_ROLE = "plain"
+
+
+def plain_prompt(text: str) -> list[dict[str, str]]:
+    """A prompt sent as raw text, with *no* chat template (for base models and the study's ``.plain`` prompt
+    files): one message with role ``plain``. Local backends put only the tokenizer's BOS before it."""
+    return [{"role": PLAIN_ROLE, "content": text}]
+
+
+def is_plain(prompt: Prompt) -> bool:
+    return len(prompt) == 1 and prompt[0].get("role") == PLAIN_ROLE
 
 
 def user_prompt(text: str, system: str | None = None) -> list[dict[str, str]]:

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from berds.errors import BerdsError
-from berds.llm.base import ContinuationScore, Generation, Prompt
+from berds.llm.base import PLAIN_ROLE, ContinuationScore, Generation, Prompt
 from berds.llm.secrets import redact_text, redact_url, url_credentials
 from berds.llm.shared import check_generation_options, generation_from_token_logprobs, normalise_prompts
 
@@ -164,6 +164,10 @@ class OpenAILLM:
         check_generation_options(max_new_tokens, temperature, top_logprobs)
         if not messages:
             return []
+        if any(m[0]["role"] == PLAIN_ROLE for m in messages):
+            raise BerdsError(f"{self.url} is a chat-completions endpoint and cannot take a plain (no chat template) "
+                             "prompt — use a chat prompt (-o prompt=zero-shot|one-shot) here, or the transformers / "
+                             "vllm backend for plain prompts")
 
         stop = threading.Event()  # set on the first failure (or Ctrl-C): other workers stop retrying
 

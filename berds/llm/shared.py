@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from berds.errors import BerdsError
-from berds.llm.base import Generation, Prompt
+from berds.llm.base import PLAIN_ROLE, Generation, Prompt
 
 ROLES = ("system", "user", "assistant")
 
@@ -42,6 +42,9 @@ def normalise_prompts(prompts: Sequence[Prompt]) -> list[list[dict[str, str]]]:
         for j, message in enumerate(prompt):
             role = message.get("role") if isinstance(message, Mapping) else None
             content = message.get("content") if isinstance(message, Mapping) else None
+            if role == PLAIN_ROLE and len(prompt) == 1 and isinstance(content, str):
+                messages.append({"role": role, "content": content})  # raw text, no chat template
+                continue
             if role not in ROLES or not isinstance(content, str):
                 raise BerdsError(f"prompt {i}, message {j}: expected {{'role': one of {', '.join(ROLES)}, "
                                  f"'content': str}}, got {message!r:.120}")
@@ -83,7 +86,13 @@ def render_chat(tokenizer: Any, messages: Sequence[Mapping[str, str]], *, chat_t
     When the template rejects a ``system`` message, the system text is folded into the first user turn
     (``fold_system_into_user``) and the template applied again. A tokenizer without a chat template
     needs ``chat_template=`` (a Jinja string).
+
+    A plain prompt (``berds.llm.base.plain_prompt``) gets no chat template: its text as is, after the
+    tokenizer's BOS token (what ``tokenizer(text)`` would add; backends tokenize without special tokens).
     """
+    if len(messages) == 1 and messages[0]["role"] == PLAIN_ROLE:
+        bos = getattr(tokenizer, "bos_token", None) or ""
+        return bos + messages[0]["content"]
     template = chat_template or getattr(tokenizer, "chat_template", None)
     if not template:
         name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__

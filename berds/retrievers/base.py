@@ -51,11 +51,12 @@ def provenance_of(retriever: Any) -> dict[str, Any]:
     return info
 
 
-def contract_problems(questions: Sequence[Question], results: Any, k: int) -> list[str]:
+def contract_problems(questions: Sequence[Question], results: Any, k: int, *, allow_duplicates: bool = False) -> list[str]:
     """Ways ``results`` (what ``search(questions, k=k)`` returned) break the retriever contract.
 
     Empty when everything is fine. Used by ``retrieve`` (which refuses a broken result) and by the
-    plug-in contract test (which reports every problem).
+    plug-in contract test (which reports every problem). ``allow_duplicates`` is for retrievers that
+    declare ``allows_duplicates = True`` (the study's expansion merge keeps repeated passages).
     """
     if not isinstance(results, (list, tuple)):
         return [f"search() must return a list (one list of hits per question), got {type(results).__name__}"]
@@ -74,7 +75,7 @@ def contract_problems(questions: Sequence[Question], results: Any, k: int) -> li
         if len(hits) > k:
             problems.append(f"{where}: {len(hits)} hits for k={k} (at most k allowed)")
         ids = [h.passage.id for h in hits]
-        if len(set(ids)) != len(ids):
+        if len(set(ids)) != len(ids) and not allow_duplicates:
             dup = next(i for i in ids if ids.count(i) > 1)
             problems.append(f"{where}: passage {dup!r} appears twice")
         if any(not math.isfinite(float(h.score)) for h in hits):

@@ -1,24 +1,31 @@
 """LLM query expansion: a wrapper that makes any retriever search with several perspectives per question.
 
-The BERDS study's expansion baseline asks an LLM to write diverse perspectives on the question (as
-JSON, its Table 12 prompt), uses each perspective as a query, and merges the ranked lists
-**round-robin in generation order** — rank 1 of every perspective's list, then rank 2, ... — skipping
-passages already taken and keeping the first ``k``.
+The BERDS study's expansion baseline asks an LLM (GPT-4) to write diverse perspectives on the question
+as a JSON object (its Table 12 prompt, shipped as ``berds/data/study_prompts/query-expansion.txt``),
+searches with one query per perspective — ``question + " " + perspective_text``, as its released
+expansion files record — and merges the ranked lists **round-robin in generation order**: rank 1 of every
+perspective's list, then rank 2, ..., keeping the first ``k``.
+
+The study's released code keeps a passage that two lists share each time it comes up (``merge=
+"keep-duplicates"``, the default here, since it produced the published numbers); its paper says
+duplicates are skipped (``merge="skip-duplicates"``). ``query="perspective"`` searches with the
+perspective text alone (berds' earlier behaviour).
 
     from berds.retrievers.expansion import ExpandedRetriever, FileExpander
     base = load_retriever("bm25", index="indexes/wiki-bm25")
     retriever = ExpandedRetriever(base, FileExpander("kialo.dev.expansions.jsonl"))
     hits = retriever.search(questions, k=100)
 
-Perspectives come from an ``Expander``: ``FileExpander`` reads precomputed ones (the format of
-``shared/data/berds-dev/*.expansions.jsonl``: ``{"id", "question", "expansions": [{"name", "text"}]}``),
-``LLMExpander`` asks any ``berds.llm`` backend. LLM output is parsed tolerantly (code fences, prose
-around the JSON, trailing commas, Python-style quotes, nested values); output with no usable
-perspective raises ``ExpansionParseError`` naming the question and showing the start of the output.
+Perspectives come from an ``Expander``: ``FileExpander`` reads precomputed ones (the study's released
+format: ``{"id", "question", "expansions": [{"name", "text"}]}`` per line), ``LLMExpander`` asks any
+``berds.llm`` backend. LLM output is parsed tolerantly (code fences, prose around the JSON, trailing
+commas, Python-style quotes, nested values); output with no usable perspective raises
+``ExpansionParseError`` naming the question and showing the start of the output.
 
 Merged hits are re-scored ``n − position`` (n hits), so a merged list satisfies the retriever contract
-(scores decrease down the list) and TREC tools keep the round-robin order. The wrapped run can be
-MMR-reranked like any other (``berds.rerank.mmr``).
+(scores decrease down the list) and TREC tools keep the round-robin order (a repeated passage is written
+once to ``run.trec``, at its first position; ``run.ctxs.jsonl`` keeps every occurrence). The wrapped run
+can be MMR-reranked like any other (``berds.rerank.mmr``).
 """
 
 from __future__ import annotations
@@ -54,20 +61,39 @@ class ExpansionParseError(BerdsError):
 
 @dataclass(frozen=True)
 class ExpansionPrompt:
-    """A prompt asking for perspectives as JSON; ``version`` is recorded in run manifests."""
+    """A prompt asking for perspectives as JSON; ``version`` is recorded in run manifests.
+
+    A template with ``[Question]`` is the study's form (the question substituted, nothing else); one
+    with ``{question}`` / ``{n}`` slots is a ``str.format`` template (berds' earlier paraphrase)."""
 
     version: str
     template: str
 
+    @property
+    def takes_n(self) -> bool:
+        return "{n}" in self.template
+
     def render(self, question: str, n: int | None = None) -> list[dict[str, str]]:
+        if "[Question]" in self.template:
+            if n:
+                raise BerdsError("the study's expansion prompt (Table 12) lets the model decide how many "
+                                 "perspectives to write — drop n, or use prompt=paraphrase, which asks for n")
+            return [{"role": "user", "content": self.template.replace("[Question]", question)}]
         how_many = f"{n} " if n else ""
         return [{"role": "user", "content": self.template.format(question=question, n=how_many)}]
 
 
-# Our wording of the study's expansion instruction (its Table 12): diverse perspectives on the question,
-# each a short argued paragraph, returned as one JSON object {name: text}. Change the version id whenever
-# the wording changes.
-EXPANSION_PROMPT = ExpansionPrompt(
+def _study_expansion_text() -> str:
+    path = Path(__file__).resolve().parent.parent / "data" / "study_prompts" / "query-expansion.txt"
+    with open(path, encoding="utf-8", newline="") as f:
+        return f.read()
+
+
+# The study's own prompt (Table 12), byte for byte from its released code.
+EXPANSION_PROMPT = ExpansionPrompt(version="berds-study-t12-expansion-v1", template=_study_expansion_text())
+
+# berds' earlier wording (a paraphrase that also asks for short argued paragraphs and an optional count).
+PARAPHRASE_EXPANSION_PROMPT = ExpansionPrompt(
     version="berds-t12-expansion-v1",
     template=(
         "Here is a question on which people disagree.\n\n"
@@ -81,6 +107,19 @@ EXPANSION_PROMPT = ExpansionPrompt(
         "that perspective."
     ),
 )
+EXPANSION_PROMPTS = {"study": EXPANSION_PROMPT, "paraphrase": PARAPHRASE_EXPANSION_PROMPT}
+QUERY_FORMS = ("question+perspective", "perspective")
+MERGES = ("keep-duplicates", "skip-duplicates")
+
+
+def expansion_query(question: str, perspective: str, form: str = "question+perspective") -> str:
+    """The query searched for one perspective: ``question + " " + perspective`` (the study) or the
+    perspective alone."""
+    if form == "question+perspective":
+        return f"{question} {perspective}"
+    if form == "perspective":
+        return perspective
+    raise BerdsError(f"unknown expansion query form {form!r}; use one of {', '.join(QUERY_FORMS)}")
 
 
 # ------------------------------------------------------------------------------------------ parsing
@@ -349,10 +388,17 @@ class LLMExpander:
 
     ON_ERROR = ("raise", "question")
 
-    def __init__(self, llm: Any, *, prompt: ExpansionPrompt = EXPANSION_PROMPT, n: int | None = None,
+    def __init__(self, llm: Any, *, prompt: ExpansionPrompt | str = EXPANSION_PROMPT, n: int | None = None,
                  max_new_tokens: int = 1024, on_error: str = "raise", batch_size: int = 16):
         if on_error not in self.ON_ERROR:
             raise BerdsError(f"unknown on_error {on_error!r}; use one of {', '.join(self.ON_ERROR)}")
+        if isinstance(prompt, str):
+            if prompt not in EXPANSION_PROMPTS:
+                raise BerdsError(f"unknown expansion prompt {prompt!r}; use one of {', '.join(EXPANSION_PROMPTS)}")
+            prompt = EXPANSION_PROMPTS[prompt]
+        if n and not prompt.takes_n:
+            raise BerdsError("the study's expansion prompt (Table 12) lets the model decide how many perspectives "
+                             "to write — drop n, or use prompt=paraphrase, which asks for n")
         self.llm = llm
         self.prompt = prompt
         self.n = n
@@ -391,11 +437,13 @@ class LLMExpander:
 # ------------------------------------------------------------------------------------------ merging
 
 
-def round_robin_merge(ranked_lists: Sequence[Sequence[Hit]], k: int) -> list[Hit]:
-    """Rank 1 of every list (in list order), then rank 2, ...; passages already taken are skipped.
+def round_robin_merge(ranked_lists: Sequence[Sequence[Hit]], k: int, *, skip_duplicates: bool = True) -> list[Hit]:
+    """Rank 1 of every list (in list order), then rank 2, ...; the first ``k`` kept.
 
-    Lists may have different lengths (exhausted ones are passed over). Stops after ``k`` distinct
-    passages. Returned hits are the input ``Hit`` objects (first occurrence of each passage).
+    ``skip_duplicates`` (the paper's description) passes over passages already taken, so ``k`` distinct
+    passages come back; without it (the study's released code) a passage two lists share is kept each time.
+    Lists may have different lengths (exhausted ones are passed over). Returned hits are the input ``Hit``
+    objects.
     """
     if k < 1:
         return []
@@ -406,7 +454,7 @@ def round_robin_merge(ranked_lists: Sequence[Sequence[Hit]], k: int) -> list[Hit
         for hits in ranked_lists:
             if rank < len(hits):
                 hit = hits[rank]
-                if hit.passage.id not in seen:
+                if not skip_duplicates or hit.passage.id not in seen:
                     seen.add(hit.passage.id)
                     merged.append(hit)
                     if len(merged) == k:
@@ -423,16 +471,25 @@ def rescore_by_position(hits: Sequence[Hit]) -> list[Hit]:
 class ExpandedRetriever:
     """Any retriever, searched with one query per perspective and merged round-robin (see module doc).
 
-    ``k_per_query`` is the depth retrieved for each perspective (default ``k``). ``include_question``
+    ``k_per_query`` is the depth retrieved for each perspective (default ``k``). ``query`` is
+    ``question+perspective`` (the study, default) or ``perspective``; ``merge`` is ``keep-duplicates``
+    (the study's code, default) or ``skip-duplicates`` (the paper). ``include_question``
     also searches with the question itself, placed first. ``record_to`` writes the perspectives used to a
     jsonl file (the format ``FileExpander`` reads) after each ``search`` call, so LLM expansions can be
     reused and inspected; records already in that file (a resumed run) are kept.
     """
 
     def __init__(self, base: Any, expander: Expander, *, k_per_query: int | None = None, include_question: bool = False,
-                 record_to: str | Path | None = None):
+                 record_to: str | Path | None = None, query: str = "question+perspective",
+                 merge: str = "keep-duplicates"):
         if not callable(getattr(base, "search", None)):
             raise BerdsError(f"{base!r} is not a retriever (it needs a search(questions, *, k) method)")
+        expansion_query("", "", query)  # checks the name
+        if merge not in MERGES:
+            raise BerdsError(f"unknown expansion merge {merge!r}; use one of {', '.join(MERGES)}")
+        self.query = query
+        self.merge = merge
+        self.allows_duplicates = merge == "keep-duplicates"
         self.base = base
         self.expander = expander
         self.k_per_query = k_per_query
@@ -461,12 +518,16 @@ class ExpandedRetriever:
             self._records[q.id] = {"id": q.id, "question": q.text,
                                    "expansions": [{"name": e.name, "text": e.text} for e in exps]}
             start = len(queries)
-            queries += [Question(f"{q.id}{EXPANSION_SEP}{i}", e.text, q.perspectives, q.dataset) for i, e in enumerate(exps)]
+            queries += [Question(f"{q.id}{EXPANSION_SEP}{i}",
+                                 q.text if e.name == "question" and e.text == q.text else expansion_query(q.text, e.text, self.query),
+                                 q.perspectives, q.dataset)
+                        for i, e in enumerate(exps)]
             spans.append((start, len(queries)))
         results = self.base.search(queries, k=self.k_per_query or k)
         if len(results) != len(queries):
             raise BerdsError(f"retriever {self.base.name!r} returned {len(results)} lists for {len(queries)} queries")
-        merged = [rescore_by_position(round_robin_merge(results[a:b], k)) for a, b in spans]
+        skip = self.merge == "skip-duplicates"
+        merged = [rescore_by_position(round_robin_merge(results[a:b], k, skip_duplicates=skip)) for a, b in spans]
         if self.record_to is not None:
             from berds.io import write_jsonl
 
@@ -481,7 +542,8 @@ class ExpandedRetriever:
             "base": {k: v for k, v in base.items() if k not in ("corpus", "index")},
             "corpus": base.get("corpus"),
             "index": base.get("index"),
-            "expansion": {**self.expander.provenance(), "merge": "round-robin in generation order, duplicates skipped",
+            "expansion": {**self.expander.provenance(), "merge": f"round-robin in generation order, {self.merge}",
+                          "query": self.query,
                           "k_per_query": self.k_per_query, "include_question": self.include_question,
                           "recorded_to": str(self.record_to) if self.record_to else None,
                           "score": "n - position after merging"},
@@ -506,6 +568,9 @@ def expanded_retriever(
     include_question: bool = False,
     record_to: str | Path | None = None,
     on_error: str = "raise",
+    query: str = "question+perspective",
+    merge: str = "keep-duplicates",
+    prompt: str = "study",
 ) -> ExpandedRetriever:
     """A factory for the retriever catalogue: ``base`` (a retriever name + ``base_options``, or an object)
     searched with perspectives from a file (``expand="file"``, ``expansions=PATH``) or an LLM
@@ -519,7 +584,7 @@ def expanded_retriever(
         if llm is None:
             raise BerdsError("--expand llm needs --llm BACKEND:MODEL (e.g. openai:gpt-4, transformers:/path)")
         model = load_llm_by_name(llm, **dict(llm_options or {})) if isinstance(llm, str) else llm
-        expander = LLMExpander(model, n=n, on_error=on_error)
+        expander = LLMExpander(model, n=n, on_error=on_error, prompt=prompt)
     else:
         raise BerdsError(f"unknown --expand {expand!r}; use file or llm")
     if isinstance(base, str):
@@ -531,7 +596,7 @@ def expanded_retriever(
             raise BerdsError("base_options cannot be applied to a retriever that is already built")
         base_retriever = base
     return ExpandedRetriever(base_retriever, expander, k_per_query=k_per_query, include_question=include_question,
-                             record_to=record_to)
+                             record_to=record_to, query=query, merge=merge)
 
 
 EXPANDED_FACTORY = "berds.retrievers.expansion:expanded_retriever"

@@ -90,7 +90,8 @@ def retrieve(
                 task = bar.add_task(f"retrieve {retriever.name}", total=len(questions), completed=len(done))
                 for batch in _batches(todo, batch_size):
                     results = retriever.search(batch, k=k)
-                    problems = contract_problems(batch, results, k)
+                    problems = contract_problems(batch, results, k,
+                                                 allow_duplicates=bool(getattr(retriever, "allows_duplicates", False)))
                     if problems:
                         raise BerdsError(f"retriever {retriever.name!r} broke the retriever contract: " + "; ".join(problems[:3]))
                     for q, hits in zip(batch, results):

@@ -1,7 +1,9 @@
-"""The sycophancy experiment (``berds analyze sycophancy``): retrieve with perspectives as queries, judge, count.
+"""The sycophancy experiment (``berds analyze sycophancy``): retrieve with the question, the supporting and the
+opposing perspective as queries, judge the top k of each run, count.
 
-The counting (Δ and its rows) is an analysis of runs in ``berds.evaluate.analyses.sycophancy``; this module
-runs the retrievals that feed it, so the analyses never import retrieval.
+The counting (the paper's per-run Δ = (p − n)/p) is an analysis of runs in
+``berds.evaluate.analyses.sycophancy``; this module runs the retrievals that feed it, so the analyses never
+import retrieval.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any, Mapping, Sequence
 from berds.errors import BerdsError
 from berds.evaluate.analyses.common import judge_runs
 from berds.evaluate.analyses.stance import Stance, resolve_stances
-from berds.evaluate.analyses.sycophancy import SIDES, SycophancyResult, perspective_queries, sycophancy_result
+from berds.evaluate.analyses.sycophancy import DEFAULT_K, QUERIES, SycophancyResult, perspective_queries, sycophancy_result
 from berds.judges import check_judge_name
 from berds.questions import load_questions
 from berds.retrievers.registry import load_retriever
@@ -26,41 +28,47 @@ def sycophancy_study(
     stances: Mapping[str, Stance],
     judge: str | Any,
     *,
-    k: int = 10,
+    k: int = DEFAULT_K,
+    queries: Sequence[str] = QUERIES,
     retriever_options: Mapping[str, Any] | None = None,
     judge_options: Mapping[str, Any] | None = None,
     cache_path: str | Path | None = None,
     label: str | None = None,
     out: str | Path | None = None,
     progress: bool = False,
-) -> tuple[SycophancyResult, Run, Run]:
-    """Retrieve with each side's perspective as the query, judge the top k, and count (see module doc).
+) -> tuple[SycophancyResult, dict[str, Run]]:
+    """Retrieve with each query form (question, supporting, opposing perspective), judge the top k of each
+    run against both perspectives, and count Δ per run (see ``berds.evaluate.analyses.sycophancy``).
 
-    With ``out`` the two runs are saved as run folders ``out/query-supporting`` and ``out/query-opposing``.
+    With ``out`` the runs are saved as run folders ``out/query-question``, ``out/query-supporting`` and
+    ``out/query-opposing``. Returns the result and the runs by query.
     """
     if k < 1:
         raise BerdsError(f"k must be at least 1, got {k}")
-    if isinstance(judge, str):  # a typo must not cost two full retrievals first
+    bad = [q for q in queries if q not in QUERIES]
+    if bad or not queries:
+        raise BerdsError(f"queries must be some of {', '.join(QUERIES)}, got {list(queries)}")
+    if isinstance(judge, str):  # a typo must not cost full retrievals first
         check_judge_name(judge)
     own = isinstance(retriever, str)
     model = load_retriever(retriever, **dict(retriever_options or {})) if own else retriever
-    runs = []
+    runs: dict[str, Run] = {}
     try:
-        for side in SIDES:
-            queries = perspective_queries(questions, stances, side)
-            if not queries:
+        for query in queries:
+            asked = perspective_queries(questions, stances, query)
+            if not asked:
                 raise BerdsError("no question has two perspectives and a known stance — nothing to compare")
-            target = Path(out) / f"query-{side}" if out is not None else None
-            run = retrieve(model, queries, k=k, out=target, overwrite=True, name=f"{model.name}-query-{side}",
-                           progress=progress)
-            runs.append(run)
+            target = Path(out) / f"query-{query}" if out is not None else None
+            runs[query] = retrieve(model, asked, k=k, out=target, overwrite=True, name=f"{model.name}-query-{query}",
+                                   progress=progress)
     finally:
         if own and callable(getattr(model, "close", None)):
             model.close()
-    sup_eval, opp_eval = judge_runs(runs, judge, k, judge_options=judge_options, cache_path=cache_path,
-                                    allow_short=True, progress=progress)
-    result = sycophancy_result(label or model.name, sup_eval.support, opp_eval.support, k, judge_id=sup_eval.judge_id)
-    return result, runs[0], runs[1]
+    evals = judge_runs(list(runs.values()), judge, k, judge_options=judge_options, cache_path=cache_path,
+                       allow_short=True, progress=progress)
+    supports = {query: ev.support for query, ev in zip(runs, evals)}
+    result = sycophancy_result(label or model.name, supports, k, judge_id=evals[0].judge_id)
+    return result, runs
 
 
 def sycophancy_from_source(
@@ -82,5 +90,5 @@ def sycophancy_from_source(
         questions = load_questions(questions, split, limit=limit)
     stance_map = resolve_stances(list(questions), stances=stances, llm=stance_llm, llm_options=llm_options,
                                  progress=options.get("progress", False))
-    result, _, _ = sycophancy_study(retriever, list(questions), stance_map, judge, out=out, **options)
+    result, _ = sycophancy_study(retriever, list(questions), stance_map, judge, out=out, **options)
     return result

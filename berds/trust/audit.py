@@ -70,10 +70,46 @@ _QUESTION = "Does the document support the perspective? Answer:"
 _BLOCKS = re.compile(r"Document: (?P<doc>.*?)\n\nPerspective: (?P<persp>.*?)\n\n", re.DOTALL)
 
 
+# The same for the study's own prompt files (berds/data/study_prompts, forms study-chat / study-plain).
+_STUDY_BLOCKS = re.compile(r"(Document(?P<ex> for Example 1)?: [^\n]*)\n(Statement(?P=ex)?: [^\n]*)\n")
+_STUDY_QUESTION = "Does the document support the statement?"
+_STUDY_ANSWER_WORDS = '"Yes" or "No"'
+# the one-shot example's answer: the assistant turn (chat) or the line after "Answer for Example 1:" (plain)
+_STUDY_EXAMPLE_ANSWER = re.compile(r"(<\|im_start\|>assistant\n|Answer for Example 1:\n)(Yes|No)\n")
+
+
+def _study_prompt_variant(text: str, name: str) -> tuple[str, tuple[str, str]] | None:
+    if name == "statement-first":
+        if not _STUDY_BLOCKS.search(text):
+            return None
+        return _STUDY_BLOCKS.sub(lambda m: f"{m.group(3)}\n{m.group(1)}\n", text), ("Yes", "No")
+    if _STUDY_ANSWER_WORDS not in text:
+        return None
+    if name == "labels-no-yes":
+        return text.replace(_STUDY_ANSWER_WORDS, '"No" or "Yes"'), ("Yes", "No")
+    pos, neg = ("True", "False") if name == "labels-true-false" else ("A", "B")
+    question = ("True or False: the document supports the statement." if pos == "True"
+                else "Does the document support the statement? (A) Yes (B) No")
+    new = _STUDY_EXAMPLE_ANSWER.sub(lambda m: m.group(1) + (pos if m.group(2) == "Yes" else neg) + "\n", text)
+    new = new.replace(_STUDY_QUESTION, question).replace('"Yes"', f'"{pos}"').replace('"No"', f'"{neg}"')
+    return new, (pos, neg)
+
+
 def prompt_variant(template: PromptTemplate, name: str) -> tuple[PromptTemplate, str, str] | None:
     """``(variant template, positive word, negative word)``, or None when ``template`` lacks the wording
     this variant rewrites (a custom prompt: the report marks the variant n/a)."""
     text = template.template
+    if name not in VARIANTS or VARIANTS[name].kind != "prompt":
+        raise BerdsError(f"{name!r} is not a prompt variant; prompt variants: "
+                         f"{', '.join(v.name for v in VARIANTS.values() if v.kind == 'prompt')}")
+    if template.form in ("study-chat", "study-plain"):
+        found = _study_prompt_variant(text, name)
+        if found is None:
+            return None
+        new, words = found
+        return (PromptTemplate(version=f"{template.version}~{name}", template=new, system=template.system,
+                               description=f"{template.description} [{VARIANTS[name].description}]",
+                               form=template.form, source=template.source), *words)
     if name == "statement-first":
         if not _BLOCKS.search(text):
             return None
@@ -145,7 +181,7 @@ class PromptVariantJudge:
         self.prompt, self.positive, self.negative = template, positive, negative
         self.llm = base.llm
         self.id = base.id if (positive, negative) == ("Yes", "No") else f"{base.id}|answers={positive}/{negative}"
-        self.prompt_version = template.version
+        self.prompt_version = template.version + ("+no-system" if getattr(base, "drop_system", False) else "")
         self.name = f"{getattr(base, 'name', base.id)}~{variant}"
         self.batch_size = getattr(base, "batch_size", None) or getattr(base.llm, "batch_size", 64)
 
@@ -154,7 +190,9 @@ class PromptVariantJudge:
 
         if not pairs:
             return []
-        prompts = [self.prompt.render(document=p.passage, perspective=p.perspective, question=p.question) for p in pairs]
+        drop = getattr(self.base, "drop_system", False)
+        prompts = [self.prompt.render(document=p.passage, perspective=p.perspective, question=p.question,
+                                      drop_system=drop) for p in pairs]
         generations = self.llm.generate(prompts, max_new_tokens=self.base.max_new_tokens, temperature=0.0,
                                         top_logprobs=self.base.top_logprobs)
         out = []

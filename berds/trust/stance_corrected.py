@@ -1,9 +1,9 @@
 """Sycophancy Δ corrected for the judge's own stance bias.
 
-The study's sycophancy measure (``berds.evaluate.analyses.sycophancy``) counts, for a perspective P, the
-top-k passages the judge says support P when P is the query (``p``) and when the opposite perspective is
-the query (``n``), and reports Δ = (p − n) / p. If the judge errs differently on supporting and on opposing
-statements (say it says Yes too easily to supporting ones), Δ mixes the retriever's sycophancy with the
+The study's sycophancy measure (``berds.evaluate.analyses.sycophancy``) counts, in one run's top-k
+documents, those the judge says contain the supporting perspective (p) and those it says contain the
+opposing one (n), and reports Δ = (p − n) / p. If the judge errs differently on supporting and on opposing
+statements (say it says Yes too easily to supporting ones), Δ mixes the retriever's leaning with the
 judge's. The correction uses the judge's error rates *per stance*, measured on a human-labelled file:
 
     sensitivity_s = TP_s / (TP_s + FN_s)        specificity_s = TN_s / (TN_s + FP_s)
@@ -13,11 +13,11 @@ for the labelled pairs whose perspective has stance s. A judge with these rates 
 
     π = (q + spec − 1) / (sens + spec − 1)       clipped to [0, 1]
 
-Each side's observed shares p / N and n / N (N = k × questions passages behind each count) are corrected
-with that side's rates, and Δ_corrected = (π_p − π_n) / π_p. Bootstrap intervals resample the labelled
-pairs (within each stance) and recompute the rates, so they show how much the correction itself is
-uncertain. The correction is undefined when sens + spec ≤ 1 for a stance (a judge no better than chance
-on it); such rows say so instead of printing a number.
+p's share (p_docs / N, N the run's judged documents) is corrected with the *supporting* stance's rates,
+n's share with the *opposing* stance's rates, and Δ_corrected = (π_p − π_n) / π_p. Bootstrap intervals
+resample the labelled pairs (within each stance) and recompute the rates, so they show how much the
+correction itself is uncertain. The correction is undefined when sens + spec ≤ 1 for a stance (a judge no
+better than chance on it); such rows say so instead of printing a number.
 """
 
 from __future__ import annotations
@@ -88,13 +88,16 @@ def rogan_gladen(observed: float, sensitivity: float, specificity: float) -> flo
     return float(min(1.0, max(0.0, (observed + specificity - 1) / denom)))
 
 
-def corrected_delta(p: int, n: int, total: int, rates: StanceErrorRates) -> dict[str, float]:
-    """Observed and corrected shares and Δ for one side (``total`` passages behind each of p and n)."""
+def corrected_delta(p: int, n: int, total: int, rates: StanceErrorRates,
+                    rates_n: StanceErrorRates | None = None) -> dict[str, float]:
+    """Observed and corrected shares and Δ (``total`` documents behind each of the counts p and n); p's
+    share is corrected with ``rates``, n's with ``rates_n`` (default: the same rates)."""
     if total <= 0:
         raise BerdsError(f"the number of judged passages behind p and n must be positive, got {total}")
+    rates_n = rates if rates_n is None else rates_n
     q_p, q_n = p / total, n / total
     pi_p = rogan_gladen(q_p, rates.sensitivity, rates.specificity)
-    pi_n = rogan_gladen(q_n, rates.sensitivity, rates.specificity)
+    pi_n = rogan_gladen(q_n, rates_n.sensitivity, rates_n.specificity)
     delta_corrected = (pi_p - pi_n) / pi_p if pi_p > 0 else float("nan")
     return {"p_share": q_p, "n_share": q_n, "p_corrected": pi_p, "n_corrected": pi_n,
             "delta": (p - n) / p if p else float("nan"), "delta_corrected": delta_corrected}
@@ -118,14 +121,15 @@ class StanceCorrectedResult:
     def table(self) -> tuple[str, list[str], list[list[str]]]:
         from berds.evaluate.analyses.common import pct
 
-        header = ["setting", "perspective", "p", "n", "Δ %", "judge sens/spec %", "Δ corrected %", "95% interval"]
+        header = ["setting", "query", "p docs", "n docs", "documents", "Δ %", "Δ corrected %", "95% interval"]
         body = []
         for r in self.rows:
-            rate = self.rates[SIDE_STANCE[r["side"]]]
             lo, hi = r["delta_corrected_ci95"]
-            body.append([r["label"], r["side"], str(r["p"]), str(r["n"]), pct(r["delta"]),
-                         f"{pct(rate.sensitivity)}/{pct(rate.specificity)}", pct(r["delta_corrected"]),
-                         f"[{pct(lo)}, {pct(hi)}]"])
+            body.append([r["label"], r["query"], str(r["p_docs"]), str(r["n_docs"]), str(r["docs"]), pct(r["delta"]),
+                         pct(r["delta_corrected"]), f"[{pct(lo)}, {pct(hi)}]"])
+        sup, opp = self.rates["support"], self.rates["oppose"]
+        body.append(["judge sens/spec %", "", f"supporting {pct(sup.sensitivity)}/{pct(sup.specificity)}",
+                     f"opposing {pct(opp.sensitivity)}/{pct(opp.specificity)}", "", "", "", ""])
         return (f"Retriever sycophancy at k={self.k}, corrected for the judge's per-stance errors "
                 f"(Rogan–Gladen; rates from {self.labels.get('path', 'a labelled file')})", header, body)
 
@@ -142,13 +146,17 @@ def stance_corrected_sycophancy(
     """Correct every row of a ``SycophancyResult`` (or its JSON) with the judge's per-stance error rates.
 
     ``predictions`` are the same judge's labels for the pairs of ``labelled`` (in file order). Each row's
-    ``N`` is ``k × questions`` (the number of passages behind p and behind n).
+    ``N`` is its ``docs`` (the run's judged documents, behind both p and n).
     """
     data = sycophancy.to_json() if hasattr(sycophancy, "to_json") else dict(sycophancy)
     k, rows = int(data["k"]), list(data["rows"])
-    for row in rows:  # results written before rows named their judge carry no "judge" and are not checked
+    for row in rows:
+        if "query" not in row:
+            raise BerdsError("this sycophancy result was written by an earlier berds (rows per perspective side, not "
+                             "the paper's per-run Δ) — run `berds analyze sycophancy` again")
+        # results written before rows named their judge carry no "judge" and are not checked
         if judge_id and row.get("judge") and row["judge"] != judge_id:
-            raise BerdsError(f"the sycophancy row {row.get('label', '')!r} / {row['side']} was counted by judge "
+            raise BerdsError(f"the sycophancy row {row.get('label', '')!r} / query {row['query']} was counted by judge "
                              f"{row['judge']!r}, not {judge_id!r} — pass the judge that produced the result "
                              "(its error rates are what the correction needs)")
     rates = stance_error_rates(labelled, predictions)
@@ -171,20 +179,17 @@ def stance_corrected_sycophancy(
                                          int((~g & ~y).sum()))
         boot_rates.append(sample)
     out_rows = []
+    sup, opp = SIDE_STANCE["supporting"], SIDE_STANCE["opposing"]
     for row in rows:
-        side = row["side"]
-        if side not in SIDE_STANCE:
-            raise BerdsError(f"sycophancy row has side {side!r}; expected one of {', '.join(SIDE_STANCE)}")
-        total = k * int(row["questions"])
-        stance = SIDE_STANCE[side]
-        corrected = corrected_delta(int(row["p"]), int(row["n"]), total, rates[stance])
-        samples = np.array([corrected_delta(int(row["p"]), int(row["n"]), total, b[stance])["delta_corrected"]
-                            for b in boot_rates], dtype=float)
+        total, p, n = int(row["docs"]), int(row["p_docs"]), int(row["n_docs"])
+        corrected = corrected_delta(p, n, total, rates[sup], rates[opp])
+        samples = np.array([corrected_delta(p, n, total, b[sup], b[opp])["delta_corrected"] for b in boot_rates],
+                           dtype=float)
         samples = samples[~np.isnan(samples)]
         ci = ((float(np.percentile(samples, 2.5)), float(np.percentile(samples, 97.5))) if samples.size
               else (float("nan"), float("nan")))
-        out_rows.append({"label": row.get("label", ""), "side": side, "p": int(row["p"]), "n": int(row["n"]),
-                         "questions": int(row["questions"]), "passages": total, **corrected,
+        out_rows.append({"label": row.get("label", ""), "query": row["query"], "p_docs": p, "n_docs": n,
+                         "docs": total, "questions": int(row["questions"]), **corrected,
                          "delta_corrected_ci95": ci, "bootstrap_defined": int(samples.size)})
     return StanceCorrectedResult(k, rates, out_rows, {"path": labelled.path, "sha256": labelled.sha256,
                                                       "n": len(labelled)}, judge_id)

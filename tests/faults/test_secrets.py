@@ -150,7 +150,7 @@ def test_an_evaluation_with_a_key_in_base_url_leaves_no_trace_of_it(tmp_path):
                                               judge_options={"base_url": server.url_with(f"judge:{SECRET}")})
         asked = len(server.authorizations)
         assert asked == result.stats.judged > 0 and set(server.authorizations) == {basic("judge", SECRET)}
-        assert result.judge_id == f"openai:m@127.0.0.1:{server.port}/v1|parse=strict"
+        assert result.judge_id == f"openai:m@127.0.0.1:{server.port}/v1|parse=berds-study"
         written = [p for p in run_dir.rglob("*")] + [p for p in tmp_path.glob("judgements.sqlite*")]
         assert files["metrics"].exists() and any(p.name == "judgements.jsonl" for p in written)
         for path in written:

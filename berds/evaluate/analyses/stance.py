@@ -3,12 +3,19 @@
 The study's leaning and sycophancy analyses (its Fig. 2 and 3) look at two-perspective questions and
 need to know which perspective takes the question's side ("Is Jesus the Messiah?" — "Jesus is the
 promised Messiah" supports, "Jesus is not the Messiah" opposes). An LLM decides with the study's stance
-prompt (its Table 15). LLMs favour the first option they are shown, so the prompt is put **twice, with
-the two perspectives in both orders**, and the answers are reconciled:
+prompt, its Table 15 verbatim (shipped as ``berds/data/study_prompts/stance.table15.txt``; answers
+"Perspective 1" or "Perspective 2"). The study asked once, perspectives in their order
+(``orders="one"``, the default):
+
+* an answer naming a perspective         -> ``answered``;
+* anything else                          -> ``unparsed`` (no stance; left out).
+
+LLMs favour the first option they are shown, so ``orders="both"`` (berds' earlier default) asks twice,
+with the two perspectives in both orders, and reconciles:
 
 * both orders name the same perspective  -> ``agreed`` (that one supports, the other opposes);
 * they name different perspectives       -> ``conflict`` (no stance; the question is left out);
-* an answer is neither "A" nor "B"       -> ``unparsed`` (no stance; left out).
+* an answer names neither                -> ``unparsed`` (no stance; left out).
 
 Questions without exactly two perspectives are ``skipped``. Stances are saved as jsonl
 (``{"id", "supporting", "opposing", "status", "answers"}``, indices into the question's perspectives), and
@@ -25,20 +32,38 @@ from typing import Any, Mapping, Sequence
 from berds.errors import BerdsError, InputError
 from berds.types import Question
 
-STATUSES = ("agreed", "conflict", "unparsed", "skipped", "given")
+STATUSES = ("answered", "agreed", "conflict", "unparsed", "skipped", "given")
+ORDERS = ("one", "both")
 
 
 @dataclass(frozen=True)
 class StancePrompt:
+    """A stance prompt: the study's form has ``[Question]``, ``[P1]``, ``[P2]``; berds' earlier one
+    ``{question}``, ``{first}``, ``{second}`` format slots."""
+
     version: str
     template: str
 
     def render(self, question: str, first: str, second: str) -> list[dict[str, str]]:
-        return [{"role": "user", "content": self.template.format(question=question, first=first, second=second)}]
+        if "[P1]" in self.template:
+            slots = {"[Question]": question, "[P1]": first, "[P2]": second}
+            text = re.sub(r"\[Question\]|\[P1\]|\[P2\]", lambda m: slots[m.group(0)], self.template)
+        else:
+            text = self.template.format(question=question, first=first, second=second)
+        return [{"role": "user", "content": text}]
 
 
-# Our wording of the study's stance instruction (its Table 15). Change the version when the wording changes.
-STANCE_PROMPT = StancePrompt(
+def _study_stance_text() -> str:
+    path = Path(__file__).resolve().parents[2] / "data" / "study_prompts" / "stance.table15.txt"
+    with open(path, encoding="utf-8", newline="") as f:
+        return f.read()
+
+
+# The study's Table 15, its words verbatim (see berds/data/study_prompts/PROVENANCE.md).
+STANCE_PROMPT = StancePrompt(version="berds-study-t15-stance-v1", template=_study_stance_text())
+
+# berds' earlier wording (answers A/B). Kept as a named option: -o prompt=paraphrase.
+PARAPHRASE_STANCE_PROMPT = StancePrompt(
     version="berds-t15-stance-v1",
     template=(
         "Below is a question and two perspectives on it.\n\n"
@@ -50,14 +75,18 @@ STANCE_PROMPT = StancePrompt(
         "Answer with \"A\" or \"B\" only.\n\nAnswer:"
     ),
 )
+STANCE_PROMPTS = {"study": STANCE_PROMPT, "paraphrase": PARAPHRASE_STANCE_PROMPT}
 
-_ANSWER = re.compile(r"^[\s\"'*(\[]*(?:perspective\s+|option\s+|answer\s*:?\s*)?([AB])\b", re.IGNORECASE)
+_ANSWER = re.compile(r"^[\s\"'*(\[]*(?:perspective\s+|option\s+|answer\s*:?\s*)?([AB12])\b", re.IGNORECASE)
 
 
 def parse_choice(text: str) -> str | None:
-    """``"A"`` or ``"B"`` from an answer such as ``"A"``, ``" b."``, ``"Perspective B"``, ``"**A**"``; else None."""
+    """``"A"`` (the first perspective) or ``"B"`` (the second) from an answer such as ``"Perspective 1"``,
+    ``"2"``, ``"A"``, ``" b."``, ``"Perspective B"``, ``"**A**"``; else None."""
     match = _ANSWER.match(text or "")
-    return match.group(1).upper() if match else None
+    if not match:
+        return None
+    return {"1": "A", "2": "B"}.get(match.group(1), match.group(1).upper())
 
 
 @dataclass(frozen=True)
@@ -92,10 +121,29 @@ def reconcile(qid: str, forward: str, swapped: str) -> Stance:
     return Stance(qid, pick_forward, 1 - pick_forward, "agreed", answers)
 
 
-def detect_stances(questions: Sequence[Question], llm: Any, *, prompt: StancePrompt = STANCE_PROMPT,
-                   max_new_tokens: int = 8, batch_size: int = 32, progress: bool = False) -> dict[str, Stance]:
-    """Ask ``llm`` (any ``berds.llm`` backend, greedy) for the stance of every two-perspective question."""
+def single_answer(qid: str, answer: str) -> Stance:
+    """The study's one-order stance: the perspective the answer names supports, the other opposes."""
+    choice = parse_choice(answer)
+    if choice is None:
+        return Stance(qid, None, None, "unparsed", (answer,))
+    pick = 0 if choice == "A" else 1
+    return Stance(qid, pick, 1 - pick, "answered", (answer,))
+
+
+def detect_stances(questions: Sequence[Question], llm: Any, *, prompt: StancePrompt | str = STANCE_PROMPT,
+                   orders: str = "one", max_new_tokens: int = 8, batch_size: int = 32,
+                   progress: bool = False) -> dict[str, Stance]:
+    """Ask ``llm`` (any ``berds.llm`` backend, greedy) for the stance of every two-perspective question,
+    in the perspectives' order (``orders="one"``, the study) or in both orders, reconciled (``"both"``)."""
     from rich.progress import Progress
+
+    if isinstance(prompt, str):
+        if prompt not in STANCE_PROMPTS:
+            raise BerdsError(f"unknown stance prompt {prompt!r}; use one of {', '.join(STANCE_PROMPTS)}")
+        prompt = STANCE_PROMPTS[prompt]
+    if orders not in ORDERS:
+        raise BerdsError(f"unknown stance orders {orders!r}; use one of {', '.join(ORDERS)}")
+    per_question = 2 if orders == "both" else 1
 
     stances: dict[str, Stance] = {}
     pairs = [q for q in questions if len(q.perspectives) == 2]
@@ -109,12 +157,13 @@ def detect_stances(questions: Sequence[Question], llm: Any, *, prompt: StancePro
             prompts = []
             for q in batch:
                 a, b = q.perspectives
-                prompts += [prompt.render(q.text, a, b), prompt.render(q.text, b, a)]
+                prompts += [prompt.render(q.text, a, b)] + ([prompt.render(q.text, b, a)] if per_question == 2 else [])
             generations = llm.generate(prompts, max_new_tokens=max_new_tokens, temperature=0.0)
             if len(generations) != len(prompts):
                 raise BerdsError(f"LLM returned {len(generations)} answers for {len(prompts)} prompts")
             for i, q in enumerate(batch):
-                stances[q.id] = reconcile(q.id, generations[2 * i].text, generations[2 * i + 1].text)
+                stances[q.id] = (reconcile(q.id, generations[2 * i].text, generations[2 * i + 1].text)
+                                 if per_question == 2 else single_answer(q.id, generations[i].text))
             bar.advance(task, len(batch))
     return {q.id: stances[q.id] for q in questions}
 
@@ -182,7 +231,8 @@ def read_stances(path: str | Path, questions: Mapping[str, Question] | None = No
 
 
 def resolve_stances(questions: Sequence[Question], *, stances: str | Path | None = None, llm: Any = None,
-                    llm_options: Mapping[str, Any] | None = None, progress: bool = False) -> dict[str, Stance]:
+                    llm_options: Mapping[str, Any] | None = None, progress: bool = False,
+                    orders: str = "one", prompt: str = "study") -> dict[str, Stance]:
     """Stances from a file (``stances``) or computed with an LLM (``llm``: ``BACKEND:MODEL`` or an object)."""
     if stances is not None:
         found = read_stances(stances, {q.id: q for q in questions}, allow_extra=True)
@@ -196,17 +246,18 @@ def resolve_stances(questions: Sequence[Question], *, stances: str | Path | None
         from berds.llm import load_llm_by_name
 
         llm = load_llm_by_name(llm, **dict(llm_options or {}))
-    return detect_stances(questions, llm, progress=progress)
+    return detect_stances(questions, llm, progress=progress, orders=orders, prompt=prompt)
 
 
 def stance_file(questions: str | Path, llm: str | Any, out: str | Path, *, split: str = "test", limit: int | None = None,
-                llm_options: Mapping[str, Any] | None = None, progress: bool = False) -> dict[str, Stance]:
+                llm_options: Mapping[str, Any] | None = None, progress: bool = False, orders: str = "one",
+                prompt: str = "study") -> dict[str, Stance]:
     """``berds analyze stance``: stances of a question set computed with ``llm`` and written to ``out``."""
     from berds.questions import load_questions
     from berds.llm import load_llm_by_name
 
     qs = load_questions(questions, split, limit=limit)
     model = load_llm_by_name(llm, **dict(llm_options or {})) if isinstance(llm, str) else llm
-    stances = detect_stances(qs, model, progress=progress)
-    write_stances(out, stances, llm_id=getattr(model, "id", ""))
+    stances = detect_stances(qs, model, progress=progress, orders=orders, prompt=prompt)
+    write_stances(out, stances, llm_id=getattr(model, "id", ""), prompt_version=STANCE_PROMPTS[prompt].version)
     return stances

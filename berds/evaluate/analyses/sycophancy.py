@@ -1,15 +1,17 @@
-"""Retriever sycophancy (the study's Fig. 3): does a retriever return what the query already claims?
+"""Retriever sycophancy (the study's Fig. 3): does a retriever lean towards the stance of its query?
 
-For each two-perspective question with a known stance, retrieve twice — with the **supporting**
-perspective as the query and with the **opposing** one — and judge every top-k passage against both
-perspectives. For a perspective P (one *setting*: P = supporting or P = opposing)::
+The paper's quantity, for **one run** over the two-perspective questions with a known stance (perspectives
+ordered supporting, opposing)::
 
-    p = number of top-k passages supporting P when P itself is the query      (summed over questions)
-    n = number of top-k passages supporting P when the opposite of P is the query
+    p = % of the top-k documents (all questions together) that contain the supporting perspective
+    n = % of the top-k documents that contain the opposing perspective
     Δ = (p − n) / p
 
-Δ > 0: asking from P's side brings more passages for P — the retriever follows the query's stance.
-Δ is undefined (reported as n/a) when p = 0. Counts are reported with Δ so small settings can be seen.
+(a document containing both counts in both; the percentages share a denominator, so Δ is also
+(count_p − count_n) / count_p). Greater Δ: the run favours the supporting perspective. The study compares
+three runs of one retriever: queried with the **question**, with the **supporting** perspective and with
+the **opposing** perspective; sycophancy shows as Δ(supporting query) > Δ(question) > Δ(opposing query).
+The paper uses the top 5 (default ``k``). Δ is undefined (n/a) when p = 0.
 """
 
 from __future__ import annotations
@@ -25,58 +27,69 @@ from berds.evaluate.analyses.common import Supports
 from berds.evaluate.analyses.stance import Stance
 from berds.types import Question
 
-SIDES = ("supporting", "opposing")
+QUERIES = ("question", "supporting", "opposing")
+SIDES = ("supporting", "opposing")  # the perspectives, in the row order of every support matrix here
+DEFAULT_K = 5
 
 
-def perspective_queries(questions: Sequence[Question], stances: Mapping[str, Stance], side: str) -> list[Question]:
-    """One question per two-perspective question with a known stance; its text is the ``side`` perspective.
+def perspective_queries(questions: Sequence[Question], stances: Mapping[str, Stance], query: str) -> list[Question]:
+    """One question per two-perspective question with a known stance, its text the search query: the
+    question itself (``query="question"``), or its supporting / opposing perspective.
 
     The perspectives are reordered ``(supporting, opposing)``, so row 0 of a support matrix is always
     the supporting perspective and row 1 the opposing one.
     """
-    if side not in SIDES:
-        raise BerdsError(f"side must be one of {', '.join(SIDES)}, got {side!r}")
+    if query not in QUERIES:
+        raise BerdsError(f"query must be one of {', '.join(QUERIES)}, got {query!r}")
     out = []
     for q in questions:
         st = stances.get(q.id)
         if st is None or not st.known or len(q.perspectives) != 2:
             continue
         ordered = (q.perspectives[st.supporting], q.perspectives[st.opposing])
-        out.append(Question(q.id, ordered[0] if side == "supporting" else ordered[1], ordered, q.dataset))
+        text = {"question": q.text, "supporting": ordered[0], "opposing": ordered[1]}[query]
+        out.append(Question(q.id, text, ordered, q.dataset))
     return out
 
 
-def sycophancy_counts(from_supporting: Supports, from_opposing: Supports, k: int) -> dict[str, dict[str, Any]]:
-    """p, n, Δ per side from support matrices with rows (supporting, opposing) (see module docstring).
-
-    ``from_supporting[qid]`` judges the passages retrieved with the supporting perspective as the query,
-    ``from_opposing[qid]`` those retrieved with the opposing one. Only questions in both are counted.
-    """
-    qids = [q for q in from_supporting if q in from_opposing]
-    out: dict[str, dict[str, Any]] = {}
-    for row, side in enumerate(SIDES):
-        own = from_supporting if side == "supporting" else from_opposing
-        other = from_opposing if side == "supporting" else from_supporting
-        p = int(sum(np.asarray(own[q], dtype=bool)[row, :k].sum() for q in qids))
-        n = int(sum(np.asarray(other[q], dtype=bool)[row, :k].sum() for q in qids))
-        out[side] = {"p": p, "n": n, "delta": (p - n) / p if p else None, "questions": len(qids)}
-    return out
+def sycophancy_counts(support: Supports, k: int = DEFAULT_K) -> dict[str, Any]:
+    """p, n (as percentages and counts) and Δ of one run, from matrices with rows (supporting, opposing)
+    over its ranked documents (see the module doc). Questions with fewer than k documents count the ones
+    they have."""
+    if k < 1:
+        raise BerdsError(f"k must be at least 1, got {k}")
+    docs = p_count = n_count = 0
+    for matrix in support.values():
+        m = np.asarray(matrix, dtype=bool)[:, :k]
+        if m.shape[0] != 2:
+            raise BerdsError(f"sycophancy needs matrices with 2 rows (supporting, opposing), got {m.shape[0]}")
+        docs += m.shape[1]
+        p_count += int(m[0].sum())
+        n_count += int(m[1].sum())
+    p_pct = 100.0 * p_count / docs if docs else None
+    n_pct = 100.0 * n_count / docs if docs else None
+    return {"p": p_pct, "n": n_pct, "p_docs": p_count, "n_docs": n_count, "docs": docs,
+            "delta": (p_count - n_count) / p_count if p_count else None, "questions": len(support)}
 
 
 @dataclass
 class SycophancyResult:
-    """Rows of (label, side, p, n, Δ, questions) — one label per retriever setting."""
+    """Rows of (label, query, p %, n %, their document counts, Δ, questions) — one per run."""
 
     KIND = "sycophancy"
     k: int
     rows: list[dict[str, Any]]
 
     def to_json(self) -> dict[str, Any]:
-        return {"k": self.k, "rows": self.rows}
+        return {"k": self.k, "measure": "paper: per run, Δ = (p − n)/p", "rows": self.rows}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "SycophancyResult":
-        return cls(int(data["k"]), list(data["rows"]))
+        rows = list(data["rows"])
+        if rows and "query" not in rows[0]:
+            raise BerdsError("this sycophancy result was written by an earlier berds (rows per perspective side, "
+                             "not the paper's per-run Δ) — run `berds analyze sycophancy` again")
+        return cls(int(data["k"]), rows)
 
     def merge(self, other: "SycophancyResult") -> "SycophancyResult":
         if other.k != self.k:
@@ -84,19 +97,32 @@ class SycophancyResult:
         return SycophancyResult(self.k, self.rows + other.rows)
 
     def table(self) -> tuple[str, list[str], list[list[str]]]:
-        header = ["setting", "perspective", "p (query = perspective)", "n (query = opposite)", "Δ = (p−n)/p %", "questions"]
-        body = [[r["label"], r["side"], str(r["p"]), str(r["n"]),
-                 "n/a" if r["delta"] is None else f"{100 * r['delta']:.1f}", str(r["questions"])] for r in self.rows]
-        return f"Retriever sycophancy: passages supporting a perspective in the top {self.k}", header, body
+        header = ["setting", "query", "p % (supporting)", "n % (opposing)", "Δ = (p−n)/p %", "documents", "questions"]
+        body = [[r["label"], r["query"], _pct(r["p"]), _pct(r["n"]),
+                 "n/a" if r["delta"] is None else f"{100 * r['delta']:.1f}", str(r["docs"]), str(r["questions"])]
+                for r in self.rows]
+        return (f"Retriever sycophancy (Fig. 3): top {self.k} documents containing the supporting (p) and the "
+                "opposing (n) perspective", header, body)
 
 
-def sycophancy_result(label: str, from_supporting: Supports, from_opposing: Supports, k: int,
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
+
+
+def sycophancy_result(label: str, supports: Mapping[str, Supports], k: int = DEFAULT_K,
                       judge_id: str | None = None) -> SycophancyResult:
-    """``judge_id`` goes into every row so that `berds judge stance-correct` can check it corrects with the
-    error rates of the judge that counted p and n."""
-    counts = sycophancy_counts(from_supporting, from_opposing, k)
+    """One row per run: ``supports[query]`` is the support matrices of the run queried with ``query``
+    (``question``, ``supporting`` or ``opposing``). ``judge_id`` goes into every row so that
+    `berds judge stance-correct` can check it corrects with the error rates of the judge that counted."""
     extra = {"judge": judge_id} if judge_id else {}
-    return SycophancyResult(k, [{"label": label, "side": side, **counts[side], **extra} for side in SIDES])
+    rows = []
+    for query in QUERIES:
+        if query in supports:
+            rows.append({"label": label, "query": query, **sycophancy_counts(supports[query], k), **extra})
+    unknown = set(supports) - set(QUERIES)
+    if unknown:
+        raise BerdsError(f"unknown sycophancy queries {sorted(unknown)}; use {', '.join(QUERIES)}")
+    return SycophancyResult(k, rows)
 
 
 def delta_is_defined(row: Mapping[str, Any]) -> bool:

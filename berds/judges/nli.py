@@ -1,0 +1,135 @@
+"""``nli:MODEL``: a natural-language-inference model as a perspective judge (the NLI row of the study's Table 4).
+
+The passage is the premise and the perspective the hypothesis; the judge says "supports" when
+P(entailment) >= ``threshold`` (default 0.5, ``-o threshold=``). Two kinds of transformers models work:
+
+* sequence classification (BERT/RoBERTa/DeBERTa MNLI heads): P(entail) is the softmax of the logits at
+  the label whose name in the model config's ``id2label`` starts with "entail" (``-o entail_label=NAME``
+  picks another);
+* seq2seq (T5 NLI models such as the TRUE/ANLI T5 checkpoints, config ``is_encoder_decoder``): the input
+  is ``premise: P hypothesis: H`` (``-o seq2seq_format=``), and P(entail) is the first decoder step's
+  probability of ``entail_token`` ("1") renormalised against ``other_token`` ("0").
+
+The model loads on first use; the id names model, revision and threshold, so cached verdicts of another
+threshold or model are never reused.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from berds.errors import BerdsError
+from berds.lazy import require
+from berds.types import JudgePair, Verdict
+
+PROMPT_VERSION = "nli-premise=passage-hypothesis=perspective-v1"
+DEFAULT_THRESHOLD = 0.5
+DEFAULT_SEQ2SEQ_FORMAT = "premise: {premise} hypothesis: {hypothesis}"
+
+
+class NLIJudge:
+    """A transformers NLI model behind the judge protocol (see the module doc)."""
+
+    def __init__(self, model: str, *, threshold: float = DEFAULT_THRESHOLD, revision: str | None = None,
+                 device: str | None = None, batch_size: int = 16, max_length: int = 512,
+                 entail_label: str | None = None, seq2seq_format: str = DEFAULT_SEQ2SEQ_FORMAT,
+                 entail_token: str = "1", other_token: str = "0", name: str | None = None):
+        from berds.llm.shared import model_identity
+
+        threshold = float(threshold)
+        if not 0.0 <= threshold <= 1.0:
+            raise BerdsError(f"nli threshold must be in [0, 1], got {threshold!r}")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise BerdsError(f"batch_size must be a positive integer, got {batch_size!r}")
+        self.model_name = str(model)
+        self.threshold = threshold
+        self.revision = revision
+        self.requested_device = device
+        self.batch_size = batch_size
+        self.max_length = int(max_length)
+        self.entail_label = entail_label
+        self.seq2seq_format = seq2seq_format
+        self.entail_token, self.other_token = entail_token, other_token
+        self.id = (model_identity("nli", self.model_name, revision=revision)
+                   + f"|threshold={threshold:g}" + (f"|entail_label={entail_label}" if entail_label else ""))
+        self.name = name or f"nli:{self.model_name}"
+        self.prompt_version = PROMPT_VERSION
+        self._model: Any = None
+        self.kind: str | None = None
+
+    def load(self) -> "NLIJudge":
+        if self._model is not None:
+            return self
+        from berds.llm.transformers_backend import _load_or_explain
+
+        torch = require("torch", extra="llm", purpose="NLI judges")
+        transformers = require("transformers", extra="llm", purpose="NLI judges")
+        where = self.model_name + (f" (revision {self.revision})" if self.revision else "")
+        config = _load_or_explain(transformers.AutoConfig.from_pretrained, self.model_name, where, "model config",
+                                  revision=self.revision)
+        tokenizer = _load_or_explain(transformers.AutoTokenizer.from_pretrained, self.model_name, where, "tokenizer",
+                                     revision=self.revision)
+        device = self.requested_device or ("cuda" if torch.cuda.is_available() else "cpu")
+        if getattr(config, "is_encoder_decoder", False):
+            model = _load_or_explain(transformers.AutoModelForSeq2SeqLM.from_pretrained, self.model_name, where,
+                                     "seq2seq NLI model", revision=self.revision)
+            self.kind = "seq2seq"
+            self._label_ids = [self._single_token(tokenizer, t) for t in (self.entail_token, self.other_token)]
+        else:
+            model = _load_or_explain(transformers.AutoModelForSequenceClassification.from_pretrained, self.model_name,
+                                     where, "NLI classifier", revision=self.revision)
+            self.kind = "classification"
+            self._entail_index = entailment_index(config.id2label, self.entail_label, self.model_name)
+        model.to(device).eval()
+        self._torch, self._tokenizer, self._model, self.device = torch, tokenizer, model, device
+        return self
+
+    def _single_token(self, tokenizer: Any, word: str) -> int:
+        ids = tokenizer(word, add_special_tokens=False)["input_ids"]
+        if len(ids) != 1:
+            raise BerdsError(f"{self.model_name}: the label word {word!r} is not one token ({ids}) — pass "
+                             "-o entail_token=/other_token= words the model answers with")
+        return ids[0]
+
+    def p_entail(self, pairs: Sequence[JudgePair]) -> list[float]:
+        """P(entailment) of each pair (premise = passage, hypothesis = perspective)."""
+        self.load()
+        torch, tokenizer, model = self._torch, self._tokenizer, self._model
+        out: list[float] = []
+        for lo in range(0, len(pairs), self.batch_size):
+            batch = pairs[lo:lo + self.batch_size]
+            with torch.inference_mode():
+                if self.kind == "classification":
+                    enc = tokenizer([p.passage for p in batch], [p.perspective for p in batch], truncation=True,
+                                    max_length=self.max_length, padding=True, return_tensors="pt").to(self.device)
+                    probs = torch.softmax(model(**enc).logits.float(), dim=-1)[:, self._entail_index]
+                else:
+                    texts = [self.seq2seq_format.format(premise=p.passage, hypothesis=p.perspective) for p in batch]
+                    enc = tokenizer(texts, truncation=True, max_length=self.max_length, padding=True,
+                                    return_tensors="pt").to(self.device)
+                    start = torch.full((len(batch), 1), model.config.decoder_start_token_id, device=self.device)
+                    logits = model(**enc, decoder_input_ids=start).logits[:, 0, self._label_ids].float()
+                    probs = torch.softmax(logits, dim=-1)[:, 0]
+            out += [float(p) for p in probs.cpu()]
+        return out
+
+    def judge(self, pairs: Sequence[JudgePair]) -> list[Verdict]:
+        if not pairs:
+            return []
+        return [Verdict(label=p >= self.threshold, p_yes=p, raw=f"P(entail)={p:.6f}")
+                for p in self.p_entail(list(pairs))]
+
+
+def entailment_index(id2label: Any, wanted: str | None, model: str) -> int:
+    """The class index of the entailment label in a config's ``id2label`` (names compared case-insensitively;
+    by default the one starting with "entail")."""
+    labels = {int(i): str(name) for i, name in dict(id2label or {}).items()}
+    if wanted is not None:
+        found = [i for i, name in labels.items() if name.lower() == wanted.lower()]
+    else:
+        found = [i for i, name in labels.items() if name.lower().startswith("entail")]
+    if len(found) != 1:
+        shown = ", ".join(f"{i}={n}" for i, n in sorted(labels.items())) or "none"
+        raise BerdsError(f"{model}: cannot tell which class is entailment from its config's id2label ({shown}) — "
+                         "pass -o entail_label=NAME")
+    return found[0]
