@@ -158,14 +158,16 @@ def _hub_download(spec: QuestionSetSpec, split: str, dest: Path) -> Path:
 def resolve_questions_path(source: str, split: str = "test") -> Path:
     """The local jsonl that ``source`` names (downloading a BERDS set once if needed)."""
     path = Path(source)
-    if path.exists():
+    if path.is_file():  # a folder that happens to share a set's name (./demo) is not a question file
         return path
     if source == "demo":
         return DEMO_DIR / "questions.jsonl"
     if source in DELPHI_SETS:
         return resolve_delphi_path(split)
     if source not in BERDS_SETS:
-        if any(ch in source for ch in "/\\.") :
+        if path.is_dir():
+            raise InputError("is a folder, expected a questions .jsonl file", path=source)
+        if any(ch in source for ch in "/\\."):
             raise InputError("file not found", path=source, fix="pass an existing questions jsonl or a set name")
         raise UnknownNameError("question set", source, list(BERDS_SETS) + list(DELPHI_SETS) + ["demo"])
     if split not in SPLITS:

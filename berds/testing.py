@@ -93,6 +93,7 @@ class ContractReport:
 
     retriever: str
     checks: list[Check] = field(default_factory=list)
+    kind: str = "retriever"
 
     @property
     def ok(self) -> bool:
@@ -103,14 +104,14 @@ class ContractReport:
         return [c for c in self.checks if c.status == "fail"]
 
     def summary(self) -> str:
-        lines = [f"retriever contract for {self.retriever}: {'OK' if self.ok else 'FAILED'}"]
+        lines = [f"{self.kind} contract for {self.retriever}: {'OK' if self.ok else 'FAILED'}"]
         lines += [f"  [{c.status}] {c.name}" + (f": {c.detail}" if c.detail else "") for c in self.checks]
         return "\n".join(lines)
 
     def table(self) -> Any:
         from rich.table import Table
 
-        table = Table(title=f"retriever contract: {self.retriever}")
+        table = Table(title=f"{self.kind} contract: {self.retriever}")
         for col in ("check", "result", "detail"):
             table.add_column(col, overflow="fold")
         style = {"pass": "green", "fail": "bold red", "warn": "yellow"}
@@ -258,3 +259,153 @@ def _run_checks(r: Any, on_tiny: bool, corpus: Path, k: int, report: ContractRep
 
 def _signature(results: Any) -> list[list[tuple[str, float]]]:
     return [[(h.passage.id, round(float(h.score), 5) if math.isfinite(float(h.score)) else 0.0) for h in hits] for hits in results]
+
+
+# ------------------------------------------------------------------------------------------ rerankers
+#
+# The same for rerankers (``berds.rerank.base.Reranker``)::
+#
+#     from berds.testing import assert_reranker_contract
+#
+#     def test_my_reranker():
+#         assert_reranker_contract("my_pkg.rerank:MyReranker", options={"encoder": my_encoder})
+#
+# and ``berds check-reranker NAME -o key=value``. The run it reranks: the three tiny questions, each with all
+# twelve tiny passages scored by word overlap with the question (best first, ties by id).
+#
+# =====================  ======================================================================
+# builds                 the factory returns an object with ``name`` and ``rerank``
+# name                   ``name`` is a non-empty string
+# contract               a ``Run`` with the same questions in the same order; each question's passages
+#                        come from its input list, texts unchanged, no duplicates; finite scores that
+#                        do not increase down the list
+# provenance             ``manifest["rerank"]["method"]`` names the method; ``manifest["input_run"]`` is there
+# input intact           the input run is unchanged afterwards
+# deterministic          the same call twice gives the same lists
+# empty run              a run without questions gives a run without questions
+# one by one (warning)   reranking one question alone gives its list from the whole run (not so for
+#                        rerankers that look across questions, e.g. the ``dataset-max`` normalisation)
+# keeps passages (warn)  every input passage is still in the output (a reranker may cut on purpose)
+# =====================  ======================================================================
+
+
+def tiny_run() -> Any:
+    """The run ``check_reranker`` reranks (see the table above)."""
+    import re
+
+    from berds.types import Hit, Run
+
+    def words(text: str) -> set[str]:
+        return set(re.findall(r"[a-z]+", text.lower()))
+
+    hits = []
+    for q in TINY_QUESTIONS:
+        scored = [Hit(p, float(len(words(q.text) & words(p.title + " " + p.text)))) for p in TINY_PASSAGES]
+        hits.append(sorted(scored, key=lambda h: (-h.score, h.passage.id)))
+    return Run.from_lists(list(TINY_QUESTIONS), hits, manifest={"retriever": {"name": "word-overlap"}}, name="tiny")
+
+
+def check_reranker(reranker: Any, *, options: dict[str, Any] | None = None) -> ContractReport:
+    """Check ``reranker`` (a name, ``module:attr``, class, or instance) against the reranker contract;
+    ``options`` go to its factory. Returns a ``ContractReport``; nothing is raised for a broken reranker."""
+    from berds.rerank.catalogue import load_reranker
+
+    label = reranker if isinstance(reranker, str) else getattr(reranker, "name", None) or type(reranker).__name__
+    report = ContractReport(str(label), kind="reranker")
+    add = report.checks.append
+    try:
+        if hasattr(reranker, "rerank") and not inspect.isclass(reranker):
+            built = load_reranker(reranker)
+        elif not isinstance(reranker, str):
+            built = reranker(**dict(options or {}))
+        else:
+            built = load_reranker(reranker, **dict(options or {}))
+    except Exception as exc:  # a plug-in's own bug or a bad option: report it
+        add(Check("builds", "fail", f"{type(exc).__name__}: {exc}" if not isinstance(exc, BerdsError) else str(exc)))
+        return report
+    if not isinstance(getattr(built, "name", None), str) or not callable(getattr(built, "rerank", None)):
+        add(Check("builds", "fail", f"got {type(built).__name__}, which lacks `name` or `rerank`"))
+        return report
+    add(Check("builds", "pass"))
+    add(Check("name", "pass" if built.name.strip() else "fail", repr(built.name)))
+
+    def call(run: Any) -> tuple[Any, str | None]:
+        try:
+            return built.rerank(run), None
+        except Exception as exc:  # report a plug-in's exception as a failed check
+            return None, f"rerank raised {type(exc).__name__}: {exc}"
+
+    run = tiny_run()
+    before = _run_signature(run)
+    out, err = call(run)
+    problems = [err] if err else reranked_run_problems(run, out)
+    add(Check("contract", "fail" if problems else "pass", "; ".join(problems[:4])))
+    if problems:
+        return report
+    rerank_info = out.manifest.get("rerank") if isinstance(out.manifest, dict) or hasattr(out.manifest, "get") else None
+    method = rerank_info.get("method") if isinstance(rerank_info, dict) else None
+    ok = isinstance(method, str) and method.strip() and "input_run" in out.manifest
+    add(Check("provenance", "pass" if ok else "fail",
+              "" if ok else 'the output manifest needs "rerank": {"method": ...} and "input_run"'))
+    add(Check("input intact", "pass" if _run_signature(run) == before else "fail",
+              "" if _run_signature(run) == before else "the input run was changed"))
+    again, err = call(run)
+    same = err is None and _run_signature(again) == _run_signature(out)
+    add(Check("deterministic", "pass" if same else "fail", err or ("" if same else "a second call gave other lists")))
+    from berds.types import Run
+
+    empty, err = call(Run({}, {}, {}, "empty"))
+    ok = err is None and isinstance(empty, Run) and len(empty.questions) == 0
+    add(Check("empty run", "pass" if ok else "fail", err or ("" if ok else "a run without questions must stay empty")))
+    alone_ok = True
+    for qid in run.questions:
+        one, err = call(Run({qid: run.questions[qid]}, {qid: run.hits[qid]}, dict(run.manifest), "one"))
+        if err or [h.passage.id for h in one.hits[qid]] != [h.passage.id for h in out.hits[qid]]:
+            alone_ok = False
+            break
+    add(Check("one by one", "pass" if alone_ok else "warn",
+              "" if alone_ok else "a question reranked alone is ordered differently than within the whole run"))
+    kept = all({h.passage.id for h in out.hits[q]} == {h.passage.id for h in run.hits[q]} for q in run.questions)
+    add(Check("keeps passages", "pass" if kept else "warn", "" if kept else "some input passages are not in the output"))
+    return report
+
+
+def assert_reranker_contract(reranker: Any, **kwargs: Any) -> ContractReport:
+    """``check_reranker`` that raises ``AssertionError`` listing every failed check (for pytest)."""
+    report = check_reranker(reranker, **kwargs)
+    if not report.ok:
+        raise AssertionError(report.summary())
+    return report
+
+
+def reranked_run_problems(before: Any, after: Any) -> list[str]:
+    """What is wrong with ``after`` as a reranking of ``before`` (empty when nothing)."""
+    from berds.types import Run
+
+    if not isinstance(after, Run):
+        return [f"rerank must return a berds.types.Run, got {type(after).__name__}"]
+    problems = []
+    if list(after.questions) != list(before.questions):
+        problems.append("the output must have the input's questions in the input's order")
+        return problems
+    for qid in before.questions:
+        given = {h.passage.id: h.passage for h in before.hits[qid]}
+        ids = [h.passage.id for h in after.hits[qid]]
+        if len(set(ids)) != len(ids):
+            problems.append(f"question {qid!r}: duplicate passages")
+        foreign = [i for i in ids if i not in given]
+        if foreign:
+            problems.append(f"question {qid!r}: passages not in its input list: {foreign[:3]}")
+        changed = [h.passage.id for h in after.hits[qid] if h.passage.id in given and h.passage != given[h.passage.id]]
+        if changed:
+            problems.append(f"question {qid!r}: passage text or title changed: {changed[:3]}")
+        scores = [float(h.score) for h in after.hits[qid]]
+        if any(not math.isfinite(s) for s in scores):
+            problems.append(f"question {qid!r}: scores must be finite")
+        elif any(b > a for a, b in zip(scores, scores[1:])):
+            problems.append(f"question {qid!r}: scores must not increase down the list (TREC tools sort by score)")
+    return problems
+
+
+def _run_signature(run: Any) -> Any:
+    return [(qid, [(h.passage.id, h.passage.text, float(h.score)) for h in run.hits[qid]]) for qid in run.questions]

@@ -11,7 +11,8 @@ import pytest
 
 from berds.errors import BerdsError
 from berds.rerank.embeddings import EmbeddingCache, SentenceEncoder, embed_texts
-from berds.rerank.mmr import cosine_matrix, lambda_from_manifest, mmr_order, mmr_rerank, normalise_scores
+from berds.rerank.mmr import (LAMBDA_PRESETS, cosine_matrix, lambda_from_manifest, mmr_order, mmr_order_embeddings,
+                              mmr_rerank, normalise_scores, parse_lambda)
 from berds.studies.tuning import choose_lambda, tune_mmr, write_tuning
 from berds.runs import load_run, save_run
 from berds.types import Hit, Passage, Question, Run
@@ -19,10 +20,13 @@ from analysis_fixtures import LettersEncoder
 from conftest import make_run
 
 
-def slow_mmr(relevance, similarity, lam):
-    """Eq. 1 written out directly: for every step, for every remaining document, the max over S."""
+def slow_mmr(relevance, similarity, lam, first="rank1"):
+    """Eq. 1 written out directly: for every step, for every remaining document, the max over S. The study's
+    code takes the rank-1 candidate first (``first="rank1"``); ``"objective"`` applies Eq. 1 with S empty."""
     remaining = list(range(len(relevance)))
     chosen: list[int] = []
+    if first == "rank1" and remaining:
+        chosen.append(remaining.pop(0))
     while remaining:
         best, best_value = None, None
         for d in remaining:  # remaining stays in original rank order, so ">" keeps the earlier on ties
@@ -49,15 +53,32 @@ def test_vectorised_mmr_matches_direct_implementation_on_random_inputs(seed):
     else:
         relevance = rng.random(n)
         sim = cosine_matrix(rng.normal(size=(n, 5)))
-    order, _ = mmr_order(relevance, sim, lam)
-    assert order.tolist() == slow_mmr(relevance.tolist(), sim.tolist(), lam)
+    for first in ("rank1", "objective"):
+        order, _ = mmr_order(relevance, sim, lam, first=first)
+        assert order.tolist() == slow_mmr(relevance.tolist(), sim.tolist(), lam, first)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_mmr_from_embeddings_matches_the_matrix_version_for_any_top(seed):
+    # The fast path computes cosine rows only for the picks when few are wanted: same picks either way.
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.integers(2, 60))
+    emb = rng.normal(size=(n, 8)).astype(np.float32)
+    rel = np.sort(rng.random(n))[::-1]
+    lam = [0.5, 0.75, 0.9][seed % 3]
+    full, _ = mmr_order(rel, cosine_matrix(emb), lam)
+    unit = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+    for k in (1, 3, n // 5, n):
+        part, _ = mmr_order_embeddings(rel, unit, lam, k)
+        assert part.tolist() == full[:k].tolist()
 
 
 def test_lambda_one_keeps_the_original_ranking_and_ties_keep_rank_order():
     scores = [9.0, 7.5, 7.5, 3.0, 3.0, 1.0]
     sim = np.ones((6, 6))  # maximal redundancy would reorder anything if relevance did not dominate
-    order, _ = mmr_order(normalise_scores(scores), sim, 1.0)
-    assert order.tolist() == [0, 1, 2, 3, 4, 5]
+    for method in ("question-max", "minmax"):
+        order, _ = mmr_order(normalise_scores(scores, method), sim, 1.0)
+        assert order.tolist() == [0, 1, 2, 3, 4, 5]
 
 
 def test_hand_computed_example():
@@ -68,8 +89,10 @@ def test_hand_computed_example():
     order, gains = mmr_order(relevance, sim, 0.5)
     assert order.tolist() == [0, 2, 1]
     assert gains.tolist() == pytest.approx([0.5, 0.25, 0.45 - 0.5 * 0.95])
-    # λ=0: first pick is argmax of 0·Sim1 = all ties -> rank 1; then the least similar to it.
+    # λ=0: the first pick is rank 1 (and with first="objective", argmax of 0·Sim1 = all ties -> rank 1 too);
+    # then the least similar to it.
     assert mmr_order(relevance, sim, 0.0)[0].tolist() == [0, 2, 1]
+    assert mmr_order(relevance, sim, 0.0, first="objective")[0].tolist() == [0, 2, 1]
     # λ=0.9: relevance wins: 0, then 1 (0.81-0.095=0.715) beats 2 (0.54-0.01=0.53).
     assert mmr_order(relevance, sim, 0.9)[0].tolist() == [0, 1, 2]
     assert mmr_order(relevance, sim, 0.9, k=2)[0].tolist() == [0, 1]
@@ -83,16 +106,93 @@ def test_lambda_out_of_range_is_an_error():
 def test_normalisations():
     s = [4.0, 2.0, 1.0, 0.0]
     assert normalise_scores(s, "minmax").tolist() == [1.0, 0.5, 0.25, 0.0]
-    assert normalise_scores(s, "max").tolist() == [1.0, 0.5, 0.25, 0.0]
+    assert normalise_scores(s).tolist() == [1.0, 0.5, 0.25, 0.0]  # question-max, the study's code
     assert normalise_scores([5.0, 4.0, 1.0], "minmax").tolist() == [1.0, 0.75, 0.0]
-    assert normalise_scores([5.0, 4.0, 1.0], "max").tolist() == [1.0, 0.8, 0.2]  # the original scripts' rule
+    assert normalise_scores([5.0, 4.0, 1.0], "question-max").tolist() == [1.0, 0.8, 0.2]
+    assert normalise_scores([5.0, 4.0, 1.0], "max").tolist() == [1.0, 0.8, 0.2]  # the older name
+    assert normalise_scores([5.0, 4.0, 1.0], "dataset-max", dataset_max=20.0).tolist() == [0.25, 0.2, 0.05]
     assert normalise_scores([3.0, 3.0], "minmax").tolist() == [1.0, 1.0]
     assert normalise_scores([0.0, 0.0, 0.0, 0.0], "rank").tolist() == [1.0, 0.75, 0.5, 0.25]
     assert normalise_scores([0.3, 0.1], "none").tolist() == [0.3, 0.1]
-    with pytest.raises(BerdsError, match="positive top score.*minmax"):
-        normalise_scores([-1.0, -2.0], "max", qid="q7")
+    # A question whose top score is <= 0 is divided by the per-corpus constant instead.
+    assert normalise_scores([-1.0, -2.0], "question-max", sim1_constant=4.0).tolist() == [-0.25, -0.5]
+    with pytest.raises(BerdsError, match="per-corpus constant.*--sim1-constant"):
+        normalise_scores([-1.0, -2.0], "question-max", qid="q7")
+    with pytest.raises(BerdsError, match="dataset-max"):
+        normalise_scores([1.0], "dataset-max", dataset_max=None)
     with pytest.raises(BerdsError, match="unknown Sim1 normalisation"):
         normalise_scores([1.0], "softmax")
+
+
+def test_the_three_normalisations_order_differently_worked_by_hand():
+    # One question with retriever scores 10, 9, 6, 2; another question of the run has the top score 20.
+    #   question-max: Sim1 = s / 10 = [1, .9, .6, .2]
+    #   dataset-max:  Sim1 = s / 20 = [.5, .45, .3, .1]
+    #   minmax:       Sim1 = (s - 2) / 8 = [1, .875, .5, 0]
+    # Sim2: 0~1 .9, 0~2 .3, 0~3 0, 1~2 0, 1~3 .3, 2~3 .1; λ = .5, objective = .5 Sim1 - .5 max Sim2; rank 1 first.
+    scores = [10.0, 9.0, 6.0, 2.0]
+    sim = np.array([[1, .9, .3, 0], [.9, 1, 0, .3], [.3, 0, 1, .1], [0, .3, .1, 1]])
+    # question-max: step 2: d1 .45-.45=0, d2 .30-.15=.15, d3 .10-0=.10 -> d2;
+    #               step 3: d1 .45-.45=0, d3 .10-.05=.05 -> d3; then d1.
+    # dataset-max:  step 2: d1 .225-.45=-.225, d2 .15-.15=0, d3 .05-0=.05 -> d3;
+    #               step 3: d1 .225-.45=-.225, d2 .15-.15=0 -> d2; then d1.
+    # minmax:       step 2: d1 .4375-.45=-.0125, d2 .25-.15=.10, d3 0-0=0 -> d2;
+    #               step 3: d1 .4375-.45=-.0125, d3 0-.05=-.05 -> d1; then d3.
+    expected = {"question-max": [0, 2, 3, 1], "dataset-max": [0, 3, 2, 1], "minmax": [0, 2, 1, 3]}
+    for method, order in expected.items():
+        rel = normalise_scores(scores, method, dataset_max=20.0)
+        assert mmr_order(rel, sim, 0.5)[0].tolist() == order, method
+    # The study's first pick (rank 1) against berds' earlier argmax(λ·Sim1): with scores not decreasing
+    # with rank (e.g. a reranked input), they differ.
+    assert mmr_order([0.5, 1.0, 0.2], np.eye(3), 0.9)[0].tolist() == [0, 1, 2]
+    assert mmr_order([0.5, 1.0, 0.2], np.eye(3), 0.9, first="objective")[0].tolist() == [1, 0, 2]
+
+
+class FixedEncoder:
+    """Vectors given per text (so cosines are known)."""
+
+    id = "test-fixed-v1"
+
+    def __init__(self, table):
+        self.table = table
+
+    def encode(self, texts):
+        return np.stack([np.asarray(self.table[t], dtype=np.float32) for t in texts])
+
+
+def test_whole_run_uses_the_run_max_for_dataset_max_and_embeds_text_then_title():
+    qa = Question("qa", "A?", ("x", "y"))
+    qb = Question("qb", "B?", ("x", "y"))
+    texts = {"a0": [1, 0], "a1": [0.8, 0.6], "a2": [0.2, -0.98], "b0": [1, 1], "b1": [1, -1]}
+    hits_a = [Hit(Passage(f"p{t}", t, title="T"), s) for t, s in (("a0", 10.0), ("a1", 9.0), ("a2", 5.0))]
+    hits_b = [Hit(Passage(f"p{t}", t, title="T"), s) for t, s in (("b0", 20.0), ("b1", 1.0))]
+    run = Run.from_lists([qa, qb], [hits_a, hits_b], name="two")
+    enc = FixedEncoder({f"{t} T": v for t, v in texts.items()})  # the study embeds text + " " + title
+    # λ = .7 (worked by hand): question-max Sim1 [1, .9, .5]: step 2 d1 .63-.3*.8=.39, d2 .35-.3*.2=.29 -> d1.
+    # dataset-max Sim1 (÷ 20, the top of qb) [.5, .45, .25]: d1 .315-.24=.075, d2 .175-.06=.115 -> d2.
+    qmax, _ = mmr_rerank(run, lam=0.7, encoder=enc)
+    dmax, _ = mmr_rerank(run, lam=0.7, encoder=enc, normalisation="dataset-max")
+    assert [h.passage.id for h in qmax.hits["qa"]] == ["pa0", "pa1", "pa2"]
+    assert [h.passage.id for h in dmax.hits["qa"]] == ["pa0", "pa2", "pa1"]
+    assert dmax.manifest["rerank"]["dataset_max"] == 20.0
+    assert qmax.manifest["rerank"]["embed_text"] == "text-title"
+    assert qmax.manifest["rerank"]["sim1_constant"] == 20.0  # the run's top score, used only if a question's top <= 0
+
+
+def test_lambda_presets_are_table_7():
+    assert LAMBDA_PRESETS[("bm25", "wikipedia")] == 0.99
+    assert LAMBDA_PRESETS[("contriever", "wikipedia")] == 0.75
+    assert LAMBDA_PRESETS[("dpr", "sphere")] == 0.99
+    assert LAMBDA_PRESETS[("contriever", "google-search")] == 0.95
+    assert len(LAMBDA_PRESETS) == 8  # Google Search output has no DPR column
+    assert parse_lambda("bm25-wikipedia") == 0.99
+    assert parse_lambda("table7:dpr:wikipedia") == 0.95
+    assert parse_lambda("table7:bm25:google") == 0.95
+    assert parse_lambda("0.8") == 0.8
+    with pytest.raises(BerdsError, match="Table 7 has no λ"):
+        parse_lambda("table7:dpr:google-search")
+    with pytest.raises(BerdsError, match="between 0 and 1"):
+        parse_lambda("1.5")
 
 
 def test_cosine_matrix_handles_zero_vectors():
@@ -176,7 +276,7 @@ def test_mmr_rerank_promotes_the_different_passage_and_records_provenance(tmp_pa
     assert [h.score for h in diverse.hits["q1"]] == [4.0, 3.0, 2.0, 1.0]
     rr = diverse.manifest["rerank"]
     assert rr["method"] == "mmr" and rr["lambda"] == 0.5 and rr["encoder"] == enc.id
-    assert rr["normalisation"] == "minmax" and rr["depth"] == 100
+    assert rr["normalisation"] == "question-max" and rr["depth"] == 100 and rr["first"] == "rank1"
     assert diverse.manifest["input_run"]["path"] == "runs/hand"
     assert diverse.manifest["retriever"] == {"name": "hand"}  # input provenance carried over
     folder = save_run(diverse, tmp_path / "run-mmr")

@@ -57,3 +57,15 @@ def test_duplicate_ids(tmp_path):
     p = write(tmp_path / "q.jsonl", [{"id": 1, "question": "a?", "perspectives": ["x"]}] * 2)
     with pytest.raises(InputError, match="line 2.*duplicate question id"):
         load_questions(p)
+
+
+def test_a_folder_named_like_a_set_does_not_shadow_the_set(tmp_path, monkeypatch):
+    """`berds demo --out ./demo` run from that folder's parent must still find the shipped demo questions."""
+    from berds.questions import load_questions
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "demo").mkdir()
+    assert len(load_questions("demo")) == 12
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(InputError, match="is a folder"):
+        load_questions("mine")

@@ -1,4 +1,4 @@
-"""``berds rerank mmr``, ``berds tune mmr``, ``berds analyze ...`` and ``berds report``.
+"""``berds tune mmr``, ``berds analyze ...`` and ``berds report`` (``berds rerank`` is in ``rerank.py``).
 
 Each command parses its options and calls one public function of ``berds.rerank`` /
 ``berds.evaluate.analyses`` / ``berds.evaluate.report``, then prints a summary table.
@@ -13,8 +13,6 @@ import typer
 
 from berds.cli.options import (ALLOW_SHORT_HELP, ALLOW_UNPARSED_HELP, JUDGE_REQUIRED_HELP, K_HELP, floats_callback,
                                ks_callback, parse_floats, parse_ks, print_judge_warning, require_judge)
-
-rerank_app = typer.Typer(help="Rerank runs for diversity (MMR).", no_args_is_help=True)
 tune_app = typer.Typer(help="Tune reranking parameters on a dev split with a judge.", no_args_is_help=True)
 analyze_app = typer.Typer(help="The study's analyses: stance, leaning, sycophancy, coverage, docs needed.",
                           no_args_is_help=True)
@@ -22,7 +20,6 @@ analyze_app = typer.Typer(help="The study's analyses: stance, leaning, sycophanc
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
-    app.add_typer(rerank_app, name="rerank")
     app.add_typer(tune_app, name="tune")
     app.add_typer(analyze_app, name="analyze")
     app.command("report")(report_command)
@@ -74,61 +71,8 @@ def _print_written(paths: dict[str, Path]) -> None:
 
 MODEL_HELP = "sentence-transformers model for Sim2 (hub name or local folder); the study: WhereIsAI/UAE-Large-V1."
 POOLING_HELP = "Pooling of the embedding model: cls (the study), mean, max, or model (its own config)."
-NORM_HELP = "Sim1 normalisation per question: minmax, max (score/max, the original scripts' rule), rank, none."
-
-
-# --------------------------------------------------------------------------------------------- rerank
-
-
-@rerank_app.command("mmr")
-def rerank_mmr_command(
-    run: Path = typer.Argument(..., help="Run folder or BERDS-format jsonl to rerank."),
-    out: Path = typer.Option(..., "--out", help="Folder for the reranked run."),
-    lam: Optional[float] = typer.Option(None, "--lambda", help="λ in [0, 1]: weight of relevance against redundancy."),
-    lambda_from: Optional[Path] = typer.Option(None, "--lambda-from", help="Use the λ chosen by `berds tune mmr` (its output folder)."),
-    depth: int = typer.Option(100, "--depth", help="Rerank the top DEPTH passages (the study: 100)."),
-    normalisation: str = typer.Option("minmax", "--normalisation", help=NORM_HELP),
-    model: Optional[str] = typer.Option(None, "--model", help=MODEL_HELP + " Default: the one tuning used "
-                                        "(with --lambda-from), else UAE-Large-V1."),
-    pooling: Optional[str] = typer.Option(None, "--pooling", help=POOLING_HELP + " Default as for --model."),
-    embed_text: str = typer.Option("text", "--embed-text", help="Text embedded per passage: text, title-text or text-title."),
-    device: Optional[str] = typer.Option(None, "--device", help="torch device for the embedding model (cpu, cuda)."),
-    batch_size: int = typer.Option(32, "--batch-size", min=1, help="Embedding batch size."),
-    embedding_cache: Optional[Path] = typer.Option(None, "--embedding-cache", help="Embedding cache file (default: $BERDS_HOME/embeddings.sqlite)."),
-    no_embedding_cache: bool = typer.Option(False, "--no-embedding-cache", help="Embed without reading or writing the cache."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run already in --out."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
-) -> None:
-    """MMR-rerank a run (the study's Eq. 1) into a new run folder with provenance in its manifest."""
-    from berds.errors import BerdsError
-    from berds.rerank.mmr import lambda_from_manifest, rerank_path
-
-    _check_run_path(run)
-    if (lam is None) == (lambda_from is None):
-        raise BerdsError("give exactly one of --lambda X or --lambda-from TUNING_FOLDER")
-    tuned_model = tuned_pooling = None
-    if lam is None:
-        from berds.rerank.mmr import similarity_model_from_manifest
-
-        lam = lambda_from_manifest(lambda_from)
-        tuned_model, tuned_pooling = similarity_model_from_manifest(lambda_from)
-    if model is not None and tuned_model is not None and model != tuned_model:
-        _console().print(f"[yellow]note:[/] λ was tuned with Sim2 model {tuned_model}; reranking with {model}",
-                         highlight=False)
-    model = model or tuned_model or "WhereIsAI/UAE-Large-V1"
-    pooling = pooling or tuned_pooling or "cls"
-    encoder, cache = _encoder_and_cache(model, pooling, device, batch_size, embedding_cache, no_embedding_cache)
-    reranked, stats, folder = rerank_path(run, out, lam=lam, encoder=encoder, embedding_cache=cache, depth=depth,
-                                          normalisation=normalisation, embed_text=embed_text, overwrite=overwrite,
-                                          progress=not quiet,
-                                          extra_provenance={"lambda_from": str(lambda_from)} if lambda_from else None)
-    _print_table(f"MMR rerank: {reranked.name}", ["", "value"], [
-        ["λ", f"{lam:g}"], ["encoder", encoder.id], ["normalisation", normalisation], ["depth", str(depth)],
-        ["questions", str(stats.questions)], ["passages embedded now / from cache",
-                                              f"{stats.embedded} / {stats.passages - stats.embedded}"],
-        ["questions whose top 10 changed", str(stats.moved)],
-        ["questions with all-equal scores", str(stats.constant_scores)], ["run folder", str(folder)],
-    ])
+NORM_HELP = ("Sim1 normalisation: question-max (the study's code: score / the question's top score), dataset-max "
+             "(the paper: score / the run's top score), minmax, rank, none.")
 
 
 # ----------------------------------------------------------------------------------------------- tune
@@ -145,10 +89,12 @@ def tune_mmr_command(
     k: List[str] = typer.Option(["5", "10"], "--k", metavar="K", callback=ks_callback, help=K_HELP),
     select: Optional[str] = typer.Option(None, "--select", help="Metric that picks λ (default mrecall@<smallest k>)."),
     depth: int = typer.Option(100, "--depth", help="Rerank the top DEPTH passages."),
-    normalisation: str = typer.Option("minmax", "--normalisation", help=NORM_HELP),
+    normalisation: str = typer.Option("question-max", "--normalisation", help=NORM_HELP),
+    sim1_constant: Optional[float] = typer.Option(None, "--sim1-constant", help="question-max: divisor for questions whose top score is <= 0 (default: the run's top score)."),
+    first: str = typer.Option("rank1", "--first", help="First pick: rank1 (the study's code) or objective (argmax λ·Sim1)."),
     model: str = typer.Option("WhereIsAI/UAE-Large-V1", "--model", help=MODEL_HELP),
     pooling: str = typer.Option("cls", "--pooling", help=POOLING_HELP),
-    embed_text: str = typer.Option("text", "--embed-text", help="text, title-text or text-title."),
+    embed_text: str = typer.Option("text-title", "--embed-text", help="text-title (the study: text + ' ' + title), text or title-text."),
     device: Optional[str] = typer.Option(None, "--device", help="torch device for the embedding model (cpu, cuda)."),
     batch_size: int = typer.Option(32, "--batch-size", min=1, help="Embedding batch size."),
     embedding_cache: Optional[Path] = typer.Option(None, "--embedding-cache", help="Embedding cache file (default: $BERDS_HOME/embeddings.sqlite)."),
@@ -170,7 +116,8 @@ def tune_mmr_command(
     result, paths = tune_path(run, out, judge, judge_options=parse_options(judge_option), lambdas=parse_floats(lambdas, option="--lambdas"),
                               ks=parse_ks(k), select=select, encoder=encoder, embedding_cache=emb_cache, cache_path=cache,
                               depth=depth, normalisation=normalisation, embed_text=embed_text, allow_short=allow_short,
-                              allow_unparsed=allow_unparsed, overwrite=overwrite, progress=not quiet)
+                              first=first, sim1_constant=sim1_constant, allow_unparsed=allow_unparsed,
+                              overwrite=overwrite, progress=not quiet)
     header, rows = tuning_table(result)
     from berds.judges.validation import short_judge_name
 
@@ -331,6 +278,7 @@ def report_command(
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
     allow_short: bool = typer.Option(False, "--allow-short", help=ALLOW_SHORT_HELP),
     title: str = typer.Option("BERDS report", "--title", help="Report title."),
+    baseline: Optional[str] = typer.Option(None, "--baseline", help="Mark values that differ significantly from this run (label or path)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Paper-style tables (markdown + CSV) and PNG figures for runs and analysis results."""
@@ -339,7 +287,7 @@ def report_command(
 
     report = build_report(list(runs or []), judge, out, ks=parse_ks(k), curve_depth=curve_depth, analyses=list(analysis),
                           judge_options=_options(judge_option), cache_path=cache, allow_short=allow_short,
-                          progress=not quiet, title=title)
+                          progress=not quiet, title=title, baseline=baseline)
     _print_table(f"report → {report.out}" + (f" — judge: {judge}" if runs else ""), ["file", "path"],
                  [[key, str(p)] for key, p in report.files.items()])
     if runs:

@@ -179,19 +179,20 @@ def plot_curves(curves: Mapping[str, Sequence[tuple[int, float]]], path: str | P
     return _save(fig, path)
 
 
-def plot_tuning(rows: Sequence[Mapping[str, Any]], ks: Sequence[int], path: str | Path) -> Path:
-    """MRecall@k and Precision@k against λ (the grid of ``berds tune mmr``)."""
-    grid = [r for r in rows if r.get("lambda") is not None]
+def plot_tuning(rows: Sequence[Mapping[str, Any]], ks: Sequence[int], path: str | Path, *,
+                parameter: str = "lambda") -> Path:
+    """MRecall@k and Precision@k against λ (the grid of ``berds tune mmr``) or another ``parameter``."""
+    grid = [r for r in rows if r.get(parameter) is not None]
     curves = {}
     for k in ks:
-        curves[f"MRecall@{k}"] = [(float(r["lambda"]), float(r[f"mrecall@{k}"])) for r in grid]
-        curves[f"Precision@{k}"] = [(float(r["lambda"]), float(r[f"precision@{k}"])) for r in grid]
+        curves[f"MRecall@{k}"] = [(float(r[parameter]), float(r[f"mrecall@{k}"])) for r in grid]
+        curves[f"Precision@{k}"] = [(float(r[parameter]), float(r[f"precision@{k}"])) for r in grid]
     fig = _figure(6.0, 4.0)
     ax = fig.add_subplot(1, 1, 1)
     for label, pts in curves.items():
         ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], marker="o", markersize=3.5, label=label,
                 linestyle="-" if label.startswith("MRecall") else "--")
-    ax.set_xlabel("λ")
+    ax.set_xlabel("λ" if parameter in ("lambda", "lam") else parameter)
     ax.set_ylabel("%")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, frameon=False)
@@ -267,11 +268,14 @@ def build_report(
     allow_short: bool = False,
     progress: bool = False,
     title: str = "BERDS report",
+    baseline: str | None = None,
 ) -> Report:
     """Judge ``run_paths`` (cached), and write tables, figures and ``report.md`` into ``out``.
 
     ``analyses`` are result files from ``berds analyze ... --out`` (or result objects). ``curve_depth``
     (default ``max(ks)``) is how far the MRecall@k curve goes; deeper curves judge more passages.
+    ``baseline`` (a run's label or path) marks with ``*`` the overall values that differ significantly from
+    it (paired permutation test, Holm-corrected; ``berds.evaluate.compare``) and adds the comparison table.
     """
     from berds.evaluate.analyses.common import judge_runs, run_labels
     from berds.judges.validation import judge_warning
@@ -302,11 +306,27 @@ def build_report(
         for label, run, res in zip(labels, runs, results):
             datasets = {qid: q.dataset for qid, q in run.questions.items()}
             rows += metrics_rows(label, res.support, ks, datasets)
+        compared = None
+        if baseline is not None:
+            from berds.evaluate.compare import compare_results, metric_names, resolve_baseline
+
+            compared = compare_results(results, labels, ks=ks, baseline=resolve_baseline(baseline, labels, run_paths))
+            for row in rows:  # mark the overall row of each run: header columns 3.. are the metrics
+                for col, metric in enumerate(metric_names(ks), start=3):
+                    found = compared.find(row[0], metric) if row[1] == "all" else None
+                    if found is not None and found.significant:
+                        row[col] += "*"
         report.files.update({f"metrics.{k}": v for k, v in write_table(out / "metrics", header, rows).items()})
         md += ["", "## Retrieval quality", "",
                f"Judge: `{results[0].judge_id}` (prompt `{results[0].prompt_version}`). Values in %.", "",
                *([f"**Warning:** {judge_warning(results[0].judge_id)}", ""] if judge_warning(results[0].judge_id) else []),
                markdown_table(header, rows)]
+        if compared is not None:
+            report.files.update({f"compare.{k}": v for k, v in write_compare(compared, out).items()})
+            c_title, c_header, c_rows = compared.table()
+            md += ["", f"`*`: differs from `{compared.baseline}` at α={compared.alpha:g} (paired permutation test "
+                   "over questions, Holm-corrected per metric).", "", f"### {c_title}", "",
+                   markdown_table(c_header, c_rows)]
         curve_k = curve_depth or ks[-1]
         curves = {label: mrecall_curve({q: m[:, :curve_k] for q, m in res.support.items()}, curve_k)
                   for label, res in zip(labels, results)}
@@ -335,6 +355,19 @@ def build_report(
     write_text(out / "report.md", "\n".join(md).rstrip() + "\n")
     report.files["report.md"] = out / "report.md"
     return report
+
+
+def write_compare(result: Any, out: str | Path) -> dict[str, Path]:
+    """``compare.md``, ``compare.csv`` and ``compare.json`` of a ``berds.evaluate.compare.CompareResult``."""
+    from berds.io import write_json
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    title, header, rows = result.table()
+    paths = write_table(out / "compare", header, rows, title=title)
+    write_json(out / "compare.json", result.to_json())
+    paths["json"] = out / "compare.json"
+    return paths
 
 
 def write_analysis(result: Any, json_path: str | Path) -> dict[str, Path]:

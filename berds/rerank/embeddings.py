@@ -219,6 +219,24 @@ def embed_texts(
 
     Duplicate texts are embedded once. Each batch is stored in the cache as soon as it is computed.
     """
+    vectors, computed = embedding_map(texts, encoder, cache, batch_size=batch_size, progress=progress,
+                                      description=description)
+    if not texts:
+        return np.zeros((0, 0), dtype=np.float32), 0
+    return np.stack([vectors[t] for t in texts]), computed
+
+
+def embedding_map(
+    texts: Sequence[str],
+    encoder: Encoder,
+    cache: EmbeddingCache | None = None,
+    *,
+    batch_size: int = 256,
+    progress: bool = False,
+    description: str = "embedding passages",
+) -> tuple[dict[str, np.ndarray], int]:
+    """``{text: vector}`` for the distinct ``texts`` and how many were computed (``embed_texts`` without the
+    final stacking, so callers can build small per-question matrices instead of one large one)."""
     unique = list(dict.fromkeys(texts))
     vectors: dict[str, np.ndarray] = {}
     if cache is not None:
@@ -245,6 +263,24 @@ def embed_texts(
     if len(dims) > 1:
         raise BerdsError(f"encoder {encoder.id!r} gave vectors of several sizes {sorted(dims)} — "
                          "is the embedding cache shared by two models with the same id?")
-    if not texts:
-        return np.zeros((0, 0), dtype=np.float32), 0
-    return np.stack([vectors[t] for t in texts]), len(missing)
+    return vectors, len(missing)
+
+
+class MemoEncoder:
+    """An encoder that remembers every vector it made in memory (same ``id`` as the wrapped one), so a study
+    that reranks the same passages with many strategies and parameters embeds each text once even without
+    an embedding cache file."""
+
+    def __init__(self, encoder: Encoder):
+        self.inner = encoder
+        self.id = encoder.id
+        self._vectors: dict[str, np.ndarray] = {}
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if t not in self._vectors]
+        if missing:
+            out = np.asarray(self.inner.encode(missing), dtype=np.float32)
+            self._vectors.update(zip(missing, out))
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        return np.stack([self._vectors[t] for t in texts])

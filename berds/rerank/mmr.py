@@ -1,21 +1,25 @@
-"""Maximal Marginal Relevance (MMR) reranking — Eq. 1 of the BERDS study.
+"""Maximal Marginal Relevance (MMR) reranking — Eq. 1 of the BERDS study, as its released code runs it.
 
 Over the top ``depth`` (100) passages of a question, MMR builds a new ranking greedily. With ``S`` the
 passages picked so far, the next pick is::
 
     argmax_{d not in S}  λ · Sim1(d, q)  −  (1 − λ) · max_{s in S} Sim2(d, s)
 
-* ``Sim1`` is the retriever's score normalised to [0, 1] per question (``normalise_scores``);
-* ``Sim2`` is the cosine similarity of passage embeddings (``berds.rerank.embeddings``);
-* the first pick, with ``S`` empty, is the argmax of ``λ · Sim1`` (the max over an empty set is dropped);
-* ties are broken by the original rank (the earlier passage wins).
+The defaults are the study's released code (``../shared/data/berds-study/README.md``, "MMR"):
 
-λ = 1 ranks by Sim1 alone (the original ranking when scores decrease with rank); λ = 0 ignores
-relevance after the first pick and always takes the passage least similar to everything chosen.
+* ``Sim1`` is the retriever score divided by the largest score among the question's candidates
+  (``question-max``; a per-corpus constant when that largest score is <= 0). The paper's appendix divides by
+  the largest score of the whole dataset instead (``dataset-max``); berds' earlier per-question min-max is
+  ``minmax``. See ``berds.rerank.candidates``;
+* ``Sim2`` is the cosine of UAE-Large-V1 embeddings (CLS pooling, no prompt) of ``text + " " + title``;
+* the first pick is always the rank-1 candidate (``first="rank1"``); ``first="objective"`` takes the argmax
+  of ``λ · Sim1`` instead (berds' earlier rule). Ties go to the earlier rank;
+* λ per retriever and corpus: the paper's Table 7 (``LAMBDA_PRESETS``, ``--lambda-preset bm25-wikipedia``
+  or ``--lambda table7:bm25:wikipedia``).
 
-The implementation keeps, for every candidate, its running ``max_{s in S} Sim2(d, s)`` as one numpy
-vector and updates it with the row of the last pick, so a whole reranking costs ``depth`` vector
-operations — no Python loop over pairs of documents.
+The greedy keeps, for every candidate, its running ``max_{s in S} Sim2(d, s)`` as one numpy vector and
+updates it with the cosine row of the last pick, so choosing ``k`` passages costs ``k`` vector operations;
+when few of the candidates are wanted (``top``) only their rows of cosines are computed.
 """
 
 from __future__ import annotations
@@ -28,115 +32,167 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from berds.errors import BerdsError
+from berds.rerank.base import EmbeddingReranker, check_fraction
+from berds.rerank.candidates import (DEFAULT_DEPTH, DEFAULT_EMBED_TEXT, DEFAULT_NORMALISATION, EMBED_TEXTS,
+                                     NORMALISATIONS, QuestionCandidates, normalise_scores, passage_embed_text,
+                                     unit_rows)
 from berds.types import Hit, Run
 
-# Named Sim1 normalisations (per question):
-#   minmax — (s − min) / (max − min); all-equal scores give 1.0 everywhere.
-#   max    — s / max, the original BERDS scripts' rule; needs a positive maximum.
-#   rank   — 1 − (r − 1) / n for rank r of n, ignoring scores (for runs whose files carry no scores).
-#   none   — the scores as they are (already in [0, 1], e.g. cosines).
-NORMALISATIONS = ("minmax", "max", "rank", "none")
-# What text of a passage is embedded for Sim2.
-EMBED_TEXTS = ("text", "title-text", "text-title")
-DEFAULT_DEPTH = 100
+__all__ = ["NORMALISATIONS", "EMBED_TEXTS", "DEFAULT_DEPTH", "DEFAULT_LAMBDAS", "LAMBDA_PRESETS", "FIRST_PICKS",
+           "normalise_scores", "passage_embed_text", "cosine_matrix", "mmr_order", "mmr_order_embeddings",
+           "mmr_rerank_hits", "mmr_rerank", "rerank_path", "lambda_from_manifest", "parse_lambda", "MMRReranker"]
+
 DEFAULT_LAMBDAS = (0.5, 0.75, 0.9, 0.95, 0.99)
+FIRST_PICKS = ("rank1", "objective")
+
+# Table 7 of the study: λ per (retriever, corpus). Google Search output has no DPR run.
+LAMBDA_PRESETS: dict[tuple[str, str], float] = {
+    ("bm25", "wikipedia"): 0.99, ("dpr", "wikipedia"): 0.95, ("contriever", "wikipedia"): 0.75,
+    ("bm25", "sphere"): 0.99, ("dpr", "sphere"): 0.99, ("contriever", "sphere"): 0.95,
+    ("bm25", "google-search"): 0.95, ("contriever", "google-search"): 0.95,
+}
+_CORPUS_ALIASES = {"wiki": "wikipedia", "google": "google-search", "google-search-output": "google-search",
+                   "web": "google-search"}
 
 
-def normalise_scores(scores: Sequence[float] | np.ndarray, method: str = "minmax", *, qid: str = "") -> np.ndarray:
-    """Retriever scores of one question (in rank order) -> Sim1 values in [0, 1]. See ``NORMALISATIONS``."""
-    s = np.asarray(scores, dtype=np.float64)
-    if s.ndim != 1:
-        raise ValueError(f"scores must be 1-D, got shape {s.shape}")
-    if method not in NORMALISATIONS:
-        raise BerdsError(f"unknown Sim1 normalisation {method!r}; use one of {', '.join(NORMALISATIONS)}")
-    if s.size == 0:
-        return s
-    if method == "minmax":
-        lo, hi = float(s.min()), float(s.max())
-        return np.ones_like(s) if hi == lo else (s - lo) / (hi - lo)
-    if method == "max":
-        hi = float(s.max())
-        if hi <= 0:
-            raise BerdsError(
-                f"question {qid!r}: the 'max' normalisation (score / max, the original scripts' rule) needs a "
-                f"positive top score, got {hi:g} — use --normalisation minmax for scores that can be negative"
-            )
-        return s / hi
-    if method == "rank":
-        n = s.size
-        return 1.0 - np.arange(n, dtype=np.float64) / n
-    return s
+def lambda_preset(retriever: str, corpus: str) -> float:
+    """λ of Table 7 for ``retriever`` (bm25, dpr, contriever) on ``corpus`` (wikipedia, sphere, google-search)."""
+    r, c = retriever.strip().lower(), corpus.strip().lower()
+    c = _CORPUS_ALIASES.get(c, c)
+    try:
+        return LAMBDA_PRESETS[(r, c)]
+    except KeyError:
+        names = ", ".join(f"{a}-{b}" for a, b in LAMBDA_PRESETS)
+        raise BerdsError(f"Table 7 has no λ for retriever {retriever!r} on corpus {corpus!r}; presets: {names}") from None
+
+
+def parse_lambda(text: str | float) -> float:
+    """``0.9``, ``table7:RETRIEVER:CORPUS`` or a preset name ``RETRIEVER-CORPUS`` (e.g. ``bm25-wikipedia``)."""
+    if isinstance(text, (int, float)):
+        return check_fraction("λ", text)
+    value = str(text).strip()
+    try:
+        return check_fraction("λ", float(value))
+    except ValueError:
+        pass
+    if value.lower().startswith("table7:"):
+        parts = value.split(":")
+        if len(parts) != 3:
+            raise BerdsError(f"--lambda {value!r}: write table7:RETRIEVER:CORPUS, e.g. table7:bm25:wikipedia")
+        return lambda_preset(parts[1], parts[2])
+    retriever, sep, corpus = value.partition("-")
+    if not sep:
+        raise BerdsError(f"--lambda {value!r} is neither a number, table7:RETRIEVER:CORPUS nor a preset like "
+                         "bm25-wikipedia")
+    return lambda_preset(retriever, corpus)
 
 
 def cosine_matrix(embeddings: np.ndarray) -> np.ndarray:
-    """Pairwise cosine similarities of the rows of ``embeddings`` (zero vectors have cosine 0 with all)."""
-    # float32 like the embeddings themselves: the product is several times faster than in float64, and
-    # cosines need no more precision than the vectors carry.
-    e = np.asarray(embeddings, dtype=np.float32)
-    norms = np.linalg.norm(e, axis=1, keepdims=True)
-    unit = np.divide(e, norms, out=np.zeros_like(e), where=norms > 0)
-    return (unit @ unit.T).astype(np.float64)
+    """Pairwise cosine similarities (float32) of the rows of ``embeddings`` (zero vectors: cosine 0 with all)."""
+    unit = unit_rows(embeddings)
+    return unit @ unit.T
+
+
+def _greedy(relevance: np.ndarray, row_of: Any, n: int, lam: float, k: int, first: str) -> tuple[np.ndarray, np.ndarray]:
+    # float64 objective (Sim1's precision), float32 similarities; a picked candidate's relevance becomes -inf,
+    # so it can never win again without a mask operation per step.
+    available = lam * relevance
+    diversity_weight = 1.0 - lam
+    order = np.empty(k, dtype=np.int64)
+    gains = np.empty(k, dtype=np.float64)
+    if k == 0:
+        return order, gains
+    pick = 0 if first == "rank1" else int(available.argmax())  # first maximum = best rank among ties
+    order[0], gains[0] = pick, available[pick]
+    available[pick] = -np.inf
+    max_sim = np.array(row_of(pick), dtype=np.float32)
+    objective = np.empty(n, dtype=np.float64)
+    for step in range(1, k):
+        np.multiply(max_sim, diversity_weight, out=objective, dtype=np.float64)
+        np.subtract(available, objective, out=objective)
+        pick = int(objective.argmax())
+        order[step], gains[step] = pick, objective[pick]
+        available[pick] = -np.inf
+        if step + 1 < k:
+            np.maximum(max_sim, row_of(pick), out=max_sim)
+    return order, gains
+
+
+def _check(lam: float, first: str) -> float:
+    if math.isnan(lam) or not 0.0 <= lam <= 1.0:
+        raise BerdsError(f"λ must be between 0 and 1, got {lam}")
+    if first not in FIRST_PICKS:
+        raise BerdsError(f"unknown first-pick rule {first!r}; use one of {', '.join(FIRST_PICKS)}")
+    return float(lam)
 
 
 def mmr_order(relevance: Sequence[float] | np.ndarray, similarity: np.ndarray, lam: float,
-              k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+              k: int | None = None, *, first: str = "rank1") -> tuple[np.ndarray, np.ndarray]:
     """Greedy MMR over candidates given in original rank order.
 
     ``relevance`` is Sim1 (n,), ``similarity`` is Sim2 (n, n). Returns ``(order, gains)``: the indices of
-    the first ``k`` (default all) picks, and the MMR objective value each pick had when it was chosen.
+    the first ``k`` (default all) picks, and the MMR objective value each pick had when it was chosen
+    (for the first pick, ``λ · Sim1``).
     """
-    if not 0.0 <= lam <= 1.0 or math.isnan(lam):
-        raise BerdsError(f"λ must be between 0 and 1, got {lam}")
+    lam = _check(lam, first)
     rel = np.asarray(relevance, dtype=np.float64)
-    sim = np.asarray(similarity, dtype=np.float64)
+    sim = np.asarray(similarity)
     n = rel.shape[0]
     if sim.shape != (n, n):
         raise ValueError(f"similarity must be {n}x{n} for {n} candidates, got {sim.shape}")
     k = n if k is None else max(0, min(int(k), n))
-    weighted = lam * rel
-    diversity_weight = 1.0 - lam
-    max_sim = np.zeros(n)
-    taken = np.zeros(n, dtype=bool)
-    order = np.empty(k, dtype=np.int64)
-    gains = np.empty(k, dtype=np.float64)
-    for step in range(k):
-        objective = weighted.copy() if step == 0 else weighted - diversity_weight * max_sim
-        objective[taken] = -np.inf
-        pick = int(np.argmax(objective))  # first maximum = best original rank among ties
-        order[step], gains[step] = pick, objective[pick]
-        taken[pick] = True
-        if step == 0:
-            max_sim = sim[pick].copy()
-        else:
-            np.maximum(max_sim, sim[pick], out=max_sim)
-    return order, gains
+    return _greedy(rel, sim.__getitem__, n, lam, k, first)
 
 
-def passage_embed_text(hit: Hit, embed_text: str = "text") -> str:
-    """The text of a passage that is embedded: ``text`` alone (default), ``title-text`` or ``text-title``."""
-    p = hit.passage
-    if embed_text == "text" or not p.title:
-        return p.text
-    if embed_text == "title-text":
-        return f"{p.title} {p.text}"
-    if embed_text == "text-title":
-        return f"{p.text} {p.title}"
-    raise BerdsError(f"unknown --embed-text {embed_text!r}; use one of {', '.join(EMBED_TEXTS)}")
+def mmr_order_embeddings(relevance: Sequence[float] | np.ndarray, unit: np.ndarray, lam: float,
+                         k: int | None = None, *, first: str = "rank1") -> tuple[np.ndarray, np.ndarray]:
+    """``mmr_order`` from unit-length embeddings: Sim2 rows are computed as they are needed (all of them
+    in one product when most candidates are wanted, one row per pick when few are)."""
+    lam = _check(lam, first)
+    rel = np.asarray(relevance, dtype=np.float64)
+    n = rel.shape[0]
+    k = n if k is None else max(0, min(int(k), n))
+    if n and unit.shape[0] != n:
+        raise ValueError(f"{n} candidates but {unit.shape[0]} embeddings")
+    if 4 * k >= n:
+        sim = unit @ unit.T
+        return _greedy(rel, sim.__getitem__, n, lam, k, first)
+    return _greedy(rel, lambda i: unit @ unit[i], n, lam, k, first)
 
 
-def mmr_rerank_hits(hits: Sequence[Hit], embeddings: np.ndarray, lam: float, *, normalisation: str = "minmax",
-                    qid: str = "") -> list[Hit]:
-    """Rerank one question's hits (already cut to the depth) given their embeddings (rows in hit order).
-
-    The returned hits are scored ``n − position`` (n hits): MMR's objective values can tie, and TREC
-    tools order by score, so a strictly decreasing score keeps MMR's order everywhere.
-    """
+def mmr_rerank_hits(hits: Sequence[Hit], embeddings: np.ndarray, lam: float, *,
+                    normalisation: str = DEFAULT_NORMALISATION, qid: str = "", first: str = "rank1",
+                    sim1_constant: float | None = None, dataset_max: float | None = None) -> list[Hit]:
+    """Rerank one question's hits (already cut to the depth) given their embeddings (rows in hit order);
+    the returned hits are scored ``n − position``."""
     if not hits:
         return []
-    relevance = normalise_scores([h.score for h in hits], normalisation, qid=qid)
-    order, _ = mmr_order(relevance, cosine_matrix(embeddings), lam)
+    relevance = normalise_scores([h.score for h in hits], normalisation, qid=qid, sim1_constant=sim1_constant,
+                                 dataset_max=dataset_max)
+    order, _ = mmr_order_embeddings(relevance, unit_rows(embeddings), lam, first=first)
     n = len(order)
     return [Hit(hits[i].passage, float(n - pos)) for pos, i in enumerate(order)]
+
+
+class MMRReranker(EmbeddingReranker):
+    """MMR (Eq. 1) as a reranker: ``MMRReranker(lam=0.9)``; every option of ``EmbeddingReranker``
+    (encoder, cache, depth, normalisation, embedded text, ``top``) plus ``first``."""
+
+    method = "mmr"
+    parameter = "lam"
+    grid = DEFAULT_LAMBDAS
+
+    def __init__(self, lam: float | str = 0.9, *, first: str = "rank1", **options: Any):
+        self.lam = parse_lambda(lam)
+        _check(self.lam, first)
+        self.first = first
+        super().__init__(**options)
+
+    def parameters(self) -> dict[str, Any]:
+        return {"lambda": self.lam, "first": self.first}
+
+    def select(self, cand: QuestionCandidates, k: int) -> np.ndarray:
+        return mmr_order_embeddings(cand.sim1, cand.unit, self.lam, k, first=self.first)[0]
 
 
 @dataclass
@@ -148,6 +204,14 @@ class RerankStats:
     moved: int = 0               # questions whose top 10 changed
 
 
+def stats_of(before: Run, after: Run, reranker: EmbeddingReranker) -> RerankStats:
+    cands = reranker.last
+    moved = sum([h.passage.id for h in before.hits[q][:10]] != [h.passage.id for h in after.hits[q][:10]]
+                for q in before.questions)
+    return RerankStats(questions=len(before.questions), passages=sum(len(c.hits) for c in cands.questions.values()),
+                       embedded=cands.embedded_now, constant_scores=cands.constant_scores, moved=moved)
+
+
 def mmr_rerank(
     run: Run,
     *,
@@ -155,8 +219,11 @@ def mmr_rerank(
     encoder: Any = None,
     embedding_cache: Any = None,
     depth: int = DEFAULT_DEPTH,
-    normalisation: str = "minmax",
-    embed_text: str = "text",
+    normalisation: str = DEFAULT_NORMALISATION,
+    embed_text: str = DEFAULT_EMBED_TEXT,
+    first: str = "rank1",
+    sim1_constant: float | None = None,
+    top: int | None = None,
     input_path: str | Path | None = None,
     progress: bool = False,
     extra_provenance: Mapping[str, Any] | None = None,
@@ -165,69 +232,14 @@ def mmr_rerank(
 
     ``encoder`` defaults to the study's UAE-Large-V1 (CLS pooling, no prompt); ``embedding_cache`` is an
     ``EmbeddingCache`` (None: embed without caching). The new run keeps the input's provenance and adds
-    ``manifest["rerank"]`` (method, λ, encoder id, normalisation, depth, embedded text) and
-    ``manifest["input_run"]`` (name, path, and the input's own manifest).
+    ``manifest["rerank"]`` (method, λ, first-pick rule, encoder id, normalisation, depth, embedded text) and
+    ``manifest["input_run"]`` (name, path, and the input's own manifest). ``top`` orders only the first
+    ``top`` picks by MMR (the rest follow in their original order).
     """
-    from berds.rerank.embeddings import embed_texts, load_encoder
-
-    if depth < 1:
-        raise BerdsError(f"--depth must be a positive integer, got {depth}")
-    if normalisation not in NORMALISATIONS:
-        raise BerdsError(f"unknown Sim1 normalisation {normalisation!r}; use one of {', '.join(NORMALISATIONS)}")
-    if embed_text not in EMBED_TEXTS:
-        raise BerdsError(f"unknown --embed-text {embed_text!r}; use one of {', '.join(EMBED_TEXTS)}")
-    if not 0.0 <= lam <= 1.0:
-        raise BerdsError(f"λ must be between 0 and 1, got {lam}")
-    encoder = encoder if encoder is not None else load_encoder()
-    cut = {qid: list(run.hits[qid][:depth]) for qid in run.questions}
-    texts = [passage_embed_text(h, embed_text) for hits in cut.values() for h in hits]
-    vectors, computed = embed_texts(texts, encoder, embedding_cache, progress=progress,
-                                    description=f"embedding {run.name or 'run'}")
-    stats = RerankStats(questions=len(cut), passages=len(texts), embedded=computed)
-    if normalisation in ("minmax", "max"):
-        const = [qid for qid, hits in cut.items() if len(hits) > 1 and len({h.score for h in hits}) == 1]
-        stats.constant_scores = len(const)
-        if const and len(const) == sum(len(h) > 1 for h in cut.values()):
-            raise BerdsError(
-                f"every question of run {run.name!r} has all-equal retriever scores (a file without scores?), so "
-                f"Sim1 would carry no relevance and MMR would ignore λ — use --normalisation rank to take "
-                f"relevance from the rank instead"
-            )
-    reranked: dict[str, list[Hit]] = {}
-    row = 0
-    for qid, hits in cut.items():
-        emb = vectors[row:row + len(hits)]
-        row += len(hits)
-        reranked[qid] = mmr_rerank_hits(hits, emb, lam, normalisation=normalisation, qid=qid)
-        before = [h.passage.id for h in hits[:10]]
-        stats.moved += before != [h.passage.id for h in reranked[qid][:10]]
-
-    inherited = {k: v for k, v in run.manifest.items()
-                 if k not in ("kind", "created", "versions", "name", "questions", "min_depth", "max_depth",
-                              "rerank", "input_run")}
-    manifest = {
-        **inherited,
-        "rerank": {
-            "method": "mmr",
-            "lambda": lam,
-            "encoder": getattr(encoder, "id", type(encoder).__name__),
-            # what `rerank --lambda-from` needs to rebuild the same Sim2 encoder
-            "model": getattr(encoder, "model_name", None), "pooling": getattr(encoder, "pooling", None),
-            "normalisation": normalisation,
-            "depth": depth,
-            "embed_text": embed_text,
-            "score": "n - position after reranking",
-            "embedded_now": computed,
-            **(dict(extra_provenance) if extra_provenance else {}),
-        },
-        "input_run": {
-            "name": run.name,
-            "path": str(input_path) if input_path is not None else None,
-            "manifest": dict(run.manifest),
-        },
-    }
-    name = f"{run.name or 'run'}-mmr{lam:g}"
-    return Run(run.questions, reranked, manifest, name), stats
+    reranker = MMRReranker(lam, first=first, encoder=encoder, embedding_cache=embedding_cache, depth=depth,
+                           normalisation=normalisation, embed_text=embed_text, sim1_constant=sim1_constant, top=top)
+    reranked = reranker.rerank(run, progress=progress, input_path=input_path, extra_provenance=extra_provenance)
+    return reranked, stats_of(run, reranked, reranker)
 
 
 def similarity_model_from_manifest(path: str | Path) -> tuple[str | None, str | None]:
@@ -264,16 +276,11 @@ def rerank_path(
     out: str | Path,
     *,
     lam: float,
-    encoder: Any = None,
-    embedding_cache: Any = None,
-    depth: int = DEFAULT_DEPTH,
-    normalisation: str = "minmax",
-    embed_text: str = "text",
     overwrite: bool = False,
-    progress: bool = False,
-    extra_provenance: Mapping[str, Any] | None = None,
+    **options: Any,
 ) -> tuple[Run, RerankStats, Path]:
-    """``berds rerank mmr``: load a run (folder or BERDS jsonl), MMR-rerank it, save the new run folder."""
+    """``berds rerank mmr``: load a run (folder or BERDS jsonl), MMR-rerank it, save the new run folder.
+    ``options`` go to ``mmr_rerank``."""
     from berds.runs import load_run, save_run
 
     out = Path(out)
@@ -281,7 +288,5 @@ def rerank_path(
         raise BerdsError(f"{out} already holds a run — choose another --out or pass --overwrite")
     # reranking needs no gold perspectives (DELPHI); an empty question stays empty
     run = load_run(run_path, allow_empty=True, require_perspectives=False)
-    reranked, stats = mmr_rerank(run, lam=lam, encoder=encoder, embedding_cache=embedding_cache, depth=depth,
-                                 normalisation=normalisation, embed_text=embed_text, input_path=run_path,
-                                 progress=progress, extra_provenance=extra_provenance)
+    reranked, stats = mmr_rerank(run, lam=lam, input_path=run_path, **options)
     return reranked, stats, save_run(reranked, out, overwrite=overwrite)

@@ -1,26 +1,29 @@
-"""λ tuning for MMR on a dev run: rerank with each λ, judge, keep the best (``berds tune mmr``).
+"""Parameter tuning for rerankers on a dev run: rerank with each value, judge, keep the best.
 
-Tuning needs judging, so it lives here with the other experiments that combine stages, not in ``rerank/``
-(which only reorders runs).
+``tune_reranker`` tunes any reranker's parameter (``berds study diversify`` uses it for every strategy);
+``tune_mmr`` is MMR's λ with the study's grid (``berds tune mmr``). Tuning needs judging, so it lives here
+with the other experiments that combine stages, not in ``rerank/`` (which only reorders runs).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from berds.errors import BerdsError
 from berds.evaluate.analyses.common import build_judge
 from berds.evaluate.cache import JudgementCache
 from berds.evaluate.evaluation import evaluate_run
-from berds.rerank.mmr import DEFAULT_DEPTH, DEFAULT_LAMBDAS, mmr_rerank
+from berds.rerank.mmr import DEFAULT_DEPTH, DEFAULT_LAMBDAS, MMRReranker
 from berds.types import Run
 
 
 @dataclass
 class TuneResult:
-    """λ tuning on a dev run: one row of averages per λ (plus the un-reranked baseline), and the choice."""
+    """Tuning on a dev run: one row of averages per value (plus the un-reranked baseline), and the choice.
+
+    ``parameter`` names the key of the value in each row (``"lambda"`` for MMR)."""
 
     rows: list[dict[str, Any]]
     chosen: float
@@ -28,22 +31,94 @@ class TuneResult:
     judge_id: str
     ks: tuple[int, ...]
     runs: dict[float, Run]
+    parameter: str = "lambda"
+    method: str = "mmr"
 
     def to_json(self) -> dict[str, Any]:
-        return {"select": self.select, "chosen_lambda": self.chosen, "judge": self.judge_id,
-                "ks": list(self.ks), "rows": self.rows}
+        out = {"method": self.method, "parameter": self.parameter, "select": self.select, "chosen": self.chosen,
+               "judge": self.judge_id, "ks": list(self.ks), "rows": self.rows}
+        if self.parameter == "lambda":
+            out["chosen_lambda"] = self.chosen
+        return out
+
+
+def choose_value(rows: Sequence[Mapping[str, Any]], select: str, key: str = "lambda",
+                 prefer: str = "larger") -> float:
+    """The value of ``key`` with the best ``select`` metric; ties go to the larger value (``prefer="larger"``:
+    for λ, closer to the original ranking) or the smaller (for a diversity weight, closer to it)."""
+    candidates = [r for r in rows if r.get(key) is not None]
+    if not candidates:
+        raise BerdsError(f"no {key} was evaluated")
+    if select not in candidates[0]:
+        metrics = [k for k in candidates[0] if "@" in k]
+        raise BerdsError(f"unknown --select metric {select!r}; use one of {', '.join(metrics)}")
+    sign = 1.0 if prefer == "larger" else -1.0
+    best = max(candidates, key=lambda r: (round(float(r[select]), 12), sign * float(r[key])))
+    return float(best[key])
 
 
 def choose_lambda(rows: Sequence[Mapping[str, Any]], select: str) -> float:
     """The λ with the best ``select`` metric; ties go to the larger λ (closer to the original ranking)."""
-    candidates = [r for r in rows if r.get("lambda") is not None]
-    if not candidates:
-        raise BerdsError("no λ was evaluated")
-    if select not in candidates[0]:
-        metrics = [k for k in candidates[0] if "@" in k]
-        raise BerdsError(f"unknown --select metric {select!r}; use one of {', '.join(metrics)}")
-    best = max(candidates, key=lambda r: (round(float(r[select]), 12), float(r["lambda"])))
-    return float(best["lambda"])
+    return choose_value(rows, select, "lambda")
+
+
+# How each built-in parameter moves away from the original ranking: ties in the tuning metric go to the
+# value closest to it.
+CLOSER_TO_ORIGINAL = {"lam": "larger", "lambda": "larger", "diversity": "smaller"}
+
+
+def tune_reranker(
+    run: Run,
+    judge: Any,
+    make: Callable[[float], Any],
+    values: Sequence[float],
+    *,
+    parameter: str = "lambda",
+    method: str | None = None,
+    ks: Sequence[int] = (5, 10),
+    select: str | None = None,
+    judgement_cache: Any = None,
+    allow_short: bool = False,
+    allow_unparsed: bool = False,
+    progress: bool = False,
+    input_path: str | Path | None = None,
+    prefer: str = "larger",
+) -> TuneResult:
+    """Rerank ``run`` (a dev-split run) with ``make(value)`` for each value, judge the top ``max(ks)``, and
+    pick the best value by ``select`` (default ``mrecall@<smallest k>``, averaged over questions).
+
+    Rerankers built on ``EmbeddingReranker`` prepare the candidates (embeddings, Sim1) once for the whole
+    grid; the judgement cache makes the grid cheap (passages shared by several values, and by the original
+    run evaluated as the baseline row, are judged once).
+    """
+    values = sorted({float(x) for x in values})
+    if not values:
+        raise BerdsError(f"give at least one value of {parameter}")
+    ks = tuple(sorted({int(k) for k in ks}))
+    select = select or f"mrecall@{ks[0]}"
+
+    def averages(r: Run) -> dict[str, float]:
+        result = evaluate_run(r, judge, ks, cache=judgement_cache, allow_short=allow_short,
+                              allow_unparsed=allow_unparsed, progress=progress)
+        return dict(result.averages["all"])
+
+    rows: list[dict[str, Any]] = [{parameter: None, "setting": "original ranking", **averages(run)}]
+    runs: dict[float, Run] = {}
+    prepared = None
+    for value in values:
+        reranker = make(value)
+        method = method or getattr(reranker, "method", None) or getattr(reranker, "name", "reranker")
+        kwargs: dict[str, Any] = {"progress": progress}
+        if hasattr(reranker, "prepare"):
+            prepared = prepared if prepared is not None else reranker.prepare(run, progress=progress)
+            kwargs.update(candidates=prepared, input_path=input_path)
+        reranked = reranker.rerank(run, **kwargs)
+        runs[value] = reranked
+        symbol = "λ" if parameter in ("lambda", "lam") else parameter
+        rows.append({parameter: value, "setting": f"{method} {symbol}={value:g}", **averages(reranked)})
+    chosen = choose_value(rows, select, parameter, prefer)
+    return TuneResult(rows=rows, chosen=chosen, select=select, judge_id=getattr(judge, "id", ""), ks=ks, runs=runs,
+                      parameter=parameter, method=method or "reranker")
 
 
 def tune_mmr(
@@ -57,47 +132,32 @@ def tune_mmr(
     embedding_cache: Any = None,
     judgement_cache: Any = None,
     depth: int = DEFAULT_DEPTH,
-    normalisation: str = "minmax",
-    embed_text: str = "text",
+    normalisation: str = "question-max",
+    embed_text: str = "text-title",
+    first: str = "rank1",
+    sim1_constant: float | None = None,
     allow_short: bool = False,
     allow_unparsed: bool = False,
     progress: bool = False,
     input_path: str | Path | None = None,
 ) -> TuneResult:
-    """Rerank ``run`` (a dev-split run) with each λ, judge the top ``max(ks)``, and pick the best λ.
-
-    ``select`` (default ``mrecall@<smallest k>``) is the metric averaged over questions that decides; ties
-    go to the larger λ. The judgement cache makes the grid cheap: passages shared by several λ (and by
-    the original run, evaluated as the baseline row) are judged once.
-    """
+    """MMR's λ on a dev run (``tune_reranker`` with the study's grid); ties go to the larger λ."""
     from berds.rerank.embeddings import load_encoder
 
-    lambdas = sorted({float(x) for x in lambdas})
-    if not lambdas:
-        raise BerdsError("give at least one λ (--lambdas 0.5,0.75,0.9,0.95,0.99)")
     for lam in lambdas:
-        if not 0.0 <= lam <= 1.0:
+        if not 0.0 <= float(lam) <= 1.0:
             raise BerdsError(f"λ must be between 0 and 1, got {lam}")
-    ks = tuple(sorted({int(k) for k in ks}))
-    select = select or f"mrecall@{ks[0]}"
+    if not list(lambdas):
+        raise BerdsError("give at least one λ (--lambdas 0.5,0.75,0.9,0.95,0.99)")
     encoder = encoder if encoder is not None else load_encoder()
 
-    def averages(r: Run) -> dict[str, float]:
-        result = evaluate_run(r, judge, ks, cache=judgement_cache, allow_short=allow_short,
-                              allow_unparsed=allow_unparsed, progress=progress)
-        return dict(result.averages["all"])
+    def make(lam: float) -> MMRReranker:
+        return MMRReranker(lam, first=first, encoder=encoder, embedding_cache=embedding_cache, depth=depth,
+                           normalisation=normalisation, embed_text=embed_text, sim1_constant=sim1_constant)
 
-    rows: list[dict[str, Any]] = [{"lambda": None, "setting": "original ranking", **averages(run)}]
-    runs: dict[float, Run] = {}
-    for lam in lambdas:
-        reranked, _ = mmr_rerank(run, lam=lam, encoder=encoder, embedding_cache=embedding_cache, depth=depth,
-                                 normalisation=normalisation, embed_text=embed_text, input_path=input_path,
-                                 progress=progress)
-        runs[lam] = reranked
-        rows.append({"lambda": lam, "setting": f"MMR λ={lam:g}", **averages(reranked)})
-    chosen = choose_lambda(rows, select)
-    judge_id = getattr(judge, "id", "")
-    return TuneResult(rows=rows, chosen=chosen, select=select, judge_id=judge_id, ks=ks, runs=runs)
+    return tune_reranker(run, judge, make, lambdas, parameter="lambda", method="MMR", ks=ks, select=select,
+                         judgement_cache=judgement_cache, allow_short=allow_short, allow_unparsed=allow_unparsed,
+                         progress=progress, input_path=input_path)
 
 
 def write_tuning(result: TuneResult, out_dir: str | Path, *, overwrite: bool = False) -> dict[str, Path]:
@@ -116,21 +176,24 @@ def write_tuning(result: TuneResult, out_dir: str | Path, *, overwrite: bool = F
     manifest["rerank"] = {**manifest["rerank"], "tuning": result.to_json()}
     save_run(Run(best.questions, best.hits, manifest, best.name), out, overwrite=overwrite)
     header, body = tuning_table(result)
-    paths = write_table(out / "tuning", header, body, title=f"MMR λ tuning ({result.select}; judge {result.judge_id})")
+    symbol = "λ" if result.parameter in ("lambda", "lam") else result.parameter
+    paths = write_table(out / "tuning", header, body,
+                        title=f"{result.method} {symbol} tuning ({result.select}; judge {result.judge_id})")
     write_json(out / "tuning.json", result.to_json())
     paths["json"] = out / "tuning.json"
-    paths["png"] = plot_tuning(result.rows, result.ks, out / "tuning.png")
+    paths["png"] = plot_tuning(result.rows, result.ks, out / "tuning.png", parameter=result.parameter)
     paths["run"] = out
     return paths
 
 
 def tuning_table(result: TuneResult) -> tuple[list[str], list[list[str]]]:
-    """Header and rows (percent, one decimal) for the λ grid; the chosen λ is marked."""
+    """Header and rows (percent, one decimal) for the grid; the chosen value is marked."""
     metrics = [f"mrecall@{k}" for k in result.ks] + [f"precision@{k}" for k in result.ks]
-    header = ["λ", *[m.replace("mrecall", "MRecall").replace("precision", "Precision") for m in metrics], "chosen"]
+    symbol = "λ" if result.parameter in ("lambda", "lam") else result.parameter
+    header = [symbol, *[m.replace("mrecall", "MRecall").replace("precision", "Precision") for m in metrics], "chosen"]
     body = []
     for row in result.rows:
-        lam = row["lambda"]
+        lam = row[result.parameter]
         body.append([
             "original" if lam is None else f"{lam:g}",
             *[f"{100 * float(row[m]):.1f}" for m in metrics],

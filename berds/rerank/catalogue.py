@@ -1,0 +1,136 @@
+"""The reranker catalogue: built-ins and plug-ins, declared like retrievers, loaded lazily.
+
+``RERANKERS`` lists specs (name, ``"module:attr"`` factory, default options, description); listing it
+(``berds rerankers list``) imports nothing heavy. Third-party packages add rerankers through the
+``berds.rerankers`` entry-point group::
+
+    [project.entry-points."berds.rerankers"]
+    my-reranker = "my_pkg.rerank:MyReranker"
+
+and ``load_reranker("my_pkg.rerank:MyReranker")`` works without registering anything. A reranker is any
+object with a ``name`` and ``rerank(run, *, progress=False) -> Run`` (``berds.rerank.base.Reranker``);
+``berds check-reranker NAME`` checks one against the contract.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from berds.errors import BerdsError
+from berds.registry import Catalogue, Spec, import_object
+
+RERANKERS: Catalogue[Any] = Catalogue("reranker", entry_point_group="berds.rerankers")
+
+RERANKERS.register(Spec(
+    name="mmr", loader="berds.rerank.mmr:MMRReranker",
+    description="Maximal Marginal Relevance (the study's Eq. 1 and released code); parameter lam (λ, Table 7 presets).",
+    tags=("embeddings", "implicit"),
+))
+for _name, _what in (("dpp", "greedy determinantal point process; parameters diversity, scale"),
+                     ("msd", "max-sum diversification; parameter diversity"),
+                     ("cover", "facility-location coverage; parameters diversity, gamma"),
+                     ("ssd", "sliding spectrum decomposition; parameters diversity, gamma, window")):
+    RERANKERS.register(Spec(name=_name, loader=f"berds.rerank.setselect:{_name}",
+                            description=f"pyversity {_what} (needs berds[diversify]).",
+                            tags=("embeddings", "implicit", "pyversity")))
+RERANKERS.register(Spec(
+    name="xquad", loader="berds.rerank.explicit:XQuADReranker",
+    description="xQuAD over LLM-written perspectives (expansions=PATH or llm=BACKEND:MODEL); parameter lam.",
+    tags=("embeddings", "explicit"),
+))
+RERANKERS.register(Spec(
+    name="pm2", loader="berds.rerank.explicit:PM2Reranker",
+    description="PM2 (proportional seats per perspective; expansions=PATH or llm=BACKEND:MODEL); parameter lam.",
+    tags=("embeddings", "explicit"),
+))
+
+
+def accepted_options(factory: Any) -> list[str] | None:
+    """Keyword options ``factory`` accepts, or None when it takes any keyword. A factory whose ``**options``
+    go on to ``EmbeddingReranker`` (a subclass, or a function annotated to return one) accepts its options too."""
+    from berds.rerank.base import EmbeddingReranker
+
+    try:
+        params = list(inspect.signature(factory).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    names = {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self"}
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        hint = getattr(factory, "__annotations__", {}).get("return", "")
+        embedding = (inspect.isclass(factory) and issubclass(factory, EmbeddingReranker)) or (
+            isinstance(hint, str) and hint.endswith("Reranker"))
+        if not embedding:
+            return None
+        names |= {p.name for p in inspect.signature(EmbeddingReranker.__init__).parameters.values()
+                  if p.kind is p.KEYWORD_ONLY}
+    return sorted(names)
+
+
+def load_reranker(name: str | Any, **options: Any) -> Any:
+    """A ready reranker from a catalogue name, an entry-point name, ``module:attr``, or an instance.
+
+    ``options`` override the spec's defaults; ``None`` values are dropped; a misspelt option is named with
+    the accepted ones.
+    """
+    options = {k: v for k, v in options.items() if v is not None}
+    if not isinstance(name, str):
+        if options:
+            raise BerdsError("options cannot be applied to a reranker that is already built")
+        check_is_reranker(name, repr(name))
+        return name
+    spec = RERANKERS.spec(name)
+    factory = import_object(spec.loader)
+    merged = {**spec.options, **options}
+    if not callable(factory) or (hasattr(factory, "rerank") and not inspect.isclass(factory)):
+        if merged:
+            raise BerdsError(f"{spec.loader} is a ready reranker object; it takes no options (got {', '.join(merged)})")
+        reranker = factory
+    else:
+        known = accepted_options(factory)
+        unknown = [k for k in merged if known is not None and k not in known]
+        if unknown:
+            raise BerdsError(f"reranker {name!r} does not take option(s) {', '.join(map(repr, unknown))} "
+                             f"(it takes: {', '.join(known or []) or 'none'})")
+        reranker = factory(**merged)
+    check_is_reranker(reranker, spec.loader)
+    return reranker
+
+
+def check_is_reranker(obj: Any, where: str) -> None:
+    if not isinstance(getattr(obj, "name", None), str) or not callable(getattr(obj, "rerank", None)):
+        raise BerdsError(f"{where} did not give a reranker: it needs a `name` string and a "
+                         "`rerank(run, *, progress=False)` method (see berds.rerank.base)")
+
+
+def tunable(reranker: Any) -> tuple[str | None, tuple[float, ...]]:
+    """The parameter a study tunes for this reranker and its default grid (``(None, ())`` if none)."""
+    return getattr(reranker, "parameter", None), tuple(getattr(reranker, "grid", ()) or ())
+
+
+def rerank_file(name: str | Any, run_path: Any, out: Any, *, options: dict[str, Any] | None = None,
+                overwrite: bool = False, progress: bool = False,
+                extra_provenance: dict[str, Any] | None = None) -> tuple[Any, Any, Any]:
+    """``berds rerank NAME RUN --out OUT``: load the run, rerank it, save it; returns (reranker, run, folder)."""
+    from pathlib import Path
+
+    from berds.runs import load_run, save_run
+
+    out = Path(out)
+    if (out / "manifest.json").exists() and not overwrite:  # fail before the (slow) embedding step
+        raise BerdsError(f"{out} already holds a run — choose another --out or pass --overwrite")
+    reranker = load_reranker(name, **dict(options or {}))
+    run = load_run(run_path, allow_empty=True, require_perspectives=False)  # no gold needed; empty stays empty
+    kwargs: dict[str, Any] = {}
+    try:
+        params = inspect.signature(reranker.rerank).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if "progress" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        kwargs["progress"] = progress
+    if "input_path" in params:
+        kwargs["input_path"] = str(run_path)
+    if extra_provenance and "extra_provenance" in params:
+        kwargs["extra_provenance"] = extra_provenance
+    reranked = reranker.rerank(run, **kwargs)
+    return reranker, reranked, save_run(reranked, out, overwrite=overwrite)

@@ -1,0 +1,127 @@
+"""Paired comparison with significance (issue 18.4): the exact permutation p-value worked by hand, the bootstrap
+interval, Holm across runs, `berds compare`, and `berds report --baseline`."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from berds.errors import BerdsError
+from berds.evaluate.compare import compare_per_question, holm, paired_difference
+from berds.runs import save_run
+from berds.types import Hit, Run
+from conftest import make_run
+
+
+def test_exact_permutation_p_value_worked_by_hand():
+    # 12 questions; the run gains 1 on four of them and ties on the rest. Under the null each question's pair
+    # is swapped with probability 1/2: only the 8 of 2**4 = 16 sign patterns of the four non-zero differences
+    # matter, and a mean as extreme as 4/12 (either sign) needs all four to agree: p = 2/16 = 0.125.
+    base = np.array([0, 1, 0, 1, 0, 0, 1, 0, 1, 0, 0, 1.0])
+    run = np.array([1, 1, 1, 1, 0, 1, 1, 0, 1, 1, 0, 1.0])
+    diff, low, high, p, method = paired_difference(base, run, n_resamples=5000, seed=1)
+    assert diff == pytest.approx(4 / 12)
+    assert p == pytest.approx(0.125)
+    assert 0.0 <= low < diff < high <= 1.0  # a resampled mean of 0/1 differences lies in [0, 1]
+    assert method in ("BCa", "percentile")
+    # Identical runs: no difference, p = 1, a zero-width interval.
+    assert paired_difference(base, base) == (0.0, 0.0, 0.0, 1.0, "all differences equal")
+    with pytest.raises(BerdsError, match="equal-length"):
+        paired_difference(base, run[:5])
+
+
+def test_a_clear_difference_on_many_questions_is_significant_and_the_interval_covers_it():
+    rng = np.random.default_rng(3)
+    base = rng.random(300)
+    run = base + 0.05 + rng.normal(0, 0.05, 300)
+    diff, low, high, p, _ = paired_difference(base, run, n_resamples=2000, seed=0)
+    assert low < 0.05 < high and p < 0.001 and low > 0
+
+
+def test_holm_matches_its_definition():
+    # sorted p: .01, .03, .04 -> ×3, ×2, ×1 = .03, .06, .04 -> monotone: .03, .06, .06
+    adjusted, reject = holm([0.01, 0.04, 0.03], 0.05)
+    assert adjusted == pytest.approx([0.03, 0.06, 0.06])
+    assert reject == [True, False, False]
+
+
+def test_compare_per_question_applies_holm_per_metric_and_names_the_shared_questions():
+    values = {
+        "base": {f"q{i}": {"mrecall@5": 0.0, "precision@5": 0.2} for i in range(10)},
+        "better": {f"q{i}": {"mrecall@5": 1.0, "precision@5": 0.2} for i in range(10)},
+        "same": {f"q{i}": {"mrecall@5": 0.0, "precision@5": 0.2} for i in range(8)},
+    }
+    comparisons, notes = compare_per_question(values, baseline="base", metrics=["mrecall@5", "precision@5"],
+                                              n_resamples=2000)
+    by = {(c.run, c.metric): c for c in comparisons}
+    better = by[("better", "mrecall@5")]
+    # ten gains of 1: exact p = 2 / 2**10; Holm over the two runs doubles the smaller p.
+    assert better.p_value == pytest.approx(2 / 1024)
+    assert better.p_holm == pytest.approx(min(1.0, 2 * 2 / 1024)) and better.significant
+    assert not by[("same", "mrecall@5")].significant and by[("same", "mrecall@5")].questions == 8
+    assert any("8 questions" in n for n in notes)
+    with pytest.raises(BerdsError, match="unknown baseline"):
+        compare_per_question(values, baseline="nope", metrics=["mrecall@5"])
+
+
+def run_cli(*args: str):
+    from typer.testing import CliRunner
+
+    from berds.cli import app
+
+    result = CliRunner().invoke(app, list(args))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout, result.stderr
+
+
+def shuffled(run: Run, name: str) -> Run:
+    """The same passages, the last first (a different top 5 for the overlap judge)."""
+    hits = {q: [Hit(h.passage, float(i)) for i, h in enumerate(hs)] for q, hs in run.hits.items()}
+    hits = {q: sorted(hs, key=lambda h: -h.score) for q, hs in hits.items()}
+    return Run(run.questions, hits, {}, name)
+
+
+def test_compare_command_and_report_baseline(tmp_path, capsys):
+    from berds.cli import main
+
+    base = make_run(n_questions=3, depth=10, name="base")
+    a = save_run(base, tmp_path / "base")
+    b = save_run(shuffled(base, "other"), tmp_path / "other")
+    cache = str(tmp_path / "j.sqlite")
+    code, out, err = run_cli("compare", str(a), str(b), "--judge", "judges_for_tests:OverlapJudge", "--k", "5",
+                             "--cache", cache, "--resamples", "500", "--out", str(tmp_path / "cmp"), "-q")
+    assert code == 0, err
+    assert "paired comparison against base" in out
+    saved = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    assert saved["baseline"] == "base" and {c["metric"] for c in saved["comparisons"]} == {"mrecall@5", "precision@5"}
+    code, out, err = run_cli("report", str(a), str(b), "--judge", "judges_for_tests:OverlapJudge", "--k", "5",
+                             "--cache", cache, "--baseline", "base", "--out", str(tmp_path / "report"), "-q")
+    assert code == 0, err
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "paired comparison against base" in md and "Holm" in md
+    assert (tmp_path / "report" / "compare.csv").exists()
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", str(a), "--judge", "judges_for_tests:OverlapJudge"])
+    assert exc.value.code == 2 and "at least two runs" in capsys.readouterr().err
+
+
+def test_report_marks_a_significant_difference(tmp_path):
+    from berds.evaluate.report import build_report
+
+    good = make_run(n_questions=12, depth=15, name="good")
+    # The same passages with the five off-topic ones first: no perspective in any top 5.
+    bad_hits = {q: sorted(hs, key=lambda h: ("unrelated" not in h.passage.text, -h.score))
+                for q, hs in good.hits.items()}
+    bad_hits = {q: [Hit(h.passage, float(len(hs) - i)) for i, h in enumerate(hs)] for q, hs in bad_hits.items()}
+    a = save_run(Run(good.questions, bad_hits, {}, "bad"), tmp_path / "bad")
+    b = save_run(good, tmp_path / "good")
+    report = build_report([a, b], "judges_for_tests:OverlapJudge", tmp_path / "report", ks=(5,), baseline="bad",
+                          cache_path=tmp_path / "j.sqlite")
+    rows = [line.split(",") for line in report.files["metrics.csv"].read_text().splitlines()]
+    good_all = next(r for r in rows if r[0] == "good" and r[1] == "all")
+    bad_all = next(r for r in rows if r[0] == "bad" and r[1] == "all")
+    # twelve questions each gain MRecall@5 = 1: exact p = 2/4096, significant after Holm
+    assert good_all[3] == "100.0*" and bad_all[3] == "0.0"
