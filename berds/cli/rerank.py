@@ -182,11 +182,11 @@ def compare_command(
     resamples: int = typer.Option(10000, "--resamples", min=100, help="Bootstrap and permutation resamples."),
     alpha: float = typer.Option(0.05, "--alpha", help="Significance level (after Holm's correction)."),
     seed: int = typer.Option(0, "--seed", help="Random seed of the resampling."),
-    judge_option: List[str] = typer.Option([], "--judge-option"),
+    judge_option: List[str] = typer.Option([], "--judge-option", help="key=value for the judge (repeatable)."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
-    allow_short: bool = typer.Option(False, "--allow-short"),
+    allow_short: bool = typer.Option(False, "--allow-short", help="Score questions with fewer than k passages, or none: missing ranks count as unsupported."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write compare.json/.md/.csv into this folder."),
-    quiet: bool = typer.Option(False, "--quiet", "-q"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Paired comparison over questions: mean difference, bootstrap interval, permutation test, Holm."""
     from berds.evaluate.compare import compare_paths
@@ -218,19 +218,19 @@ def study_diversify_command(
     expanded_run: Optional[Path] = typer.Option(None, "--expanded-run", help="A query-expansion run (berds retrieve --expand) of the test split: studied as is and reranked with MMR."),
     expanded_dev_run: Optional[Path] = typer.Option(None, "--expanded-dev-run", help="Its dev-split run (default: split like RUN)."),
     model: Optional[str] = typer.Option(None, "--model", help="Embedding model (default UAE-Large-V1)."),
-    pooling: Optional[str] = typer.Option(None, "--pooling"),
-    depth: int = typer.Option(100, "--depth", min=1),
+    pooling: Optional[str] = typer.Option(None, "--pooling", help="cls (the study), mean, max, or model."),
+    depth: int = typer.Option(100, "--depth", min=1, help="Rerank the top DEPTH passages (the study: 100)."),
     k: List[int] = typer.Option([5, 10], "--k", help="Cut-offs; repeat for several."),
     select: Optional[str] = typer.Option(None, "--select", help="Metric that picks each parameter on dev (default mrecall@<smallest k>)."),
     grid: List[str] = typer.Option([], "--grid", help="Replace a strategy's grid: NAME=v1,v2,... (repeatable), e.g. mmr=0.5,0.9,0.99."),
     tradeoff_split: str = typer.Option("dev", "--tradeoff-split", help="Questions the trade-off plot uses: dev (already judged) or test."),
-    resamples: int = typer.Option(10000, "--resamples", min=100),
-    seed: int = typer.Option(0, "--seed"),
-    judge_option: List[str] = typer.Option([], "--judge-option"),
+    resamples: int = typer.Option(10000, "--resamples", min=100, help="Bootstrap / permutation resamples."),
+    seed: int = typer.Option(0, "--seed", help="Random seed of the resampling."),
+    judge_option: List[str] = typer.Option([], "--judge-option", help="key=value for the judge (repeatable)."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
-    embedding_cache: Optional[Path] = typer.Option(None, "--embedding-cache"),
-    allow_short: bool = typer.Option(False, "--allow-short"),
-    quiet: bool = typer.Option(False, "--quiet", "-q"),
+    embedding_cache: Optional[Path] = typer.Option(None, "--embedding-cache", help="Embedding cache file (default: $BERDS_HOME/embeddings.sqlite)."),
+    allow_short: bool = typer.Option(False, "--allow-short", help="Score questions with fewer than k passages, or none: missing ranks count as unsupported."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Tune every strategy on dev, report test MRecall/Precision with intervals and significance, plot the trade-off."""
     from berds.errors import BerdsError
