@@ -103,7 +103,7 @@ def test_judge_trust_tables(tmp_path, runs, headers):
 
 
 def test_catalogue_and_setup_tables(tmp_path, headers):
-    for args in (["judges", "list"], ["retrievers", "list"], ["encoders", "list"], ["llm", "list"],
+    for args in (["judges", "list"], ["retrievers", "list"], ["encoders", "list"], ["llm", "list"], ["rerankers", "list"],
                  ["engine", "info", "--engine", "local"], ["check-retriever", "word-overlap"]):
         check(run_80(args, headers), headers, " ".join(args))
     docs = tmp_path / "docs.jsonl"
