@@ -80,24 +80,92 @@ def timed(fn, *args, **kwargs):
     return result, time.perf_counter() - start
 
 
-def lucene_part(texts: list[str], queries: list[str], work: Path, threads: int) -> dict:
+def _median(xs: list[float]) -> float:
+    return float(np.median(xs))
+
+
+def raw_pyserini_index(jsonl_dir: Path, out: Path, threads: int) -> None:
+    """What pyserini's documentation does: ``python -m pyserini.index.lucene --collection JsonCollection ...``."""
+    from berds.java import autoclass
+
+    autoclass("io.anserini.index.IndexCollection").main([
+        "-collection", "JsonCollection", "-generator", "DefaultLuceneDocumentGenerator", "-input", str(jsonl_dir),
+        "-index", str(out), "-threads", str(threads), "-quiet"])
+
+
+def raw_pyserini_search(searcher, queries: list[str], k: int, threads: int) -> list[list[tuple[str, float]]]:
+    """pyserini's ``LuceneSearcher.batch_search`` (its own Python wrapper), then each hit's docid and score read."""
+    qids = [str(i) for i in range(len(queries))]
+    found = searcher.batch_search(queries, qids, k=k, threads=threads)
+    return [[(h.docid, h.score) for h in found[q]] for q in qids]
+
+
+def lucene_part(texts: list[str], queries: list[str], work: Path, threads: int, rounds: int) -> dict:
+    """berds (store -> index -> retriever) next to raw pyserini on the same passages, same threads, same run."""
+    import json
+
+    os.environ.setdefault("OPENAI_API_KEY", "unused")  # pyserini.search builds an OpenAI client at import
     from berds.corpora.docstore import write_passage_store
     from berds.indexes.bm25 import LuceneSearcher, build_bm25_index
-    from berds.types import Passage
+    from berds.java import start_jvm
+    from berds.retrievers import retrieve
+    from berds.retrievers.bm25 import BM25Retriever
+    from berds.types import Passage, Question
+
+    start_jvm()
+    from pyserini.search.lucene import LuceneSearcher as PyseriniSearcher
 
     _, store_s = timed(write_passage_store, (Passage(str(i), t) for i, t in enumerate(texts)), work / "store")
-    _, index_s = timed(build_bm25_index, work / "store", work / "bm25", threads=threads, progress=False)
-    searcher, open_s = timed(LuceneSearcher, work / "bm25" / "lucene")
-    out = {"store_s": store_s, "index_s": index_s, "open_s": open_s, "disk_mb": folder_mb(work / "bm25" / "lucene")}
-    searcher.search(queries, 100)  # one untimed pass: JIT warm-up and page cache, as bm25s gets its numba compile
+    # pyserini's input: the same passages as JsonCollection files, one per thread (written untimed).
+    (work / "jsonl").mkdir()
+    per_file = -(-len(texts) // threads)
+    for f in range(threads):
+        with open(work / "jsonl" / f"part{f}.jsonl", "w", encoding="utf-8") as out:
+            for i in range(f * per_file, min(len(texts), (f + 1) * per_file)):
+                out.write(json.dumps({"id": str(i), "contents": texts[i]}) + "\n")
+    index_berds, index_raw = [], []
+    for r in range(rounds):  # alternated, so load on the shared machine hits both alike
+        for name in (("raw", "berds") if r % 2 == 0 else ("berds", "raw")):
+            target = work / f"{name}-{r}"
+            if name == "raw":
+                index_raw.append(timed(raw_pyserini_index, work / "jsonl", target, threads)[1])
+            else:
+                index_berds.append(timed(build_bm25_index, work / "store", target, threads=threads, progress=False)[1])
+    out = {"store_s": store_s, "index_berds_s": _median(index_berds), "index_raw_s": _median(index_raw),
+           "disk_mb": folder_mb(work / "berds-0" / "lucene"), "raw_disk_mb": folder_mb(work / "raw-0")}
+    index = work / "berds-0"
+    searcher, out["open_s"] = timed(LuceneSearcher, index / "lucene")
+    raw = PyseriniSearcher(str(work / "raw-0"))
+    raw.set_bm25(0.9, 0.4)
+    retriever = BM25Retriever(index=index, threads=threads)
+    questions = [Question(id=f"q{i}", text=q, perspectives=("x",)) for i, q in enumerate(queries)]
+    raw_search(raw, queries, 100, threads)  # warm-up: JIT and page cache, for every contestant
+    retriever.search(questions[:200], k=100)
     for k in (10, 100):
-        for t in (1, 2):
-            hits, s = timed(searcher.search, queries, k, threads=t)
-            out[f"q{k}_t{t}"] = len(queries) / s
-            if t == 1:
-                out[f"hits{k}"] = hits
+        times: dict[str, list[float]] = {"raw": [], "searcher": [], "retriever": [], "retrieve": []}
+        for r in range(rounds):
+            raw_hits, t = timed(raw_search, raw, queries, k, threads)
+            times["raw"].append(t)
+            ours, t = timed(searcher.search, queries, k, threads=threads)
+            times["searcher"].append(t)
+            hits, t = timed(retriever.search, questions, k=k)
+            times["retriever"].append(t)
+            run, t = timed(retrieve, retriever, questions, k=k, progress=False)
+            times["retrieve"].append(t)
+        for name, ts in times.items():
+            out[f"q{k}_{name}"] = len(queries) / _median(ts)
+        same_ids = all([d for d, _ in a] == [h.passage.id for h in b] for a, b in zip(raw_hits, hits))
+        same_scores = all([s for _, s in a] == [h.score for h in b] for a, b in zip(raw_hits, hits))
+        same_run = all([h.passage.id for h in run.hits[q.id]] == [d for d, _ in a] for q, a in zip(questions, raw_hits))
+        out[f"identical{k}"] = same_ids and same_scores and same_run
+        out[f"hits{k}"] = ours
     searcher.close()
+    retriever.close()
+    raw.close()
     return out
+
+
+raw_search = raw_pyserini_search
 
 
 def bm25s_part(texts: list[str], queries: list[str], work: Path) -> dict:
@@ -177,10 +245,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--passages", type=int, default=1_000_000)
     parser.add_argument("--queries", type=int, default=1000)
-    parser.add_argument("--threads", type=int, default=2, help="Lucene indexing threads")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                        help="Lucene indexing and search threads, for berds and raw pyserini alike (default: all cores)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternated rounds per measurement (median reported)")
+    parser.add_argument("--skip-bm25s", action="store_true", help="leave out the bm25s comparison")
     parser.add_argument("--groups", type=int, default=2400, help="per-question corpora: number of questions")
     parser.add_argument("--per-group", type=int, default=100, help="passages per question corpus")
     parser.add_argument("--group-sample", type=int, default=20, help="per-question Lucene indexes actually built")
+    parser.add_argument("--skip-groups", action="store_true", help="leave out the per-question corpora part")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args(argv)
 
@@ -194,31 +266,52 @@ def main(argv: list[str] | None = None) -> None:
         (texts, gen_s) = timed(synthetic_texts, args.passages)
         queries = synthetic_queries(args.queries)
         console.print(f"  {gen_s:.1f} s; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-        console.print("Lucene (berds / pyserini) ...")
-        lucene = lucene_part(texts, queries, work, args.threads)
-        console.print("bm25s ...")
-        base = bm25s_part(texts, queries, work)
+        console.print(f"Lucene: berds and raw pyserini, {args.threads} threads, {args.rounds} alternated rounds ...")
+        lucene = lucene_part(texts, queries, work, args.threads, args.rounds)
+        n = args.passages
+        lt = Table(title=f"BM25 through berds vs raw pyserini: {n:,} passages, {args.queries} queries, "
+                         f"{args.threads} threads, median of {args.rounds} (load avg {os.getloadavg()[0]:.1f})")
+        for col in ("measure", "berds", "raw pyserini", "berds time / raw time"):
+            lt.add_column(col, justify="right")
+        lt.add_row("index passages/s (store -> Lucene vs JsonCollection -> Lucene)", f"{n / lucene['index_berds_s']:,.0f}",
+                   f"{n / lucene['index_raw_s']:,.0f}", f"{lucene['index_berds_s'] / lucene['index_raw_s']:.2f}x")
+        for k in (10, 100):
+            raw_q = lucene[f"q{k}_raw"]
+            for name, label in (("searcher", "LuceneSearcher.search (ids, scores)"), ("retriever", "BM25Retriever.search (Hits with texts)"),
+                                ("retrieve", "retrieve() (+ contract check, Run)")):
+                lt.add_row(f"k={k} queries/s: {label}", f"{lucene[f'q{k}_{name}']:,.0f}", f"{raw_q:,.0f}",
+                           f"{raw_q / lucene[f'q{k}_{name}']:.2f}x")
+            lt.add_row(f"k={k}: same ids, scores and order as pyserini", "yes" if lucene[f"identical{k}"] else "NO", "", "")
+        lt.add_row("index size MB", f"{lucene['disk_mb']:,.0f}", f"{lucene['raw_disk_mb']:,.0f}", "")
+        lt.add_row("(not timed) passage store write s", f"{lucene['store_s']:.1f}", "", "")
+        console.print(lt)
+        console.print("raw pyserini: IndexCollection on JsonCollection files (one per thread, written beforehand); "
+                      "LuceneSearcher.batch_search + reading each hit's docid and score. Anserini's batch_search "
+                      "runs its queries on a pool of the given size.")
+        if args.skip_bm25s:
+            base = None
+        else:
+            console.print("bm25s ...")
+            base = bm25s_part(texts, queries, work)
         del texts
+        if base is not None:
+            table = Table(title=f"BM25 on {n:,} passages, {args.queries} queries (load avg {os.getloadavg()[0]:.1f})")
+            for col in ("measure", "berds Lucene", f"bm25s ({base['backend']}, 1 thread)", "Lucene / bm25s"):
+                table.add_column(col, justify="right")
+            table.add_row(f"index passages/s (Lucene {args.threads} threads)", f"{n / lucene['index_berds_s']:,.0f}",
+                          f"{n / base['index_s']:,.0f}", f"{base['index_s'] / lucene['index_berds_s']:.2f}x")
+            table.add_row("index size MB", f"{lucene['disk_mb']:,.0f}", f"{base['disk_mb']:,.0f}", f"{lucene['disk_mb'] / base['disk_mb']:.2f}x")
+            for k in (10, 100):
+                table.add_row(f"queries/s k={k} (Lucene {args.threads} threads)", f"{lucene[f'q{k}_searcher']:,.0f}",
+                              f"{base[f'q{k}_t1']:,.0f}", f"{lucene[f'q{k}_searcher'] / base[f'q{k}_t1']:.2f}x")
+            top1, top10 = overlap([[d for d, _ in h] for h in lucene["hits10"]], base["hits10"], 10)
+            table.add_row("agreement top-1 / top-10 overlap", f"{top1:.1%} / {top10:.1%}", "", "")
+            table.add_row("peak RSS MB (process, incl. JVM)", f"{peak_rss_mb():,.0f}", "", "")
+            console.print(table)
+        if args.skip_groups:
+            return
         console.print(f"per-question corpora: {args.groups} x {args.per_group} passages ...")
         groups = groups_part(args.groups, args.per_group, args.group_sample, work)
-
-        n = args.passages
-        table = Table(title=f"BM25 on {n:,} passages, {args.queries} queries (load avg {os.getloadavg()[0]:.1f})")
-        for col in ("measure", "berds Lucene", f"bm25s ({base['backend']})", "Lucene / bm25s"):
-            table.add_column(col, justify="right")
-        table.add_row("index passages/s", f"{n / lucene['index_s']:,.0f}", f"{n / base['index_s']:,.0f}",
-                      f"{base['index_s'] / lucene['index_s']:.2f}x")
-        table.add_row("index size MB", f"{lucene['disk_mb']:,.0f}", f"{base['disk_mb']:,.0f}", f"{lucene['disk_mb'] / base['disk_mb']:.2f}x")
-        for k in (10, 100):
-            table.add_row(f"queries/s k={k} (1 thread)", f"{lucene[f'q{k}_t1']:,.0f}", f"{base[f'q{k}_t1']:,.0f}",
-                          f"{lucene[f'q{k}_t1'] / base[f'q{k}_t1']:.2f}x")
-            table.add_row(f"queries/s k={k} (Lucene 2 threads)", f"{lucene[f'q{k}_t2']:,.0f}", "", "")
-        top1, top10 = overlap([[d for d, _ in h] for h in lucene["hits10"]], base["hits10"], 10)
-        table.add_row("agreement top-1 / top-10 overlap", f"{top1:.1%} / {top10:.1%}", "", "")
-        table.add_row("(not timed) passage store write s", f"{lucene['store_s']:.1f}", "", "")
-        table.add_row("searcher open s", f"{lucene['open_s']:.2f}", "", "")
-        table.add_row("peak RSS MB (process, incl. JVM)", f"{peak_rss_mb():,.0f}", "", "")
-        console.print(table)
 
         g = groups
         gt = Table(title=f"per-question corpora: {g['groups']} questions x {g['per_group']} passages, k=100")

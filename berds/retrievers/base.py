@@ -79,7 +79,30 @@ def contract_problems(questions: Sequence[Question], results: Any, k: int) -> li
             problems.append(f"{where}: passage {dup!r} appears twice")
         if any(not math.isfinite(float(h.score)) for h in hits):
             problems.append(f"{where}: a score is not finite")
-        elif list(hits) != rank_hits(hits):
+        elif not is_ranked(hits):
             problems.append(f"{where}: hits are not ordered best first (score descending, ties by passage id; "
                             "use berds.types.rank_hits)")
     return problems
+
+
+def is_ranked(hits: Sequence[Hit]) -> bool:
+    """True when ``hits`` is already in ``rank_hits`` order (score descending, ties by passage id): one pass, no sort."""
+    for a, b in zip(hits, hits[1:]):
+        sa, sb = float(a.score), float(b.score)
+        if sa < sb or (sa == sb and a.passage.id > b.passage.id):
+            return False
+    return True
+
+
+def hits_from_store(store: Any, found: Sequence[Sequence[tuple[str, float]]]) -> list[list[Hit]]:
+    """``(passage id, score)`` lists from a search engine -> ranked ``Hit`` lists with their passages.
+
+    All texts of the batch come from the store in one ``get_many``; a list is sorted only when the engine's
+    order is not already ``rank_hits`` order (Lucene's and FAISS's usually are).
+    """
+    passages = iter(store.get_many([pid for pairs in found for pid, _ in pairs]))
+    out = []
+    for pairs in found:
+        hits = [Hit(next(passages), score) for _, score in pairs]
+        out.append(hits if is_ranked(hits) else rank_hits(hits))
+    return out

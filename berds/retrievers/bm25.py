@@ -20,7 +20,8 @@ from typing import Any, Sequence
 from berds.errors import BerdsError
 from berds.indexes.base import corpus_record, open_index_corpus, read_index_meta
 from berds.indexes.bm25 import DEFAULT_B, DEFAULT_K1, LUCENE_DIR, GroupedBM25, LuceneSearcher, build_bm25_index
-from berds.types import Hit, Question, rank_hits
+from berds.retrievers.base import hits_from_store
+from berds.types import Hit, Question
 
 GROUP_MODES = ("auto", "on", "off")
 
@@ -84,11 +85,7 @@ class BM25Retriever:
         else:
             assert self._searcher is not None
             found = self._searcher.search([q.text for q in questions], k, threads=self.threads)
-        return [self._hits(pairs) for pairs in found]
-
-    def _hits(self, pairs: list[tuple[str, float]]) -> list[Hit]:
-        passages = self.store.get_many([docid for docid, _ in pairs])
-        return rank_hits(Hit(p, score) for p, (_, score) in zip(passages, pairs))
+        return hits_from_store(self.store, found)
 
     def provenance(self) -> dict[str, Any]:
         from berds.java import jvm_info
