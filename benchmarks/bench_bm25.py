@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 160)  # full tables when piped to a file
     work = Path(tempfile.mkdtemp(prefix="berds-bench-bm25-", dir=args.workdir))
     try:
         console.print(f"generating {args.passages:,} synthetic 100-word passages and {args.queries} queries ...")

@@ -361,7 +361,7 @@ def main(argv=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 160)  # full tables when piped to a file
     engines = args.engines.split(",") + (["berds"] if args.berds else [])
     work = Path(tempfile.mkdtemp(prefix="berds-engines-"))
     try:

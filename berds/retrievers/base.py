@@ -67,21 +67,38 @@ def contract_problems(questions: Sequence[Question], results: Any, k: int) -> li
         if not isinstance(hits, (list, tuple)):
             problems.append(f"{where}: expected a list of Hit, got {type(hits).__name__}")
             continue
-        bad = [h for h in hits if not isinstance(h, Hit)]
-        if bad:
-            problems.append(f"{where}: expected berds.types.Hit items, got {type(bad[0]).__name__}")
-            continue
-        if len(hits) > k:
-            problems.append(f"{where}: {len(hits)} hits for k={k} (at most k allowed)")
+        problems.extend(_list_problems(where, hits, k))
+    return problems
+
+
+def _list_problems(where: str, hits: Sequence[Any], k: int) -> list[str]:
+    """One pass over a hit list (this runs on every list ``retrieve`` gets, so it must cost little)."""
+    problems = []
+    if len(hits) > k:
+        problems.append(f"{where}: {len(hits)} hits for k={k} (at most k allowed)")
+    seen: set[str] = set()
+    duplicate = not_finite = unordered = False
+    previous_score, previous_id = math.inf, ""
+    for h in hits:
+        if not isinstance(h, Hit):
+            return [f"{where}: expected berds.types.Hit items, got {type(h).__name__}"]
+        pid, score = h.passage.id, float(h.score)
+        if pid in seen:
+            duplicate = True
+        seen.add(pid)
+        if score - score != 0.0:  # inf or nan
+            not_finite = True
+        elif score > previous_score or (score == previous_score and pid < previous_id):
+            unordered = True
+        previous_score, previous_id = score, pid
+    if duplicate:
         ids = [h.passage.id for h in hits]
-        if len(set(ids)) != len(ids):
-            dup = next(i for i in ids if ids.count(i) > 1)
-            problems.append(f"{where}: passage {dup!r} appears twice")
-        if any(not math.isfinite(float(h.score)) for h in hits):
-            problems.append(f"{where}: a score is not finite")
-        elif not is_ranked(hits):
-            problems.append(f"{where}: hits are not ordered best first (score descending, ties by passage id; "
-                            "use berds.types.rank_hits)")
+        problems.append(f"{where}: passage {next(i for i in ids if ids.count(i) > 1)!r} appears twice")
+    if not_finite:
+        problems.append(f"{where}: a score is not finite")
+    elif unordered:
+        problems.append(f"{where}: hits are not ordered best first (score descending, ties by passage id; "
+                        "use berds.types.rank_hits)")
     return problems
 
 
@@ -103,6 +120,18 @@ def hits_from_store(store: Any, found: Sequence[Sequence[tuple[str, float]]]) ->
     passages = iter(store.get_many([pid for pairs in found for pid, _ in pairs]))
     out = []
     for pairs in found:
-        hits = [Hit(next(passages), score) for _, score in pairs]
+        hits = [_hit(next(passages), score) for _, score in pairs]
         out.append(hits if is_ranked(hits) else rank_hits(hits))
     return out
+
+
+_new = object.__new__
+
+
+def _hit(passage: Any, score: float) -> Hit:
+    """``Hit(passage, score)`` for an engine's float score, without re-running Hit's checks on every hit."""
+    if not isinstance(score, float) or score != score:
+        return Hit(passage, score)  # not a plain float, or nan: let Hit judge (and raise)
+    hit = _new(Hit)
+    hit.__dict__.update(passage=passage, score=score)
+    return hit
