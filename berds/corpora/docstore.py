@@ -372,6 +372,10 @@ class PassageStoreWriter:
             return PassageStore.open(self.out)
         self._commit()
         self._txn.abort()
+        # Record a map size that fits the finished file, so readers reserve that much address space, not 1 TB.
+        self._env.set_mapsize((self.building / DATA_FILE).stat().st_size + (4 << 20))
+        with self._env.begin(write=True) as txn:
+            txn.put(b"finished", b"1", db=self._meta)
         self._env.close()
         self._closed = True
         (self.building / "lock.mdb").unlink(missing_ok=True)
