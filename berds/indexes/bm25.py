@@ -42,8 +42,8 @@ import os
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
-from json.encoder import encode_basestring as _json_string  # the C string escaper json.dumps uses (ensure_ascii=False)
 from dataclasses import dataclass
+from json.encoder import encode_basestring as _json_string  # the C string escaper json.dumps uses (ensure_ascii=False)
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
