@@ -229,7 +229,9 @@ def bench_raw_engine(store_path: str, ids: list[str], rounds: int) -> dict:
         text = value[16:].decode("utf-8")
         return text[:a], text[a + t + s:], text[a:a + t], text[a + t:a + t + s]
 
-    env = lmdb.open(store_path, readonly=True, lock=False, max_dbs=3)
+    from berds.corpora.docstore import _reader_env
+
+    env = _reader_env(Path(store_path))  # LMDB allows one environment per file and process: share berds' one
     id_db, passage_db = env.open_db(b"ids", create=False), env.open_db(b"passages", create=False)
     id_get, passage_get = env.begin(db=id_db).get, env.begin(db=passage_db).get
     store = PassageStore.open(store_path)
@@ -265,7 +267,6 @@ def bench_raw_engine(store_path: str, ids: list[str], rounds: int) -> dict:
             count = fn()
             rate = (count or len(ids)) / (time.perf_counter() - t)
             best[name] = max(best.get(name, 0.0), rate)
-    env.close()
     return best
 
 

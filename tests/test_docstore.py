@@ -78,6 +78,10 @@ def test_unicode_and_special_characters_survive(tmp_path):
     store = write_passage_store(tricky, tmp_path / "s", shard_size=2)
     assert list(store) == tricky
     assert store.get("ü/1") == tricky[0]
+    expected = hashlib.sha256()  # the fingerprint's definition, with escapes, control characters and non-BMP text
+    for p in tricky:
+        expected.update(json.dumps([p.id, p.title, p.text], ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
+    assert store.fingerprint == expected.hexdigest()
 
 
 def test_ids_longer_than_an_lmdb_key(tmp_path):

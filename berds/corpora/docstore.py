@@ -42,6 +42,7 @@ import weakref
 import zlib
 from array import array
 from itertools import islice
+from json.encoder import encode_basestring as _json_string
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -88,12 +89,12 @@ def _id_key(pid: str) -> bytes:
     return key if len(key) <= _MAX_KEY else b"\xff" + hashlib.sha256(key).digest()  # 0xff never starts utf-8
 
 
-_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode  # one encoder: json.dumps re-creates it per call
-
-
 def _fingerprint_bytes(p: Passage, group: str | None) -> bytes:
-    fields = [p.id, p.title, p.text] if group is None else [p.id, p.title, p.text, group]
-    return _ENCODE(fields).encode("utf-8") + b"\n"
+    """``json.dumps([id, title, text(, group)], ensure_ascii=False, separators=(",", ":")) + "\\n"``, built from
+    the C string escaper json uses for that (same bytes, a third of the time: this runs once per passage)."""
+    if group is None:
+        return f"[{_json_string(p.id)},{_json_string(p.title)},{_json_string(p.text)}]\n".encode("utf-8")
+    return f"[{_json_string(p.id)},{_json_string(p.title)},{_json_string(p.text)},{_json_string(group)}]\n".encode("utf-8")
 
 
 def _encode(p: Passage, group: int, compressed: bool) -> bytes:
