@@ -301,7 +301,7 @@ def test_size_estimate_and_disk_check(tmp_path):
                    "writer_memory_bytes": 726_000 + 4000}
     assert estimate_store_size(1000, 620, compression="zlib")["data_bytes"] < est["data_bytes"] * 0.6
     # The writer's memory is one transaction (capped) plus 4 bytes a passage, not the passages themselves.
-    assert estimate_store_size(21_000_000, 620)["writer_memory_bytes"] == (256 << 20) + 84_000_000
+    assert estimate_store_size(21_000_000, 620)["writer_memory_bytes"] == (64 << 20) + 84_000_000
     # The estimate holds against a real store of DPR-sized passages (within 25%).
     passages = [Passage(id=str(i), text=" ".join(f"w{(i * 7 + j) % 5000}" for j in range(100)), title=f"Title {i // 10}")
                 for i in range(3000)]

@@ -40,7 +40,7 @@ OVERWRITE = typer.Option(False, "--overwrite", help="Replace an existing store a
 RESUME = typer.Option(False, "--resume", help="Keep the committed passages of an interrupted build of --out and continue.")
 QUIET = typer.Option(False, "--quiet", "-q", help="No progress bars.")
 WORDS = typer.Option(100, "--words", min=1, help="Words per passage (DPR: 100).")
-SHARD = typer.Option(1_000_000, "--shard-size", help="Passages per commit (at most 256 MB): what a killed build can lose.")
+SHARD = typer.Option(1_000_000, "--shard-size", help="Passages per commit (at most 64 MB): what a killed build can lose.")
 COMPRESSION = typer.Option("none", "--compression", help="none (fastest lookups) or zlib (text ~1.9x smaller, lookups slower).")
 
 

@@ -21,7 +21,7 @@ id + title + source + text in utf-8 (one decode per read), zlib-compressed when 
 
 Writes are atomic at the folder level: the store is built in ``<out>.building/`` and renamed into place
 when the writer closes cleanly. The writer commits every ``shard_size`` passages (and at least every
-256 MB); a build that died keeps every committed passage, and ``PassageStoreWriter(out, resume=True)``
+64 MB); a build that died keeps every committed passage, and ``PassageStoreWriter(out, resume=True)``
 reports how many (``writer.resumed_passages``) so a deterministic builder can skip that many and carry on.
 
 The fingerprint is a sha256 over every passage's id, title and text (and group, when one is set) in
@@ -59,7 +59,7 @@ STORE_FORMAT = 2
 DATA_FILE = "data.mdb"
 GROUPS_FILE = "groups.npy"
 _MAP_SIZE = 1 << 40  # address space only: LMDB grows the file as it writes (Linux/macOS keep it sparse)
-_TXN_BYTES = 256 << 20  # LMDB holds a write transaction's pages in memory until commit
+_TXN_BYTES = 64 << 20  # LMDB holds a write transaction's pages in memory until commit: this bounds the writer
 _MAX_KEY = 480  # LMDB keys are at most 511 bytes
 _REC = struct.Struct(">Q")
 _HEAD = struct.Struct("<iIII")  # group number; character counts of id, title, source
@@ -156,7 +156,7 @@ def estimate_store_size(n_passages: int, avg_passage_bytes: float = 620.0, *, co
     ``avg_passage_bytes`` is the utf-8 size of one passage with its title (a DPR passage is ~620 bytes).
     Measured with ``benchmarks/bench_corpora.py``: a passage record costs its bytes plus ~40 bytes of header
     and B-tree node, pages ~10% slack; the id table ~60 bytes per passage. zlib (per passage) shrinks text ~1.9x.
-    The writer holds one uncommitted transaction in memory (at most 256 MB) plus 4 bytes per passage when
+    The writer holds one uncommitted transaction in memory (at most 64 MB) plus 4 bytes per passage when
     groups are used.
     """
     ratio = 1.9 if compression == "zlib" else 1.0
