@@ -10,9 +10,12 @@ passage store needs them — in store order, findable by id — and is timed on:
 * scan       — every passage in store order;
 * disk       — bytes on disk.
 
-``--berds`` adds the berds ``PassageStore`` itself as a row, with its ratio against the raw engine it uses.
+Engines take turns round after round (``--rounds``) and each one's best round is printed, so load from other
+jobs on a shared machine does not land on one engine only. ``--berds`` adds the berds ``PassageStore`` itself
+as a row, with its ratio against the raw engine it uses (``--raw``, LMDB).
 
-    python benchmarks/bench_store_engines.py --passages 200000 --lookups 100000
+    python benchmarks/bench_store_engines.py --passages 100000 --lookups 50000 --rounds 2 --berds --raw lmdb
+    python benchmarks/bench_store_engines.py --engines lmdb --berds --raw lmdb --rounds 3   # berds vs raw only
 """
 
 from __future__ import annotations
