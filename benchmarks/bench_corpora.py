@@ -219,7 +219,6 @@ def bench_raw_engine(store_path: str, ids: list[str], rounds: int) -> dict:
     """berds' PassageStore vs raw LMDB on the same file: alternated rounds, best of each (a shared machine)."""
     import struct
 
-    import lmdb
 
     from berds.corpora.docstore import PassageStore
 
