@@ -29,10 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from berds.benchmarks import read_questions  # noqa: E402
+from berds.questions import read_questions  # noqa: E402
 from berds.errors import BerdsError  # noqa: E402
 from berds.evaluate.evaluation import evaluate_run  # noqa: E402
-from berds.evaluate.judge import load_judge, parse_options  # noqa: E402
+from berds.judges import load_judge  # noqa: E402
+from berds.registry import parse_options  # noqa: E402
 from berds.runs import write_ctxs_jsonl  # noqa: E402
 from berds.types import Hit, Passage, Question, Run  # noqa: E402
 
