@@ -8,12 +8,16 @@ Every number is printed next to a naive baseline measured in the same run:
                (keep every passage in a dict, then dump it), plus passages/s and bytes on disk.
 * lookups    — random ``store.get(id)`` per second vs a jsonl file with an in-memory id -> offset dict, and
                vs a plain in-memory dict of all passages (the fastest possible, at the memory cost shown).
+* raw engine — ``get``, ``get_many`` and a full scan vs the raw engine under the store (LMDB, via ``lmdb``
+               on the same ``data.mdb``: two ``get`` calls and a struct unpack into a tuple per passage), so
+               the price of berds' layer (Passage objects, errors, threads) is a ratio in the same run.
+               ``bench_store_engines.py`` compares the engines themselves (SQLite, LMDB, Arrow, Parquet).
 
 Synthetic passages: 100 words drawn from a Zipf-like vocabulary of 30k pseudo-words (so zlib sees text
 about as compressible as English), titles shared by runs of ~10 passages like Wikipedia articles.
 
     python benchmarks/bench_corpora.py                 # 1M passages (a few minutes on 2 cores)
-    python benchmarks/bench_corpora.py --passages 200000 --lookups 20000
+    python benchmarks/bench_corpora.py --passages 200000 --lookups 100000 --zlib
 """
 
 from __future__ import annotations
@@ -112,7 +116,7 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KB
 
 
-def _build_ours(out: str, n: int, queue, compression: str = "zlib") -> None:
+def _build_ours(out: str, n: int, queue, compression: str = "none") -> None:
     from berds.corpora.docstore import PassageStoreWriter
 
     base = _rss_mb()
@@ -159,7 +163,7 @@ def in_fresh_process(target, *args, **kwargs) -> dict:
     return result
 
 
-def bench_lookups(store_path: str, naive_path: str, n: int, lookups: int) -> dict:
+def bench_lookups(store_path: str, naive_path: str, n: int, lookups: int, raw_engine: bool = True) -> dict:
     from berds.corpora.docstore import PassageStore
 
     rng = random.Random(7)
@@ -207,7 +211,63 @@ def bench_lookups(store_path: str, naive_path: str, n: int, lookups: int) -> dic
     open_ours = time.perf_counter() - t
     assert store2.get(ids[0]).text == everything[ids[0]]["text"]
     return {"ours": ours, "ours_batched": ours_batched, "seek": seek, "dict": in_memory, "dict_mb": dict_mb,
-            "open_ours_s": open_ours, "open_seek_s": open_naive}
+            "open_ours_s": open_ours, "open_seek_s": open_naive,
+            **(bench_raw_engine(store_path, ids, rounds=3) if raw_engine else {})}
+
+
+def bench_raw_engine(store_path: str, ids: list[str], rounds: int) -> dict:
+    """berds' PassageStore vs raw LMDB on the same file: alternated rounds, best of each (a shared machine)."""
+    import struct
+
+
+    from berds.corpora.docstore import PassageStore
+
+    head = struct.Struct("<iIII")
+
+    def unpack(value: bytes) -> tuple:
+        _, a, t, s = head.unpack_from(value)
+        text = value[16:].decode("utf-8")
+        return text[:a], text[a + t + s:], text[a:a + t], text[a + t:a + t + s]
+
+    from berds.corpora.docstore import _reader_env
+
+    env = _reader_env(Path(store_path))  # LMDB allows one environment per file and process: share berds' one
+    id_db, passage_db = env.open_db(b"ids", create=False), env.open_db(b"passages", create=False)
+    id_get, passage_get = env.begin(db=id_db).get, env.begin(db=passage_db).get
+    store = PassageStore.open(store_path)
+
+    def raw_get():
+        for pid in ids:
+            unpack(passage_get(id_get(pid.encode())))
+
+    def raw_get_many():
+        for i in range(0, len(ids), 1000):
+            [unpack(passage_get(id_get(p.encode()))) for p in ids[i:i + 1000]]
+
+    def raw_scan():
+        with env.begin(db=passage_db) as txn, txn.cursor() as cursor:
+            return sum(1 for _ in map(unpack, cursor.iternext(keys=False)))
+
+    def ours_get():
+        for pid in ids:
+            store.get(pid)
+
+    def ours_get_many():
+        for i in range(0, len(ids), 1000):
+            store.get_many(ids[i:i + 1000])
+
+    def ours_scan():
+        return sum(1 for _ in store)
+
+    best: dict[str, float] = {}
+    for _ in range(rounds):
+        for name, fn in (("raw_get", raw_get), ("ours_get", ours_get), ("raw_get_many", raw_get_many),
+                         ("ours_get_many", ours_get_many), ("raw_scan", raw_scan), ("ours_scan", ours_scan)):
+            t = time.perf_counter()
+            count = fn()
+            rate = (count or len(ids)) / (time.perf_counter() - t)
+            best[name] = max(best.get(name, 0.0), rate)
+    return best
 
 
 def main(argv=None) -> None:
@@ -216,13 +276,13 @@ def main(argv=None) -> None:
     ap.add_argument("--lookups", type=int, default=100_000)
     ap.add_argument("--split-mb", type=int, default=20)
     ap.add_argument("--workdir", default=None, help="where to build the stores (default: a temp folder, removed after)")
-    ap.add_argument("--uncompressed", action="store_true", help="also build a compression='none' store and time its lookups")
+    ap.add_argument("--zlib", action="store_true", help="also build a compression='zlib' store and time its lookups")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 160)  # full tables when piped to a file
     work = Path(args.workdir or tempfile.mkdtemp(prefix="berds-bench-"))
     try:
         console.print(f"splitter on {args.split_mb} MB of synthetic text ...")
@@ -233,10 +293,10 @@ def main(argv=None) -> None:
         naive = in_fresh_process(_build_naive, str(work / "naive"), args.passages)
         console.print(f"{args.lookups:,} random lookups ...")
         lk = bench_lookups(str(work / "store"), str(work / "naive"), args.passages, args.lookups)
-        plain = None
-        if args.uncompressed:
-            plain = in_fresh_process(_build_ours, str(work / "plain"), args.passages, compression="none")
-            plain.update(bench_lookups(str(work / "plain"), str(work / "naive"), args.passages, args.lookups))
+        packed = None
+        if args.zlib:
+            packed = in_fresh_process(_build_ours, str(work / "zlib"), args.passages, compression="zlib")
+            packed.update(bench_lookups(str(work / "zlib"), str(work / "naive"), args.passages, args.lookups, raw_engine=False))
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -255,11 +315,14 @@ def main(argv=None) -> None:
     t.add_row("random lookups/s (get)", f"{lk['ours']:,.0f}", f"{lk['seek']:,.0f} (jsonl + offset dict)", f"{lk['ours'] / lk['seek']:.2f}x")
     t.add_row("random lookups/s (get_many, 1000)", f"{lk['ours_batched']:,.0f}", f"{lk['dict']:,.0f} (all in a dict)",
               f"{lk['ours_batched'] / lk['dict']:.3f}x")
-    if plain is not None:
-        t.add_row("compression=none: lookups/s (get)", f"{plain['ours']:,.0f}", f"{lk['ours']:,.0f} (zlib store)",
-                  f"{plain['ours'] / lk['ours']:.2f}x")
-        t.add_row("compression=none: bytes on disk", f"{plain['disk'] / 1e6:,.0f} MB", f"{ours['disk'] / 1e6:,.0f} MB (zlib store)",
-                  f"{plain['disk'] / ours['disk']:.2f}x")
+    for what, key in (("random get/s", "get"), ("get_many/s (1,000 ids)", "get_many"), ("full scan passages/s", "scan")):
+        t.add_row(f"{what} vs raw LMDB (same file)", f"{lk['ours_' + key]:,.0f}", f"{lk['raw_' + key]:,.0f} (lmdb + struct)",
+                  f"{lk['raw_' + key] / lk['ours_' + key]:.2f}x time")
+    if packed is not None:
+        t.add_row("compression=zlib: lookups/s (get)", f"{packed['ours']:,.0f}", f"{lk['ours']:,.0f} (uncompressed store)",
+                  f"{packed['ours'] / lk['ours']:.2f}x")
+        t.add_row("compression=zlib: bytes on disk", f"{packed['disk'] / 1e6:,.0f} MB", f"{ours['disk'] / 1e6:,.0f} MB (uncompressed store)",
+                  f"{packed['disk'] / ours['disk']:.2f}x")
     t.add_row("memory to serve lookups (MB)", "index memory-mapped", f"{lk['dict_mb']:,.0f} (all in a dict)", "")
     t.add_row("open time (s)", f"{lk['open_ours_s']:.3f}", f"{lk['open_seek_s']:.1f} (build offset dict)",
               f"{lk['open_ours_s'] / lk['open_seek_s']:.4f}x")

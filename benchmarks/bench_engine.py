@@ -202,7 +202,7 @@ def child_judge(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     work = Path(args.work)
     pairs = make_pairs(args.pairs)
     options = judge_options(work)
-    recipe = JudgeRecipe("embedded", options)
+    recipe = JudgeRecipe("embedded:v1", options)  # the v1 judge: what docs/scale.md measured
     out: dict[str, Any] = {"mode": mode, "items": len(pairs)}
     if mode.startswith("local"):
         import torch

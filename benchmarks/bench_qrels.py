@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import random
 import sys
 import tempfile
 import time

@@ -20,10 +20,13 @@ from berds.judges.demo_gold import DemoGoldJudge
 
 def build_demo_corpus(out: Path, *, progress: bool = True) -> Path:
     """The demo corpus as a passage store (reused when already built)."""
-    from berds.corpora.docstore import is_passage_store, load_passages_jsonl, write_passage_store
+    from berds.corpora.docstore import STORE_FORMAT, is_passage_store, load_passages_jsonl, write_passage_store
+    from berds.io import read_json
 
-    if not is_passage_store(out):
-        write_passage_store(load_passages_jsonl(DEMO_DIR / "corpus.jsonl"), out,
+    out = Path(out)
+    current = is_passage_store(out) and read_json(out / "manifest.json").get("format") == STORE_FORMAT
+    if not current:  # missing, or left by an older berds: the demo corpus is cheap to write again
+        write_passage_store(load_passages_jsonl(DEMO_DIR / "corpus.jsonl"), out, overwrite=True,
                             metadata={"source": "berds demo corpus"})
     return out
 

@@ -336,7 +336,6 @@ def check_trec_matches(path: Path, run: Run) -> None:
     fields, an integer rank, a numeric score, a known question, the same passage at that rank, and every
     ranked passage present. Errors name the file and line (a hand-edited or truncated TREC file would
     otherwise disagree silently with what is evaluated)."""
-    ctxs = path.parent / CTXS
     # run.trec lists a repeated passage once, at its first rank (write_trec)
     run = Run(run.questions, {qid: _first_occurrences(hits) for qid, hits in run.hits.items()}, run.manifest, run.name)
     seen: dict[str, int] = {}

@@ -67,7 +67,7 @@ class CrashOnceJudge:
     def __init__(self, *, crash_flag: str | None = None, owner_pid: int = 0, batch_size: int = 2, **options: Any):
         from berds.judges.embedded import EmbeddedJudge
 
-        self.inner = EmbeddedJudge(**options)
+        self.inner = EmbeddedJudge(**{"version": "v1", **options})  # v1: the tiny test head
         self.id, self.prompt_version = self.inner.id, self.inner.prompt_version
         self.crash_flag, self.owner_pid = crash_flag, int(owner_pid)
         self.batch_size = batch_size

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +14,7 @@ from berds.corpora.docstore import (
     PassageStore,
     PassageStoreWriter,
     load_passages_jsonl,
+    upgrade_passage_store,
     write_passage_store,
 )
 from berds.errors import BerdsError, InputError
@@ -26,15 +29,18 @@ def make_passages(n: int, prefix: str = "p") -> list[Passage]:
 
 
 @pytest.mark.parametrize("compression", ["zlib", "none"])
-def test_round_trip_across_shards_and_blocks(tmp_path, compression):
+def test_round_trip_across_commits(tmp_path, compression):
     passages = make_passages(257)
-    # Tiny shards and blocks so the test crosses many of both.
-    store = write_passage_store(passages, tmp_path / "s", shard_size=50, block_bytes=200, compression=compression)
+    # Tiny commits so the test crosses many of them.
+    store = write_passage_store(passages, tmp_path / "s", shard_size=50, compression=compression)
     assert len(store) == 257
     assert list(store) == passages
     assert list(store.ids()) == [p.id for p in passages]
-    assert len(store.manifest["shards"]) == 6  # 5 full shards of 50 + one of 7
-    assert [s["passages"] for s in store.manifest["shards"]] == [50, 50, 50, 50, 50, 7]
+    assert store.manifest["format"] == 2 and store.manifest["compression"] == compression
+    assert store.manifest["files"] == {"data.mdb": (tmp_path / "s" / "data.mdb").stat().st_size}
+    assert not (tmp_path / "s" / "lock.mdb").exists()
+    # readers map the file's size (plus a margin), not the 1 TB the writer reserved
+    assert store._env.info()["map_size"] <= max(10 << 20, (tmp_path / "s" / "data.mdb").stat().st_size + (4 << 20))
     for i in (0, 49, 50, 123, 256):
         assert store.get(f"p{i}") == passages[i]
         assert store[f"p{i}"] == passages[i]
@@ -48,7 +54,7 @@ def test_round_trip_across_shards_and_blocks(tmp_path, compression):
 
 def test_fingerprint_is_stable_and_content_defined(tmp_path):
     passages = make_passages(40)
-    a = write_passage_store(passages, tmp_path / "a", shard_size=7, block_bytes=64)
+    a = write_passage_store(passages, tmp_path / "a", shard_size=7, compression="zlib")
     b = write_passage_store(passages, tmp_path / "b", shard_size=1000, compression="none")
     assert a.fingerprint == b.fingerprint  # independent of layout
     expected = hashlib.sha256()
@@ -69,28 +75,42 @@ def test_unicode_and_special_characters_survive(tmp_path):
         Passage(id="emoji", text="🙂 " * 10, title=""),
         Passage(id="empty", text="", title="only a title"),
     ]
-    store = write_passage_store(tricky, tmp_path / "s", block_bytes=16)
+    store = write_passage_store(tricky, tmp_path / "s", shard_size=2)
     assert list(store) == tricky
     assert store.get("ü/1") == tricky[0]
+    expected = hashlib.sha256()  # the fingerprint's definition, with escapes, control characters and non-BMP text
+    for p in tricky:
+        expected.update(json.dumps([p.id, p.title, p.text], ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
+    assert store.fingerprint == expected.hexdigest()
+
+
+def test_ids_longer_than_an_lmdb_key(tmp_path):
+    """LMDB keys stop at 511 bytes; longer ids (long URLs) are keyed by their sha256 and still found exactly."""
+    long_a, long_b = "https://example.org/" + "a" * 600, "https://example.org/" + "a" * 599 + "b"
+    passages = [Passage(id=long_a, text="first"), Passage(id=long_b, text="second"), Passage(id="é" * 200, text="third")]
+    with PassageStoreWriter(tmp_path / "s") as w:
+        w.add_many(passages)
+        with pytest.raises(InputError, match="first added as passage number 1"):
+            w.add(Passage(id=long_a, text="again"))
+    store = PassageStore.open(tmp_path / "s")
+    assert [store.get(p.id) for p in passages] == passages
+    assert store.get_many([long_b, long_a, "é" * 200]) == [passages[1], passages[0], passages[2]]
+    assert long_a[:-1] not in store and list(store.ids()) == [p.id for p in passages]
+    assert store.verify()["verified"]
 
 
 def test_duplicate_id_is_rejected_at_add(tmp_path):
-    with PassageStoreWriter(tmp_path / "s", block_bytes=100, shard_size=10) as w:
-        w.add_many(make_passages(30))
+    with PassageStoreWriter(tmp_path / "s", shard_size=10) as w:
+        w.add_many(make_passages(35))
         with pytest.raises(InputError, match=r"duplicate passage id 'p3' \(first added as passage number 4\)"):
-            w.add(Passage(id="p3", text="again"))
-        with pytest.raises(InputError, match="duplicate passage id 'p29'"):  # still in the open block
-            w.add(Passage(id="p29", text="again"))
-    assert len(PassageStore.open(tmp_path / "s")) == 30
-
-
-def test_duplicate_found_after_hash_merge(tmp_path):
-    w = PassageStoreWriter(tmp_path / "s")
-    w._hashes._merge_every = 8  # force the sorted-array path
-    w.add_many(make_passages(20))
-    with pytest.raises(InputError, match="duplicate passage id 'p1'"):
-        w.add(Passage(id="p1", text="x"))
-    w.close()
+            w.add(Passage(id="p3", text="again"))  # committed long ago
+        with pytest.raises(InputError, match="duplicate passage id 'p34'"):  # still in the open transaction
+            w.add(Passage(id="p34", text="again"))
+        with pytest.raises(InputError, match="group must be a non-empty string"):
+            w.add(Passage(id="new", text="x"), group="")
+        w.add(Passage(id="new", text="x"))  # a rejected add left nothing behind
+    store = PassageStore.open(tmp_path / "s")
+    assert len(store) == 36 and store.get("p3").text == make_passages(4)[3].text
 
 
 def test_missing_id_error_names_id_and_store(tmp_path):
@@ -100,12 +120,18 @@ def test_missing_id_error_names_id_and_store(tmp_path):
     assert isinstance(info.value, KeyError) and isinstance(info.value, InputError)
     message = str(info.value)
     assert "'nope'" in message and str(tmp_path / "s") in message and "3 passages" in message
-    with pytest.raises(KeyError):
-        store.get_many(["p0", "nope"])
+    with pytest.raises(PassageNotFoundError, match="'nope'"):
+        store.get_many(["p0", "nope", "p1"])
+    for bad in ("", 17, None):
+        with pytest.raises(PassageNotFoundError):
+            store.get(bad)
+        with pytest.raises(PassageNotFoundError):
+            store.get_many(["p0", bad])
+        assert bad not in store
 
 
 def test_groups(tmp_path):
-    with PassageStoreWriter(tmp_path / "s", block_bytes=50) as w:
+    with PassageStoreWriter(tmp_path / "s", shard_size=2) as w:
         w.add(Passage(id="free", text="no group"))
         w.add_many([Passage(id="q1-a", text="a"), Passage(id="q1-b", text="b")], group="q1")
         w.add(Passage(id="q2-a", text="c"), group="q2")
@@ -158,18 +184,18 @@ def test_resume_after_crash_gives_the_same_store(tmp_path):
     passages = make_passages(95)
     groups = [None if i % 4 == 0 else f"g{i % 3}" for i in range(95)]
     reference = tmp_path / "ref"
-    with PassageStoreWriter(reference, shard_size=20, block_bytes=100) as w:
+    with PassageStoreWriter(reference, shard_size=20) as w:
         for p, g in zip(passages, groups):
             w.add(p, group=g)
     out = tmp_path / "s"
     with pytest.raises(RuntimeError):
-        with PassageStoreWriter(out, shard_size=20, block_bytes=100) as w:
+        with PassageStoreWriter(out, shard_size=20) as w:
             for p, g in zip(passages[:67], groups[:67]):
                 w.add(p, group=g)
             raise RuntimeError("killed")
     assert not out.exists()
-    w = PassageStoreWriter(out, shard_size=20, block_bytes=100, resume=True)
-    assert w.resumed_passages == 60  # three finished shards; the open one is redone
+    w = PassageStoreWriter(out, shard_size=20, resume=True)
+    assert w.resumed_passages == 60  # three committed transactions; the open one is redone
     for p, g in zip(passages[60:], groups[60:]):
         w.add(p, group=g)
     with pytest.raises(InputError, match="duplicate passage id 'p5'"):
@@ -184,11 +210,38 @@ def test_resume_after_crash_gives_the_same_store(tmp_path):
 
 def test_resume_with_other_options_is_refused(tmp_path):
     with pytest.raises(RuntimeError):
-        with PassageStoreWriter(tmp_path / "t", shard_size=20) as w:
+        with PassageStoreWriter(tmp_path / "t", shard_size=20, compression="zlib") as w:
             w.add_many(make_passages(25))
             raise RuntimeError("stop")
     with pytest.raises(InputError, match="resume with the same options"):
-        PassageStoreWriter(tmp_path / "t", shard_size=10, resume=True)
+        PassageStoreWriter(tmp_path / "t", shard_size=10, compression="none", resume=True)
+
+
+def test_resume_after_a_killed_process(tmp_path):
+    """SIGKILL mid-build (no cleanup runs at all): the committed passages survive and the build resumes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "s"
+    code = (
+        "import os, signal\n"
+        "from berds.corpora.docstore import PassageStoreWriter\n"
+        "from berds.types import Passage\n"
+        f"w = PassageStoreWriter({str(out)!r}, shard_size=25)\n"
+        "for i in range(90):\n"
+        "    w.add(Passage(id=f'p{i}', text=f'text {i}'))\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ}, timeout=120)
+    assert proc.returncode == -signal.SIGKILL and not out.exists()
+    w = PassageStoreWriter(out, shard_size=25, resume=True)
+    assert w.resumed_passages == 75
+    w.add_many(Passage(id=f"p{i}", text=f"text {i}") for i in range(75, 100))
+    store = w.close()
+    fresh = write_passage_store([Passage(id=f"p{i}", text=f"text {i}") for i in range(100)], tmp_path / "fresh")
+    assert store.fingerprint == fresh.fingerprint and store.verify()["passages"] == 100
 
 
 def test_empty_store(tmp_path):
@@ -216,19 +269,12 @@ def test_load_passages_jsonl(tmp_path):
         list(load_passages_jsonl(path))
 
 
-def test_hash_collisions_are_resolved_by_the_stored_id(tmp_path, monkeypatch):
-    """Ids are indexed by a 64-bit hash; force every id onto a handful of hashes and check nothing mixes up."""
-    import berds.corpora.docstore as docstore
-
-    monkeypatch.setattr(docstore, "id_hash", lambda pid: len(pid) % 3)
+def test_get_many_keeps_order_and_repeats(tmp_path):
     passages = make_passages(60)
-    with PassageStoreWriter(tmp_path / "s", block_bytes=120, shard_size=25) as w:
-        w.add_many(passages)
-        with pytest.raises(InputError, match="duplicate passage id 'p42'"):
-            w.add(Passage(id="p42", text="clash"))
-    store = PassageStore.open(tmp_path / "s")
+    store = write_passage_store(passages, tmp_path / "s", shard_size=25)
     assert [store.get(p.id) for p in passages] == passages
     assert store.get_many([p.id for p in reversed(passages)]) == passages[::-1]
+    assert store.get_many(["p5", "p5", "p0"]) == [passages[5], passages[5], passages[0]]
     assert "p60" not in store
     with pytest.raises(PassageNotFoundError, match="'p61'"):
         store.get_many(["p1", "p61"])
@@ -251,8 +297,18 @@ def test_size_estimate_and_disk_check(tmp_path):
     from berds.corpora.docstore import estimate_store_size
 
     est = estimate_store_size(1000, 620)
-    assert est == {"disk_bytes": 295238 + 12000, "data_bytes": 295238, "index_bytes": 12000, "writer_memory_bytes": 48000}
-    assert estimate_store_size(1000, 620, compression="none")["data_bytes"] == 620_000
+    assert est == {"disk_bytes": 726_000 + 60_000, "data_bytes": 726_000, "index_bytes": 60_000,
+                   "writer_memory_bytes": 726_000 + 4000}
+    assert estimate_store_size(1000, 620, compression="zlib")["data_bytes"] < est["data_bytes"] * 0.6
+    # The writer's memory is one transaction (capped) plus 4 bytes a passage, not the passages themselves.
+    assert estimate_store_size(21_000_000, 620)["writer_memory_bytes"] == (64 << 20) + 84_000_000
+    # The estimate holds against a real store of DPR-sized passages (within 25%).
+    passages = [Passage(id=str(i), text=" ".join(f"w{(i * 7 + j) % 5000}" for j in range(100)), title=f"Title {i // 10}")
+                for i in range(3000)]
+    avg = sum(len(p.text.encode()) + len(p.title.encode()) for p in passages) / len(passages)
+    store = write_passage_store(passages, tmp_path / "real")
+    predicted = estimate_store_size(3000, avg)["disk_bytes"]
+    assert 0.75 < store.info()["disk_bytes"] / predicted < 1.25, (store.info()["disk_bytes"], predicted)
 
     from rich.console import Console
 
@@ -261,3 +317,99 @@ def test_size_estimate_and_disk_check(tmp_path):
     assert "estimate: ~500,000 passages" in console.export_text()
     with pytest.raises(BerdsError, match="not enough disk"):
         check_disk_and_announce(tmp_path / "s", input_bytes=10**17, avg_passage_bytes=600)
+
+
+FORMAT1 = Path(__file__).parent / "data" / "store-format1"  # written by berds' previous hand-made format
+
+
+def test_old_format_store_names_the_upgrade_and_upgrades_to_the_same_fingerprint(tmp_path):
+    old = tmp_path / "old"
+    shutil.copytree(FORMAT1, old)
+    fingerprint = json.loads((old / "manifest.json").read_text())["fingerprint"]
+    with pytest.raises(InputError, match=r"older berds \(store format 1\).*berds corpus upgrade"):
+        PassageStore.open(old)
+    store = upgrade_passage_store(old)
+    assert store.fingerprint == fingerprint and len(store) == 30 and store.manifest["format"] == 2
+    assert store.get("p7").text.endswith("naïve café") and store.group_of("p7") == "g1" and store.group_of("p8") is None
+    assert store.manifest["metadata"]["source"] == "tests/test_docstore.py"
+    assert sorted(p.name for p in old.iterdir()) == ["data.mdb", "groups.npy", "manifest.json"]
+    assert not (tmp_path / "old.building").exists()
+    assert upgrade_passage_store(old).fingerprint == fingerprint  # already current: nothing to do
+
+
+def test_upgrade_refuses_a_damaged_old_store_and_leaves_it(tmp_path):
+    old = tmp_path / "old"
+    shutil.copytree(FORMAT1, old)
+    shard = old / "passages-00001.bin"
+    shard.write_bytes(shard.read_bytes()[:-40])
+    with pytest.raises(InputError, match="cannot read the old-format store"):
+        upgrade_passage_store(old)
+    assert (old / "passages-00000.bin").exists() and json.loads((old / "manifest.json").read_text())["format"] == 1
+
+
+def test_truncated_store_is_refused_on_open(tmp_path):
+    write_passage_store(make_passages(500), tmp_path / "s", metadata={"source": "wiki.xml.bz2"})
+    data = tmp_path / "s" / "data.mdb"
+    data.write_bytes(data.read_bytes()[:-4096])
+    with pytest.raises(InputError, match=r"data.mdb is .* bytes but was written as .*truncated.*rebuild it from its source \(wiki.xml.bz2\)"):
+        PassageStore.open(tmp_path / "s")
+    data.unlink()
+    with pytest.raises(InputError, match="data.mdb is missing"):
+        PassageStore.open(tmp_path / "s")
+
+
+def test_verify_finds_a_damaged_passage(tmp_path):
+    passages = make_passages(200)
+    store = write_passage_store(passages, tmp_path / "s")
+    assert store.verify() == {"passages": 200, "fingerprint": store.fingerprint, "verified": True}
+    store.close()
+    data = tmp_path / "s" / "data.mdb"
+    needle = passages[123].text.encode()
+    # Same size, so only reading everything back can tell. Every copy: LMDB's free pages may hold stale ones.
+    data.write_bytes(data.read_bytes().replace(needle, b"X" + needle[1:]))
+    damaged = PassageStore.open(tmp_path / "s")
+    assert damaged.get("p123").text.startswith("Xext")
+    with pytest.raises(InputError, match="damaged.*do not match the manifest's fingerprint"):
+        damaged.verify()
+
+
+def test_store_is_shared_across_threads_pickle_and_fork(tmp_path):
+    import multiprocessing
+    import pickle
+    from concurrent.futures import ThreadPoolExecutor
+
+    passages = make_passages(300)
+    store = write_passage_store(passages, tmp_path / "s")
+    store.get("p1")  # this thread's transaction exists before the fork
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda i: store.get_many([f"p{j}" for j in range(i, 300, 4)]), range(4)))
+    assert [p for i in range(4) for p in got[i]] == [p for i in range(4) for p in passages[i::4]]
+    assert pickle.loads(pickle.dumps(store)).get("p299") == passages[299]
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        assert pool.map(store.get, ["p0", "p150", "p299"]) == [passages[0], passages[150], passages[299]]
+    assert store.get("p42") == passages[42]
+
+
+def test_cli_upgrade_then_info_verify(tmp_path):
+    from typer.testing import CliRunner
+
+    from berds.cli import app
+
+    old = tmp_path / "old"
+    shutil.copytree(FORMAT1, old)
+    fingerprint = json.loads((old / "manifest.json").read_text())["fingerprint"]
+    runner = CliRunner()
+    refused = runner.invoke(app, ["corpus", "info", str(old)])
+    assert refused.exit_code != 0 and "berds corpus upgrade" in str(refused.exception)
+    result = runner.invoke(app, ["corpus", "upgrade", str(old)])
+    assert result.exit_code == 0, result.output
+    flat = " ".join(result.output.split())  # rich wraps long lines
+    assert "30 passages in store format 2" in flat and f"fingerprint {fingerprint[:16]} unchanged" in flat
+    result = runner.invoke(app, ["corpus", "info", "--verify", "--json", str(old)])
+    assert result.exit_code == 0, result.output
+    info = json.loads(result.output)
+    assert info["verified"] is True and info["fingerprint"] == fingerprint and info["passages"] == 30
+    data = old / "data.mdb"
+    data.write_bytes(data.read_bytes().replace("naïve café".encode(), "Naïve café".encode()))
+    damaged = runner.invoke(app, ["corpus", "info", "--verify", str(old)])
+    assert damaged.exit_code != 0 and "fingerprint" in str(damaged.exception) and "rebuild it" in str(damaged.exception)

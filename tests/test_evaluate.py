@@ -203,7 +203,7 @@ def test_fully_cached_evaluation_never_loads_the_embedded_model(tmp_path, tiny_r
     fresh = EmbeddedJudge()
     again = evaluate_run(tiny_run, fresh, ks=(2,), cache=cache, progress=False)
     assert again.stats.judged == 0 and again.per_question == first.per_question
-    assert fresh.encoder._model is None, "the model must only load when a pair needs judging"
+    assert fresh.cross_encoder._network is None, "the model must only load when a pair needs judging"
 
 
 def test_judgement_lines_are_the_json_of_each_judgement_including_short_questions_and_missing_p_yes():

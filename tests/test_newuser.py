@@ -370,14 +370,15 @@ def test_eval_without_a_judge_is_refused_and_names_the_choices(tmp_path, tiny_ru
 
 def test_an_unvalidated_judge_is_marked_with_its_measured_figure():
     from berds.evaluate.evaluation import metrics_table
-    from berds.judges.validation import EMBEDDED_CARD, judge_validation
+    from berds.judges.validation import EMBEDDED_V2_CARD, _card_figure, judge_validation
 
-    card = json.loads(EMBEDDED_CARD.read_text())
-    f1 = (card.get("validation") or {}).get("f1", card["summary"]["dev_loqo"]["f1"])
-    embedded_id = "embedded:minilm-l6-abc+head-def"
+    f1, _ = _card_figure(json.loads(EMBEDDED_V2_CARD.read_text()))  # the figure lives in the card retraining writes
+    assert f1 is not None
+    embedded_id = "embedded:v2-minilm-l6-abc+stance-def"
     record = judge_validation(embedded_id)
     assert record is not None and not record.validated and f"F1 {float(f1):.1f}" in record.note
     assert judge_validation(f"{embedded_id}|calibrated-threshold=0.3").validated is False
+    assert judge_validation("embedded:minilm-l6-abc+head-def").name == "embedded:v1"
     assert judge_validation("demo-gold|after").validated
     result = evaluate_run(make_run(), OverlapJudge(), ks=(5,), progress=False)
     result.judge_id = embedded_id

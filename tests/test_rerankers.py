@@ -15,7 +15,7 @@ from berds.rerank.explicit import pm2_order, xquad_order
 from berds.rerank.mmr import MMRReranker
 from berds.runs import load_run, save_run
 from berds.testing import assert_reranker_contract, check_reranker, tiny_run
-from berds.types import Hit, Passage, Question, Run
+from berds.types import Hit, Run
 from analysis_fixtures import LettersEncoder
 from conftest import make_run
 

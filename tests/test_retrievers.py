@@ -211,3 +211,22 @@ def test_tiny_questions_have_their_answers_in_the_tiny_corpus():
 
     assert all(EXPECTED[q.id] in ids for q in tiny_questions())
     assert isinstance(TINY_PASSAGES[0], Passage)
+
+
+def test_hits_from_store_attaches_texts_and_ranks_only_when_needed(tmp_path):
+    from berds.corpora.docstore import write_passage_store
+    from berds.retrievers.base import hits_from_store, is_ranked
+    from berds.types import Passage, rank_hits
+
+    store = write_passage_store([Passage(id=f"d{i}", text=f"text {i}", title=f"T{i}") for i in range(5)], tmp_path / "s")
+    found = [[("d3", 2.0), ("d1", 1.5), ("d2", 1.5)],  # already in rank_hits order
+             [("d4", 0.5), ("d0", 0.9), ("d2", 0.9)],  # not: scores rise, then a tie out of id order
+             []]
+    hits = hits_from_store(store, found)
+    assert [[(h.passage.id, h.score) for h in hs] for hs in hits] == [
+        [("d3", 2.0), ("d1", 1.5), ("d2", 1.5)], [("d0", 0.9), ("d2", 0.9), ("d4", 0.5)], []]
+    assert hits[0][0].passage == store.get("d3") and all(is_ranked(hs) and hs == rank_hits(hs) for hs in hits)
+    with pytest.raises(ValueError, match="must be a number"):
+        hits_from_store(store, [[("d1", float("nan"))]])
+    with pytest.raises(KeyError):
+        hits_from_store(store, [[("nope", 1.0)]])

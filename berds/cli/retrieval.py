@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 from typing import List, Optional
 
@@ -47,7 +49,7 @@ def index_bm25(
     corpus: Path = typer.Argument(..., help="Passage store folder (berds corpus build ...)."),
     out: Path = typer.Option(..., "--out", help="Index folder to write."),
     contents: str = typer.Option("title+text", "--contents", help="title+text (pyserini's DPR-wiki style) or text."),
-    threads: int = typer.Option(1, "--threads", min=1, help="Lucene indexing threads."),
+    threads: int = typer.Option(os.cpu_count() or 1, "--threads", min=1, help="Lucene indexing threads (default: every core)."),
     overwrite: str = typer.Option("missing", "--overwrite", help="missing (keep an identical index) | always | never"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
@@ -150,7 +152,8 @@ def retrieve_command(
     corpus: Optional[Path] = typer.Option(None, "--corpus", help="Passage store (when the index's recorded path moved, or to search without an index)."),
     device: Optional[str] = typer.Option(None, "--device", help="cpu | cuda (dense retrievers)."),
     option: List[str] = typer.Option([], "--option", "-o", help="key=value passed to the retriever (repeatable)."),
-    batch_size: int = typer.Option(32, "--batch-size", help="Questions per search call."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1,
+                                             help="Questions per search call (default: the retriever's own, else 32)."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N questions."),
     name: Optional[str] = typer.Option(None, "--name", help="Run name (default: the retriever's)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing run folder."),

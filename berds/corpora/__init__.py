@@ -1,7 +1,7 @@
 """Corpora: sources -> 100-word passages -> one passage store.
 
 * ``split``     — DPR's splitter (disjoint 100-word windows, title on every passage, stable ids).
-* ``docstore``  — the passage store every index and run reads (``PassageStore``, ``PassageStoreWriter``).
+* ``docstore``  — the passage store every index and run reads (``PassageStore``, ``PassageStoreWriter``; LMDB).
 * ``wikipedia`` — DPR's ``psgs_w100.tsv`` as is, or a MediaWiki XML dump.
 * ``web``       — jsonl snapshots (CCNet, Sphere, ...) and WARC archives.
 * ``search``    — one corpus per question from web search results (Serper first).
@@ -18,7 +18,7 @@ from typing import Any
 
 _EXPORTS = {
     "PassageStore": "docstore", "PassageStoreWriter": "docstore", "write_passage_store": "docstore",
-    "load_passages_jsonl": "docstore", "PassageNotFoundError": "docstore",
+    "load_passages_jsonl": "docstore", "PassageNotFoundError": "docstore", "upgrade_passage_store": "docstore",
     "Document": "split", "split_document": "split", "split_documents": "split", "word_windows": "split",
     "DprCounterIds": "split",
     "build_wikipedia": "wikipedia", "read_dpr_tsv": "wikipedia", "iter_dump_documents": "wikipedia",

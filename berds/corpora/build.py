@@ -141,7 +141,7 @@ class BuildProgress:
 
 
 def check_disk_and_announce(out: Path, *, input_bytes: int, avg_passage_bytes: float, console=None,
-                            compression: str = "zlib", big: int = 200_000_000) -> dict[str, int]:
+                            compression: str = "none", big: int = 200_000_000) -> dict[str, int]:
     """Estimate the store's size from the input size; print it for big builds; refuse when the disk is too small."""
     n_est = int(input_bytes / max(avg_passage_bytes, 1.0))
     est = estimate_store_size(n_est, avg_passage_bytes, compression=compression)
@@ -213,7 +213,7 @@ def write_passages(
     resume: bool = False,
     metadata: dict | None = None,
     shard_size: int = 1_000_000,
-    compression: str = "zlib",
+    compression: str = "none",
 ) -> PassageStore:
     """Write ``(passage, group)`` pairs to a store at ``out``, filling ``report`` as it goes.
 

@@ -2,42 +2,52 @@
 
 A store is a folder::
 
-    manifest.json        kind "passage-store", counts, shards, groups, fingerprint, builder metadata
-    passages-00000.bin   shard files: a sequence of blocks; a block is ~8 KB of JSON lines
-    passages-00001.bin   (``[id, text, title, source]`` one per line), zlib-compressed by default
-    blocks.npy           per block: shard number, byte offset, byte length, first record number
-    index-keys.npy       sorted 64-bit hashes of the passage ids ...
-    index-records.npy    ... and the record number each one points to (a sorted id -> record index)
-    groups.npy           (only when groups were used) the group number of each record, -1 for none
+    manifest.json   kind "passage-store", format 2, counts, groups, fingerprint, file sizes, builder metadata
+    data.mdb        an LMDB database (https://www.symas.com/lmdb) with three tables:
+                      passages  record number (8 bytes, big-endian, so key order = store order) -> passage
+                      ids       passage id (utf-8; ids over 480 bytes by their sha256) -> record number
+                      meta      what a resumed build needs (count, groups, options), committed with the data
+    groups.npy      (only when groups were used) the group number of each record, -1 for none
 
-Why this shape: 21M DPR passages are ~13 GB of text. Compressed blocks keep that to ~6 GB on disk; the
-index costs 12 bytes per passage (~250 MB for DPR) and is memory-mapped, so opening a store reads
-almost nothing and a random lookup is a binary search plus one small block decompression. While
-writing, memory holds only the current block and the id hashes (16 bytes per passage, needed to reject
-duplicate ids at ``add`` time), never the passages themselves.
+Why LMDB: ``benchmarks/bench_store_engines.py`` timed SQLite, LMDB, Arrow IPC and Parquet on the same
+passages; LMDB looks a passage up by id 3x faster than SQLite (a memory-mapped B+tree, no SQL layer), writes
+and scans as fast, and is crash-proof by design (copy-on-write pages: a killed writer leaves the last
+committed state, nothing to recover). Arrow and Parquet have no key lookup, so they would need the
+hand-written id index this module used to carry. docs/corpora.md has the figures.
+
+A passage is stored as ``struct("<iIII")`` (group number, character counts of id, title, source) followed by
+id + title + source + text in utf-8 (one decode per read), zlib-compressed when the store was written with
+``compression="zlib"`` (~1.9x smaller, a few µs more per lookup).
 
 Writes are atomic at the folder level: the store is built in ``<out>.building/`` and renamed into place
-when the writer closes cleanly. A build that died leaves ``<out>.building/`` with its finished shards;
-``PassageStoreWriter(out, resume=True)`` keeps them and reports how many passages they hold
-(``writer.resumed_passages``) so a deterministic builder can skip that many and carry on.
+when the writer closes cleanly. The writer commits every ``shard_size`` passages (and at least every
+64 MB); a build that died keeps every committed passage, and ``PassageStoreWriter(out, resume=True)``
+reports how many (``writer.resumed_passages``) so a deterministic builder can skip that many and carry on.
 
 The fingerprint is a sha256 over every passage's id, title and text (and group, when one is set) in
-store order. It does not depend on shard size, block size or compression, so the same passages always
-give the same fingerprint; indexes and runs record it to prove which corpus they came from.
+store order. It does not depend on the storage format, commit size or compression, so the same passages
+always give the same fingerprint; indexes and runs record it to prove which corpus they came from.
+``PassageStore.verify()`` (``berds corpus info --verify``) reads everything back and recomputes it.
 """
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
 import shutil
+import struct
+import threading
+import weakref
 import zlib
 from array import array
-from collections import OrderedDict
+from itertools import islice
+from json.encoder import encode_basestring as _json_string
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
+import lmdb
 import numpy as np
 
 from berds.errors import BerdsError, InputError
@@ -45,15 +55,22 @@ from berds.io import iter_jsonl, new_manifest, read_json, write_json
 from berds.types import Passage
 
 STORE_KIND = "passage-store"
-STORE_FORMAT = 1
-_MAX_RECORDS = 2**32 - 1  # record numbers are stored as uint32
-_CHECKPOINT = "checkpoint.json"
+STORE_FORMAT = 2
+DATA_FILE = "data.mdb"
+GROUPS_FILE = "groups.npy"
+_MAP_SIZE = 1 << 40  # address space only: LMDB grows the file as it writes (Linux/macOS keep it sparse)
+_TXN_BYTES = 64 << 20  # LMDB holds a write transaction's pages in memory until commit: this bounds the writer
+_MAX_KEY = 480  # LMDB keys are at most 511 bytes
+_REC = struct.Struct(">Q")
+_HEAD = struct.Struct("<iIII")  # group number; character counts of id, title, source
+_HEAD_SIZE = _HEAD.size
 
 __all__ = [
     "PassageStoreWriter",
     "PassageStore",
     "PassageNotFoundError",
     "write_passage_store",
+    "upgrade_passage_store",
     "load_passages_jsonl",
     "estimate_store_size",
     "is_passage_store",
@@ -68,30 +85,62 @@ class PassageNotFoundError(InputError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-def id_hash(pid: str) -> int:
-    """The 64-bit key a passage id is indexed under (blake2b; stable across runs and machines)."""
-    return int.from_bytes(hashlib.blake2b(pid.encode("utf-8"), digest_size=8).digest(), "little")
-
-
-_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode  # one encoder: json.dumps re-creates it per call
-
-
-def _encode_record(p: Passage) -> bytes:
-    return _ENCODE([p.id, p.text, p.title, p.source]).encode("utf-8") + b"\n"
-
-
-def _decode_record(line: bytes) -> Passage:
-    pid, text, title, source = json.loads(line)
-    return Passage(id=pid, text=text, title=title, source=source)
+def _id_key(pid: str) -> bytes:
+    key = pid.encode("utf-8")
+    return key if len(key) <= _MAX_KEY else b"\xff" + hashlib.sha256(key).digest()  # 0xff never starts utf-8
 
 
 def _fingerprint_bytes(p: Passage, group: str | None) -> bytes:
-    fields = [p.id, p.title, p.text] if group is None else [p.id, p.title, p.text, group]
-    return _ENCODE(fields).encode("utf-8") + b"\n"
+    """``json.dumps([id, title, text(, group)], ensure_ascii=False, separators=(",", ":")) + "\\n"``, built from
+    the C string escaper json uses for that (same bytes, a third of the time: this runs once per passage)."""
+    if group is None:
+        return f"[{_json_string(p.id)},{_json_string(p.title)},{_json_string(p.text)}]\n".encode("utf-8")
+    return f"[{_json_string(p.id)},{_json_string(p.title)},{_json_string(p.text)},{_json_string(group)}]\n".encode("utf-8")
+
+
+def _encode(p: Passage, group: int, compressed: bool) -> bytes:
+    payload = (p.id + p.title + p.source + p.text).encode("utf-8")
+    if compressed:
+        payload = zlib.compress(payload, 3)
+    return _HEAD.pack(group, len(p.id), len(p.title), len(p.source)) + payload
+
+
+_new_passage = object.__new__
+
+
+def _decode(value: bytes) -> Passage:
+    """A stored record back to a Passage: one utf-8 decode, then slices by character counts.
+
+    Passage's checks are not run again (the passage passed them when written): this is the hot path of
+    every lookup and scan.
+    """
+    _, a, t, s = _HEAD.unpack_from(value)
+    text = value[_HEAD_SIZE:].decode("utf-8")
+    e2 = a + t
+    e3 = e2 + s
+    p = _new_passage(Passage)
+    d = p.__dict__
+    d["id"] = text[:a]
+    d["text"] = text[e3:]
+    d["title"] = text[a:e2]
+    d["source"] = text[e2:e3]
+    return p
+
+
+def _decode_zlib(value: bytes) -> Passage:
+    return _decode(value[:_HEAD_SIZE] + zlib.decompress(value[_HEAD_SIZE:]))
+
+
+def _decoder(compressed: bool) -> Callable[[bytes], Passage]:
+    return _decode_zlib if compressed else _decode
+
+
+def _group_number(value: bytes) -> int:
+    return _HEAD.unpack_from(value)[0]
 
 
 def is_passage_store(path: str | os.PathLike) -> bool:
-    """True when ``path`` is a folder holding a finished passage store."""
+    """True when ``path`` is a folder holding a finished passage store (of this or an older format)."""
     manifest = Path(path) / "manifest.json"
     if not manifest.is_file():
         return False
@@ -101,18 +150,20 @@ def is_passage_store(path: str | os.PathLike) -> bool:
         return False
 
 
-def estimate_store_size(n_passages: int, avg_passage_bytes: float = 620.0, *, compression: str = "zlib") -> dict[str, int]:
+def estimate_store_size(n_passages: int, avg_passage_bytes: float = 620.0, *, compression: str = "none") -> dict[str, int]:
     """Expected disk use and peak writer memory for a store of ``n_passages``, in bytes.
 
-    ``avg_passage_bytes`` is the encoded size of one passage (a DPR passage with its title is ~620 bytes);
-    zlib (level 3) on 8 KB blocks of English web text compresses ~2.1x. The index costs 12 bytes per passage on disk,
-    and the writer holds 16 bytes per passage in memory (id hashes used to reject duplicates) plus twice
-    that while it merges and sorts them.
+    ``avg_passage_bytes`` is the utf-8 size of one passage with its title (a DPR passage is ~620 bytes).
+    Measured with ``benchmarks/bench_corpora.py``: a passage record costs its bytes plus ~40 bytes of header
+    and B-tree node, pages ~10% slack; the id table ~60 bytes per passage. zlib (per passage) shrinks text ~1.9x.
+    The writer holds one uncommitted transaction in memory (at most 64 MB) plus 4 bytes per passage when
+    groups are used.
     """
-    ratio = 2.1 if compression == "zlib" else 1.0
-    data = int(n_passages * avg_passage_bytes / ratio)
-    index = n_passages * 12
-    return {"disk_bytes": data + index, "data_bytes": data, "index_bytes": index, "writer_memory_bytes": n_passages * 16 * 3}
+    ratio = 1.9 if compression == "zlib" else 1.0
+    data = int(n_passages * (avg_passage_bytes / ratio + 40) * 1.1)
+    index = n_passages * 60
+    return {"disk_bytes": data + index, "data_bytes": data, "index_bytes": index,
+            "writer_memory_bytes": min(_TXN_BYTES, data) + n_passages * 4}
 
 
 def human_bytes(n: float) -> str:
@@ -123,80 +174,36 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} TB"
 
 
-class _IdHashSet:
-    """Id hashes seen so far -> record numbers: a small pending set plus big sorted numpy arrays.
-
-    Keeps 16 bytes per passage instead of a Python set's ~70, so a 21M-passage build stays in a few
-    hundred MB. ``candidates(h)`` lists the record numbers whose id hashes to ``h`` (almost always 0 or 1).
-    """
-
-    def __init__(self, merge_every: int = 500_000):
-        self.keys = np.empty(0, dtype=np.uint64)
-        self.records = np.empty(0, dtype=np.uint32)
-        self._pending_keys: array = array("Q")
-        self._pending_records: array = array("I")
-        self._pending_set: set[int] = set()
-        self._merge_every = merge_every
-
-    def __len__(self) -> int:
-        return len(self.keys) + len(self._pending_keys)
-
-    def candidates(self, h: int) -> list[int]:
-        found: list[int] = []
-        if h in self._pending_set:
-            pk = np.frombuffer(self._pending_keys, dtype=np.uint64)
-            found.extend(int(r) for r in np.frombuffer(self._pending_records, dtype=np.uint32)[pk == h])
-        if len(self.keys):
-            key = np.uint64(h)
-            lo = int(np.searchsorted(self.keys, key, side="left"))
-            while lo < len(self.keys) and self.keys[lo] == key:
-                found.append(int(self.records[lo]))
-                lo += 1
-        return found
-
-    def add(self, h: int, record: int) -> None:
-        self._pending_keys.append(h)
-        self._pending_records.append(record)
-        self._pending_set.add(h)
-        if len(self._pending_keys) >= self._merge_every:
-            self.merge()
-
-    def merge(self) -> None:
-        if not len(self._pending_keys):
-            return
-        keys = np.concatenate([self.keys, np.frombuffer(self._pending_keys, dtype=np.uint64)])
-        records = np.concatenate([self.records, np.frombuffer(self._pending_records, dtype=np.uint32)])
-        order = np.argsort(keys, kind="stable")
-        self.keys, self.records = keys[order], records[order]
-        self._pending_keys, self._pending_records, self._pending_set = array("Q"), array("I"), set()
+def _open_env(path: Path, *, write: bool) -> lmdb.Environment:
+    if write:
+        return lmdb.open(str(path), map_size=_MAP_SIZE, max_dbs=3, sync=False, metasync=False, meminit=False)
+    return lmdb.open(str(path), readonly=True, lock=False, max_dbs=3)
 
 
 class PassageStoreWriter:
     """Write passages into a new store folder; use as a context manager.
 
-    ``with PassageStoreWriter("corpora/wiki") as w: w.add_many(passages)`` — on a clean exit the shards
-    are closed, the index is sorted and written, ``manifest.json`` (with the fingerprint) is written last
-    and the folder is moved into place. On an exception nothing replaces ``out`` and the partial build
-    stays in ``<out>.building/`` (``resume=True`` picks it up).
+    ``with PassageStoreWriter("corpora/wiki") as w: w.add_many(passages)`` — on a clean exit the last
+    transaction is committed, ``manifest.json`` (with the fingerprint) is written last and the folder is moved
+    into place. On an exception nothing replaces ``out`` and the partial build stays in ``<out>.building/``
+    (``resume=True`` picks it up).
 
     Options:
-        shard_size:  passages per shard file.
+        shard_size:  passages per committed transaction: the unit a killed build can lose and resume after.
         overwrite:   replace an existing store at ``out`` (otherwise that is an error).
         metadata:    JSON-serialisable builder facts stored in the manifest (source files, options, counts).
-        compression: ``"zlib"`` (default, level 3; ~2.1x smaller) or ``"none"`` (faster lookups, bigger files).
-        block_bytes: uncompressed size of a block, the unit a random lookup decompresses.
-        resume:      keep the finished shards of an interrupted build of ``out``; see ``resumed_passages``.
+        compression: ``"none"`` (default, fastest lookups) or ``"zlib"`` (each text compressed, ~1.9x smaller).
+        resume:      keep the committed passages of an interrupted build of ``out``; see ``resumed_passages``.
     """
 
     def __init__(
         self,
         out: str | os.PathLike,
         *,
-        shard_size: int = 1_000_000,
+        shard_size: int = 100_000,
         overwrite: bool = False,
         metadata: dict | None = None,
-        compression: str = "zlib",
-        block_bytes: int = 8_192,
+        compression: str = "none",
         resume: bool = False,
         identity: dict | None = None,
         resume_check: Any = None,
@@ -210,7 +217,7 @@ class PassageStoreWriter:
         self.overwrite = overwrite
         self.metadata = dict(metadata or {})
         self.compression = compression
-        self.block_bytes = int(block_bytes)
+        self._compressed = compression == "zlib"
         self.building = self.out.with_name(self.out.name + ".building")
         self.resumed_passages = 0
         self.identity = identity  # inputs + options, kept in the checkpoint
@@ -234,29 +241,32 @@ class PassageStoreWriter:
             )
 
         self._count = 0
-        self._hashes = _IdHashSet()
         self._fingerprint = hashlib.sha256()
         self._groups: dict[str, int] = {}
         self._record_groups = array("i")
         self._uses_groups = False
-        # Block table, kept as compact arrays (24 bytes per ~50 passages).
-        self._block_shard, self._block_offset = array("I"), array("Q")
-        self._block_nbytes, self._block_first = array("I"), array("Q")
-        self._block_lines: list[bytes] = []
-        self._block_size = 0
-        self._block_first_record = 0
-        self._shards: list[dict[str, Any]] = []
-        self._shard_file = None
-        self._shard_passages = 0
-        self._shard_offset = 0
+        self._txn_passages = 0
+        self._txn_bytes = 0
         self._closed = False
 
-        if resume and (self.building / _CHECKPOINT).is_file():
-            self._resume()
-        else:
+        resuming = resume and (self.building / DATA_FILE).is_file()
+        if not resuming:
             if self.building.exists():
                 shutil.rmtree(self.building)
             self.building.mkdir(parents=True)
+        else:
+            (self.building / "lock.mdb").unlink(missing_ok=True)  # a killed writer's lock table; we are the only writer
+        try:
+            self._env = _open_env(self.building, write=True)
+            self._passages = self._env.open_db(b"passages")
+            self._ids = self._env.open_db(b"ids")
+            self._meta = self._env.open_db(b"meta")
+        except lmdb.Error as e:
+            raise InputError(f"cannot open the interrupted build ({e})", path=self.building,
+                             fix="build afresh without --resume") from None
+        if resuming:
+            self._resume()
+        self._txn = self._env.begin(write=True)
 
     # -- writing ------------------------------------------------------------------------------------
     def __enter__(self) -> "PassageStoreWriter":
@@ -277,18 +287,19 @@ class PassageStoreWriter:
             raise BerdsError("this PassageStoreWriter is closed")
         if not isinstance(passage, Passage):
             raise InputError(f"expected a berds.types.Passage, got {type(passage).__name__}", path=self.out)
-        if self._count >= _MAX_RECORDS:
-            raise BerdsError(f"a passage store holds at most {_MAX_RECORDS} passages")
-        h = id_hash(passage.id)
-        for record in self._hashes.candidates(h):
-            if self._read_own_record(record).id == passage.id:
-                raise InputError(
-                    f"duplicate passage id {passage.id!r} (first added as passage number {record + 1})",
-                    path=self.out, fix="passage ids must be unique within a store",
-                )
+        if group is not None and (not isinstance(group, str) or not group):
+            raise InputError(f"group must be a non-empty string, got {group!r}", record=passage.id, path=self.out)
+        record = _REC.pack(self._count)
+        id_key = _id_key(passage.id)
+        txn = self._txn
+        if not txn.put(id_key, record, db=self._ids, overwrite=False):
+            first = _REC.unpack(txn.get(id_key, db=self._ids))[0]
+            raise InputError(
+                f"duplicate passage id {passage.id!r} (first added as passage number {first + 1})",
+                path=self.out, fix="passage ids must be unique within a store",
+            )
+        gi = -1
         if group is not None:
-            if not isinstance(group, str) or not group:
-                raise InputError(f"group must be a non-empty string, got {group!r}", record=passage.id, path=self.out)
             gi = self._groups.setdefault(group, len(self._groups))
             if not self._uses_groups:
                 self._uses_groups = True
@@ -296,19 +307,14 @@ class PassageStoreWriter:
             self._record_groups.append(gi)
         elif self._uses_groups:
             self._record_groups.append(-1)
-        self._hashes.add(h, self._count)
         self._fingerprint.update(_fingerprint_bytes(passage, group))
-        line = _encode_record(passage)
-        if not self._block_lines:
-            self._block_first_record = self._count
-        self._block_lines.append(line)
-        self._block_size += len(line)
+        value = _encode(passage, gi, self._compressed)
+        txn.put(record, value, db=self._passages, append=True)
         self._count += 1
-        self._shard_passages += 1
-        if self._block_size >= self.block_bytes:
-            self._flush_block()
-        if self._shard_passages >= self.shard_size:
-            self._finish_shard()
+        self._txn_passages += 1
+        self._txn_bytes += len(value) + len(id_key)
+        if self._txn_passages >= self.shard_size or self._txn_bytes >= _TXN_BYTES:
+            self._commit()
 
     def add_many(self, passages: Iterable[Passage], *, group: str | None = None) -> int:
         """Append passages in order; returns how many were added."""
@@ -318,163 +324,92 @@ class PassageStoreWriter:
             n += 1
         return n
 
-    def _shard_path(self, i: int) -> Path:
-        return self.building / f"passages-{i:05d}.bin"
-
-    def _flush_block(self) -> None:
-        if not self._block_lines:
-            return
-        if self._shard_file is None:
-            self._shard_file = open(self._shard_path(len(self._shards)).with_suffix(".bin.partial"), "wb")
-            self._shard_offset = 0
-        raw = b"".join(self._block_lines)
-        data = zlib.compress(raw, 3) if self.compression == "zlib" else raw
-        self._shard_file.write(data)
-        self._block_shard.append(len(self._shards))
-        self._block_offset.append(self._shard_offset)
-        self._block_nbytes.append(len(data))
-        self._block_first.append(self._block_first_record)
-        self._shard_offset += len(data)
-        self._block_lines, self._block_size = [], 0
-
-    def _finish_shard(self) -> None:
-        self._flush_block()
-        if self._shard_file is None:
-            return
-        self._shard_file.flush()
-        os.fsync(self._shard_file.fileno())
-        self._shard_file.close()
-        self._shard_file = None
-        i = len(self._shards)
-        os.replace(self._shard_path(i).with_suffix(".bin.partial"), self._shard_path(i))
-        self._shards.append({"file": self._shard_path(i).name, "passages": self._shard_passages, "bytes": self._shard_offset})
-        self._shard_passages = 0
-        self._write_checkpoint()
-
-    def _read_own_record(self, record: int) -> Passage:
-        """Read back a passage this writer already took (to tell a duplicate id from a hash collision)."""
-        if self._block_lines and record >= self._block_first_record:
-            return _decode_record(self._block_lines[record - self._block_first_record])
-        firsts = np.frombuffer(self._block_first, dtype=np.uint64)
-        b = int(np.searchsorted(firsts, record, side="right")) - 1
-        shard = self._block_shard[b]
-        if self._shard_file is not None and shard == len(self._shards):
-            self._shard_file.flush()
-            path = self._shard_path(shard).with_suffix(".bin.partial")
-        else:
-            path = self._shard_path(shard)
-        with open(path, "rb") as f:
-            f.seek(self._block_offset[b])
-            data = f.read(self._block_nbytes[b])
-        raw = zlib.decompress(data) if self.compression == "zlib" else data
-        return _decode_record(raw.split(b"\n")[record - int(firsts[b])])
-
-    # -- checkpoints and resume ----------------------------------------------------------------------
-    def _write_checkpoint(self) -> None:
-        """After each finished shard: save what a resumed build needs to trust the shards on disk."""
-        np.save(self.building / "checkpoint-blocks.npy", self._blocks_array())
-        if self._uses_groups:
-            np.save(self.building / "checkpoint-groups.npy", np.frombuffer(self._record_groups, dtype=np.int32))
-        write_json(self.building / _CHECKPOINT, {
-            "passages": self._count, "shards": self._shards, "compression": self.compression,
-            "block_bytes": self.block_bytes, "shard_size": self.shard_size,
-            "groups": list(self._groups), "uses_groups": self._uses_groups,
+    def _commit(self) -> None:
+        """Commit what was added so far, with what a resumed build needs to carry on from it."""
+        self._txn.put(b"state", json.dumps({
+            "passages": self._count, "compression": self.compression, "groups": list(self._groups),
             **({"identity": self.identity} if self.identity is not None else {}),
-        })
+        }).encode(), db=self._meta)
+        self._txn.commit()
+        self._env.sync(True)
+        self._txn = self._env.begin(write=True)
+        self._txn_passages = self._txn_bytes = 0
 
+    # -- resume ----------------------------------------------------------------------------------------
     def _resume(self) -> None:
-        cp = read_json(self.building / _CHECKPOINT)
-        if cp["compression"] != self.compression or cp["shard_size"] != self.shard_size:
-            raise InputError(
-                f"the interrupted build used compression={cp['compression']!r}, shard_size={cp['shard_size']}",
-                path=self.building, fix="resume with the same options, or build afresh without --resume",
-            )
-        problem = self.resume_check(cp.get("identity")) if self.resume_check is not None else None
-        if problem:
-            raise InputError(f"cannot resume: {problem}; resuming would mix two corpora in one store",
-                             path=self.building, fix="resume with the same input files and options, or build "
-                                                     "afresh without --resume")
-        for f in self.building.glob("*.partial"):
-            f.unlink()
-        self.block_bytes = cp["block_bytes"]
-        blocks = np.load(self.building / "checkpoint-blocks.npy")
-        self._block_shard.extend(int(x) for x in blocks["shard"])
-        self._block_offset.extend(int(x) for x in blocks["offset"])
-        self._block_nbytes.extend(int(x) for x in blocks["nbytes"])
-        self._block_first.extend(int(x) for x in blocks["first"])
-        self._shards = list(cp["shards"])
-        self._groups = {g: i for i, g in enumerate(cp["groups"])}
-        self._uses_groups = cp["uses_groups"]
-        group_of = np.load(self.building / "checkpoint-groups.npy") if self._uses_groups else None
-        names = cp["groups"]
-        # Re-read the finished shards once: restores the fingerprint state and the id hashes.
-        for b in range(len(blocks)):
-            path = self._shard_path(int(blocks["shard"][b]))
-            with open(path, "rb") as f:
-                f.seek(int(blocks["offset"][b]))
-                data = f.read(int(blocks["nbytes"][b]))
-            raw = zlib.decompress(data) if self.compression == "zlib" else data
-            for line in raw.splitlines():
-                p = _decode_record(line)
-                g = None
-                if group_of is not None and group_of[self._count] >= 0:
-                    g = names[group_of[self._count]]
-                self._fingerprint.update(_fingerprint_bytes(p, g))
-                self._hashes.add(id_hash(p.id), self._count)
-                self._count += 1
-        if group_of is not None:
-            self._record_groups.extend(int(x) for x in group_of[: self._count])
-        if self._count != cp["passages"]:
-            raise InputError(
-                f"checkpoint says {cp['passages']} passages but the shards hold {self._count}",
-                path=self.building, fix="build afresh without --resume",
-            )
+        with self._env.begin() as txn:
+            raw = txn.get(b"state", db=self._meta)
+            if raw is None:  # killed before its first commit: nothing to keep
+                return
+            state = json.loads(raw)
+            if state["compression"] != self.compression:
+                raise InputError(
+                    f"the interrupted build used compression={state['compression']!r}",
+                    path=self.building, fix="resume with the same options, or build afresh without --resume",
+                )
+            problem = self.resume_check(state.get("identity")) if self.resume_check is not None else None
+            if problem:
+                raise InputError(f"cannot resume: {problem}; resuming would mix two corpora in one store",
+                                 path=self.building, fix="resume with the same input files and options, or build "
+                                                         "afresh without --resume")
+            names = state["groups"]
+            self._groups = {g: i for i, g in enumerate(names)}
+            groups = array("i")
+            # Read the committed passages once: restores the fingerprint state and the group table.
+            decode = _decoder(self._compressed)
+            with txn.cursor(db=self._passages) as cursor:
+                for value in cursor.iternext(keys=False, values=True):
+                    p = decode(value)
+                    g = _group_number(value)
+                    groups.append(g)
+                    self._fingerprint.update(_fingerprint_bytes(p, names[g] if g >= 0 else None))
+                    self._count += 1
+        if self._count != state["passages"]:
+            raise InputError(f"the interrupted build says {state['passages']} passages but holds {self._count}",
+                             path=self.building, fix="build afresh without --resume")
+        if any(g >= 0 for g in groups):
+            self._uses_groups = True
+            self._record_groups = groups
         self.resumed_passages = self._count
 
     # -- finishing -------------------------------------------------------------------------------------
-    def _blocks_array(self) -> np.ndarray:
-        blocks = np.empty(len(self._block_shard), dtype=[("shard", "<u4"), ("offset", "<u8"), ("nbytes", "<u4"), ("first", "<u8")])
-        blocks["shard"] = np.frombuffer(self._block_shard, dtype=np.uint32)
-        blocks["offset"] = np.frombuffer(self._block_offset, dtype=np.uint64)
-        blocks["nbytes"] = np.frombuffer(self._block_nbytes, dtype=np.uint32)
-        blocks["first"] = np.frombuffer(self._block_first, dtype=np.uint64)
-        return blocks
-
     @property
     def fingerprint(self) -> str:
         """The fingerprint of the passages added so far."""
         return self._fingerprint.hexdigest()
 
     def close(self) -> "PassageStore":
-        """Finish the store: flush, write the index and manifest, move the folder into place."""
+        """Finish the store: commit, write the manifest, move the folder into place."""
         if self._closed:
             return PassageStore.open(self.out)
-        self._finish_shard()
-        self._hashes.merge()
-        np.save(self.building / "index-keys.npy", self._hashes.keys)
-        np.save(self.building / "index-records.npy", self._hashes.records)
-        np.save(self.building / "blocks.npy", self._blocks_array())
+        self._commit()
+        self._txn.abort()
+        # Record a map size that fits the finished file, so readers reserve that much address space, not 1 TB.
+        self._env.set_mapsize((self.building / DATA_FILE).stat().st_size + (4 << 20))
+        with self._env.begin(write=True) as txn:
+            txn.put(b"finished", b"1", db=self._meta)
+        self._env.close()
+        self._closed = True
+        (self.building / "lock.mdb").unlink(missing_ok=True)
+        files = {DATA_FILE: (self.building / DATA_FILE).stat().st_size}
         group_counts: dict[str, int] = {}
         if self._uses_groups:
             rg = np.frombuffer(self._record_groups, dtype=np.int32)
-            np.save(self.building / "groups.npy", rg)
+            np.save(self.building / GROUPS_FILE, rg)
+            files[GROUPS_FILE] = (self.building / GROUPS_FILE).stat().st_size
             counts = np.bincount(rg[rg >= 0], minlength=len(self._groups)) if len(rg) else np.zeros(len(self._groups), int)
             group_counts = {g: int(counts[i]) for g, i in self._groups.items()}
         manifest = new_manifest(
             STORE_KIND,
             format=STORE_FORMAT,
+            engine=f"lmdb {'.'.join(map(str, lmdb.version()))}",
             passages=self._count,
             fingerprint=self.fingerprint,
             compression=self.compression,
-            block_bytes=self.block_bytes,
-            shard_size=self.shard_size,
-            shards=self._shards,
-            blocks=len(self._block_shard),
+            files=files,
             groups=group_counts,
             metadata=self.metadata,
         )
-        for f in ("checkpoint.json", "checkpoint-blocks.npy", "checkpoint-groups.npy"):
-            (self.building / f).unlink(missing_ok=True)
         write_json(self.building / "manifest.json", manifest)
         if self.out.exists():
             old = self.out.with_name(self.out.name + ".old")
@@ -486,49 +421,77 @@ class PassageStoreWriter:
         else:
             self.out.parent.mkdir(parents=True, exist_ok=True)
             os.replace(self.building, self.out)
-        self._closed = True
-        self._hashes = _IdHashSet()
+        self._record_groups = array("i")
         return PassageStore.open(self.out)
 
     def abort(self) -> None:
-        """Stop without finishing; finished shards stay in ``<out>.building/`` for ``resume=True``."""
-        if self._shard_file is not None:
-            self._shard_file.close()
-            self._shard_file = None
+        """Stop without finishing; committed passages stay in ``<out>.building/`` for ``resume=True``."""
+        if self._closed:
+            return
+        self._txn.abort()
+        self._env.close()
         self._closed = True
+
+
+# LMDB allows one open environment per file and process: stores opened on the same data file share it
+# (keyed by device and inode, so a store rebuilt at the same path gets a fresh one).
+_READERS: "weakref.WeakValueDictionary[tuple[int, int], lmdb.Environment]" = weakref.WeakValueDictionary()
+_READERS_LOCK = threading.Lock()
+_OPEN_STORES: "weakref.WeakSet[PassageStore]" = weakref.WeakSet()
+
+
+def _reader_env(path: Path) -> lmdb.Environment:
+    st = os.stat(path / DATA_FILE)
+    key = (st.st_dev, st.st_ino)
+    with _READERS_LOCK:
+        env = _READERS.get(key)
+        if env is None:
+            env = _READERS[key] = _open_env(path, write=False)
+        return env
+
+
+def _forget_environments_after_fork() -> None:
+    # LMDB environments must not cross fork(): the child drops its copies (read-only, unlocked: closing
+    # them only unmaps the child's view) and its stores reopen on first use.
+    for store in list(_OPEN_STORES):
+        store._forget()
+    for env in list(_READERS.values()):
+        try:
+            env.close()
+        except Exception:
+            pass
+    _READERS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_environments_after_fork)
 
 
 class PassageStore:
     """Read access to a finished passage store: ``len``, ``in``, ``get``/``[]``, iteration in store order.
 
-    Open with ``PassageStore.open(path)``. The index and block table are memory-mapped; a lookup hashes
-    the id, binary-searches the index and decompresses one block (a few recently used blocks are
-    cached, so neighbouring lookups are cheap).
+    Open with ``PassageStore.open(path)``. The database is memory-mapped: opening reads almost nothing, a
+    lookup is two B+tree searches in the page cache. Safe to share between threads (each thread gets its own
+    read transaction), to pickle (it reopens by path) and to use across ``fork``.
     """
 
-    def __init__(self, path: Path, manifest: dict, *, cache_blocks: int = 64):
+    def __init__(self, path: Path, manifest: dict):
         self.path = path
         self.manifest = manifest
         self.fingerprint: str = manifest["fingerprint"]
         self._count = int(manifest["passages"])
-        self._compressed = manifest.get("compression", "zlib") == "zlib"
-        self._keys = np.load(path / "index-keys.npy", mmap_mode="r")
-        self._records = np.load(path / "index-records.npy", mmap_mode="r")
-        blocks = np.load(path / "blocks.npy")
-        self._block_shard = blocks["shard"]
-        self._block_offset = blocks["offset"]
-        self._block_nbytes = blocks["nbytes"]
-        self._block_first = blocks["first"]
+        self._decode = _decoder(manifest.get("compression") == "zlib")
         self._group_names = list(manifest.get("groups", {}))
-        gpath = path / "groups.npy"
+        gpath = path / GROUPS_FILE
         self._record_groups = np.load(gpath, mmap_mode="r") if gpath.exists() else None
-        self._fds: dict[int, int] = {}
-        self._cache: OrderedDict[int, list[bytes]] = OrderedDict()
-        self._cache_blocks = cache_blocks
+        self._env: lmdb.Environment | None = None
+        self._local = threading.local()
+        self._connect()
+        _OPEN_STORES.add(self)
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> "PassageStore":
-        """Open the store folder at ``path``; a clear ``InputError`` when it is not one."""
+        """Open the store folder at ``path``; a clear ``InputError`` when it is not one or is damaged."""
         path = Path(path)
         if not path.exists():
             building = path.with_name(path.name + ".building")
@@ -546,12 +509,19 @@ class PassageStore:
             kind = manifest.get("kind") if isinstance(manifest, dict) else None
             raise InputError(f"manifest.json describes a {kind!r}, not a {STORE_KIND!r}", path=path,
                              fix="point to a passage store folder")
+        if manifest.get("format") == 1:
+            raise InputError("this passage store was written by an older berds (store format 1)", path=path,
+                             fix=f"convert it in place with `berds corpus upgrade {path}` (same passages, same fingerprint)")
         if manifest.get("format") != STORE_FORMAT:
             raise InputError(f"passage store format {manifest.get('format')!r} is not supported (expected {STORE_FORMAT})",
                              path=path, fix="rebuild the store with this version of berds")
-        for name in ("index-keys.npy", "index-records.npy", "blocks.npy", *(s["file"] for s in manifest["shards"])):
-            if not (path / name).is_file():
-                raise InputError(f"passage store is incomplete: {name} is missing", path=path, fix="rebuild the store")
+        for name, size in manifest.get("files", {}).items():
+            f = path / name
+            if not f.is_file():
+                raise InputError(f"passage store is incomplete: {name} is missing", path=path, fix=_rebuild_hint(path, manifest))
+            if f.stat().st_size != size:
+                raise InputError(f"{name} is {f.stat().st_size:,} bytes but was written as {size:,}: the file is truncated "
+                                 "or damaged", path=path, fix=_rebuild_hint(path, manifest))
         return cls(path, manifest)
 
     def __repr__(self) -> str:
@@ -560,150 +530,152 @@ class PassageStore:
     def __len__(self) -> int:
         return self._count
 
+    # -- the LMDB environment and per-thread read transactions ---------------------------------------
+    def _connect(self) -> None:
+        try:
+            self._env = _reader_env(self.path)
+            self._passages = self._env.open_db(b"passages", create=False)
+            self._ids = self._env.open_db(b"ids", create=False)
+        except (lmdb.Error, OSError) as e:
+            raise self._damaged(e) from None
+
+    def _txn(self) -> lmdb.Transaction:
+        if self._env is None:
+            self._connect()
+        txn = self._local.txn = self._env.begin()  # type: ignore[union-attr]
+        return txn
+
+    def _forget(self) -> None:
+        self._local = threading.local()
+        self._env = None
+
     def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
-        self._cache.clear()
+        """Let go of the database (closed when no other open store shares it; a later read reopens it)."""
+        self._local = threading.local()
+        self._env = None
 
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:  # interpreter shutdown: os may be gone already
+        except Exception:  # interpreter shutdown: modules may be gone already
             pass
 
-    def __getstate__(self) -> dict:  # picklable for multiprocessing / ray workers: reopen lazily
+    def __getstate__(self) -> dict:  # picklable for multiprocessing / ray workers: reopen by path
         return {"path": str(self.path)}
 
     def __setstate__(self, state: dict) -> None:
         other = PassageStore.open(state["path"])
         self.__dict__.update(other.__dict__)
-        other._fds = {}
+        other._env = None  # now ours
+        other._local = threading.local()
+        _OPEN_STORES.add(self)
 
-    # -- low level ---------------------------------------------------------------------------------
-    def _block_lines(self, b: int) -> list[bytes]:
-        lines = self._cache.get(b)
-        if lines is not None:
-            self._cache.move_to_end(b)
-            return lines
-        shard = int(self._block_shard[b])
-        fd = self._fds.get(shard)
-        if fd is None:
-            fd = self._fds[shard] = os.open(self.path / self.manifest["shards"][shard]["file"], os.O_RDONLY)
-        data = os.pread(fd, int(self._block_nbytes[b]), int(self._block_offset[b]))
-        raw = zlib.decompress(data) if self._compressed else data
-        lines = raw.split(b"\n")
-        self._cache[b] = lines
-        if len(self._cache) > self._cache_blocks:
-            self._cache.popitem(last=False)
-        return lines
+    def _damaged(self, error: Exception) -> InputError:
+        return InputError(f"the passage store is damaged ({type(error).__name__}: {error})", path=self.path / DATA_FILE,
+                          fix=_rebuild_hint(self.path, self.manifest))
 
-    def _line(self, record: int) -> bytes:
-        b = int(np.searchsorted(self._block_first, record, side="right")) - 1
-        return self._block_lines(b)[record - int(self._block_first[b])]
-
-    def _record(self, record: int) -> Passage:
-        return _decode_record(self._line(record))
-
-    def _candidates(self, pid: str) -> Iterator[int]:
-        """Record numbers whose id hashes like ``pid`` (one, or none; more only on a 64-bit collision)."""
-        key = np.uint64(id_hash(pid))
-        lo = int(np.searchsorted(self._keys, key, side="left"))
-        while lo < len(self._keys) and self._keys[lo] == key:
-            yield int(self._records[lo])
-            lo += 1
-
-    def _lookup(self, pid: str) -> tuple[int, Passage] | None:
-        """(record number, passage) for ``pid``: one block read; the stored id is checked against ``pid``."""
-        if not isinstance(pid, str):
-            return None
-        for record in self._candidates(pid):
-            passage = self._record(record)
-            if passage.id == pid:
-                return record, passage
-        return None
-
-    def _find(self, pid: str) -> int | None:
-        """The record number of ``pid``, or None."""
-        found = self._lookup(pid)
-        return None if found is None else found[0]
-
-    def _missing(self, pid: str) -> PassageNotFoundError:
+    def _missing(self, pid: object) -> PassageNotFoundError:
         return PassageNotFoundError(f"passage id {pid!r} is not in this store ({self._count} passages)", path=self.path,
                                     fix="check the id (`berds corpus show` prints a passage) and that the run/index was built on this corpus")
 
+    def _value(self, record: int) -> bytes:
+        txn = getattr(self._local, "txn", None) or self._txn()
+        try:
+            value = txn.get(_REC.pack(record), db=self._passages)
+        except lmdb.Error as e:
+            raise self._damaged(e) from None
+        if value is None:
+            raise self._damaged(KeyError(f"record {record} is missing"))
+        return value
+
+    def _find(self, pid: object) -> int | None:
+        """The record number of ``pid``, or None."""
+        if not isinstance(pid, str) or not pid:
+            return None
+        txn = getattr(self._local, "txn", None) or self._txn()
+        try:
+            record = txn.get(_id_key(pid), db=self._ids)
+        except lmdb.Error as e:
+            raise self._damaged(e) from None
+        return None if record is None else _REC.unpack(record)[0]
+
     # -- public reads ------------------------------------------------------------------------------
     def __contains__(self, pid: object) -> bool:
-        return isinstance(pid, str) and self._lookup(pid) is not None
+        return self._find(pid) is not None
+
+    def _getters(self) -> tuple[Callable[[bytes], bytes | None], Callable[[bytes], bytes | None]]:
+        """This thread's bound ``get`` of the id table and of the passage table (one read transaction each)."""
+        if self._env is None:
+            self._connect()
+        env = self._env
+        getters = self._local.getters = (env.begin(db=self._ids).get, env.begin(db=self._passages).get)  # type: ignore[union-attr]
+        return getters
 
     def get(self, pid: str) -> Passage:
         """The passage with id ``pid``; ``PassageNotFoundError`` (an ``InputError`` and ``KeyError``) if absent."""
-        found = self._lookup(pid)
-        if found is None:
-            raise self._missing(pid)
-        return found[1]
+        try:
+            id_get, passage_get = self._local.getters
+        except AttributeError:
+            id_get, passage_get = self._getters()
+        try:
+            record = id_get(pid.encode("utf-8") if len(pid) <= _MAX_KEY // 4 else _id_key(pid))
+            if record is None:
+                raise self._missing(pid)
+            return self._decode(passage_get(record))
+        except (AttributeError, TypeError, lmdb.BadValsizeError):  # not a str, or ""
+            raise self._missing(pid) from None
+        except (lmdb.Error, UnicodeDecodeError, struct.error, zlib.error) as e:
+            raise self._damaged(e) from None
 
     __getitem__ = get
 
     def get_many(self, pids: Sequence[str]) -> list[Passage]:
-        """Passages for ``pids`` in the given order.
+        """Passages for ``pids`` in the given order (repeats allowed); ``get`` without its per-call overhead."""
+        try:
+            id_get, passage_get = self._local.getters
+        except AttributeError:
+            id_get, passage_get = self._getters()
+        paused = gc.isenabled()
+        gc.disable()  # a batch of acyclic Passages: the cyclic GC's passes over them would cost more than the reads
+        try:
+            records = list(map(id_get, [p.encode("utf-8") if len(p) <= _MAX_KEY // 4 else _id_key(p) for p in pids]))
+            if None in records:
+                raise self._missing(pids[records.index(None)])
+            return list(map(self._decode, map(passage_get, records)))
+        except (AttributeError, TypeError, lmdb.BadValsizeError):
+            raise self._missing(next(p for p in pids if not isinstance(p, str) or not p)) from None
+        except (lmdb.Error, UnicodeDecodeError, struct.error, zlib.error) as e:
+            raise self._damaged(e) from None
+        finally:
+            if paused:
+                gc.enable()
 
-        Hashing and index search are vectorised, and the lookups are served block by block so a block
-        holding several requested passages is decompressed once.
-        """
-        n = len(pids)
-        if n == 0:
-            return []
-        if len(self._keys) == 0:
-            raise self._missing(pids[0])
-        keys = np.fromiter((id_hash(p) if isinstance(p, str) else 0 for p in pids), dtype=np.uint64, count=n)
-        pos = np.minimum(np.searchsorted(self._keys, keys, side="left"), len(self._keys) - 1)
-        hit = np.asarray(self._keys[pos]) == keys
-        records = np.asarray(self._records[pos]).astype(np.int64)
-        blocks = np.searchsorted(self._block_first, records, side="right") - 1
-        out: list[Passage | None] = [None] * n
-        for i in np.argsort(np.where(hit, blocks, -1), kind="stable"):
-            i = int(i)
-            passage = self._record(int(records[i])) if hit[i] else None
-            if passage is None or passage.id != pids[i]:
-                passage = self.get(pids[i])  # a 64-bit hash collision (or a miss): the careful path decides
-            out[i] = passage
-        return out  # type: ignore[return-value]
-
-    def _iter_blocks(self) -> Iterator[list[bytes]]:
-        for shard_no, shard in enumerate(self.manifest["shards"]):
-            (first, last) = np.searchsorted(self._block_shard, [shard_no, shard_no + 1], side="left")
-            with open(self.path / shard["file"], "rb") as f:
-                for b in range(int(first), int(last)):
-                    data = f.read(int(self._block_nbytes[b]))
-                    raw = zlib.decompress(data) if self._compressed else data
-                    lines = raw.split(b"\n")
-                    yield lines[:-1] if lines and not lines[-1] else lines
+    def _values(self) -> Iterator[bytes]:
+        """Every stored record in store order."""
+        if self._env is None:
+            self._connect()
+        try:
+            with self._env.begin(db=self._passages) as txn, txn.cursor() as cursor:  # type: ignore[union-attr]
+                yield from cursor.iternext(keys=False, values=True)
+        except lmdb.Error as e:
+            raise self._damaged(e) from None
 
     def __iter__(self) -> Iterator[Passage]:
-        """All passages in store order (the order they were added), streaming shard by shard."""
-        for lines in self._iter_blocks():
-            for line in lines:
-                yield _decode_record(line)
+        """All passages in store order (the order they were added), streaming."""
+        return map(self._decode, self._values())
 
     def iter_batches(self, batch_size: int) -> Iterator[list[Passage]]:
         """Passages in store order, ``batch_size`` at a time (the last batch may be shorter)."""
         if batch_size < 1:
             raise BerdsError(f"batch_size must be at least 1, got {batch_size}")
-        batch: list[Passage] = []
-        for p in self:
-            batch.append(p)
-            if len(batch) == batch_size:
-                yield batch
-                batch = []
-        if batch:
+        passages = iter(self)
+        while batch := list(islice(passages, batch_size)):
             yield batch
 
     def ids(self) -> Iterator[str]:
         """Passage ids in store order."""
-        for lines in self._iter_blocks():
-            for line in lines:
-                yield json.loads(line)[0]
+        for p in self:
+            yield p.id
 
     def groups(self) -> list[str]:
         """Group names (e.g. question ids of a per-question search corpus) in the order first added."""
@@ -731,7 +703,7 @@ class PassageStore:
 
     def group_passages(self, group: str) -> list[Passage]:
         """The passages in ``group``, in store order."""
-        return [self._record(int(r)) for r in self._group_records(group)]
+        return [self._decode(self._value(int(r))) for r in self._group_records(group)]
 
     def group_of(self, pid: str) -> str | None:
         """The group a passage was added to, or None."""
@@ -751,14 +723,58 @@ class PassageStore:
             "passages": self._count,
             "documents": m.get("metadata", {}).get("documents"),
             "groups": len(self._group_names),
-            "shards": len(m["shards"]),
+            "engine": m.get("engine"),
             "compression": m.get("compression"),
             "disk_bytes": sum(p.stat().st_size for p in files),
-            "data_bytes": sum(s["bytes"] for s in m["shards"]),
+            "data_bytes": (self.path / DATA_FILE).stat().st_size,
             "fingerprint": self.fingerprint,
             "created": m.get("created"),
             "source": m.get("metadata", {}).get("source"),
         }
+
+    def verify(self, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+        """Read every passage back and check it: record numbers, id table, groups and the fingerprint.
+
+        Raises an ``InputError`` naming the damage and the command that rebuilds the store; returns
+        ``{"passages", "fingerprint", "verified": True}``. ``progress(n)`` is called every 10,000 passages.
+        """
+        fingerprint = hashlib.sha256()
+        n = 0
+        names = self._group_names
+        if self._env is None:
+            self._connect()
+        try:
+            with self._env.begin() as txn, txn.cursor(db=self._passages) as cursor:  # type: ignore[union-attr]
+                for key, value in cursor.iternext():
+                    if key != _REC.pack(n):
+                        raise self._damaged(ValueError(f"record {n} is missing (found key {key!r})"))
+                    p = self._decode(value)
+                    if txn.get(_id_key(p.id), db=self._ids) != key:
+                        raise self._damaged(ValueError(f"passage id {p.id!r} (record {n}) is not in the id table"))
+                    g = _group_number(value)
+                    stored = -1 if self._record_groups is None else int(self._record_groups[n])
+                    if g != stored:
+                        raise self._damaged(ValueError(f"record {n}: group {g} in the data, {stored} in {GROUPS_FILE}"))
+                    fingerprint.update(_fingerprint_bytes(p, names[g] if g >= 0 else None))
+                    n += 1
+                    if progress is not None and n % 10_000 == 0:
+                        progress(n)
+                ids = txn.stat(self._ids)["entries"]
+        except lmdb.Error as e:
+            raise self._damaged(e) from None
+        except (zlib.error, UnicodeDecodeError, struct.error, IndexError, ValueError) as e:
+            raise self._damaged(ValueError(f"record {n} cannot be decoded: {e}")) from None
+        if n != self._count or ids != self._count:
+            raise self._damaged(ValueError(f"{n} passages and {ids} ids stored, the manifest says {self._count}"))
+        if fingerprint.hexdigest() != self.fingerprint:
+            raise self._damaged(ValueError("the passages do not match the manifest's fingerprint"))
+        return {"passages": n, "fingerprint": self.fingerprint, "verified": True}
+
+
+def _rebuild_hint(path: Path, manifest: dict) -> str:
+    source = (manifest.get("metadata") or {}).get("source")
+    where = f" from its source ({source})" if source else ""
+    return f"rebuild it{where} with the `berds corpus build ...` command that made it, adding --overwrite"
 
 
 def write_passage_store(passages: Iterable[Passage], out: str | os.PathLike, **kwargs: Any) -> PassageStore:
@@ -766,6 +782,69 @@ def write_passage_store(passages: Iterable[Passage], out: str | os.PathLike, **k
     with PassageStoreWriter(out, **kwargs) as writer:
         writer.add_many(passages)
     return PassageStore.open(out)
+
+
+# -- stores written by berds before the LMDB format --------------------------------------------------------
+def _legacy_records(path: Path, manifest: dict) -> Iterator[tuple[Passage, str | None]]:
+    """(passage, group) of a format-1 store (zlib blocks of JSON lines in shard files) in store order."""
+    blocks = np.load(path / "blocks.npy")
+    compressed = manifest.get("compression", "zlib") == "zlib"
+    names = list(manifest.get("groups", {}))
+    gpath = path / "groups.npy"
+    groups = np.load(gpath) if gpath.exists() else None
+    shards = manifest["shards"]
+    n = 0
+    handles: dict[int, Any] = {}
+    try:
+        for shard, offset, nbytes in zip(blocks["shard"], blocks["offset"], blocks["nbytes"]):
+            f = handles.get(int(shard))
+            if f is None:
+                f = handles[int(shard)] = open(path / shards[int(shard)]["file"], "rb")
+            f.seek(int(offset))
+            data = f.read(int(nbytes))
+            for line in (zlib.decompress(data) if compressed else data).splitlines():
+                pid, text, title, source = json.loads(line)
+                g = -1 if groups is None else int(groups[n])
+                yield Passage(id=pid, text=text, title=title, source=source), (names[g] if g >= 0 else None)
+                n += 1
+    except (OSError, zlib.error, ValueError, KeyError, IndexError) as e:
+        raise InputError(f"cannot read the old-format store at passage {n + 1} ({type(e).__name__}: {e})", path=path,
+                         fix=_rebuild_hint(path, manifest)) from None
+    finally:
+        for f in handles.values():
+            f.close()
+
+
+def upgrade_passage_store(path: str | os.PathLike, *, compression: str = "none",
+                          progress: Callable[[int], None] | None = None) -> PassageStore:
+    """Rewrite a store of an older format in place (``berds corpus upgrade``); the fingerprint must come out the same.
+
+    The new store is built beside the old one and swapped in only when its fingerprint matches, so indexes
+    and runs made on the old store stay valid. A store already in the current format is returned as is.
+    """
+    path = Path(path)
+    manifest = read_json(path / "manifest.json") if (path / "manifest.json").is_file() else None
+    if not isinstance(manifest, dict) or manifest.get("kind") != STORE_KIND:
+        raise InputError("not a passage store (no passage-store manifest.json)", path=path,
+                         fix="point to a folder written by `berds corpus build`")
+    if manifest.get("format") == STORE_FORMAT:
+        return PassageStore.open(path)
+    if manifest.get("format") != 1:
+        raise InputError(f"passage store format {manifest.get('format')!r} cannot be upgraded", path=path,
+                         fix="rebuild the store with this version of berds")
+    metadata = {**manifest.get("metadata", {}), "upgraded_from": {"format": 1, "created": manifest.get("created")}}
+    writer = PassageStoreWriter(path, overwrite=True, metadata=metadata, compression=compression)
+    with writer:
+        for i, (passage, group) in enumerate(_legacy_records(path, manifest), 1):
+            writer.add(passage, group=group)
+            if progress is not None and i % 10_000 == 0:
+                progress(i)
+        if writer.fingerprint != manifest["fingerprint"] or len(writer) != manifest["passages"]:
+            raise InputError(f"the upgraded copy has fingerprint {writer.fingerprint[:12]} over {len(writer)} passages, "
+                             f"the old store {manifest['fingerprint'][:12]} over {manifest['passages']}; the old store "
+                             "is left as it was", path=path, fix=_rebuild_hint(path, manifest))
+    shutil.rmtree(writer.building, ignore_errors=True)
+    return PassageStore.open(path)
 
 
 def load_passages_jsonl(path: str | os.PathLike) -> Iterator[Passage]:

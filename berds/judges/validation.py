@@ -1,9 +1,10 @@
 """How far each judge has been validated on held-out human labels — said wherever its numbers are shown.
 
 ``judge_validation(judge_id)`` reads the record for the judge behind an id (a wrapped judge —
-``calibrated:``, ``debate:`` — inherits its inner judge's record). The ``embedded`` judge's figure is read
-from ``berds/data/embedded_judge/model_card.json`` (its ``validation`` entry when present, else
-``summary.dev_loqo``), the one file retraining updates, so the printed figure never goes stale.
+``calibrated:``, ``debate:`` — inherits its inner judge's record). The ``embedded`` judges' figures are read
+from their cards in ``berds/data/embedded_judge/`` (``stance_card.json`` for v2, ``model_card.json`` for v1:
+a ``validation`` entry when present, else the leave-one-question-out F1 on the dev pairs), the files
+retraining writes, so the printed figure never goes stale.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-EMBEDDED_CARD = Path(__file__).resolve().parents[1] / "data" / "embedded_judge" / "model_card.json"
+EMBEDDED_DIR = Path(__file__).resolve().parents[1] / "data" / "embedded_judge"
+EMBEDDED_CARD = EMBEDDED_DIR / "model_card.json"      # v1 (features + logistic head)
+EMBEDDED_V2_CARD = EMBEDDED_DIR / "stance_card.json"  # v2 (the default: fine-tuned cross-encoder + stance gate)
 
 
 @dataclass(frozen=True)
@@ -30,22 +33,34 @@ class JudgeValidation:
         return f"judge {self.name}: {status} — {self.note}"
 
 
-@lru_cache(maxsize=1)
-def _embedded_record() -> JudgeValidation:
+def _card_figure(card: dict) -> tuple[float | None, str]:
+    """The held-out F1 a card states: its ``validation`` entry when present (``{"f1", "on"}``), else the
+    leave-one-question-out figure on the human-labelled dev pairs (v1: ``summary.dev_loqo``; v2: the chosen
+    variant under ``dev_pairs_loqo``)."""
+    record = card.get("validation") or {}
+    if record.get("f1") is not None:
+        return float(record["f1"]), str(record.get("on", "held-out human-labelled pairs"))
+    loqo = (card.get("summary") or {}).get("dev_loqo")
+    if loqo is None:
+        chosen = (card.get("chosen_variant") or {}).get("name")
+        loqo = (((card.get("dev_pairs_loqo") or {}).get("variants") or {}).get(chosen) or {}).get("loqo")
+    if loqo and loqo.get("f1") is not None:
+        return float(loqo["f1"]), f"{loqo.get('n', '?')} human-labelled dev pairs (leave-one-question-out)"
+    return None, ""
+
+
+@lru_cache(maxsize=2)
+def _embedded_record(version: str = "v2") -> JudgeValidation:
     figure = "figure unavailable"
     try:
-        card = json.loads(EMBEDDED_CARD.read_text(encoding="utf-8"))
-        record = card.get("validation") or {}
-        f1 = record.get("f1")
-        where = record.get("on")
-        if f1 is None:
-            loqo = (card.get("summary") or {}).get("dev_loqo") or {}
-            f1, where = loqo.get("f1"), f"{loqo.get('n', '?')} held-out human-labelled dev pairs (leave-one-question-out)"
+        card = json.loads((EMBEDDED_V2_CARD if version == "v2" else EMBEDDED_CARD).read_text(encoding="utf-8"))
+        f1, where = _card_figure(card)
         if f1 is not None:
-            figure = f"F1 {float(f1):.1f} on {where}"
+            figure = f"F1 {f1:.1f} on {where}"
     except (OSError, ValueError):
         pass
-    return JudgeValidation("embedded", False,
+    name = "embedded" if version == "v2" else "embedded:v1"
+    return JudgeValidation(name, False,
                            f"CPU smoke test, {figure}; the study's evaluator has F1 62.2 "
                            "(docs/embedded-judge.md). Never report its numbers as BERDS scores.")
 
@@ -61,8 +76,10 @@ _KNOWN = {
 def judge_validation(judge_id: str) -> JudgeValidation | None:
     """The record for the judge behind ``judge_id`` (None when berds knows nothing about it)."""
     last = judge_id.split(":")[-1]  # a name given as calibrated:NAME or debate:NAME
-    if "embedded:minilm" in judge_id or last == "embedded":
-        return _embedded_record()
+    if "embedded:v2-" in judge_id or last == "embedded":
+        return _embedded_record("v2")
+    if "embedded:minilm" in judge_id or judge_id.endswith("embedded:v1"):
+        return _embedded_record("v1")
     if judge_id.startswith("demo-gold") or last == "demo-gold":
         return _KNOWN["demo-gold"]
     if "Mistral_BERDS_evaluator" in judge_id or last.startswith("mistral-berds"):

@@ -11,6 +11,7 @@ first: handy for small corpora and the contract test; use ``berds index bm25`` f
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import weakref
@@ -19,10 +20,12 @@ from typing import Any, Sequence
 
 from berds.errors import BerdsError
 from berds.indexes.base import corpus_record, open_index_corpus, read_index_meta
-from berds.indexes.bm25 import DEFAULT_B, DEFAULT_K1, LUCENE_DIR, GroupedBM25, LuceneSearcher, build_bm25_index, open_lucene
-from berds.types import Hit, Question, rank_hits
+from berds.indexes.bm25 import DEFAULT_B, DEFAULT_K1, GroupedBM25, build_bm25_index, open_lucene
+from berds.retrievers.base import hits_from_store
+from berds.types import Hit, Question
 
 GROUP_MODES = ("auto", "on", "off")
+SEARCH_BATCH = 1_000  # questions per Lucene batch_search: its thread pool needs many queries to keep every core busy
 
 
 class BM25Retriever:
@@ -30,7 +33,7 @@ class BM25Retriever:
 
     Options (keyword-only): ``index`` (a BM25 index folder) or ``corpus`` (a passage store to index on
     the fly), ``corpus`` with ``index`` to read texts from a moved store (fingerprint checked), ``k1``,
-    ``b``, ``threads`` (Lucene search threads), ``groups`` (``auto``/``on``/``off``, see module docstring).
+    ``b``, ``threads`` (Lucene search threads; default every core), ``groups`` (``auto``/``on``/``off``, see module docstring).
     """
 
     def __repr__(self) -> str:
@@ -43,7 +46,7 @@ class BM25Retriever:
         corpus: Any = None,
         k1: float = DEFAULT_K1,
         b: float = DEFAULT_B,
-        threads: int = 1,
+        threads: int | None = None,
         groups: str = "auto",
         name: str = "bm25",
         progress: bool = False,
@@ -62,7 +65,8 @@ class BM25Retriever:
         self.meta = read_index_meta(self.index, "bm25")
         self.store = open_index_corpus(self.meta, corpus, index_path=self.index)
         self.name = name
-        self.k1, self.b, self.threads = float(k1), float(b), int(threads)
+        self.search_batch_size = SEARCH_BATCH
+        self.k1, self.b, self.threads = float(k1), float(b), int(threads or os.cpu_count() or 1)
         grouped = bool(self.meta.get("grouped"))
         if groups == "on" and not grouped:
             raise BerdsError(f"groups='on' but the corpus of {self.index} has no groups — use groups='auto' or 'off'")
@@ -87,11 +91,7 @@ class BM25Retriever:
         else:
             assert self._searcher is not None
             found = self._searcher.search([q.text for q in questions], k, threads=self.threads)
-        return [self._hits(pairs) for pairs in found]
-
-    def _hits(self, pairs: list[tuple[str, float]]) -> list[Hit]:
-        passages = self.store.get_many([docid for docid, _ in pairs])
-        return rank_hits(Hit(p, score) for p, (_, score) in zip(passages, pairs))
+        return hits_from_store(self.store, found)
 
     def provenance(self) -> dict[str, Any]:
         from berds.java import jvm_info

@@ -23,7 +23,8 @@ from berds.errors import BerdsError
 from berds.indexes.base import corpus_record, open_index_corpus
 from berds.indexes.encoders import Encoder, EncoderSpec, check_same_encoder, encoder_spec, index_encoder_spec
 from berds.indexes.faiss import DenseIndex, build_dense_index
-from berds.types import Hit, Question, rank_hits
+from berds.retrievers.base import hits_from_store
+from berds.types import Hit, Question
 
 GROUP_MODES = ("auto", "on", "off")
 
@@ -108,11 +109,7 @@ class DenseRetriever:
                 found.append(self.index.search_group(q.id, v, k))
         else:
             found = self.index.search(vectors, k)
-        return [self._hits(pairs) for pairs in found]
-
-    def _hits(self, pairs: list[tuple[str, float]]) -> list[Hit]:
-        passages = self.store.get_many([docid for docid, _ in pairs])
-        return rank_hits(Hit(p, score) for p, (_, score) in zip(passages, pairs))
+        return hits_from_store(self.store, found)
 
     def provenance(self) -> dict[str, Any]:
         meta = self.index.meta

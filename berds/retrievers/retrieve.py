@@ -37,7 +37,7 @@ def retrieve(
     options: Mapping[str, Any] | None = None,
     out: str | os.PathLike | None = None,
     overwrite: bool = False,
-    batch_size: int = 32,
+    batch_size: int | None = None,
     name: str | None = None,
     progress: bool = True,
 ) -> Run:
@@ -46,13 +46,15 @@ def retrieve(
     ``retriever`` is a catalogue name, ``module:attr``, or a retriever object; ``options`` go to its
     factory (``index=...``, ``corpus=...``, ``device=...``). ``questions`` is a list of ``Question`` or
     a source for ``berds.questions.load_questions`` (``kialo``, ``demo``, a jsonl path) read with
-    ``split`` (first ``limit`` questions when set). ``progress`` shows a progress bar and a summary.
+    ``split`` (first ``limit`` questions when set). ``batch_size`` questions go to each ``search`` call (the
+    resume unit); by default the retriever's ``search_batch_size`` (BM25: 1,000, as Lucene searches a batch on
+    all cores), else 32. ``progress`` shows a progress bar and a summary.
     """
     from berds.retrievers.registry import load_retriever
 
     if k < 1:
         raise BerdsError(f"k must be at least 1, got {k}")
-    if batch_size < 1:
+    if batch_size is not None and batch_size < 1:
         raise BerdsError(f"batch_size must be at least 1, got {batch_size}")
     question_source: dict[str, Any]
     if isinstance(questions, (str, os.PathLike)):
@@ -74,6 +76,8 @@ def retrieve(
     own = not hasattr(retriever, "search")
     spec_name = retriever if isinstance(retriever, str) else None
     retriever = load_retriever(retriever, **dict(options or {}))
+    if batch_size is None:
+        batch_size = int(getattr(retriever, "search_batch_size", 32))
     try:
         provenance = provenance_of(retriever)
         identity = _jsonable({"retriever": spec_name or provenance["class"], "options": _persistable(options), "k": k,

@@ -70,6 +70,26 @@ def test_index_dense_killed_mid_encoding_resumes_from_its_shards(tmp_path):
         np.testing.assert_allclose(np.asarray(shards.shard(i)), fresh, atol=1e-5)
 
 
+def committed(building) -> bool:
+    """Whether a store build in ``building`` has committed its first transaction (its ``state`` record, written
+    with every commit, is readable by a second process: LMDB readers see only committed data)."""
+    import lmdb
+
+    if not (building / "data.mdb").is_file():
+        return False
+    try:
+        env = lmdb.open(str(building), readonly=True, lock=False, max_dbs=3)
+    except lmdb.Error:
+        return False
+    try:
+        with env.begin() as txn:
+            return txn.get(b"state", db=env.open_db(b"meta", txn=txn, create=False)) is not None
+    except lmdb.Error:
+        return False
+    finally:
+        env.close()
+
+
 def test_corpus_build_killed_mid_input_resumes_to_the_same_store(tmp_path):
     """kill -9 once the build has checkpointed a shard (HTML cleaning keeps it busy long enough); then
     ``--resume`` gives exactly the store an uninterrupted build gives."""
@@ -88,7 +108,7 @@ def test_corpus_build_killed_mid_input_resumes_to_the_same_store(tmp_path):
                          "--shard-size", "100", "-q")
 
     proc = subprocess.Popen(command(out), env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: any(tmp_path.glob("store*/checkpoint.json")), 120, proc)  # a shard is finished
+    wait_for(lambda: committed(tmp_path / "store.building"), 120, proc)  # a transaction of passages is committed
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     with pytest.raises(Exception):
