@@ -84,10 +84,12 @@ NOT_RUN = {
     "berds eval RUN --judge debate:A --rounds 3": "RUN, A are placeholders",
     "berds judge stance-correct --sycophancy syco.json --labels labelled_pairs.tsv --judge A": "A is a placeholder",
     "berds demo --out demo-out": "tests/test_demo.py runs the demo (40 s)",
-    "berds judge audit --labels berds/data/demo/labelled_pairs.tsv --judge embedded --run demo-out/runs/bm25 "
+    "berds judge audit --labels berds/data/demo/labelled_pairs.tsv --judge embedded:v1 --run demo-out/runs/bm25 "
     "--run demo-out/runs/minilm --run demo-out/runs/minilm-mmr0.75": "needs demo-out (tests/test_demo.py builds it)",
-    "berds judge calibrate --labels dev_pairs.tsv --judge embedded --holdout berds/data/demo/labelled_pairs.tsv":
+    "berds judge calibrate --labels dev_pairs.tsv --judge embedded:v1 --holdout berds/data/demo/labelled_pairs.tsv":
         "dev_pairs.tsv is the study's human-labelled dev data (not shipped)",
+    "berds judge validate --labels /tmp/dev-split/dev_pairs.test.tsv --judge embedded --judge embedded:v1 --no-cache":
+        "the study's human-labelled dev pairs (not shipped)",
     # docs/llm.md
     "berds eval runs/bm25-arguana --judge mistral-berds": GPU,
     "berds eval runs/bm25-arguana --judge transformers:mistralai/Mistral-7B-Instruct-v0.2 "
