@@ -27,9 +27,6 @@ from berds.types import JudgePair, Verdict
 SCHEMA_VERSION = 1
 
 
-_IN_CHUNK = 500  # passages per "IN (...)" query: well under SQLite's bound on host parameters
-
-
 def text_digest(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8")).digest()
 
@@ -110,25 +107,28 @@ class JudgementCache:
     # -- lookups ---------------------------------------------------------------------------------
 
     def lookup(self, judge_id: str, prompt_version: str, wanted: Mapping[bytes, Iterable[bytes]], *,
-               with_raw: bool = True) -> dict[tuple[bytes, bytes], tuple[int, float | None, str | None, str | None]]:
-        """Raw cached rows for many pairs at once: ``wanted`` maps a perspective digest to the passage digests
-        wanted with it; returns ``{(perspective digest, passage digest): (label, p_yes, raw, detail JSON)}``
-        for those found (``raw`` is None unless ``with_raw``: metrics never need the judge's text). One query per perspective and chunk of passages (``passage IN (...)`` on the primary
-        key), all in one read snapshot — the bulk path ``evaluate_run`` uses."""
-        out: dict[tuple[bytes, bytes], tuple[int, float | None, str | None, str | None]] = {}
-        raw_column = "raw" if with_raw else "NULL"
+               with_raw: bool = True) -> dict[bytes, dict[bytes, tuple[int, float | None, str | None, str | None]]]:
+        """Cached rows for many pairs at once — the bulk path ``evaluate_run`` uses.
+
+        ``wanted`` maps a perspective digest to the passage digests wanted with it; returns
+        ``{perspective digest: {passage digest: (label, p_yes, raw, detail JSON)}}`` for the pairs found
+        (``raw`` is None unless ``with_raw``: metrics never need the judge's text). One query per perspective
+        reads every verdict cached for it (a perspective belongs to one question, so these are the passages
+        some run retrieved for that question: a few hundred at most in practice), in one read snapshot;
+        measured 2x faster than ``passage IN (...)`` lists or a joined temp table, and level with one bulk
+        SELECT of the same verdicts (benchmarks/bench_eval_cache.py).
+        """
+        out: dict[bytes, dict[bytes, tuple[int, float | None, str | None, str | None]]] = {}
+        query = (f"SELECT passage, label, p_yes, {'raw' if with_raw else 'NULL'}, detail FROM judgements "
+                 "WHERE judge=? AND prompt=? AND perspective=?")
         with self._lock:
             cur = self._db.cursor()
             cur.execute("BEGIN")  # one read snapshot for the whole lookup
             try:
                 for persp, passages in wanted.items():
-                    passages = list(dict.fromkeys(passages))
-                    for lo in range(0, len(passages), _IN_CHUNK):
-                        chunk = passages[lo:lo + _IN_CHUNK]
-                        query = (f"SELECT passage, label, p_yes, {raw_column}, detail FROM judgements WHERE judge=? AND prompt=? "
-                                 f"AND perspective=? AND passage IN ({','.join('?' * len(chunk))})")
-                        for passage, label, p_yes, raw, detail in cur.execute(query, (judge_id, prompt_version, persp, *chunk)):
-                            out[(persp, passage)] = (label, p_yes, raw, detail)
+                    want = passages if isinstance(passages, (set, dict)) else set(passages)
+                    out[persp] = {row[0]: row[1:] for row in cur.execute(query, (judge_id, prompt_version, persp))
+                                  if row[0] in want}
             finally:
                 cur.execute("COMMIT")
         return out
@@ -143,7 +143,7 @@ class JudgementCache:
         for persp, passage in keys:
             wanted.setdefault(persp, []).append(passage)
         found = self.lookup(judge_id, prompt_version, wanted)
-        return [None if (row := found.get(key)) is None else row_verdict(row) for key in keys]
+        return [None if (row := found[persp].get(passage)) is None else row_verdict(row) for persp, passage in keys]
 
     def put_many(
         self, judge_id: str, prompt_version: str, pairs: Sequence[JudgePair], verdicts: Sequence[Verdict]

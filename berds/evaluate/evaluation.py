@@ -239,11 +239,11 @@ def evaluate_run(
     needed = [(pd, sd) for pd, sds in wanted.items() for sd in sds]
     stats = JudgeStats(pairs=len(needed))
 
-    rows: dict[tuple[bytes, bytes], tuple[int, float | None, str | None, str | None]] = {}
+    rows: dict[bytes, dict[bytes, tuple[int, float | None, str | None, str | None]]] = {pd: {} for pd in wanted}
     if cache is not None and overwrite != "always":
         rows = cache.lookup(judge.id, judge.prompt_version, wanted, with_raw=False)
-    stats.cached = len(rows)
-    missing = [JudgePair(perspective=texts[pd], passage=texts[sd]) for pd, sd in needed if (pd, sd) not in rows]
+    stats.cached = sum(len(found) for found in rows.values())
+    missing = [JudgePair(perspective=texts[pd], passage=texts[sd]) for pd, sd in needed if sd not in rows[pd]]
     if missing and overwrite == "never":
         raise BerdsError(
             f"{len(missing)} of {len(needed)} pairs are not in the judgement cache for judge {judge.id!r} and "
@@ -255,7 +255,7 @@ def evaluate_run(
         bs = batch_size or int(getattr(judge, "batch_size", 0) or 64) * 4
         answered = runner(judge, missing, cache, batch_size=bs, progress=progress, description=f"judging {run.name or 'run'}")
         for (perspective, passage), v in answered.items():
-            rows[(digest(perspective), digest(passage))] = (
+            rows[digest(perspective)][digest(passage)] = (
                 int(bool(v.label)), v.p_yes, v.raw, json.dumps(v.detail) if v.detail else None)
         stats.judged = len(missing)
         stats.seconds = time.perf_counter() - started
@@ -267,8 +267,9 @@ def evaluate_run(
         s = np.zeros((len(pds), depth), dtype=bool)
         py = np.full((len(pds), depth), np.nan)
         for i, pd in enumerate(pds):
+            found = rows[pd]
             for j, sd in enumerate(sds):  # ranks past a short question's last passage stay unsupported
-                label, prob, _, detail = rows[(pd, sd)]
+                label, prob, _, detail = found[sd]
                 s[i, j] = label
                 if prob is not None:
                     py[i, j] = prob
