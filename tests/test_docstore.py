@@ -374,8 +374,10 @@ def test_verify_finds_a_damaged_passage(tmp_path):
 
 
 def test_store_is_shared_across_threads_pickle_and_fork(tmp_path):
-    import multiprocessing
     import pickle
+    import subprocess
+    import sys
+    import textwrap
     from concurrent.futures import ThreadPoolExecutor
 
     passages = make_passages(300)
@@ -385,8 +387,19 @@ def test_store_is_shared_across_threads_pickle_and_fork(tmp_path):
         got = list(pool.map(lambda i: store.get_many([f"p{j}" for j in range(i, 300, 4)]), range(4)))
     assert [p for i in range(4) for p in got[i]] == [p for i in range(4) for p in passages[i::4]]
     assert pickle.loads(pickle.dumps(store)).get("p299") == passages[299]
-    with multiprocessing.get_context("fork").Pool(2) as pool:
-        assert pool.map(store.get, ["p0", "p150", "p299"]) == [passages[0], passages[150], passages[299]]
+    # Forked readers, in a fresh interpreter: forking this test process (which by now runs threads of torch,
+    # tokenizers and Ray from other tests) can deadlock the children in those libraries' locks, not berds'.
+    script = textwrap.dedent(f"""
+        import multiprocessing
+        from berds.corpora.docstore import PassageStore
+        store = PassageStore.open({str(tmp_path / "s")!r})
+        store.get("p1")  # this process's read transaction exists before the fork
+        with multiprocessing.get_context("fork").Pool(2) as pool:
+            print([p.id for p in pool.map(store.get, ["p0", "p150", "p299"])])
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[0] == "['p0', 'p150', 'p299']"
     assert store.get("p42") == passages[42]
 
 
