@@ -252,3 +252,19 @@ def test_batched_analysis_equals_one_text_at_a_time():
     assert analyzer.analyze_many(texts) == one_by_one
     tricky = texts + [f"a {analyzer.SEPARATOR} inside"]  # a text holding the separator: falls back, still right
     assert analyzer.analyze_many(tricky) == [analyzer(t) for t in tricky]
+
+
+@pytest.mark.java
+def test_relative_index_paths_work_after_the_process_changes_folder(toy_index, tmp_path, monkeypatch):
+    """The JVM resolves relative paths against the folder it started in; berds hands Lucene absolute ones,
+    so `berds index bm25 corpora/x --out indexes/y` works wherever the JVM was started (it is already up here)."""
+    from berds.retrievers.bm25 import BM25Retriever
+
+    store = write_passage_store([Passage(f"p{i}", f"alpha beta {i} gamma") for i in range(5)], tmp_path / "store")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    meta = bm25_index.build_bm25_index("../store", "indexes/rel", progress=False)
+    assert meta["type"] == "bm25" and (tmp_path / "elsewhere/indexes/rel/lucene").is_dir()
+    [hits] = BM25Retriever(index="indexes/rel").search([Question("q", "gamma alpha", ("x",))], k=3)
+    assert len(hits) == 3
+    store.close()

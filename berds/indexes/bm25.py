@@ -197,7 +197,8 @@ class LuceneSearcher:
     def __init__(self, lucene_dir: str | os.PathLike, *, k1: float = DEFAULT_K1, b: float = DEFAULT_B):
         from berds.java import autoclass
 
-        self._searcher = autoclass("io.anserini.search.SimpleSearcher")(str(lucene_dir))
+        # Absolute: the JVM resolves relative paths against the folder it started in, not this process's cwd.
+        self._searcher = autoclass("io.anserini.search.SimpleSearcher")(str(Path(lucene_dir).resolve()))
         self._searcher.set_bm25(float(k1), float(b))
         self._array_list = autoclass("java.util.ArrayList")
         self.k1, self.b = k1, b
@@ -341,7 +342,7 @@ def build_bm25_index(
     store = open_store(corpus)
     passage_contents("", "", contents)  # validate the mode before starting Java
     settings = {"type": "bm25", "corpus_fingerprint": store.fingerprint, "contents": contents, "analyzer": ANALYZER}
-    out = Path(out)
+    out = Path(out).resolve()  # the JVM resolves relative paths against its own start folder, not our cwd
     if not prepare_index_folder(out, settings, overwrite=overwrite):
         return read_index_meta(out, "bm25")
     from berds.java import autoclass, jvm_info
