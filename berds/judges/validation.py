@@ -39,13 +39,17 @@ def _card_figure(card: dict) -> tuple[float | None, str]:
     variant under ``dev_pairs_loqo``)."""
     record = card.get("validation") or {}
     if record.get("f1") is not None:
-        return float(record["f1"]), str(record.get("on", "held-out human-labelled pairs"))
+        interval = record.get("interval_95")
+        where = str(record.get("on", "held-out human-labelled pairs"))
+        return float(record["f1"]), (f"[{interval[0]:.1f}, {interval[1]:.1f}] on {where}" if interval else f"on {where}")
+    if "f1" in record:  # the card says on purpose that there is no held-out figure
+        return None, str(record.get("on", ""))
     loqo = (card.get("summary") or {}).get("dev_loqo")
     if loqo is None:
         chosen = (card.get("chosen_variant") or {}).get("name")
         loqo = (((card.get("dev_pairs_loqo") or {}).get("variants") or {}).get(chosen) or {}).get("loqo")
     if loqo and loqo.get("f1") is not None:
-        return float(loqo["f1"]), f"{loqo.get('n', '?')} human-labelled dev pairs (leave-one-question-out)"
+        return float(loqo["f1"]), f"on {loqo.get('n', '?')} human-labelled dev pairs (leave-one-question-out)"
     return None, ""
 
 
@@ -56,7 +60,9 @@ def _embedded_record(version: str = "v2") -> JudgeValidation:
         card = json.loads((EMBEDDED_V2_CARD if version == "v2" else EMBEDDED_CARD).read_text(encoding="utf-8"))
         f1, where = _card_figure(card)
         if f1 is not None:
-            figure = f"F1 {f1:.1f} on {where}"
+            figure = f"F1 {f1:.1f} {where}"
+        elif where:
+            figure = where
     except (OSError, ValueError):
         pass
     name = "embedded" if version == "v2" else "embedded:v1"
