@@ -101,6 +101,7 @@ def retrieve(
                     for q, hits in zip(batch, results):
                         done[q.id] = list(hits)
                         partial.write(q.id, hits)
+                    partial.commit()  # a finished batch survives kill -9 (it sat in a write buffer before)
                     bar.advance(task, len(batch))
         seconds = time.perf_counter() - started
     finally:
@@ -185,10 +186,15 @@ class _PartialWriter:
         rec = {"qid": qid, "hits": [[h.passage.id, h.passage.title, h.passage.text, h.passage.source, float(h.score)] for h in hits]}
         self._f.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
-    def __exit__(self, *exc: Any) -> None:
+    def commit(self) -> None:
+        """Put what was written on disk: called after each batch, the resume unit."""
         if self._f is not None:
             self._f.flush()
             os.fsync(self._f.fileno())
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._f is not None:
+            self.commit()
             self._f.close()
 
 

@@ -123,3 +123,37 @@ def test_corpus_build_killed_mid_input_resumes_to_the_same_store(tmp_path):
     resumed, fresh = PassageStore.open(out), PassageStore.open(reference)
     assert len(resumed) == len(fresh) > 500 and resumed.fingerprint == fresh.fingerprint
     assert list(resumed) == list(fresh)
+
+
+def test_retrieve_killed_mid_run_resumes_from_its_finished_batches(tmp_path):
+    """``berds retrieve --out`` appends each finished batch to ``.partial.jsonl``; after kill -9 the same command
+    searches only the questions not yet done and writes the same run as an uninterrupted one."""
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("".join(json.dumps({"id": f"q{i}", "question": f"question {i}?", "perspectives": ["a", "b"]}) + "\n"
+                                 for i in range(40)))
+    log = tmp_path / "asked.txt"
+
+    def command(out, delay: float = 0.3) -> list[str]:  # the options are part of the run's identity: same on resume
+        return berds_cmd("retrieve", "-r", "slow_retriever:SlowRetriever", "--questions", str(questions), "--k", "3",
+                         "--batch-size", "4", "--out", str(out), "-o", f"delay={delay}", "-o", f"log={log}", "-q")
+
+    out = tmp_path / "run"
+    proc = subprocess.Popen(command(out), env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: log.exists() and len(log.read_text().split()) >= 12, 120, proc)  # three batches answered
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert not (out / "manifest.json").exists(), "the kill must land mid-run"
+    asked_before = log.read_text().split()
+
+    done = subprocess.run(command(out), env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    asked_after = log.read_text().split()[len(asked_before):]
+    assert sorted(set(asked_before) | set(asked_after)) == sorted(f"q{i}" for i in range(40))
+    assert len(asked_after) < 40, "the resumed run must not search every question again"
+    assert json.loads((out / "manifest.json").read_text())["timing"]["resumed"] >= 12
+
+    reference = tmp_path / "reference"
+    again = subprocess.run(command(reference), env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert (out / "run.trec").read_text() == (reference / "run.trec").read_text()
+    assert (out / "run.ctxs.jsonl").read_text() == (reference / "run.ctxs.jsonl").read_text()
