@@ -157,3 +157,40 @@ def test_retrieve_killed_mid_run_resumes_from_its_finished_batches(tmp_path):
     assert again.returncode == 0, again.stderr
     assert (out / "run.trec").read_text() == (reference / "run.trec").read_text()
     assert (out / "run.ctxs.jsonl").read_text() == (reference / "run.ctxs.jsonl").read_text()
+
+
+@pytest.mark.java
+def test_index_bm25_killed_mid_build_is_rebuilt_and_never_half_used(tmp_path):
+    """A Lucene build cannot resume mid-way: kill -9 leaves ``lucene.partial/`` and no ``meta.json`` (so nothing
+    opens the half index), and the same command again rebuilds it into an index equal to an uninterrupted one."""
+    from berds.indexes.base import read_index_meta
+    from berds.retrievers.bm25 import BM25Retriever
+    from berds.types import Question
+    from retrieval_fixtures import word_store
+
+    word_store(tmp_path / "store", n=30000)
+    out = tmp_path / "index"
+
+    def command(target) -> list[str]:
+        return berds_cmd("index", "bm25", str(tmp_path / "store"), "--out", str(target), "-q")
+
+    proc = subprocess.Popen(command(out), env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: (out / "lucene.partial").is_dir(), 120, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert not (out / "meta.json").exists(), "the kill must land mid-build"
+    with pytest.raises(Exception):
+        read_index_meta(out, "bm25")  # a half-built index is never opened as if finished
+
+    done = subprocess.run(command(out), env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert not (out / "lucene.partial").exists()
+    reference = tmp_path / "reference"
+    again = subprocess.run(command(reference), env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert read_index_meta(out, "bm25")["documents"] == read_index_meta(reference, "bm25")["documents"] == 30000
+    questions = [Question(f"q{i}", text, ("x",)) for i, text in enumerate(["apple river", "storm harbor quince", "kiwi"])]
+    resumed, fresh = BM25Retriever(index=str(out)).search(questions, k=10), BM25Retriever(index=str(reference)).search(questions, k=10)
+    assert all(len(hits) == 10 for hits in resumed)
+    assert [[(h.passage.id, round(h.score, 4)) for h in hits] for hits in resumed] == \
+           [[(h.passage.id, round(h.score, 4)) for h in hits] for hits in fresh]
