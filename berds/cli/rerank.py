@@ -9,6 +9,8 @@ from typing import Any, List, Optional
 
 import typer
 
+from berds.cli.analysis import _console, _print_table as _table  # one table style for every command
+
 rerankers_app = typer.Typer(help="Rerankers: list what is available.", no_args_is_help=True)
 study_app = typer.Typer(help="Studies that combine retrieval, reranking and judging.", no_args_is_help=True)
 
@@ -24,23 +26,6 @@ def register(app: typer.Typer) -> None:
     app.command("check-reranker")(check_reranker_command)
     app.command("compare")(compare_command)
     app.add_typer(study_app, name="study")
-
-
-def _console() -> Any:
-    from rich.console import Console
-
-    return Console()
-
-
-def _table(title: str, header: list[str], rows: list[list[str]]) -> None:
-    from rich.table import Table
-
-    table = Table(title=title)
-    for i, col in enumerate(header):
-        table.add_column(col, justify="left" if i == 0 else "right", overflow="fold")
-    for row in rows:
-        table.add_row(*row)
-    _console().print(table)
 
 
 def reranker_options(name: str, given: dict[str, Any], *, embedding_cache: Optional[Path],

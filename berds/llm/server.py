@@ -413,8 +413,8 @@ class ChatServer:
             "usage": None,
         }
 
-    async def complete(self, request: Any, started: float) -> tuple[int, dict[str, Any], dict[str, str]]:
-        """Handle one chat request: ``(status, JSON payload, extra headers)``."""
+    async def json_body(self, request: Any, started: float) -> Any:
+        """The request's JSON body, after the key is checked and the body read within its size and time bounds."""
         if not self.authorised(request.headers.get("authorization")):
             raise RequestError("missing or wrong API key (Authorization: Bearer ...)", status=401,
                                code="invalid_api_key")
@@ -423,6 +423,11 @@ class ChatServer:
             body = json.loads(raw.decode("utf-8"))
         except (ValueError, UnicodeDecodeError) as exc:
             raise RequestError(f"the request body is not valid JSON: {exc}") from None
+        return body
+
+    async def complete(self, request: Any, started: float) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """Handle one chat request: ``(status, JSON payload, extra headers)``."""
+        body = await self.json_body(request, started)
         job = self.parse_chat_request(body)
         try:
             future = self.batcher.submit(job)
@@ -482,14 +487,7 @@ class ChatServer:
 
     async def score(self, request: Any, started: float) -> dict[str, Any]:
         """Handle one scoring request on a thread (the event loop never runs the model)."""
-        if not self.authorised(request.headers.get("authorization")):
-            raise RequestError("missing or wrong API key (Authorization: Bearer ...)", status=401,
-                               code="invalid_api_key")
-        raw = await _read_body(request, self.limits.max_body_bytes, started + self.limits.request_timeout)
-        try:
-            body = json.loads(raw.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise RequestError(f"the request body is not valid JSON: {exc}") from None
+        body = await self.json_body(request, started)
         try:
             return await asyncio.to_thread(self.completion_payload, body)
         except RequestError:
