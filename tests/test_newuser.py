@@ -412,6 +412,20 @@ def test_unparsed_answers_above_the_limit_are_flagged_and_refused(tmp_path, tiny
     assert allowed.returncode == 0, allowed.stderr
 
 
+
+@pytest.mark.parametrize("command", [["analyze", "coverage"], ["analyze", "docs-needed"], ["report"]])
+def test_analyses_and_report_refuse_unparsed_answers_unless_allowed(tmp_path, tiny_run, command):
+    """Like eval and tune: too many answers that are neither Yes nor No stop the command; --allow-unparsed accepts them."""
+    folder = save_run(tiny_run, tmp_path / "run")
+    extra = ["--depth", "4"] if command[0] == "analyze" else ["--k", "4", "--out", str(tmp_path / "report")]
+    base = berds_cmd(*command, str(folder), "--judge", "test_newuser:HalfUnparsedJudge", "--cache",
+                     str(tmp_path / "c.sqlite"), "-q", *extra)
+    refused = subprocess.run(base, capture_output=True, text=True, env=subprocess_env(), timeout=120)
+    assert refused.returncode == 2 and "--allow-unparsed" in refused.stderr, refused.stderr
+    allowed = subprocess.run([*base, "--allow-unparsed"], capture_output=True, text=True, env=subprocess_env(), timeout=120)
+    assert allowed.returncode == 0, allowed.stderr
+
+
 # --------------------------------------------------------------------- 7: models resolved before the work
 
 

@@ -178,6 +178,7 @@ def analyze_leaning_command(
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
     allow_short: bool = typer.Option(False, "--allow-short", help=ALLOW_SHORT_HELP),
+    allow_unparsed: bool = typer.Option(False, "--allow-unparsed", help=ALLOW_UNPARSED_HELP),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the result here (X.json + X.md/.csv/.png)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -187,7 +188,7 @@ def analyze_leaning_command(
 
     result = analyze_leaning([str(r) for r in runs], judge, stances=str(stances) if stances else None,
                              stance_llm=stance_llm, k=k, judge_options=_options(judge_option), cache_path=cache,
-                             allow_short=allow_short, progress=not quiet)
+                             allow_short=allow_short, allow_unparsed=allow_unparsed, progress=not quiet)
     _analysis_output(result, out, judge)
 
 
@@ -232,6 +233,7 @@ def analyze_coverage_command(
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
     allow_short: bool = typer.Option(False, "--allow-short", help=ALLOW_SHORT_HELP),
+    allow_unparsed: bool = typer.Option(False, "--allow-unparsed", help=ALLOW_UNPARSED_HELP),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the result here (X.json + X.md/.csv)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -240,7 +242,7 @@ def analyze_coverage_command(
     from berds.evaluate.analyses.coverage import analyze_coverage
 
     result = analyze_coverage([str(r) for r in runs], judge, depth=depth, judge_options=_options(judge_option),
-                              cache_path=cache, allow_short=allow_short, progress=not quiet)
+                              cache_path=cache, allow_short=allow_short, allow_unparsed=allow_unparsed, progress=not quiet)
     _analysis_output(result, out, judge)
 
 
@@ -252,6 +254,7 @@ def analyze_docs_needed_command(
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
     allow_short: bool = typer.Option(False, "--allow-short", help=ALLOW_SHORT_HELP),
+    allow_unparsed: bool = typer.Option(False, "--allow-unparsed", help=ALLOW_UNPARSED_HELP),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the result here (X.json + X.md/.csv)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -260,7 +263,7 @@ def analyze_docs_needed_command(
     from berds.evaluate.analyses.docs_needed import analyze_docs_needed
 
     result = analyze_docs_needed([str(r) for r in runs], judge, depth=depth, judge_options=_options(judge_option),
-                                 cache_path=cache, allow_short=allow_short, progress=not quiet)
+                                 cache_path=cache, allow_short=allow_short, allow_unparsed=allow_unparsed, progress=not quiet)
     _analysis_output(result, out, judge)
 
 
@@ -277,6 +280,7 @@ def report_command(
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
     allow_short: bool = typer.Option(False, "--allow-short", help=ALLOW_SHORT_HELP),
+    allow_unparsed: bool = typer.Option(False, "--allow-unparsed", help=ALLOW_UNPARSED_HELP),
     title: str = typer.Option("BERDS report", "--title", help="Report title."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Mark values that differ significantly from this run (label or path)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
@@ -286,7 +290,7 @@ def report_command(
     from berds.evaluate.report import build_report
 
     report = build_report(list(runs or []), judge, out, ks=parse_ks(k), curve_depth=curve_depth, analyses=list(analysis),
-                          judge_options=_options(judge_option), cache_path=cache, allow_short=allow_short,
+                          judge_options=_options(judge_option), cache_path=cache, allow_short=allow_short, allow_unparsed=allow_unparsed,
                           progress=not quiet, title=title, baseline=baseline)
     _print_table(f"report → {report.out}" + (f" — judge: {judge}" if runs else ""), ["file", "path"],
                  [[key, str(p)] for key, p in report.files.items()])

@@ -266,6 +266,7 @@ def build_report(
     judge_options: Mapping[str, Any] | None = None,
     cache_path: str | Path | None = None,
     allow_short: bool = False,
+    allow_unparsed: bool = False,
     progress: bool = False,
     title: str = "BERDS report",
     baseline: str | None = None,
@@ -299,7 +300,7 @@ def build_report(
         depth = max(ks[-1], curve_depth or ks[-1])
         runs = [load_run(p, allow_empty=allow_short) for p in run_paths]
         results = judge_runs(runs, judge, depth, judge_options=judge_options, cache_path=cache_path,
-                             allow_short=allow_short, progress=progress)
+                             allow_short=allow_short, allow_unparsed=allow_unparsed, progress=progress)
         labels = run_labels(runs, run_paths)
         header = ["run", "set", "questions", *[f"MRecall@{k}" for k in ks], *[f"Precision@{k}" for k in ks]]
         rows = []

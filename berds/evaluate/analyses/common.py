@@ -42,6 +42,7 @@ def judge_runs(
     cache_path: str | Path | None = None,
     use_cache: bool = True,
     allow_short: bool = False,
+    allow_unparsed: bool = False,
     progress: bool = False,
 ) -> list[Any]:
     """``EvalResult`` of each run at ``depth`` (its ``support[qid]`` is the matrix over the top ``depth``)."""
@@ -51,7 +52,8 @@ def judge_runs(
     judge = build_judge(judge, judge_options)
     cache = JudgementCache(cache_path) if use_cache else None
     try:
-        return [evaluate_run(run, judge, (depth,), cache=cache, allow_short=allow_short, progress=progress)
+        return [evaluate_run(run, judge, (depth,), cache=cache, allow_short=allow_short,
+                             allow_unparsed=allow_unparsed, progress=progress)
                 for run in runs]
     finally:
         if cache is not None:

@@ -75,14 +75,14 @@ def docs_needed_analysis(supports: Mapping[str, Supports], depth: int = 100,
 
 def analyze_docs_needed(run_paths: Sequence[str], judge: str | Any, *, depth: int = 100,
                         judge_options: Mapping[str, Any] | None = None, cache_path: str | None = None,
-                        allow_short: bool = False, progress: bool = False) -> DocsNeededResult:
+                        allow_short: bool = False, allow_unparsed: bool = False, progress: bool = False) -> DocsNeededResult:
     """``berds analyze docs-needed``: judge the top ``depth`` of each run and find the covering prefix."""
     from berds.evaluate.analyses.common import judge_runs, run_labels
     from berds.runs import load_run
 
     runs = [load_run(p, allow_empty=allow_short) for p in run_paths]
     results = judge_runs(runs, judge, depth, judge_options=judge_options, cache_path=cache_path,
-                         allow_short=allow_short, progress=progress)
+                         allow_short=allow_short, allow_unparsed=allow_unparsed, progress=progress)
     labels = run_labels(runs, run_paths)
     datasets = {qid: q.dataset for r in runs for qid, q in r.questions.items()}
     return docs_needed_analysis({lab: res.support for lab, res in zip(labels, results)}, depth, datasets)

@@ -108,6 +108,7 @@ def analyze_leaning(
     judge_options: Mapping[str, Any] | None = None,
     cache_path: str | None = None,
     allow_short: bool = False,
+    allow_unparsed: bool = False,
     progress: bool = False,
 ) -> LeaningResult:
     """``berds analyze leaning``: judge the top k of each run and count the leaning categories."""
@@ -120,6 +121,6 @@ def analyze_leaning(
     stance_map = resolve_stances(list(questions.values()), stances=stances, llm=stance_llm, llm_options=llm_options,
                                  progress=progress)
     results = judge_runs(runs, judge, k, judge_options=judge_options, cache_path=cache_path, allow_short=allow_short,
-                         progress=progress)
+                         allow_unparsed=allow_unparsed, progress=progress)
     labels = run_labels(runs, run_paths)
     return leaning({lab: res.support for lab, res in zip(labels, results)}, stance_map, k)
