@@ -10,11 +10,11 @@ from typing import Any, List, Optional
 import typer
 
 from berds.cli.analysis import _console, _print_table as _table  # one table style for every command
+from berds.cli.options import JUDGE_REQUIRED_HELP, require_judge
 
 rerankers_app = typer.Typer(help="Rerankers: list what is available.", no_args_is_help=True)
 study_app = typer.Typer(help="Studies that combine retrieval, reranking and judging.", no_args_is_help=True)
 
-JUDGE_HELP = "Judge name (berds judges list), BACKEND:MODEL, or module:attr."
 NORM_HELP = ("Sim1 normalisation: question-max (the study's code; score / the question's top score), dataset-max "
              "(the paper: score / the run's top score), minmax, rank, none.")
 
@@ -161,7 +161,7 @@ def check_reranker_command(
 
 def compare_command(
     runs: List[Path] = typer.Argument(..., help="Run folders or BERDS jsonl files; the first is the baseline."),
-    judge: str = typer.Option("embedded", "--judge", "-j", help=JUDGE_HELP),
+    judge: Optional[str] = typer.Option(None, "--judge", "-j", help=JUDGE_REQUIRED_HELP),
     k: List[int] = typer.Option([5], "--k", help="Cut-offs; repeat for several."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Label or path of the baseline run (default: the first)."),
     resamples: int = typer.Option(10000, "--resamples", min=100, help="Bootstrap and permutation resamples."),
@@ -174,6 +174,7 @@ def compare_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Paired comparison over questions: mean difference, bootstrap interval, permutation test, Holm."""
+    judge = require_judge(judge)
     from berds.evaluate.compare import compare_paths
     from berds.registry import parse_options
 
@@ -193,7 +194,7 @@ def compare_command(
 def study_diversify_command(
     run: Path = typer.Argument(..., help="The retriever run (test split, or all questions with --split-dev)."),
     out: Path = typer.Option(..., "--out", help="Study folder (tables, plot, tuned runs)."),
-    judge: str = typer.Option("embedded", "--judge", "-j", help=JUDGE_HELP),
+    judge: Optional[str] = typer.Option(None, "--judge", "-j", help=JUDGE_REQUIRED_HELP),
     dev_run: Optional[Path] = typer.Option(None, "--dev-run", help="The same retriever's run on the dev split."),
     split_dev: Optional[float] = typer.Option(None, "--split-dev", help="No dev run: put this share of RUN's questions (by a hash of their ids) in dev."),
     strategy: List[str] = typer.Option([], "--strategy", "-s", help="Rerankers to study (default: mmr dpp msd cover ssd, plus xquad pm2 with aspects)."),
@@ -218,6 +219,7 @@ def study_diversify_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Tune every strategy on dev, report test MRecall/Precision with intervals and significance, plot the trade-off."""
+    judge = require_judge(judge)
     from berds.errors import BerdsError
     from berds.registry import parse_options
     from berds.studies.diversify import study_diversify_paths
