@@ -6,6 +6,10 @@ from typing import List, Optional
 
 import typer
 
+from berds.llm.server import ServerLimits  # stdlib only at import: the CLI stays light
+
+_LIMITS = ServerLimits()  # one set of defaults for `berds llm serve` and `python -m berds.llm.server`
+
 llm_app = typer.Typer(help="LLM backends: list them, serve one over HTTP, try a generation.", no_args_is_help=True)
 
 
@@ -37,17 +41,17 @@ def serve_command(
     max_batch_size: int = typer.Option(8, help="requests gathered into one generate() call"),
     batch_wait_ms: float = typer.Option(10.0, help="how long a batch waits for more requests"),
     workers: int = typer.Option(1, help="model worker threads (more than 1 only for thread-safe backends)"),
-    max_top_logprobs: int = typer.Option(20, help="largest top_logprobs a request may ask for"),
-    max_body_bytes: int = typer.Option(2 * 1024 * 1024, help="largest request body (413 before it is read)"),
-    max_prompt_chars: int = typer.Option(200_000, help="largest prompt in characters (400 above)"),
-    max_prompt_tokens: int = typer.Option(8192, help="largest prompt in tokens, when the backend has a tokenizer"),
-    max_tokens_limit: int = typer.Option(4096, help="largest max_tokens a request may ask for"),
-    max_queue: int = typer.Option(256, help="chat requests in flight; more get 503 with Retry-After"),
-    request_timeout: float = typer.Option(600.0, help="seconds a request may take (503 after)"),
-    header_timeout: float = typer.Option(10.0, help="seconds a client may take to send its request head"),
-    keep_alive_timeout: float = typer.Option(5.0, help="seconds an idle keep-alive socket stays open"),
-    max_connections: int = typer.Option(1024, help="open sockets at once; more get 503 with Retry-After"),
-    backlog: int = typer.Option(2048, help="listen backlog"),
+    max_top_logprobs: int = typer.Option(_LIMITS.max_top_logprobs, help="largest top_logprobs a request may ask for"),
+    max_body_bytes: int = typer.Option(_LIMITS.max_body_bytes, help="largest request body (413 before it is read)"),
+    max_prompt_chars: int = typer.Option(_LIMITS.max_prompt_chars, help="largest prompt in characters (400 above)"),
+    max_prompt_tokens: int = typer.Option(_LIMITS.max_prompt_tokens, help="largest prompt in tokens, when the backend has a tokenizer"),
+    max_tokens_limit: int = typer.Option(_LIMITS.max_tokens, help="largest max_tokens a request may ask for"),
+    max_queue: int = typer.Option(_LIMITS.max_queue, help="chat requests in flight; more get 503 with Retry-After"),
+    request_timeout: float = typer.Option(_LIMITS.request_timeout, help="seconds a request may take (503 after)"),
+    header_timeout: float = typer.Option(_LIMITS.header_timeout, help="seconds a client may take to send its request head"),
+    keep_alive_timeout: float = typer.Option(_LIMITS.keep_alive_timeout, help="seconds an idle keep-alive socket stays open"),
+    max_connections: int = typer.Option(_LIMITS.max_connections, help="open sockets at once; more get 503 with Retry-After"),
+    backlog: int = typer.Option(_LIMITS.backlog, help="listen backlog"),
     log_requests: bool = typer.Option(False, help="print one line per request on stderr"),
 ) -> None:
     """Serve a model over an OpenAI-compatible API (/v1/chat/completions, /v1/models), every size bounded."""
