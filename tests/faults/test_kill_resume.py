@@ -139,7 +139,9 @@ def test_retrieve_killed_mid_run_resumes_from_its_finished_batches(tmp_path):
 
     out = tmp_path / "run"
     proc = subprocess.Popen(command(out), env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: log.exists() and len(log.read_text().split()) >= 12, 120, proc)  # three batches answered
+    partial = out / ".partial.jsonl"
+    # three batches committed (header + 12 questions): the asked-log alone runs ahead of what was written down
+    wait_for(lambda: partial.exists() and partial.read_text().count("\n") >= 13, 120, proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     assert not (out / "manifest.json").exists(), "the kill must land mid-run"
