@@ -42,7 +42,14 @@ ENGINES = ("sqlite", "lmdb", "arrow-ipc", "parquet")
 
 
 def _rss_mb() -> float:
+    """Peak resident memory so far (MB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _current_rss_mb() -> float:
+    """Resident memory now (MB): the base the write's peak is measured above (the peak so far may be an import's)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
 
 
 def _du(path: Path) -> int:
@@ -306,7 +313,7 @@ WRITERS["berds"], READERS["berds"] = berds_write, BerdsReader
 def _write_in_process(engine: str, jsonl: str, out: str, queue) -> None:
     if engine == "berds":
         import berds.corpora.docstore  # noqa: F401  (imports are not part of the build's memory)
-    base = _rss_mb()
+    base = _current_rss_mb()
     t = time.perf_counter()
     WRITERS[engine](jsonl, Path(out))
     queue.put({"write_s": time.perf_counter() - t, "peak_mb": _rss_mb() - base})

@@ -67,11 +67,18 @@ class Passage:
     source: str = ""
     title_field: bool = field(default=True, compare=False)
 
-    def __post_init__(self) -> None:
+    # Written out rather than generated: a frozen dataclass's __init__ sets each field through
+    # object.__setattr__, which made building passages (100 per question on every search, one per stored
+    # passage) a third of the store's write time. @dataclass keeps an __init__ defined in the class body.
+    def __init__(self, id: str, text: str, title: str = "", source: str = "", title_field: bool = True) -> None:
+        d = self.__dict__
+        d["id"], d["text"], d["title"], d["source"], d["title_field"] = id, text, title, source, title_field
         # One test for the usual case (every field a str, a non-blank id): runs hold ~100 passages per question.
-        if type(self.text) is str and type(self.title) is str and type(self.source) is str \
-                and type(self.id) is str and self.id.strip():
+        if type(text) is str and type(title) is str and type(source) is str and type(id) is str and id.strip():
             return
+        self.__post_init__()
+
+    def __post_init__(self) -> None:
         _check_str(self.id, "passage id")
         _check_str(self.text, "passage text", allow_empty=True)
         _check_str(self.title, "passage title", allow_empty=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import shutil
 from pathlib import Path
@@ -82,6 +83,27 @@ def test_unicode_and_special_characters_survive(tmp_path):
     for p in tricky:
         expected.update(json.dumps([p.id, p.title, p.text], ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
     assert store.fingerprint == expected.hexdigest()
+
+
+def test_fingerprint_fast_path_matches_its_definition_with_groups(tmp_path):
+    """The writer skips json's escaper when no field needs escaping; every mix of plain and escaped fields, with and
+    without groups (a quote only in ``source``, which the fingerprint leaves out, included) hashes as defined."""
+    pieces = ["plain", 'q"uote', "back\\slash", "ctl\x01", "tab\t", "naïve", "🙂", ""]
+    passages, groups = [], []
+    for i, (a, b, c) in enumerate(itertools.product(pieces, repeat=3)):
+        passages.append(Passage(id=f"p{i}{a}", title=b, text=c, source=pieces[i % len(pieces)]))
+        groups.append(None if i % 3 == 0 else f"g{i % 5}" + pieces[i % 4])
+    out = tmp_path / "s"
+    with PassageStoreWriter(out) as writer:
+        for p, g in zip(passages, groups):
+            writer.add(p, group=g)
+    expected = hashlib.sha256()
+    for p, g in zip(passages, groups):
+        fields = [p.id, p.title, p.text] + ([g] if g is not None else [])
+        expected.update(json.dumps(fields, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
+    store = PassageStore.open(out)
+    assert store.fingerprint == expected.hexdigest() and list(store) == passages
+    assert store.verify()["verified"]
 
 
 def test_ids_longer_than_an_lmdb_key(tmp_path):
