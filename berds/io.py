@@ -8,6 +8,7 @@ new one, never half of one.
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import json
 import os
@@ -134,6 +135,19 @@ def iter_jsonl(path: PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
 
 def read_jsonl(path: PathLike) -> list[dict[str, Any]]:
     return [rec for _, rec in iter_jsonl(path)]
+
+
+@contextlib.contextmanager
+def no_gc() -> Iterator[None]:
+    """Pause Python's cycle collector while building many small acyclic objects (a run's 80k hits): its passes
+    over the growing heap took a third of loading a run. Reference counting still frees everything."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def sha256_text(text: str) -> str:

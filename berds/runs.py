@@ -25,7 +25,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from berds.questions import parse_question, record_id
 from berds.errors import BerdsError, InputError
-from berds.io import atomic_write, iter_jsonl, new_manifest, read_json, write_json
+from berds.io import atomic_write, iter_jsonl, new_manifest, no_gc, read_json, sha256_file, write_json
 from berds.types import Hit, Passage, Question, Run
 
 MANIFEST = "manifest.json"
@@ -124,11 +124,12 @@ def save_run(run: Run, out_dir: str | Path, *, overwrite: bool = False) -> Path:
         min_depth=min(depth, default=0),
         max_depth=max(depth, default=0),
         empty_questions=empty,  # retrieved nothing: eval/tune/analyze refuse them unless --allow-short
-        ctxs_sha256=file_sha256(out / CTXS),  # ties the manifest to this ctxs file (checked on load)
+        ctxs_sha256=sha256_file(out / CTXS),  # ties the manifest to this ctxs file (checked on load)
+        trec_sha256=sha256_file(out / TREC),  # ... and to this TREC file, written from the same ranking
         # a ranking that repeats passages on purpose (the study's expansion merge): read back as it is
         **({DUPLICATES_KEY: "kept"} if repeats else {}),
         **{k: v for k, v in run.manifest.items()
-           if k not in ("kind", "created", "versions", "ctxs_sha256", "empty_questions", DUPLICATES_KEY)},
+           if k not in ("kind", "created", "versions", "ctxs_sha256", "trec_sha256", "empty_questions", DUPLICATES_KEY)},
     )
     write_json(out / MANIFEST, manifest)  # written last: its presence marks a complete run
     return out
@@ -181,6 +182,24 @@ def _parse_ctx(ctx: Any, *, path: Path, line: int, qid: str, pos: int) -> tuple[
     return Hit(Passage(pid, text, title, title_field=title_field), score), synthesized
 
 
+def _parse_ctxs(ctxs: list, *, path: Path, line: int, qid: str) -> tuple[list[Hit], int]:
+    """A question's ctxs as hits, and how many had their id synthesised. A ctx with a string id, title and text
+    and a float score (what berds writes) is taken directly; anything else goes through ``_parse_ctx``."""
+    hits: list[Hit] = []
+    synthesized = 0
+    for pos, ctx in enumerate(ctxs):
+        if type(ctx) is dict:
+            pid, title, text, score = ctx.get("id"), ctx.get("title"), ctx.get("text"), ctx.get("score")
+            if type(pid) is str and pid and type(title) is str and type(text) is str and type(score) is float \
+                    and score == score:
+                hits.append(Hit(Passage(pid, text, title), score))
+                continue
+        hit, synth = _parse_ctx(ctx, path=path, line=line, qid=qid, pos=pos)
+        hits.append(hit)
+        synthesized += synth
+    return hits, synthesized
+
+
 DUPLICATE_POLICIES = ("refuse", "dedupe", "keep")
 DUPLICATES_KEY = "duplicate_passages"  # manifest key of a run folder whose rankings repeat passages on purpose
 
@@ -215,7 +234,11 @@ def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False, duplica
     """A BERDS-format jsonl -> ``Run`` (hits in file order, which is the ranking; see ``unique_hits``).
 
     ``require_perspectives=False`` reads runs over questions without gold perspectives (DELPHI retrievals)."""
-    path = Path(path)
+    with no_gc():
+        return _read_ctxs_jsonl(Path(path), allow_empty_ctxs, duplicates, require_perspectives)
+
+
+def _read_ctxs_jsonl(path: Path, allow_empty_ctxs: bool, duplicates: str, require_perspectives: bool) -> Run:
     questions: list[Question] = []
     hits: list[list[Hit]] = []
     seen: dict[str, int] = {}
@@ -243,10 +266,10 @@ def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False, duplica
             raise InputError("'ctxs' is empty: nothing was retrieved for this question", path=path, line=line,
                              record=q.id, fix="re-run retrieval for it, drop the question, or pass --allow-short "
                                               "to score it as zero (no passage supports any perspective)")
-        parsed = [_parse_ctx(c, path=path, line=line, qid=q.id, pos=i) for i, c in enumerate(ctxs)]
-        synthesized += sum(s for _, s in parsed)
+        parsed, synth = _parse_ctxs(ctxs, path=path, line=line, qid=q.id)
+        synthesized += synth
         questions.append(q)
-        hits.append(unique_hits([h for h, _ in parsed], duplicates=duplicates, path=path, line=line, qid=q.id))
+        hits.append(unique_hits(parsed, duplicates=duplicates, path=path, line=line, qid=q.id))
     if not questions:
         raise InputError("holds no questions", path=path)
     manifest: dict[str, Any] = {"source": {"format": "berds-ctxs-jsonl", "path": str(path)}}
@@ -271,7 +294,7 @@ def check_manifest(manifest: Mapping[str, Any], run: Run, ctxs: Path, *, depths:
         raise InputError(f"is a {manifest.get('kind')!r} manifest, not a run's", path=path, fix=fix)
     recorded = manifest.get("ctxs_sha256")
     if recorded is not None:
-        if recorded != file_sha256(ctxs):
+        if recorded != sha256_file(ctxs):
             raise InputError(f"does not match {CTXS} (its recorded SHA-256 differs)", path=path, fix=fix)
         return
     depth = [len(h) for h in run.hits.values()]
@@ -281,6 +304,14 @@ def check_manifest(manifest: Mapping[str, Any], run: Run, ctxs: Path, *, depths:
     for key, value in found.items():
         if key in manifest and manifest[key] != value:
             raise InputError(f"records {key}={manifest[key]} but {CTXS} has {value}", path=path, fix=fix)
+
+
+def _written_together(manifest: Mapping[str, Any], trec: Path) -> bool:
+    """Whether the TREC file is, by its SHA-256, the one ``save_run`` wrote beside the ctxs file this manifest
+    records (``check_manifest`` checks that one): the two then hold the same ranking, and parsing every TREC line
+    to compare them (a quarter of a cached evaluation's time) is skipped."""
+    recorded = manifest.get("trec_sha256")
+    return bool(recorded and manifest.get("ctxs_sha256")) and recorded == sha256_file(trec)
 
 
 def load_run(path: str | Path, *, allow_empty: bool = False, duplicates: str = "refuse",
@@ -304,8 +335,8 @@ def load_run(path: str | Path, *, allow_empty: bool = False, duplicates: str = "
             duplicates = "keep"  # written so on purpose (the study's expansion merge)
         run = read_ctxs_jsonl(ctxs, allow_empty_ctxs=allow_empty, duplicates=duplicates,
                               require_perspectives=require_perspectives)
-        if (path / TREC).exists() and duplicates in ("refuse", "keep"):  # (a deduplicated ranking differs from it)
-            check_trec_matches(path / TREC, run)
+        if (path / TREC).exists() and duplicates in ("refuse", "keep") and not _written_together(manifest, path / TREC):
+            check_trec_matches(path / TREC, run)  # (a deduplicated ranking differs from it)
         if manifest:
             check_manifest(manifest, run, ctxs, depths=duplicates != "dedupe")
         manifest.setdefault("source", {"format": "run-folder", "path": str(path)})
@@ -314,15 +345,6 @@ def load_run(path: str | Path, *, allow_empty: bool = False, duplicates: str = "
         raise InputError("no such run folder or file", path=path)
     return read_ctxs_jsonl(path, allow_empty_ctxs=allow_empty, duplicates=duplicates,
                            require_perspectives=require_perspectives)
-
-
-def file_sha256(path: str | Path) -> str:
-    """SHA-256 of a file's bytes, read in blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 

@@ -108,6 +108,12 @@ class Hit:
     passage: Passage
     score: float = 0.0
 
+    def __init__(self, passage: Passage, score: float = 0.0) -> None:  # hand-written for speed, as Passage's
+        d = self.__dict__
+        d["passage"], d["score"] = passage, score
+        if type(score) is not float or score != score:  # the usual case is a float that is not NaN
+            self.__post_init__()
+
     def __post_init__(self) -> None:
         if not isinstance(self.score, (int, float)) or isinstance(self.score, bool) or math.isnan(self.score):
             raise ValueError(f"score of passage {self.passage.id!r} must be a number, got {self.score!r}")

@@ -32,6 +32,26 @@ def test_trec_file_format_and_ranks(tmp_path, tiny_run):
     assert [d for d, _ in parsed["q0"]] == [h.passage.id for h in tiny_run.hits["q0"]]
 
 
+def test_trec_checked_line_by_line_only_when_it_is_not_the_file_save_run_wrote(tmp_path, tiny_run, monkeypatch):
+    """The manifest records the TREC file's SHA-256: the file save_run wrote is not parsed again on load; a
+    changed one is checked line by line (a consistent re-tag loads, a changed docid is named)."""
+    import berds.runs as runs
+
+    out = save_run(tiny_run, tmp_path / "run")
+    checked = []
+    real_check = runs.check_trec_matches
+    monkeypatch.setattr(runs, "check_trec_matches", lambda *a: (checked.append(a[0]), real_check(*a)))
+    load_run(out)
+    assert checked == []
+    trec = out / "run.trec"
+    trec.write_text(trec.read_text().replace(" tiny\n", " retagged\n"))
+    load_run(out)
+    assert checked == [trec]
+    trec.write_text(trec.read_text().replace("q0 Q0 d0-1 2", "q0 Q0 zzz 2"))
+    with pytest.raises(InputError, match="rank 2 of question 'q0' is 'zzz'"):
+        load_run(out)
+
+
 def test_refuses_to_overwrite_a_run(tmp_path, tiny_run):
     save_run(tiny_run, tmp_path / "run")
     with pytest.raises(Exception, match="already holds a run"):

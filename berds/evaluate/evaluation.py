@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from berds.errors import BerdsError, InputError
+from berds.io import no_gc
 from berds.evaluate.cache import Digests, JudgementCache
 from berds.evaluate.judging import judge_missing
 from berds.evaluate.metrics import aggregate, question_metrics
@@ -87,18 +88,18 @@ class EvalResult:
     def judgement_lines(self, run: Run) -> Iterator[str]:
         """The lines of ``judgements.jsonl`` (what ``judgements`` holds, as JSON), built without a
         ``json.dumps`` per line: each id is escaped once, numbers are formatted as ``json`` would."""
-        judge = json.dumps(self.judge_id, ensure_ascii=False)
+        tail = f', "judge": {json.dumps(self.judge_id, ensure_ascii=False)}}}\n'
         for qid, matrix in self.support.items():
             hits = run.hits[qid]
             n = min(matrix.shape[1], len(hits))
             q = json.dumps(qid, ensure_ascii=False)
-            docids = [json.dumps(h.passage.id, ensure_ascii=False) for h in hits[:n]]
-            labels, probs = matrix.astype(int).tolist(), self.p_yes[qid].tolist()
+            # what every line of a rank shares, built once per question, then one f-string per line
+            heads = [f'{{"qid": {q}, "docid": {json.dumps(h.passage.id, ensure_ascii=False)}, "rank": {j}, "perspective": '
+                     for j, h in enumerate(hits[:n], start=1)]
+            labels, probs = matrix[:, :n].astype(int).tolist(), self.p_yes[qid][:, :n].tolist()
             for i, (row, prow) in enumerate(zip(labels, probs)):
-                for j in range(n):
-                    p = prow[j]
-                    yield (f'{{"qid": {q}, "docid": {docids[j]}, "rank": {j + 1}, "perspective": {i}, '
-                           f'"label": {row[j]}, "p_yes": {"null" if p != p else repr(p)}, "judge": {judge}}}\n')
+                yield from [f'{head}{i}, "label": {label}, "p_yes": {"null" if p != p else repr(p)}{tail}'
+                            for head, label, p in zip(heads, row, prow)]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -216,7 +217,11 @@ def evaluate_run(
     the cache). ``options`` is an ``EvalOptions`` (or just the k values); keyword ``changes`` override its
     fields (``evaluate_run(run, judge, ks=(5,), progress=False)``).
     """
-    opts = as_options(options, changes)
+    with no_gc():  # hundreds of thousands of small acyclic objects (digests, rows): see berds.io.no_gc
+        return _evaluate_run(run, judge, as_options(options, changes), cache)
+
+
+def _evaluate_run(run: Run, judge: Any, opts: EvalOptions, cache: JudgementCache | None) -> EvalResult:
     from berds.questions import require_gold
 
     require_gold(list(run.questions.values()), source=run.name, purpose="evaluation (MRecall/Precision)")
@@ -230,7 +235,7 @@ def evaluate_run(
     wanted: dict[bytes, dict[bytes, None]] = {}
     keys: dict[str, tuple[list[bytes], list[bytes]]] = {}
     for qid, (perspectives, passages) in grid.items():
-        pds, sds = [digest(t) for t in perspectives], [digest(t) for t in passages]
+        pds, sds = digest.many(perspectives), digest.many(passages, remember=False)
         texts.update(zip(pds, perspectives))
         texts.update(zip(sds, passages))
         for pd in pds:
@@ -264,18 +269,14 @@ def evaluate_run(
     p_yes: dict[str, np.ndarray] = {}
     per_question: dict[str, dict[str, float]] = {}
     for qid, (pds, sds) in keys.items():
-        s = np.zeros((len(pds), depth), dtype=bool)
+        s = np.zeros((len(pds), depth), dtype=bool)  # ranks past a short question's last passage stay unsupported
         py = np.full((len(pds), depth), np.nan)
-        for i, pd in enumerate(pds):
-            found = rows[pd]
-            for j, sd in enumerate(sds):  # ranks past a short question's last passage stay unsupported
-                label, prob, _, detail = found[sd]
-                s[i, j] = label
-                if prob is not None:
-                    py[i, j] = prob
-                if detail and json.loads(detail).get("unparsed"):
-                    stats.unparsed += 1
-                stats.verdicts += 1
+        if sds and pds:
+            found = [[rows[pd][sd] for sd in sds] for pd in pds]  # (label, p_yes, raw, detail) per pair
+            s[:, :len(sds)] = [[row[0] for row in line] for line in found]
+            py[:, :len(sds)] = [[row[1] for row in line] for line in found]  # (None becomes NaN)
+            stats.unparsed += sum(1 for line in found for row in line if row[3] and json.loads(row[3]).get("unparsed"))
+            stats.verdicts += len(pds) * len(sds)
         support[qid], p_yes[qid] = s, py
         per_question[qid] = question_metrics(s, ks)
     datasets = {qid: q.dataset for qid, q in run.questions.items()}
