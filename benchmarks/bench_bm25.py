@@ -31,6 +31,7 @@ Ratios are printed against the baseline measured in the same process. Peak RSS i
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import random
 import resource
@@ -153,16 +154,20 @@ def lucene_part(texts: list[str], queries: list[str], work: Path, threads: int, 
         raw_hits, ours, hits, run_ids = [], [], [], []
         for r in range(rounds):
             spent = dict.fromkeys(totals, 0.0)
-            for start in range(0, len(queries), chunk):
+            for turn, start in enumerate(range(0, len(queries), chunk)):
                 texts, batch = queries[start:start + chunk], questions[start:start + chunk]
-                got, t = timed(raw_search, raw, texts, k, threads)
-                spent["raw"] += t
-                mine, t = timed(searcher.search, texts, k, threads=threads)
-                spent["searcher"] += t
-                found, t = timed(retriever.search, batch, k=k)
-                spent["retriever"] += t
-                run, t = timed(retrieve, retriever, batch, k=k, progress=False)
-                spent["retrieve"] += t
+                calls = {"raw": lambda: raw_search(raw, texts, k, threads),
+                         "searcher": lambda: searcher.search(texts, k, threads=threads),
+                         "retriever": lambda: retriever.search(batch, k=k),
+                         "retrieve": lambda: retrieve(retriever, batch, k=k, progress=False)}
+                order = list(calls)
+                order = order[turn % 4:] + order[:turn % 4]  # each takes every place in turn (a JVM or Python
+                got_by = {}                                   # GC pause tends to land on whoever runs after a heavy one)
+                for name in order:
+                    gc.collect()  # untimed: nobody pays for garbage another contestant left
+                    got_by[name], t = timed(calls[name])
+                    spent[name] += t
+                got, mine, found, run = got_by["raw"], got_by["searcher"], got_by["retriever"], got_by["retrieve"]
                 if r == 0:
                     raw_hits += got
                     ours += mine

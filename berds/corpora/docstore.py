@@ -32,7 +32,6 @@ always give the same fingerprint; indexes and runs record it to prove which corp
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import os
@@ -51,7 +50,7 @@ import lmdb
 import numpy as np
 
 from berds.errors import BerdsError, InputError
-from berds.io import iter_jsonl, new_manifest, read_json, write_json
+from berds.io import iter_jsonl, new_manifest, no_gc, read_json, write_json
 from berds.types import Passage
 
 STORE_KIND = "passage-store"
@@ -659,20 +658,16 @@ class PassageStore:
             id_get, passage_get = self._local.getters
         except AttributeError:
             id_get, passage_get = self._getters()
-        paused = gc.isenabled()
-        gc.disable()  # a batch of acyclic Passages: the cyclic GC's passes over them would cost more than the reads
         try:
-            records = list(map(id_get, [p.encode("utf-8") if len(p) <= _MAX_KEY // 4 else _id_key(p) for p in pids]))
-            if None in records:
-                raise self._missing(pids[records.index(None)])
-            return list(map(self._decode, map(passage_get, records)))
+            with no_gc():  # a batch of acyclic Passages: the cyclic GC's passes over them would cost more than the reads
+                records = list(map(id_get, [p.encode("utf-8") if len(p) <= _MAX_KEY // 4 else _id_key(p) for p in pids]))
+                if None in records:
+                    raise self._missing(pids[records.index(None)])
+                return list(map(self._decode, map(passage_get, records)))
         except (AttributeError, TypeError, lmdb.BadValsizeError):
             raise self._missing(next(p for p in pids if not isinstance(p, str) or not p)) from None
         except (lmdb.Error, UnicodeDecodeError, struct.error, zlib.error) as e:
             raise self._damaged(e) from None
-        finally:
-            if paused:
-                gc.enable()
 
     def _values(self) -> Iterator[bytes]:
         """Every stored record in store order."""
