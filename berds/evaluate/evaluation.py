@@ -231,27 +231,28 @@ def _evaluate_run(run: Run, judge: Any, opts: EvalOptions, cache: JudgementCache
     grid = question_texts(run, depth, title_position=title_position, allow_short=allow_short)
     # Each distinct text is hashed once; verdicts are keyed by (perspective digest, passage digest).
     digest = Digests()
-    texts: dict[bytes, str] = {}
     wanted: dict[bytes, dict[bytes, None]] = {}
     keys: dict[str, tuple[list[bytes], list[bytes]]] = {}
     for qid, (perspectives, passages) in grid.items():
         pds, sds = digest.many(perspectives), digest.many(passages, remember=False)
-        texts.update(zip(pds, perspectives))
-        texts.update(zip(sds, passages))
         for pd in pds:
             wanted.setdefault(pd, {}).update(dict.fromkeys(sds))
         keys[qid] = (pds, sds)
-    needed = [(pd, sd) for pd, sds in wanted.items() for sd in sds]
-    stats = JudgeStats(pairs=len(needed))
+    stats = JudgeStats(pairs=sum(map(len, wanted.values())))
 
     rows: dict[bytes, dict[bytes, tuple[int, float | None, str | None, str | None]]] = {pd: {} for pd in wanted}
     if cache is not None and overwrite != "always":
         rows = cache.lookup(judge.id, judge.prompt_version, wanted, with_raw=False)
     stats.cached = sum(len(found) for found in rows.values())
-    missing = [JudgePair(perspective=texts[pd], passage=texts[sd]) for pd, sd in needed if sd not in rows[pd]]
+    missing: list[JudgePair] = []
+    if stats.cached < stats.pairs:  # (a fully cached evaluation skips this walk over every pair)
+        texts = {d: t for qid, (perspectives, passages) in grid.items()
+                 for d, t in zip((*keys[qid][0], *keys[qid][1]), (*perspectives, *passages))}
+        missing = [JudgePair(perspective=texts[pd], passage=texts[sd])
+                   for pd, sds in wanted.items() for sd in sds if sd not in rows[pd]]
     if missing and overwrite == "never":
         raise BerdsError(
-            f"{len(missing)} of {len(needed)} pairs are not in the judgement cache for judge {judge.id!r} and "
+            f"{len(missing)} of {stats.pairs} pairs are not in the judgement cache for judge {judge.id!r} and "
             f"--overwrite never forbids judging them — use --overwrite only-missing"
         )
     if missing:
