@@ -444,7 +444,7 @@ def test_tune_fails_in_seconds_when_the_similarity_model_is_not_there_offline(tm
     assert isinstance(result.exception, BerdsError), result.output
     message = str(result.exception)
     assert "hf download nobody-org/no-such-model" in message and "HF_HUB_OFFLINE" in message
-    assert elapsed < 2.0 and not log.exists()  # nothing was judged
+    assert elapsed < 5.0 and not log.exists()  # nothing was judged, no hub timeout waited for (those take 10 s+)
 
 
 def test_a_hub_miss_without_offline_mode_fails_fast_and_names_the_command(monkeypatch):
