@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from json.encoder import encode_basestring as json_string  # json.dumps(str, ensure_ascii=False), without its layers
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -94,7 +95,7 @@ class EvalResult:
             n = min(matrix.shape[1], len(hits))
             q = json.dumps(qid, ensure_ascii=False)
             # what every line of a rank shares, built once per question, then one f-string per line
-            heads = [f'{{"qid": {q}, "docid": {json.dumps(h.passage.id, ensure_ascii=False)}, "rank": {j}, "perspective": '
+            heads = [f'{{"qid": {q}, "docid": {json_string(h.passage.id)}, "rank": {j}, "perspective": '
                      for j, h in enumerate(hits[:n], start=1)]
             labels, probs = matrix[:, :n].astype(int).tolist(), self.p_yes[qid][:, :n].tolist()
             for i, (row, prow) in enumerate(zip(labels, probs)):
