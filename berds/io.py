@@ -150,6 +150,24 @@ def no_gc() -> Iterator[None]:
             gc.enable()
 
 
+def check_writable(path: PathLike, *, folder: bool) -> None:
+    """Refuse, before any work starts, an output that cannot be written: a file where a folder goes (or the
+    reverse), or no write access to the nearest existing folder above it. Commands that judge or retrieve for
+    an hour call this first, so a typo in ``--out`` does not fail at the end."""
+    path = Path(path)
+    if folder and path.is_file():
+        raise InputError("is a file, but a folder is written here", path=path, fix="choose another --out")
+    if not folder and path.is_dir():
+        raise InputError("is a folder, but a file is written here", path=path, fix="give a file name")
+    probe = path if folder else path.parent
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise InputError("is a file, but the output needs a folder here", path=probe, fix="choose another --out")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise InputError("this folder is not writable", path=probe, fix="choose another --out")
+
+
 def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

@@ -62,3 +62,35 @@ def test_python_m_server_refuses_a_port_out_of_range_before_loading_the_model():
                           capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "--port must be between 0 and 65535" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_every_out_option_is_checked_before_the_command_starts(tmp_path):
+    """Each command that writes to ``--out`` refuses a file where its folder goes (or a folder where its file
+    goes) as a usage error, before reading its inputs (which do not exist here: the check comes first)."""
+    from typer.main import get_command
+
+    from berds.cli import app
+    from berds.cli.options import out_file_callback, out_folder_callback
+
+    a_file, a_folder = tmp_path / "a-file", tmp_path / "a-folder"
+    a_file.write_text("x")
+    a_folder.mkdir()
+    checked = []
+
+    def walk(command, path):
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, path + [name])
+        for param in getattr(command, "params", []):
+            if "--out" in getattr(param, "opts", []):
+                checked.append((path, getattr(param.callback, "__wrapped__", param.callback)))  # (typer wraps it)
+
+    walk(get_command(app), [])
+    assert len(checked) >= 20
+    unchecked = [" ".join(path) for path, callback in checked if callback not in (out_file_callback, out_folder_callback)]
+    assert not unchecked, f"--out without a writability check: {unchecked}"
+    for args, wrong in ((["retrieve", "-r", "bm25", "--questions", "demo"], a_file),
+                        (["export", "qrels", str(tmp_path / "no-such-eval")], a_folder),
+                        (["report", str(tmp_path / "no-such-run"), "--judge", "embedded"], a_file)):
+        done = subprocess.run(berds_cmd(*args, "--out", str(wrong)), capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and "Invalid value for '--out'" in done.stderr, done.stderr
+        assert str(wrong) in done.stderr and "Traceback" not in done.stderr

@@ -12,7 +12,8 @@ from typing import Any, List, Optional
 import typer
 
 from berds.cli.options import (ALLOW_SHORT_HELP, ALLOW_UNPARSED_HELP, JUDGE_REQUIRED_HELP, K_HELP, floats_callback,
-                               ks_callback, parse_floats, parse_ks, print_judge_warning, require_judge)
+                               ks_callback, out_file_callback, out_folder_callback, parse_floats, parse_ks,
+                               print_judge_warning, require_judge)
 tune_app = typer.Typer(help="Tune reranking parameters on a dev split with a judge.", no_args_is_help=True)
 analyze_app = typer.Typer(help="The study's analyses: stance, leaning, sycophancy, coverage, docs needed.",
                           no_args_is_help=True)
@@ -81,7 +82,7 @@ NORM_HELP = ("Sim1 normalisation: question-max (the study's code: score / the qu
 @tune_app.command("mmr")
 def tune_mmr_command(
     run: Path = typer.Argument(..., help="A dev-split run (folder or BERDS jsonl)."),
-    out: Path = typer.Option(..., "--out", help="Folder for the run reranked with the chosen λ, and the λ table."),
+    out: Path = typer.Option(..., "--out", callback=out_folder_callback, help="Folder for the run reranked with the chosen λ, and the λ table."),
     judge: Optional[str] = typer.Option(None, "--judge", "-j", help=JUDGE_REQUIRED_HELP),
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),
     lambdas: List[str] = typer.Option(["0.5,0.75,0.9,0.95,0.99"], "--lambdas", metavar="λ", callback=floats_callback,
@@ -145,7 +146,7 @@ def _analysis_output(result: Any, out: Optional[Path], judge: str) -> None:
 def analyze_stance_command(
     questions: str = typer.Argument(..., help="Question set: kialo, arguana, opinionqa, demo, or a jsonl path."),
     llm: str = typer.Option(..., "--llm", help="BACKEND:MODEL, e.g. openai:gpt-4 or transformers:/models/qwen."),
-    out: Path = typer.Option(..., "--out", help="Stances jsonl to write."),
+    out: Path = typer.Option(..., "--out", callback=out_file_callback, help="Stances jsonl to write."),
     split: str = typer.Option("test", "--split", help="Question split: test or dev."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N questions."),
     llm_option: List[str] = typer.Option([], "--llm-option", help="key=value for the LLM backend (repeatable)."),
@@ -179,7 +180,7 @@ def analyze_leaning_command(
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
     allow_short: bool = typer.Option(False, "--allow-short", help=ALLOW_SHORT_HELP),
     allow_unparsed: bool = typer.Option(False, "--allow-unparsed", help=ALLOW_UNPARSED_HELP),
-    out: Optional[Path] = typer.Option(None, "--out", help="Write the result here (X.json + X.md/.csv/.png)."),
+    out: Optional[Path] = typer.Option(None, "--out", callback=out_file_callback, help="Write the result here (X.json + X.md/.csv/.png)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Share of questions whose top k supports only the supporting side, only the opposing, both, neither."""
@@ -207,7 +208,7 @@ def analyze_sycophancy_command(
     label: Optional[str] = typer.Option(None, "--label", help="Name of this setting in tables and plots."),
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Folder: sycophancy.json/.md/.csv/.png and the three runs."),
+    out: Optional[Path] = typer.Option(None, "--out", callback=out_folder_callback, help="Folder: sycophancy.json/.md/.csv/.png and the three runs."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Retrieve with the question, the supporting and the opposing perspective as the query; per run
@@ -234,7 +235,7 @@ def analyze_coverage_command(
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
     allow_short: bool = typer.Option(False, "--allow-short", help=ALLOW_SHORT_HELP),
     allow_unparsed: bool = typer.Option(False, "--allow-unparsed", help=ALLOW_UNPARSED_HELP),
-    out: Optional[Path] = typer.Option(None, "--out", help="Write the result here (X.json + X.md/.csv)."),
+    out: Optional[Path] = typer.Option(None, "--out", callback=out_file_callback, help="Write the result here (X.json + X.md/.csv)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """MRecall over the union of the runs' top DEPTH passages, beside each run's own."""
@@ -255,7 +256,7 @@ def analyze_docs_needed_command(
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
     allow_short: bool = typer.Option(False, "--allow-short", help=ALLOW_SHORT_HELP),
     allow_unparsed: bool = typer.Option(False, "--allow-unparsed", help=ALLOW_UNPARSED_HELP),
-    out: Optional[Path] = typer.Option(None, "--out", help="Write the result here (X.json + X.md/.csv)."),
+    out: Optional[Path] = typer.Option(None, "--out", callback=out_file_callback, help="Write the result here (X.json + X.md/.csv)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """How many top passages it takes to cover every perspective; share covered within DEPTH."""
@@ -272,7 +273,7 @@ def analyze_docs_needed_command(
 
 def report_command(
     runs: List[Path] = typer.Argument(None, help="Run folders or BERDS jsonl files."),
-    out: Path = typer.Option(..., "--out", help="Report folder."),
+    out: Path = typer.Option(..., "--out", callback=out_folder_callback, help="Report folder."),
     judge: Optional[str] = typer.Option(None, "--judge", "-j", help=JUDGE_REQUIRED_HELP),
     k: List[str] = typer.Option(["5", "10"], "--k", metavar="K", callback=ks_callback, help="Cut-offs for the metrics table: --k 5 --k 10 or --k 5,10."),
     curve_depth: Optional[int] = typer.Option(None, "--curve-depth", min=1, help="MRecall@k curve up to this k (default: largest --k)."),

@@ -7,6 +7,8 @@ from typing import List, Optional
 
 import typer
 
+from berds.cli.options import out_folder_callback
+
 answers_app = typer.Typer(help="Evaluate answers to contentious questions (DebateQA's P.D. and D.A.).",
                           no_args_is_help=True)
 
@@ -28,7 +30,7 @@ def answers_eval(
     da_prompt: str = typer.Option("table13", "--da-prompt", help="table13 (the paper's p_D.A.) | zero-shot."),
     da_parse: str = typer.Option("strict", "--da-parse", help="strict (reply must be 0 or 1) | first-digit | every-reply-aware (reproduces the published script's pitfall)."),
     batch_size: int = typer.Option(32, "--batch-size", help="Pairs per backend call (each batch is cached)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default: ANSWERS.answers-eval/ beside each file)."),
+    out: Optional[Path] = typer.Option(None, "--out", callback=out_folder_callback, help="Output folder (default: ANSWERS.answers-eval/ beside each file)."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Score cache (default: $BERDS_HOME/answers.sqlite)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the cache."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),

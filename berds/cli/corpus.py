@@ -9,6 +9,8 @@ from typing import List, Optional
 
 import typer
 
+from berds.cli.options import out_folder_callback
+
 corpus_app = typer.Typer(help="Build passage stores (Wikipedia, web snapshots, search results) and inspect them.",
                          no_args_is_help=True)
 build_app = typer.Typer(help="Build a passage store from a corpus source.", no_args_is_help=True)
@@ -35,7 +37,7 @@ def _expand(paths: List[str]) -> List[Path]:
     return out
 
 
-OUT = typer.Option(..., "--out", help="Folder of the new passage store.")
+OUT = typer.Option(..., "--out", callback=out_folder_callback, help="Folder of the new passage store.")
 OVERWRITE = typer.Option(False, "--overwrite", help="Replace an existing store at --out.")
 RESUME = typer.Option(False, "--resume", help="Keep the committed passages of an interrupted build of --out and continue.")
 QUIET = typer.Option(False, "--quiet", "-q", help="No progress bars.")

@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from berds.cli.options import (ALLOW_SHORT_HELP, ALLOW_UNPARSED_HELP, JUDGE_REQUIRED_HELP, K_HELP, ks_callback,
-                               parse_ks, require_judge)
+                               out_folder_callback, parse_ks, require_judge)
 
 judges_app = typer.Typer(help="Perspective judges: list what is available.", no_args_is_help=True)
 cache_app = typer.Typer(help="The judgement cache.", no_args_is_help=True)
@@ -34,7 +34,7 @@ def eval_command(
     allow_short: bool = typer.Option(False, "--allow-short", help=ALLOW_SHORT_HELP),
     allow_unparsed: bool = typer.Option(False, "--allow-unparsed", help=ALLOW_UNPARSED_HELP),
     duplicates: str = typer.Option("refuse", "--duplicates", help="A passage listed twice in one question's ranking: refuse (default) | dedupe (keep the first) | keep (count every occurrence, as the study's expansion runs did; run folders that repeat on purpose are read so by default)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Write metrics here instead of next to the run."),
+    out: Optional[Path] = typer.Option(None, "--out", callback=out_folder_callback, help="Write metrics here instead of next to the run."),
     write_legacy: bool = typer.Option(False, "--write-legacy", help="Also write run.mistralpred.jsonl: each judged ctx with 'mistral-preds' (one boolean per perspective), what the original BERDS evaluation reads."),
     from_predictions: Optional[Path] = typer.Option(None, "--from-predictions", help="Compute metrics from the 'mistral-preds' already in this file (the original compute-only mode); no judge."),
     engine: str = typer.Option("local", "--engine", help="local | ray"),
@@ -120,7 +120,7 @@ def _eval_from_predictions(path: Path, ks: tuple[int, ...], *, allow_short: bool
 
 
 def demo_command(
-    out: Path = typer.Option(Path("demo-out"), "--out", help="Folder for the corpus, indexes, runs and judgements."),
+    out: Path = typer.Option(Path("demo-out"), "--out", callback=out_folder_callback, help="Folder for the corpus, indexes, runs and judgements."),
     judge: str = typer.Option("embedded", "--judge", "-j", help="Judge for the main table."),
     k: List[str] = typer.Option(["5", "10"], "--k", metavar="K", callback=ks_callback, help=K_HELP),
     mmr_lambda: float = typer.Option(0.75, "--lambda", help="MMR λ for the reranked MiniLM run."),

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from berds.cli.options import out_file_callback
+
 export_app = typer.Typer(help="Export berds results for other tools.", no_args_is_help=True)
 
 
@@ -16,7 +18,7 @@ def register(app: typer.Typer) -> None:
 @export_app.command("qrels")
 def export_qrels_command(
     evaluation: Path = typer.Argument(..., help="An evaluation folder written by `berds eval` (or its judgements.jsonl)."),
-    out: Path = typer.Option(..., "--out", help="The qrels file to write (qid subtopic docid rel)."),
+    out: Path = typer.Option(..., "--out", callback=out_file_callback, help="The qrels file to write (qid subtopic docid rel)."),
 ) -> None:
     """Write judgements as qrels with perspectives as subtopics, for ir_measures / ndeval / ranx."""
     from rich.console import Console

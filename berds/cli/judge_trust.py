@@ -13,6 +13,8 @@ from typing import List, Optional
 
 import typer
 
+from berds.cli.options import out_file_callback
+
 judge_app = typer.Typer(help="Trust the judge: validity against human labels, bias audit, calibration.",
                         no_args_is_help=True)
 
@@ -47,7 +49,7 @@ def validate_command(
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file (default: $BERDS_HOME/judgements.sqlite)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Judge everything without reading or writing the cache."),
     markdown: bool = typer.Option(False, "--markdown", help="Also print the table as markdown."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Write the full report as JSON."),
+    out: Optional[Path] = typer.Option(None, "--out", callback=out_file_callback, help="Write the full report as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Accuracy, precision, recall, F1, Yes share and Cohen's κ (bootstrap 95% intervals) of each judge
@@ -87,7 +89,7 @@ def audit_command(
                                              help="Flag the judge when more than this share of its true positives stay Yes after negation."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Judge everything without reading or writing the cache."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Write the full report as JSON."),
+    out: Optional[Path] = typer.Option(None, "--out", callback=out_file_callback, help="Write the full report as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Re-judge the labelled pairs under controlled changes (prompt order, label words, negation, sentence
@@ -126,7 +128,7 @@ def calibrate_command(
     no_save: bool = typer.Option(False, "--no-save", help="Measure only; store nothing."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Judge everything without reading or writing the cache."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Write the full result as JSON."),
+    out: Optional[Path] = typer.Option(None, "--out", callback=out_file_callback, help="Write the full result as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Reliability table and ECE of P(Yes); choose the threshold on a labelled dev file and store it under
@@ -156,7 +158,7 @@ def stance_correct_command(
     bootstrap: int = typer.Option(1000, "--bootstrap", min=0, help="Bootstrap samples over the labelled pairs."),
     seed: int = typer.Option(0, "--seed", help="Random seed of the bootstrap resampling."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Write the corrected result as JSON."),
+    out: Optional[Path] = typer.Option(None, "--out", callback=out_file_callback, help="Write the corrected result as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Sycophancy Δ corrected for the judge's error rates on supporting vs opposing perspectives."""

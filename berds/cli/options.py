@@ -134,6 +134,30 @@ def floats_callback(values: Any) -> list[float]:
         raise typer.BadParameter(str(exc)) from None
 
 
+def _writable(value: Any, *, folder: bool) -> Any:
+    import typer
+
+    from berds.errors import InputError
+    from berds.io import check_writable
+
+    if value is not None:
+        try:
+            check_writable(value, folder=folder)
+        except InputError as exc:
+            raise typer.BadParameter(str(exc)) from None
+    return value
+
+
+def out_folder_callback(value: Any) -> Any:
+    """typer callback for an ``--out`` folder: checked before the command starts its work (see check_writable)."""
+    return _writable(value, folder=True)
+
+
+def out_file_callback(value: Any) -> Any:
+    """typer callback for an ``--out`` file (or a file stem such as ``X`` for ``X.json`` + ``X.md``)."""
+    return _writable(value, folder=False)
+
+
 JUDGE_REQUIRED_HELP = ("Judge (required; `berds judges list`): a catalogue name, BACKEND:MODEL, debate:NAME or "
                        "calibrated:NAME. `embedded` is only a CPU smoke test.")
 

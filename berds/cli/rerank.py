@@ -10,7 +10,7 @@ from typing import Any, List, Optional
 import typer
 
 from berds.cli.analysis import _console, _print_table as _table  # one table style for every command
-from berds.cli.options import JUDGE_REQUIRED_HELP, require_judge
+from berds.cli.options import JUDGE_REQUIRED_HELP, out_folder_callback, require_judge
 
 rerankers_app = typer.Typer(help="Rerankers: list what is available.", no_args_is_help=True)
 study_app = typer.Typer(help="Studies that combine retrieval, reranking and judging.", no_args_is_help=True)
@@ -51,7 +51,7 @@ def reranker_options(name: str, given: dict[str, Any], *, embedding_cache: Optio
 def rerank_command(
     name: str = typer.Argument(..., help="Reranker: mmr, dpp, msd, cover, ssd, xquad, pm2 (berds rerankers list), or module:attr."),
     run: Path = typer.Argument(..., help="Run folder or BERDS-format jsonl to rerank."),
-    out: Path = typer.Option(..., "--out", help="Folder for the reranked run."),
+    out: Path = typer.Option(..., "--out", callback=out_folder_callback, help="Folder for the reranked run."),
     lam: Optional[str] = typer.Option(None, "--lambda", help="λ (mmr, xquad, pm2): a number in [0, 1], table7:RETRIEVER:CORPUS, or a preset like bm25-wikipedia."),
     lambda_preset: Optional[str] = typer.Option(None, "--lambda-preset", help="λ of the study's Table 7, e.g. bm25-wikipedia, contriever-sphere."),
     lambda_from: Optional[Path] = typer.Option(None, "--lambda-from", help="Use the λ chosen by `berds tune mmr` (its output folder)."),
@@ -170,7 +170,7 @@ def compare_command(
     judge_option: List[str] = typer.Option([], "--judge-option", help="key=value for the judge (repeatable)."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
     allow_short: bool = typer.Option(False, "--allow-short", help="Score questions with fewer than k passages, or none: missing ranks count as unsupported."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Write compare.json/.md/.csv into this folder."),
+    out: Optional[Path] = typer.Option(None, "--out", callback=out_folder_callback, help="Write compare.json/.md/.csv into this folder."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Paired comparison over questions: mean difference, bootstrap interval, permutation test, Holm."""
@@ -193,7 +193,7 @@ def compare_command(
 @study_app.command("diversify")
 def study_diversify_command(
     run: Path = typer.Argument(..., help="The retriever run (test split, or all questions with --split-dev)."),
-    out: Path = typer.Option(..., "--out", help="Study folder (tables, plot, tuned runs)."),
+    out: Path = typer.Option(..., "--out", callback=out_folder_callback, help="Study folder (tables, plot, tuned runs)."),
     judge: Optional[str] = typer.Option(None, "--judge", "-j", help=JUDGE_REQUIRED_HELP),
     dev_run: Optional[Path] = typer.Option(None, "--dev-run", help="The same retriever's run on the dev split."),
     split_dev: Optional[float] = typer.Option(None, "--split-dev", help="No dev run: put this share of RUN's questions (by a hash of their ids) in dev."),

@@ -10,6 +10,8 @@ from typing import List, Optional
 
 import typer
 
+from berds.cli.options import out_folder_callback
+
 index_app = typer.Typer(help="Build indexes of a passage store (Lucene BM25, dense FAISS).", no_args_is_help=True)
 retrievers_app = typer.Typer(help="Retrievers: list what is available.", no_args_is_help=True)
 encoders_app = typer.Typer(help="Dense encoders: list the declared specs.", no_args_is_help=True)
@@ -47,7 +49,7 @@ def _print_meta(title: str, meta: dict, rows: list[tuple[str, str]]) -> None:
 @index_app.command("bm25")
 def index_bm25(
     corpus: Path = typer.Argument(..., help="Passage store folder (berds corpus build ...)."),
-    out: Path = typer.Option(..., "--out", help="Index folder to write."),
+    out: Path = typer.Option(..., "--out", callback=out_folder_callback, help="Index folder to write."),
     contents: str = typer.Option("title+text", "--contents", help="title+text (pyserini's DPR-wiki style) or text."),
     threads: int = typer.Option(os.cpu_count() or 1, "--threads", min=1, help="Lucene indexing threads (default: every core)."),
     overwrite: str = typer.Option("missing", "--overwrite", help="missing (keep an identical index) | always | never"),
@@ -68,7 +70,7 @@ def index_bm25(
 @index_app.command("dense")
 def index_dense(
     corpus: Path = typer.Argument(..., help="Passage store folder."),
-    out: Path = typer.Option(..., "--out", help="Index folder to write."),
+    out: Path = typer.Option(..., "--out", callback=out_folder_callback, help="Index folder to write."),
     encoder: str = typer.Option(..., "--encoder", "-e", help="Encoder: a name from `berds encoders list`, sentence-transformers:PATH, transformers:PATH."),
     encoder_option: List[str] = typer.Option([], "--encoder-option", help="key=value overriding an encoder field (repeatable)."),
     device: str = typer.Option("cpu", "--device", help="cpu | cuda | cuda:N (encoder and, with faiss-gpu, FAISS)."),
@@ -145,7 +147,7 @@ def encoders_list() -> None:
 def retrieve_command(
     retriever: str = typer.Option(..., "--retriever", "-r", help="A name from `berds retrievers list`, or module:attr."),
     questions: str = typer.Option(..., "--questions", help="arguana | kialo | opinionqa | demo | a questions .jsonl"),
-    out: Path = typer.Option(..., "--out", help="Run folder to write (manifest.json, run.trec, run.ctxs.jsonl)."),
+    out: Path = typer.Option(..., "--out", callback=out_folder_callback, help="Run folder to write (manifest.json, run.trec, run.ctxs.jsonl)."),
     split: str = typer.Option("test", "--split", help="Question split."),
     k: int = typer.Option(100, "--k", help="Passages per question."),
     index: Optional[Path] = typer.Option(None, "--index", help="Index folder (berds index ...)."),

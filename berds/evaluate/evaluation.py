@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from berds.errors import BerdsError, InputError
-from berds.io import no_gc
+from berds.io import check_writable, no_gc
 from berds.evaluate.cache import Digests, JudgementCache
 from berds.evaluate.judging import judge_missing
 from berds.evaluate.metrics import aggregate, question_metrics
@@ -469,24 +469,6 @@ def eval_output_dir(run_path: Path, out: str | Path | None, n_runs: int) -> Path
     return eval_output_dirs([run_path], out)[0]
 
 
-def check_output_dir(path: Path) -> None:
-    """Refuse, before any work, a folder that cannot be written: a file in the way, or no write access
-    to the nearest existing parent (judging first and failing at the end would lose the verdicts)."""
-    import os
-
-    path = Path(path)
-    probe = path
-    while not probe.exists():
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    if not probe.is_dir():
-        raise InputError("is a file, but the evaluation needs a folder here", path=probe,
-                         fix="choose another --out")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise InputError("this folder is not writable", path=probe, fix="choose another --out")
-
-
 def evaluate_paths(
     paths: Sequence[str | Path],
     judge: str | Any,
@@ -512,7 +494,7 @@ def evaluate_paths(
     runs = [(Path(p), load_run(p, allow_empty=opts.allow_short, duplicates=opts.duplicates)) for p in paths]
     targets = eval_output_dirs([p for p, _ in runs], opts.out)
     for target in targets:  # every output path is checked before anything is judged
-        check_output_dir(target)
+        check_writable(target, folder=True)
     labels = distinct_names([run.name for _, run in runs], [p for p, _ in runs], sep="/")
     runs = [(p, run if label == run.name else Run(run.questions, run.hits, run.manifest, label))
             for (p, run), label in zip(runs, labels)]
