@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from berds.llm.server import ServerLimits  # stdlib only at import: the CLI stays light
+from berds.llm.limits import ServerLimits  # not berds.llm.server: the CLI stays light
 
 _LIMITS = ServerLimits()  # one set of defaults for `berds llm serve` and `python -m berds.llm.server`
 
@@ -55,7 +55,7 @@ def serve_command(
     log_requests: bool = typer.Option(False, help="print one line per request on stderr"),
 ) -> None:
     """Serve a model over an OpenAI-compatible API (/v1/chat/completions, /v1/models), every size bounded."""
-    from berds.llm.server import ServerLimits, serve
+    from berds.llm.server import serve
     from berds.registry import parse_options
 
     limits = ServerLimits(max_body_bytes=max_body_bytes, max_prompt_chars=max_prompt_chars,
