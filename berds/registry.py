@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Any, Callable, Generic, Iterator, Sequence, TypeVar
 
 from berds.errors import BerdsError, UnknownNameError
@@ -87,6 +86,8 @@ class Catalogue(Generic[T]):
         if self._entry_points_loaded or not self.entry_point_group:
             return
         self._entry_points_loaded = True
+        from importlib import metadata  # here, not at import: 20 ms every berds command would pay otherwise
+
         for ep in metadata.entry_points(group=self.entry_point_group):
             if ep.name in self._specs:
                 continue
