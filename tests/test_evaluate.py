@@ -45,6 +45,24 @@ def test_evaluate_matches_hand_computed_support(tiny_run):
     assert set(res.averages) == {"all", "arguana", "kialo", "macro"}
 
 
+def test_the_cyclic_gc_runs_while_the_judge_does(tiny_run):
+    """evaluate_run pauses the cyclic GC while it builds digests and matrices, never while a judge runs (a model may
+    make cyclic garbage for hours); and it leaves the GC as it found it."""
+    import gc
+
+    class GcWatchingJudge(OverlapJudge):
+        seen: list[bool] = []
+
+        def judge(self, pairs):
+            self.seen.append(gc.isenabled())
+            return super().judge(pairs)
+
+    judge = GcWatchingJudge(threshold=0.99)
+    assert gc.isenabled()
+    evaluate_run(tiny_run, judge, ks=(3,), progress=False)
+    assert judge.seen and all(judge.seen) and gc.isenabled()
+
+
 def test_cache_reuse_and_overwrite_policies(tmp_path, tiny_run):
     cache = JudgementCache(tmp_path / "c.sqlite")
     judge = CountingJudge()

@@ -218,39 +218,38 @@ def evaluate_run(
     the cache). ``options`` is an ``EvalOptions`` (or just the k values); keyword ``changes`` override its
     fields (``evaluate_run(run, judge, ks=(5,), progress=False)``).
     """
-    with no_gc():  # hundreds of thousands of small acyclic objects (digests, rows): see berds.io.no_gc
-        return _evaluate_run(run, judge, as_options(options, changes), cache)
-
-
-def _evaluate_run(run: Run, judge: Any, opts: EvalOptions, cache: JudgementCache | None) -> EvalResult:
+    opts = as_options(options, changes)
     from berds.questions import require_gold
 
     require_gold(list(run.questions.values()), source=run.name, purpose="evaluation (MRecall/Precision)")
     ks, overwrite, title_position, allow_short = opts.ks, opts.overwrite, opts.title_position, opts.allow_short
     progress, judge_runner, batch_size = opts.progress, opts.judge_runner, opts.batch_size
     depth = ks[-1]
-    grid = question_texts(run, depth, title_position=title_position, allow_short=allow_short)
-    # Each distinct text is hashed once; verdicts are keyed by (perspective digest, passage digest).
-    digest = Digests()
-    wanted: dict[bytes, dict[bytes, None]] = {}
-    keys: dict[str, tuple[list[bytes], list[bytes]]] = {}
-    for qid, (perspectives, passages) in grid.items():
-        pds, sds = digest.many(perspectives), digest.many(passages, remember=False)
-        for pd in pds:
-            wanted.setdefault(pd, {}).update(dict.fromkeys(sds))
-        keys[qid] = (pds, sds)
-    stats = JudgeStats(pairs=sum(map(len, wanted.values())))
+    # The cyclic GC is paused while hundreds of thousands of small acyclic objects (digests, rows, matrices) are
+    # made (berds.io.no_gc), but not while a judge runs: a model may make cyclic garbage for hours.
+    with no_gc():
+        grid = question_texts(run, depth, title_position=title_position, allow_short=allow_short)
+        # Each distinct text is hashed once; verdicts are keyed by (perspective digest, passage digest).
+        digest = Digests()
+        wanted: dict[bytes, dict[bytes, None]] = {}
+        keys: dict[str, tuple[list[bytes], list[bytes]]] = {}
+        for qid, (perspectives, passages) in grid.items():
+            pds, sds = digest.many(perspectives), digest.many(passages, remember=False)
+            for pd in pds:
+                wanted.setdefault(pd, {}).update(dict.fromkeys(sds))
+            keys[qid] = (pds, sds)
+        stats = JudgeStats(pairs=sum(map(len, wanted.values())))
 
-    rows: dict[bytes, dict[bytes, tuple[int, float | None, str | None, str | None]]] = {pd: {} for pd in wanted}
-    if cache is not None and overwrite != "always":
-        rows = cache.lookup(judge.id, judge.prompt_version, wanted, with_raw=False)
-    stats.cached = sum(len(found) for found in rows.values())
-    missing: list[JudgePair] = []
-    if stats.cached < stats.pairs:  # (a fully cached evaluation skips this walk over every pair)
-        texts = {d: t for qid, (perspectives, passages) in grid.items()
-                 for d, t in zip((*keys[qid][0], *keys[qid][1]), (*perspectives, *passages))}
-        missing = [JudgePair(perspective=texts[pd], passage=texts[sd])
-                   for pd, sds in wanted.items() for sd in sds if sd not in rows[pd]]
+        rows: dict[bytes, dict[bytes, tuple[int, float | None, str | None, str | None]]] = {pd: {} for pd in wanted}
+        if cache is not None and overwrite != "always":
+            rows = cache.lookup(judge.id, judge.prompt_version, wanted, with_raw=False)
+        stats.cached = sum(len(found) for found in rows.values())
+        missing: list[JudgePair] = []
+        if stats.cached < stats.pairs:  # (a fully cached evaluation skips this walk over every pair)
+            texts = {d: t for qid, (perspectives, passages) in grid.items()
+                     for d, t in zip((*keys[qid][0], *keys[qid][1]), (*perspectives, *passages))}
+            missing = [JudgePair(perspective=texts[pd], passage=texts[sd])
+                       for pd, sds in wanted.items() for sd in sds if sd not in rows[pd]]
     if missing and overwrite == "never":
         raise BerdsError(
             f"{len(missing)} of {stats.pairs} pairs are not in the judgement cache for judge {judge.id!r} and "
@@ -267,20 +266,21 @@ def _evaluate_run(run: Run, judge: Any, opts: EvalOptions, cache: JudgementCache
         stats.judged = len(missing)
         stats.seconds = time.perf_counter() - started
 
-    support: dict[str, np.ndarray] = {}
-    p_yes: dict[str, np.ndarray] = {}
-    per_question: dict[str, dict[str, float]] = {}
-    for qid, (pds, sds) in keys.items():
-        s = np.zeros((len(pds), depth), dtype=bool)  # ranks past a short question's last passage stay unsupported
-        py = np.full((len(pds), depth), np.nan)
-        if sds and pds:
-            found = [[rows[pd][sd] for sd in sds] for pd in pds]  # (label, p_yes, raw, detail) per pair
-            s[:, :len(sds)] = [[row[0] for row in line] for line in found]
-            py[:, :len(sds)] = [[row[1] for row in line] for line in found]  # (None becomes NaN)
-            stats.unparsed += sum(1 for line in found for row in line if row[3] and json.loads(row[3]).get("unparsed"))
-            stats.verdicts += len(pds) * len(sds)
-        support[qid], p_yes[qid] = s, py
-        per_question[qid] = question_metrics(s, ks)
+    with no_gc():
+        support: dict[str, np.ndarray] = {}
+        p_yes: dict[str, np.ndarray] = {}
+        per_question: dict[str, dict[str, float]] = {}
+        for qid, (pds, sds) in keys.items():
+            s = np.zeros((len(pds), depth), dtype=bool)  # ranks past a short question's last passage stay unsupported
+            py = np.full((len(pds), depth), np.nan)
+            if sds and pds:
+                found = [[rows[pd][sd] for sd in sds] for pd in pds]  # (label, p_yes, raw, detail) per pair
+                s[:, :len(sds)] = [[row[0] for row in line] for line in found]
+                py[:, :len(sds)] = [[row[1] for row in line] for line in found]  # (None becomes NaN)
+                stats.unparsed += sum(1 for line in found for row in line if row[3] and json.loads(row[3]).get("unparsed"))
+                stats.verdicts += len(pds) * len(sds)
+            support[qid], p_yes[qid] = s, py
+            per_question[qid] = question_metrics(s, ks)
     datasets = {qid: q.dataset for qid, q in run.questions.items()}
     result = EvalResult(
         run_name=run.name, judge_id=judge.id, prompt_version=judge.prompt_version, ks=ks, depth=depth,
