@@ -43,15 +43,6 @@ class Digests:
             d = self._seen[text] = text_digest(text)
         return d
 
-    def many(self, texts: Iterable[str], *, remember: bool = True) -> list[bytes]:
-        """``[self(t) for t in texts]`` without a method call per text. ``remember=False`` hashes without the
-        memo: for texts that rarely repeat (a run's passages), looking a long text up costs as much as hashing it."""
-        if not remember:
-            sha256 = hashlib.sha256
-            return [sha256(t.encode("utf-8")).digest() for t in texts]
-        seen, sha256 = self._seen, hashlib.sha256
-        return [seen.get(t) or seen.setdefault(t, sha256(t.encode("utf-8")).digest()) for t in texts]
-
 
 def row_verdict(row: tuple[int, float | None, str, str | None]) -> Verdict:
     """A ``Verdict`` from a cached row ``(label, p_yes, raw, detail JSON)``."""

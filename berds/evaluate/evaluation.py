@@ -26,7 +26,7 @@ import numpy as np
 
 from berds.errors import BerdsError, InputError
 from berds.io import check_writable, no_gc
-from berds.evaluate.cache import Digests, JudgementCache
+from berds.evaluate.cache import Digests, JudgementCache, text_digest
 from berds.evaluate.judging import judge_missing
 from berds.evaluate.metrics import aggregate, question_metrics
 from berds.runs import run_stem
@@ -234,7 +234,8 @@ def evaluate_run(
         wanted: dict[bytes, dict[bytes, None]] = {}
         keys: dict[str, tuple[list[bytes], list[bytes]]] = {}
         for qid, (perspectives, passages) in grid.items():
-            pds, sds = digest.many(perspectives), digest.many(passages, remember=False)
+            # (passages rarely repeat across questions: looking a long text up in the memo costs as much as hashing it)
+            pds, sds = [digest(t) for t in perspectives], list(map(text_digest, passages))
             for pd in pds:
                 wanted.setdefault(pd, {}).update(dict.fromkeys(sds))
             keys[qid] = (pds, sds)
