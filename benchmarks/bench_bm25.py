@@ -31,7 +31,6 @@ Ratios are printed against the baseline measured in the same process. Peak RSS i
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import random
 import resource
@@ -42,6 +41,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from turns import take_turns  # noqa: E402
 
 STOPWORDS = "the of and to in is that for it as was with be by on not he this are or his from".split()
 
@@ -148,7 +150,7 @@ def lucene_part(texts: list[str], queries: list[str], work: Path, threads: int, 
     questions = [Question(id=f"q{i}", text=q, perspectives=("x",)) for i, q in enumerate(queries)]
     raw_search(raw, queries, 100, threads)  # warm-up: JIT and page cache, for every contestant
     retriever.search(questions[:200], k=100)
-    chunk = 100  # contestants take turns every 100 queries, so a load spike from other jobs hits all of them
+    chunk = 100  # contestants take turns (benchmarks/turns.py) every 100 queries
     for k in (10, 100):
         totals: dict[str, list[float]] = {"raw": [], "searcher": [], "retriever": [], "retrieve": []}
         raw_hits, ours, hits, run_ids = [], [], [], []
@@ -160,14 +162,10 @@ def lucene_part(texts: list[str], queries: list[str], work: Path, threads: int, 
                          "searcher": lambda: searcher.search(texts, k, threads=threads),
                          "retriever": lambda: retriever.search(batch, k=k),
                          "retrieve": lambda: retrieve(retriever, batch, k=k, progress=False)}
-                order = list(calls)
-                order = order[turn % 4:] + order[:turn % 4]  # each takes every place in turn (a JVM or Python
-                got_by = {}                                   # GC pause tends to land on whoever runs after a heavy one)
-                for name in order:
-                    gc.collect()  # untimed: nobody pays for garbage another contestant left
-                    got_by[name], t = timed(calls[name])
-                    spent[name] += t
-                got, mine, found, run = got_by["raw"], got_by["searcher"], got_by["retriever"], got_by["retrieve"]
+                timings = take_turns(calls, turn)
+                for name, (_, seconds) in timings.items():
+                    spent[name] += seconds
+                got, mine, found, run = (timings[name][0] for name in ("raw", "searcher", "retriever", "retrieve"))
                 if r == 0:
                     raw_hits += got
                     ours += mine

@@ -36,6 +36,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from turns import take_turns  # noqa: E402
+
 
 def structured_vectors(n: int, dim: int, seed: int, latent: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """Unit vectors with low intrinsic dimension, like text embeddings: a 24-d Gaussian mixture (200
@@ -214,23 +217,19 @@ def retrieval_part(n: int, n_queries: int, rounds: int, work: Path) -> dict:
     def raw_ranked(pairs: list[tuple[str, float]]) -> list[str]:  # berds orders equal scores by passage id
         return [d for d, _ in sorted(pairs, key=lambda t: (-t[1], t[0]))]
 
-    chunk = 50  # contestants take turns every 50 queries (the machine is shared); best of the rounds
+    chunk = 50  # contestants take turns (benchmarks/turns.py) every 50 queries; best of the rounds
     for k in (10, 100):
         totals: dict[str, list[float]] = {"raw": [], "retriever": [], "retrieve": []}
         raw_hits, hits, run_ids = [], [], []
         for r in range(rounds):
             spent = dict.fromkeys(totals, 0.0)
-            for start in range(0, n_queries, chunk):
+            for turn, start in enumerate(range(0, n_queries, chunk)):
                 texts, batch = queries[start:start + chunk], questions[start:start + chunk]
-                t = time.perf_counter()
-                got = raw(k, texts)
-                spent["raw"] += time.perf_counter() - t
-                t = time.perf_counter()
-                found = retriever.search(batch, k=k)
-                spent["retriever"] += time.perf_counter() - t
-                t = time.perf_counter()
-                run = retrieve(retriever, batch, k=k, progress=False)
-                spent["retrieve"] += time.perf_counter() - t
+                timings = take_turns({"raw": lambda: raw(k, texts), "retriever": lambda: retriever.search(batch, k=k),
+                                      "retrieve": lambda: retrieve(retriever, batch, k=k, progress=False)}, turn)
+                for name, (_, seconds) in timings.items():
+                    spent[name] += seconds
+                got, found, run = (timings[name][0] for name in ("raw", "retriever", "retrieve"))
                 if r == 0:
                     raw_hits += got
                     hits += found
