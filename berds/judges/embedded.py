@@ -399,6 +399,29 @@ class PairFeaturizer:
 # ------------------------------------------------------------------------------------------ head
 
 
+def _read_format_file(path: Path, *, file: str, kind: str, fmt: str, version: int, fix: str) -> tuple[bytes, dict]:
+    """The bytes and JSON object of one of the judge's own versioned files (``{"format": fmt, "format_version":
+    version, ...}``); every problem is an error naming the file and ``fix``. JSON only: never a pickle."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"embedded-judge {file} not found", path=path, fix=fix) from None
+    except IsADirectoryError:
+        raise InputError(f"expected a JSON {file}, found a folder", path=path, fix=fix) from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InputError(f"{file} is not UTF-8 JSON (binary or pickled?)", path=path, fix=fix) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{file} is not valid JSON: {exc.msg}", path=path, line=exc.lineno, fix=fix) from None
+    if not isinstance(data, dict) or data.get("format") != fmt:
+        raise InputError(f"not an embedded-judge {kind} (expected \"format\": \"{fmt}\")", path=path, fix=fix)
+    if data.get("format_version") != version:
+        raise InputError(f"{kind} format_version {data.get('format_version')!r} is not supported "
+                         f"(this berds reads {version})", path=path, fix=fix)
+    return raw, data
+
+
 @dataclass(frozen=True)
 class JudgeHead:
     """A logistic head over standardised features: ``p_yes = sigmoid(coef · (x - mean) / scale + intercept)``."""
@@ -436,23 +459,8 @@ class JudgeHead:
         """Read and validate a head file; every problem names the file, the field and the fix."""
         path = Path(path)
         fix = "rebuild it with scripts/train_embedded_judge.py, or omit weights= to use the shipped head"
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            raise InputError("embedded-judge weights file not found", path=path, fix=fix) from None
-        except IsADirectoryError:
-            raise InputError("expected a JSON weights file, found a folder", path=path, fix=fix) from None
-        try:
-            data = json.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            raise InputError("weights file is not UTF-8 JSON (binary or pickled?)", path=path, fix=fix) from None
-        except json.JSONDecodeError as exc:
-            raise InputError(f"weights file is not valid JSON: {exc.msg}", path=path, line=exc.lineno, fix=fix) from None
-        if not isinstance(data, dict) or data.get("format") != HEAD_FORMAT:
-            raise InputError(f"not an embedded-judge head (expected \"format\": \"{HEAD_FORMAT}\")", path=path, fix=fix)
-        if data.get("format_version") != HEAD_FORMAT_VERSION:
-            raise InputError(f"head format_version {data.get('format_version')!r} is not supported "
-                             f"(this berds reads {HEAD_FORMAT_VERSION})", path=path, fix=fix)
+        raw, data = _read_format_file(path, file="weights file", kind="head", fmt=HEAD_FORMAT,
+                                      version=HEAD_FORMAT_VERSION, fix=fix)
         head = cls.from_json(data, path=path, fix=fix)
         return cls(head.feature_names, head.mean, head.scale, head.coef, head.intercept, head.threshold,
                    head.metadata, hashlib.sha256(raw).hexdigest()[:10])
@@ -536,23 +544,8 @@ class StanceSpec:
         """Read and validate ``stance.json`` and check that its tensor file is there (never a pickle)."""
         path = Path(path)
         fix = "rebuild it with scripts/train_embedded_judge.py, or omit stance= to use the shipped judge"
-        try:
-            raw = path.read_bytes()
-            data = json.loads(raw.decode("utf-8"))
-        except FileNotFoundError:
-            raise InputError("embedded-judge stance file not found", path=path, fix=fix) from None
-        except IsADirectoryError:
-            raise InputError("expected a JSON file, found a folder", path=path, fix=fix) from None
-        except UnicodeDecodeError:
-            raise InputError("stance file is not UTF-8 JSON (binary or pickled?)", path=path, fix=fix) from None
-        except json.JSONDecodeError as exc:
-            raise InputError(f"stance file is not valid JSON: {exc.msg}", path=path, line=exc.lineno, fix=fix) from None
-        if not isinstance(data, dict) or data.get("format") != STANCE_FORMAT:
-            raise InputError(f"not an embedded-judge stance file (expected \"format\": \"{STANCE_FORMAT}\")",
-                             path=path, fix=fix)
-        if data.get("format_version") != STANCE_FORMAT_VERSION:
-            raise InputError(f"stance format_version {data.get('format_version')!r} is not supported "
-                             f"(this berds reads {STANCE_FORMAT_VERSION})", path=path, fix=fix)
+        raw, data = _read_format_file(path, file="stance file", kind="stance file", fmt=STANCE_FORMAT,
+                                      version=STANCE_FORMAT_VERSION, fix=fix)
 
         def number(key: str, *, integer: bool = False) -> float:
             value = data.get(key)
