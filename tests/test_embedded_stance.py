@@ -84,6 +84,7 @@ def test_claim_scores_above_its_negation_both_ways(judge, claim, negation, parap
     logits = judge.cross_encoder.logits([(claim, claim), (claim, negation), (negation, claim)])
     assert logits[0] > max(logits[1], logits[2])
     assert v[0].label and v[2].label and not v[4].label  # a verbatim statement supports itself; off-topic does not
+    assert not v[1].label and not v[3].label  # at the shipped threshold "X" does not support "not X", either way round
     for x in v:
         assert x.label == (x.p_yes >= judge.threshold) and x.raw == ("Yes" if x.label else "No")
 
