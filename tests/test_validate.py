@@ -10,8 +10,9 @@ import subprocess
 import numpy as np
 import pytest
 
-from berds.errors import InputError
+from berds.errors import BerdsError, InputError
 from berds.judges.llm_judge import LLMJudge
+from berds.types import Verdict
 from berds.trust.labels import LabelledPair, infer_stances, read_labelled_pairs, write_labelled_pairs
 from berds.trust.validate import (
     bootstrap_intervals, classification_metrics, cohen_kappa, confusion_counts, mcnemar, mcnemar_paired,
@@ -73,6 +74,53 @@ def test_bootstrap_interval_agrees_with_the_normal_approximation():
     # ten times the data -> an interval about sqrt(10) times narrower
     wide = bootstrap_intervals(np.tile(gold, 10), np.tile(pred, 10), n_boot=2000, seed=1)["accuracy"]
     assert (wide[1] - wide[0]) == pytest.approx((hi - lo) / math.sqrt(10), rel=0.2)
+
+
+
+def test_question_bootstrap_with_one_pair_per_question_is_the_pair_bootstrap():
+    rng = np.random.default_rng(5)
+    gold = rng.random(60) < 0.3
+    pred = np.where(rng.random(60) < 0.75, gold, ~gold)
+    groups = [f"q{i:03d}" for i in range(60)]  # sorted labels = pair order, so both draw the same indices
+    assert bootstrap_intervals(gold, pred, n_boot=500, seed=2, groups=groups) == \
+        bootstrap_intervals(gold, pred, n_boot=500, seed=2)
+
+
+def test_question_bootstrap_sees_correlated_errors_that_pair_resampling_hides():
+    # two questions of 50 pairs: the judge gets every pair of one right and every pair of the other wrong
+    gold = np.tile([True, False], 50)
+    pred = np.concatenate([gold[:50], ~gold[50:]])
+    groups = ["a"] * 50 + ["b"] * 50
+    by_pair = bootstrap_intervals(gold, pred, n_boot=2000, seed=0)["accuracy"]
+    by_question = bootstrap_intervals(gold, pred, n_boot=2000, seed=0, groups=groups)["accuracy"]
+    assert 0.35 < by_pair[0] < 0.5 < by_pair[1] < 0.65
+    assert by_question == (0.0, 1.0)  # a resample can hold question a twice, or b twice
+    with pytest.raises(ValueError, match="groups has 3 labels but there are 100 pairs"):
+        bootstrap_intervals(gold, pred, groups=["a", "b", "c"])
+
+
+def test_validate_resamples_questions_when_asked(tmp_path):
+    class YesJudge:
+        id, prompt_version, name = "yes-to-all", "v1", "yes"
+
+        def judge(self, pairs):
+            return [Verdict(True, 1.0, "Yes") for _ in pairs]
+
+    # 3 questions x 4 pairs; the judge answers Yes to everything
+    rows = [LabelledPair(f"question {q}?", f"{q}-{i}", f"document {q} {i}", f"perspective {i}", (q + i) % 3 == 0)
+            for q in range(3) for i in range(4)]
+    path = tmp_path / "pairs.tsv"
+    write_labelled_pairs(path, rows)
+    labelled = read_labelled_pairs(path)
+    judge = YesJudge()
+    report = validate(labelled, [judge], n_boot=200, resample="questions", progress=False)
+    assert report.to_json()["bootstrap"]["resample"] == "questions" and report.questions == 3
+    (row,) = report.judges
+    expected = bootstrap_intervals(labelled.labels, np.ones(12, dtype=bool), n_boot=200, seed=0,
+                                   groups=[p.question for p in labelled])
+    assert row.intervals == expected
+    with pytest.raises(BerdsError, match="resample must be one of pairs, questions"):
+        validate(labelled, [judge], resample="judges", progress=False)
 
 
 # ----------------------------------------------------------------------------------- the labelled file

@@ -46,6 +46,8 @@ def validate_command(
     column: List[str] = typer.Option([], "--column", help="Extra 0/1 column to score like a judge, e.g. a second annotator."),
     bootstrap: int = typer.Option(1000, "--bootstrap", min=0, help="Bootstrap samples for the 95% intervals (0 = none)."),
     seed: int = typer.Option(0, "--seed", help="Random seed of the bootstrap resampling."),
+    resample: str = typer.Option("pairs", "--resample", help="What the bootstrap draws: pairs, or questions (whole "
+                                 "questions with all their pairs: honest when pairs of one question are correlated)."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file (default: $BERDS_HOME/judgements.sqlite)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Judge everything without reading or writing the cache."),
     markdown: bool = typer.Option(False, "--markdown", help="Also print the table as markdown."),
@@ -60,7 +62,7 @@ def validate_command(
 
     report = validate_files(str(labels), judge, judge_options=_options(judge_option), annotators=column,
                             cache_path=str(cache) if cache else None, use_cache=not no_cache, n_boot=bootstrap,
-                            seed=seed, progress=not quiet)
+                            seed=seed, resample=resample, progress=not quiet)
     console = Console()
     console.print(validity_table(report))
     if report.comparisons:

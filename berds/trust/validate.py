@@ -13,6 +13,10 @@ so a pair is never judged twice) and reports, per judge, with percentile-bootstr
 
 and for every two judges: raw agreement, κ between them, and McNemar's test on which pairs each got
 right (``mcnemar``). These are small pure functions over boolean arrays, tested on hand-computed cases.
+
+Intervals resample pairs by default. Pairs of one question share its passages and perspectives, so their
+errors are correlated and pair resampling makes intervals too narrow when there are few questions;
+``resample="questions"`` (``--resample questions``) resamples whole questions instead (a cluster bootstrap).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from berds.errors import BerdsError
 from berds.types import JudgePair, Verdict
 
 METRIC_NAMES = ("accuracy", "precision", "recall", "f1", "positive_share", "kappa")
+RESAMPLE_UNITS = ("pairs", "questions")
 
 
 # ----------------------------------------------------------------------------------- statistics
@@ -83,19 +88,33 @@ def cohen_kappa(a: Any, b: Any) -> float:
 
 
 def bootstrap_intervals(
-    gold: Any, pred: Any, *, n_boot: int = 1000, seed: int = 0, confidence: float = 0.95
+    gold: Any, pred: Any, *, n_boot: int = 1000, seed: int = 0, confidence: float = 0.95, groups: Any = None,
 ) -> dict[str, tuple[float, float]]:
     """Percentile-bootstrap intervals of every metric: resample the N pairs with replacement ``n_boot`` times.
 
-    Returns ``{metric: (low, high)}``; NaN samples (κ on a constant resample) are ignored.
+    With ``groups`` (one label per pair, e.g. its question), the G groups are resampled instead, each drawn
+    group bringing all its pairs (a cluster bootstrap; groups sort by label). Returns ``{metric: (low, high)}``;
+    NaN samples (κ on a constant resample) are ignored.
     """
     g, p = _as_bool(gold, "gold"), _as_bool(pred, "pred")
     if n_boot < 1:
         return {name: (float("nan"), float("nan")) for name in METRIC_NAMES}
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, g.size, size=(n_boot, g.size))
-    gs, ps = g[idx], p[idx]
-    samples = _metrics_from_counts((gs & ps).sum(1), (~gs & ps).sum(1), (gs & ~ps).sum(1), (~gs & ~ps).sum(1))
+    if groups is None:
+        idx = rng.integers(0, g.size, size=(n_boot, g.size))
+        gs, ps = g[idx], p[idx]
+        samples = _metrics_from_counts((gs & ps).sum(1), (~gs & ps).sum(1), (gs & ~ps).sum(1), (~gs & ~ps).sum(1))
+    else:
+        labels = np.asarray(groups, dtype=object)
+        if labels.shape != g.shape:
+            raise ValueError(f"groups has {labels.size} labels but there are {g.size} pairs")
+        _, code = np.unique(labels.astype(str), return_inverse=True)
+        n_groups = int(code.max()) + 1 if code.size else 0
+        # confusion counts per group, then per resample the sum over the drawn groups
+        per_group = np.stack([np.bincount(code, weights=m, minlength=n_groups)
+                              for m in (g & p, ~g & p, g & ~p, ~g & ~p)], axis=1)
+        drawn = per_group[rng.integers(0, n_groups, size=(n_boot, n_groups))].sum(1)
+        samples = _metrics_from_counts(*drawn.T)
     tail = 100 * (1 - confidence) / 2
     out = {}
     for name, values in samples.items():
@@ -248,20 +267,24 @@ class ValidationReport:
     comparisons: list[PairComparison]
     n_boot: int
     seed: int
+    resample: str = "pairs"
+    questions: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
             "labels": {"path": self.labels_path, "sha256": self.labels_sha256, "n": self.n,
-                       "gold_positive_share": self.gold_positive_share},
-            "bootstrap": {"samples": self.n_boot, "seed": self.seed, "interval": "percentile 95%"},
+                       "gold_positive_share": self.gold_positive_share, "questions": self.questions},
+            "bootstrap": {"samples": self.n_boot, "seed": self.seed, "interval": "percentile 95%",
+                          "resample": self.resample},
             "judges": [j.to_json() for j in self.judges],
             "comparisons": [c.to_json() for c in self.comparisons],
         }
 
 
 def score_predictions(name: str, gold: Any, verdicts: Sequence[Verdict] | Any, *, judge_id: str = "",
-                      prompt_version: str = "", n_boot: int = 1000, seed: int = 0) -> JudgeValidity:
-    """Score one judge's verdicts (or a plain boolean array, e.g. a second annotator) against gold labels."""
+                      prompt_version: str = "", n_boot: int = 1000, seed: int = 0, groups: Any = None) -> JudgeValidity:
+    """Score one judge's verdicts (or a plain boolean array, e.g. a second annotator) against gold labels
+    (``groups``: resample these clusters for the intervals, see ``bootstrap_intervals``)."""
     g = _as_bool(gold, "gold")
     debate = None
     if len(verdicts) and isinstance(verdicts[0], Verdict):
@@ -279,7 +302,7 @@ def score_predictions(name: str, gold: Any, verdicts: Sequence[Verdict] | Any, *
     return JudgeValidity(
         name=name, judge_id=judge_id or name, prompt_version=prompt_version, n=int(g.size),
         metrics=classification_metrics(g, pred),
-        intervals=bootstrap_intervals(g, pred, n_boot=n_boot, seed=seed),
+        intervals=bootstrap_intervals(g, pred, n_boot=n_boot, seed=seed, groups=groups),
         counts={"tp": tp, "fp": fp, "fn": fn, "tn": tn}, unparsed=unparsed, debate=debate, predictions=pred,
         p_yes=p_yes,
     )
@@ -308,6 +331,7 @@ def validate(
     overwrite: str = "only-missing",
     n_boot: int = 1000,
     seed: int = 0,
+    resample: str = "pairs",
     batch_size: int | None = None,
     progress: bool = True,
 ) -> ValidationReport:
@@ -315,9 +339,13 @@ def validate(
 
     ``judges`` is a list of judges (named by their ``name`` or ``id``) or ``{display name: judge}``.
     ``annotators`` names extra 0/1 columns of the labelled file (e.g. a second human's labels) to score
-    as if they were judges.
+    as if they were judges. ``resample`` is what the bootstrap draws: ``pairs`` or ``questions``.
     """
+    if resample not in RESAMPLE_UNITS:
+        raise BerdsError(f"resample must be one of {', '.join(RESAMPLE_UNITS)}, got {resample!r}")
     gold = labelled.labels
+    questions = [p.question for p in labelled]
+    groups = questions if resample == "questions" else None
     named = list(judges.items()) if isinstance(judges, Mapping) else [
         (getattr(j, "name", None) or j.id, j) for j in judges]
     if not named and not annotators:
@@ -328,12 +356,12 @@ def validate(
         verdicts = judge_pairs(judge, pairs, cache=cache, overwrite=overwrite, batch_size=batch_size,
                                progress=progress, description=f"judging with {name}")
         rows.append(score_predictions(name, gold, verdicts, judge_id=judge.id, prompt_version=judge.prompt_version,
-                                      n_boot=n_boot, seed=seed))
+                                      n_boot=n_boot, seed=seed, groups=groups))
     for column in annotators:
         rows.append(score_predictions(f"column:{column}", gold, annotator_labels(labelled, column), n_boot=n_boot,
-                                      seed=seed))
+                                      seed=seed, groups=groups))
     return ValidationReport(labelled.path, labelled.sha256, len(labelled), float(gold.mean()), rows,
-                            compare_judges(gold, rows), n_boot, seed)
+                            compare_judges(gold, rows), n_boot, seed, resample, len(set(questions)))
 
 
 def validate_files(
@@ -346,6 +374,7 @@ def validate_files(
     use_cache: bool = True,
     n_boot: int = 1000,
     seed: int = 0,
+    resample: str = "pairs",
     progress: bool = True,
 ) -> ValidationReport:
     """``berds judge validate``: read the labelled file, build each judge by name (``--judge``), validate."""
@@ -363,7 +392,7 @@ def validate_files(
     cache = JudgementCache(cache_path) if use_cache else None
     try:
         return validate(labelled, named, annotators=annotators, cache=cache, n_boot=n_boot, seed=seed,
-                        progress=progress)
+                        resample=resample, progress=progress)
     finally:
         if cache is not None:
             cache.close()
@@ -415,7 +444,11 @@ def validity_table(report: ValidationReport, *, title: str | None = None) -> Any
     side by side fit 80 columns where metrics side by side did not."""
     from rich.table import Table
 
-    table = Table(title=title or f"judge validity on {report.n} labelled pairs ({_pct(report.gold_positive_share)}% positive)")
+    unit = (f"resampling the {report.questions} questions" if report.resample == "questions"
+            else "resampling pairs (--resample questions for question-level intervals)")
+    caption = f"[95% interval]: percentile bootstrap, {report.n_boot} samples, {unit}" if report.n_boot else None
+    table = Table(title=title or f"judge validity on {report.n} labelled pairs ({_pct(report.gold_positive_share)}% positive)",
+                  caption=caption)
     table.add_column("metric (%)", no_wrap=True)
     for row in report.judges:
         table.add_column(row.name, justify="right", overflow="fold")
