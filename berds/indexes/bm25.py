@@ -348,14 +348,15 @@ def build_bm25_index(
     *,
     contents: str = "title+text",
     threads: int | None = None,
-    batch_size: int = 5_000,
+    batch_size: int = 20_000,
     overwrite: str = "missing",
     progress: bool = True,
 ) -> dict[str, Any]:
     """Build a Lucene BM25 index of a passage store into the folder ``out``; returns its ``meta.json``.
 
     ``corpus`` is a ``PassageStore`` or its folder. ``threads`` are Lucene indexing threads (default: every
-    core; the store is read and encoded on another thread meanwhile). A store with
+    core; the store is read and encoded on another thread meanwhile). ``batch_size`` passages go to Lucene per
+    call (Anserini waits for all its threads at the end of each call, so larger calls keep the cores busier). A store with
     groups also gets the per-group term counts used for per-question search (module docstring). The
     Lucene part is built in ``out/lucene.partial`` and renamed when complete; ``meta.json`` comes last.
     """
@@ -411,7 +412,7 @@ def build_bm25_index(
                 if terms is not None:
                     terms.add_many(texts)
                 if n_docs:
-                    added = int(bridge.addPassages(indexer, *payload) if bridge is not None
+                    added = int(bridge.addPassages(indexer, threads, *payload) if bridge is not None
                                 else indexer.addRawDocuments(payload))
                     if added != n_docs:
                         raise BerdsError(f"Lucene indexed {added} of {n_docs} passages in a batch — see the Java log above")

@@ -94,6 +94,9 @@ class DenseRetriever:
         self.encoder.load_query_model()  # load now, so search timings measure search
         self.name = name or self.spec.name
         self.device = device
+        # Questions per search() call in retrieve(): the encoder cuts its own batches of `batch_size`, so larger
+        # calls only save per-call work (FAISS, the store, the contract check); each call is one resume unit.
+        self.search_batch_size = 256
 
     def search(self, questions: Sequence[Question], *, k: int) -> list[list[Hit]]:
         """Top-``k`` passages per question by inner product with the encoded question."""

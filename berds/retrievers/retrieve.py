@@ -48,7 +48,7 @@ def retrieve(
     a source for ``berds.questions.load_questions`` (``kialo``, ``demo``, a jsonl path) read with
     ``split`` (first ``limit`` questions when set). ``batch_size`` questions go to each ``search`` call (the
     resume unit); by default the retriever's ``search_batch_size`` (BM25: 1,000, as Lucene searches a batch on
-    all cores), else 32. ``progress`` shows a progress bar and a summary.
+    all cores; dense: 256, the encoder batching them itself), else 32. ``progress`` shows a progress bar and a summary.
     """
     from berds.retrievers.registry import load_retriever
 

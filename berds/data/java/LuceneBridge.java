@@ -4,10 +4,15 @@ import io.anserini.collection.JsonCollection;
 import io.anserini.index.SimpleIndexer;
 import io.anserini.search.ScoredDoc;
 import io.anserini.search.SimpleSearcher;
-import java.io.IOException;
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.List;
 import java.util.Map;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 
 /**
  * Batches between Python and Anserini as flat arrays.
@@ -60,20 +65,50 @@ public final class LuceneBridge {
   /**
    * Index passages sent as UTF-8: passage i's id is ids[idEnds[i - 1] .. idEnds[i]) and its contents
    * contents[contentEnds[i - 1] .. contentEnds[i]) (from 0 for i = 0). Each becomes the Document that
-   * SimpleIndexer.addRawDocuments makes of {"id": ..., "contents": ...}, built from its fields; one byte array
-   * crosses the bridge where a String per passage cost more than Lucene's indexing of it. Returns how many
-   * were indexed.
+   * SimpleIndexer.addRawDocuments makes of {"id": ..., "contents": ...}, built from its fields, and is added
+   * with SimpleIndexer.addJsonDocument; the batch is split into one contiguous range per thread, so decoding
+   * and building Documents run in parallel too. One byte array crosses the bridge where a String per passage
+   * cost more than Lucene's indexing of it. Returns how many passages were indexed.
    */
-  public static int addPassages(SimpleIndexer indexer, byte[] ids, int[] idEnds, byte[] contents, int[] contentEnds)
-      throws IOException {
+  public static int addPassages(SimpleIndexer indexer, int threads, byte[] ids, int[] idEnds, byte[] contents,
+      int[] contentEnds) throws Exception {
     if (idEnds.length != contentEnds.length) {
       throw new IllegalArgumentException(idEnds.length + " ids but " + contentEnds.length + " contents");
     }
-    JsonCollection.Document[] docs = new JsonCollection.Document[idEnds.length];
-    for (int i = 0, id = 0, text = 0; i < docs.length; id = idEnds[i], text = contentEnds[i], i++) {
-      docs[i] = JsonCollection.Document.fromFields(new String(ids, id, idEnds[i] - id, StandardCharsets.UTF_8),
-          new String(contents, text, contentEnds[i] - text, StandardCharsets.UTF_8));
+    int n = idEnds.length;
+    int parts = Math.max(1, Math.min(threads, n));
+    ExecutorService pool = Executors.newFixedThreadPool(parts);
+    try {
+      List<Future<Integer>> done = new ArrayList<>();
+      for (int part = 0; part < parts; part++) {
+        int from = (int) ((long) n * part / parts);
+        int to = (int) ((long) n * (part + 1) / parts);
+        done.add(pool.submit(() -> {
+          int added = 0;
+          for (int i = from; i < to; i++) {
+            int id = i == 0 ? 0 : idEnds[i - 1];
+            int text = i == 0 ? 0 : contentEnds[i - 1];
+            JsonCollection.Document doc = JsonCollection.Document.fromFields(
+                new String(ids, id, idEnds[i] - id, StandardCharsets.UTF_8),
+                new String(contents, text, contentEnds[i] - text, StandardCharsets.UTF_8));
+            if (indexer.addJsonDocument(doc)) {
+              added++;
+            }
+          }
+          return added;
+        }));
+      }
+      int added = 0;
+      for (Future<Integer> part : done) {
+        try {
+          added += part.get();
+        } catch (ExecutionException e) {
+          throw e.getCause() instanceof Exception ? (Exception) e.getCause() : e;
+        }
+      }
+      return added;
+    } finally {
+      pool.shutdownNow();
     }
-    return indexer.addJsonDocuments(docs);
   }
 }
