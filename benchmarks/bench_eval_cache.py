@@ -4,7 +4,9 @@ within 2x of one bulk read of the same verdicts).
 Builds a run folder of 802 questions (the real dev questions when ``--dev-dir`` points at shared/data/berds-dev,
 synthetic otherwise) with 100 synthetic 100-word passages each, fills a judgement cache with one verdict per
 pair, then times ``evaluate_paths`` at k = 5, 10, 100 answered entirely from the cache — loading the run,
-reading the cache, computing metrics and writing ``metrics.json`` + ``judgements.jsonl`` — and its parts.
+reading the cache, computing metrics and writing ``metrics.json`` + ``judgements.jsonl`` — and its parts. After
+the first round the output folder holds the same judgements, which berds checks and keeps (a re-evaluation);
+the CLI rows write into a new folder every time, and one row times writing the outputs into a new folder.
 Baselines in the same process: one bulk ``SELECT`` of every verdict of the judge (the raw engine's floor), and
 the naive way (one SELECT per pair).
 
@@ -118,7 +120,9 @@ def main() -> None:
         load, loaded = timed(lambda: load_run(tmp / "run"), rounds)
         with JudgementCache(tmp / "c.sqlite") as c:
             ev, res = timed(lambda: evaluate_run(loaded, judge, opts, cache=c), rounds)
-        write, _ = timed(lambda: write_eval_outputs(res, loaded, tmp / "w"), rounds)
+        write, _ = timed(lambda: write_eval_outputs(res, loaded, tmp / "w"), rounds)  # unchanged: the file is kept
+        fresh_folders = iter(range(rounds))
+        write_fresh, _ = timed(lambda: write_eval_outputs(res, loaded, tmp / f"fresh-{next(fresh_folders)}"), rounds)
 
         # the naive way: autocommit SELECT per pair on a new connection, on a sample, extrapolated
         sample = pairs[:20000]
@@ -140,7 +144,8 @@ def main() -> None:
                        ("  the same, bytecode cached (as installed; this shell may forbid it)", through_cli_compiled),
                        ("  of which load_run (run folder)", load),
                        ("  of which evaluate_run (cache reads + metrics)", ev),
-                       ("  of which write_eval_outputs (metrics + judgements)", write),
+                       ("  of which write_eval_outputs (metrics; judgements.jsonl unchanged, kept)", write),
+                       ("  write_eval_outputs into a new folder (judgements.jsonl written)", write_fresh),
                        ("naive: one SELECT per pair (extrapolated from 20k)", naive)):
         print(f"{name:66s} {secs:8.2f} {secs / bulk:14.1f}x")
     bytecode_note = " (PYTHONDONTWRITEBYTECODE is set here: every import compiles its source)" if os.environ.get("PYTHONDONTWRITEBYTECODE") else ""

@@ -239,3 +239,37 @@ def test_judgement_lines_are_the_json_of_each_judgement_including_short_question
                 for j in result.judgements(run)]
     assert len(expected) == 5  # 2 perspectives x 2 passages + 1 x 1: the short questions' missing ranks have none
     assert list(result.judgement_lines(run)) == expected
+
+
+def test_an_unchanged_judgements_file_is_kept_and_any_change_rewrites_it(tmp_path, tiny_run):
+    from berds.evaluate.evaluation import write_eval_outputs
+    from berds.io import sha256_file
+
+    result = evaluate_run(tiny_run, OverlapJudge(), ks=(2, 4), progress=False)
+    paths = write_eval_outputs(result, tiny_run, tmp_path / "eval")
+    judgements, metrics = paths["judgements"], paths["metrics"]
+    first = judgements.read_bytes()
+    record = json.loads(metrics.read_text())["judgements_file"]
+    assert record["sha256"] == sha256_file(judgements) and record["bytes"] == len(first)
+    assert b"".join(line.encode() for line in result.judgement_lines(tiny_run)) == first
+
+    inode = judgements.stat().st_ino
+    write_eval_outputs(result, tiny_run, tmp_path / "eval")  # the same judgements: the file is left alone
+    assert judgements.stat().st_ino == inode and judgements.read_bytes() == first
+
+    edited = first.replace(b'"label": 1', b'"label": 0', 1)  # same size, other bytes
+    assert edited != first and len(edited) == len(first)
+    judgements.write_bytes(edited)
+    write_eval_outputs(result, tiny_run, tmp_path / "eval")
+    assert judgements.read_bytes() == first  # checked against the record, so written again
+
+    flipped = evaluate_run(tiny_run, OverlapJudge(), ks=(2, 4), progress=False)
+    flipped.support["q0"][0, 0] = not flipped.support["q0"][0, 0]  # other verdicts: another key
+    assert flipped.judgements_key(tiny_run) != result.judgements_key(tiny_run)
+    write_eval_outputs(flipped, tiny_run, tmp_path / "eval")
+    assert judgements.read_bytes() != first
+    assert json.loads(metrics.read_text())["judgements_file"]["sha256"] == sha256_file(judgements)
+
+    metrics.write_text("{not json", encoding="utf-8")  # an unreadable earlier record: both written afresh
+    write_eval_outputs(result, tiny_run, tmp_path / "eval")
+    assert judgements.read_bytes() == first and json.loads(metrics.read_text())["judgements_file"] == record

@@ -14,11 +14,13 @@ The judge is loaded only if some pair is missing from the cache.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
 from json.encoder import encode_basestring as json_string  # json.dumps(str, ensure_ascii=False), without its layers
 from dataclasses import dataclass, field, replace
+from itertools import islice
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -85,6 +87,25 @@ class EvalResult:
                     out.append(Judgement(qid, hits[j].passage.id, j + 1, i, bool(matrix[i, j]),
                                          None if np.isnan(p) else float(p)))
         return out
+
+    def judgements_key(self, run: Run) -> str:
+        """sha256 over what decides ``judgements.jsonl``: the judge id, and per question its id, the ranked
+        passage ids judged and the label and P(Yes) matrices (``write_eval_outputs`` skips an unchanged file)."""
+        digest = hashlib.sha256(f"judgements-v1\0{self.judge_id}\0".encode("utf-8"))
+        for qid, matrix in self.support.items():
+            n = min(matrix.shape[1], len(run.hits[qid]))
+            digest.update("\0".join([qid, *(h.passage.id for h in run.hits[qid][:n])]).encode("utf-8"))
+            digest.update(f"\0{matrix.shape[0]}x{n}\0".encode("ascii"))
+            digest.update(np.ascontiguousarray(matrix[:, :n], dtype=bool).tobytes())
+            digest.update(np.ascontiguousarray(self.p_yes[qid][:, :n], dtype=np.float64).tobytes())
+        return digest.hexdigest()
+
+    def judgement_chunks(self, run: Run) -> Iterator[str]:
+        """``judgement_lines``, one question's lines joined per chunk (fewer, larger writes)."""
+        lines = self.judgement_lines(run)
+        for qid, matrix in self.support.items():
+            count = matrix.shape[0] * min(matrix.shape[1], len(run.hits[qid]))
+            yield "".join(islice(lines, count))
 
     def judgement_lines(self, run: Run) -> Iterator[str]:
         """The lines of ``judgements.jsonl`` (what ``judgements`` holds, as JSON), built without a
@@ -312,16 +333,40 @@ def judge_slug(judge_id: str) -> str:
 
 
 def write_eval_outputs(result: EvalResult, run: Run, out_dir: str | Path, *, legacy_jsonl: bool = False) -> dict[str, Path]:
-    """Write ``metrics.json`` and ``judgements.jsonl`` (and optionally the legacy inline predictions)."""
-    from berds.io import atomic_write, write_json
+    """Write ``metrics.json`` and ``judgements.jsonl`` (and optionally the legacy inline predictions).
+
+    ``metrics.json`` records what ``judgements.jsonl`` holds (``judgements_file``: a key over the judge, the
+    ranked ids and the verdict matrices, and the file's sha256 and size). A re-evaluation that would write
+    the same judgements leaves the file as it is, once its bytes are checked against that record; anything
+    else (other verdicts, an edited or truncated file) writes it again. ``judgements.jsonl`` is written
+    before ``metrics.json``, so a record never describes a file that was not finished.
+    """
+    from berds.io import atomic_write, read_json, sha256_file, write_json
     from berds.runs import LEGACY_PREDICTIONS, write_legacy_predictions
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"metrics": out / "metrics.json", "judgements": out / "judgements.jsonl"}
-    write_json(paths["metrics"], result.to_json())
-    with atomic_write(paths["judgements"]) as f:
-        f.writelines(result.judgement_lines(run))
+    key = result.judgements_key(run)
+    record = None
+    try:
+        previous = read_json(paths["metrics"]).get("judgements_file") if paths["metrics"].is_file() else None
+        if (isinstance(previous, dict) and previous.get("key") == key and paths["judgements"].is_file()
+                and paths["judgements"].stat().st_size == previous.get("bytes")
+                and sha256_file(paths["judgements"]) == previous.get("sha256")):
+            record = previous
+    except (BerdsError, OSError, AttributeError):  # an unreadable earlier metrics.json: write both afresh
+        record = None
+    if record is None:
+        digest, size = hashlib.sha256(), 0
+        with atomic_write(paths["judgements"], "wb", encoding=None) as f:
+            for chunk in result.judgement_chunks(run):
+                data = chunk.encode("utf-8")
+                digest.update(data)
+                size += len(data)
+                f.write(data)
+        record = {"key": key, "sha256": digest.hexdigest(), "bytes": size}
+    write_json(paths["metrics"], {**result.to_json(), "judgements_file": record})
     if legacy_jsonl:  # what the original evaluation's compute-only mode reads (berds.runs.read_predictions)
         paths["legacy"] = write_legacy_predictions(run, result.support, out / LEGACY_PREDICTIONS)
     return paths
