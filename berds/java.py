@@ -190,6 +190,8 @@ def start_jvm() -> Any:
             "start berds' BM25 before other Java code, or run it in a fresh process"
         ) from None
     _quiet_java_logging(jnius)
+    if not _state.get("jvm_signal_handlers"):
+        _save_jvm_signal_handlers()
     _state.update(jnius=jnius, runtime=runtime, jar=jar)
     return jnius
 
@@ -204,6 +206,41 @@ def lucene_bridge() -> Any:
         except jnius.JavaException:
             _state["bridge"] = None
     return _state["bridge"]
+
+
+_JVM_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL")
+
+
+def _save_jvm_signal_handlers() -> None:
+    """Remember the handlers the JVM installed for the signals it raises on purpose (see below)."""
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        sigaction = libc.sigaction
+    except (OSError, AttributeError, TypeError):  # no C sigaction here (Windows): nothing to keep
+        return
+    saved = {}
+    for name in _JVM_SIGNALS:
+        number = getattr(signal, name, None)
+        action = ctypes.create_string_buffer(512)  # opaque struct sigaction (152 bytes on Linux x86-64)
+        if number is not None and sigaction(int(number), None, action) == 0:
+            saved[int(number)] = action
+    _state["jvm_signal_handlers"] = (sigaction, saved)
+
+
+def keep_jvm_signal_handlers() -> None:
+    """Give SIGSEGV and its kin back to the JVM after other code took them (call after ``ray.init``).
+
+    The JVM raises SIGSEGV on purpose (null checks, safepoint polls) and handles it itself. ``ray.init``
+    installs crash handlers of its own (Python's ``faulthandler``, abseil's failure handler) over the JVM's, and
+    the JVM's next routine signal then kills the process ("Fatal Python error: Segmentation fault" during a
+    Lucene search). This puts back the handlers the JVM installed when it started. Only done when this
+    process runs a JVM (started by ``start_jvm``)."""
+    sigaction, saved = _state.get("jvm_signal_handlers", (None, {}))
+    for number, action in saved.items():
+        sigaction(number, action, None)
 
 
 def _quiet_java_logging(jnius: Any) -> None:

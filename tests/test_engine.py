@@ -333,3 +333,46 @@ def test_engine_describes_the_ray_cluster(ray_engine):
     from berds.engine import info_table
 
     assert info_table(info).row_count == 2  # the node and the total
+
+
+JVM_THEN_RAY = """
+import faulthandler, random, sys, tempfile, time
+from pathlib import Path
+faulthandler.enable()  # as pytest does, before the JVM starts
+from berds.corpora.docstore import write_passage_store
+from berds.engine.ray_engine import RayEngine
+from berds.indexes.bm25 import LuceneSearcher, build_bm25_index
+from berds.java import autoclass
+from berds.types import Passage
+tmp = Path(tempfile.mkdtemp())
+rng = random.Random(0)
+words = [f"w{i}" for i in range(500)]
+write_passage_store((Passage(f"p{i}", " ".join(rng.choices(words, k=40))) for i in range(3000)), tmp / "store")
+build_bm25_index(tmp / "store", tmp / "index", progress=False)
+searcher = LuceneSearcher(tmp / "index" / "lucene")
+queries = [" ".join(rng.choices(words, k=4)) for _ in range(200)]
+searcher.search(queries, 10)
+RayEngine(num_cpus=1).connect()  # ray.init installs crash handlers over the JVM's
+gc, end, rounds = autoclass("java.lang.System").gc, time.time() + 8, 0
+while time.time() < end:  # Lucene and JVM collections: the JVM raises SIGSEGV on purpose here and there
+    searcher.search(queries, 50, threads=2)
+    gc()
+    rounds += 1
+print("survived", rounds)
+"""
+
+
+@ray_mark
+@pytest.mark.java
+def test_lucene_keeps_working_after_ray_starts_in_the_same_process(tmp_path):
+    # Before berds.java.keep_jvm_signal_handlers this process died within seconds ("Segmentation fault").
+    pytest.importorskip("ray")
+    import subprocess
+    import sys
+
+    from conftest import subprocess_env
+
+    proc = subprocess.run([sys.executable, "-c", JVM_THEN_RAY], capture_output=True, text=True, cwd=tmp_path,
+                          env=subprocess_env(), timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1].startswith("survived")

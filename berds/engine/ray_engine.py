@@ -179,6 +179,9 @@ class RayEngine:
                     "~/.ray/auth_token here; locally, Ray needs a working loopback interface"
                 ) from None
             self._owns_ray = True
+            from berds.java import keep_jvm_signal_handlers
+
+            keep_jvm_signal_handlers()  # ray.init took SIGSEGV from a JVM running Lucene here (berds.java)
         self._actor_class = ray.remote(BatchWorker)
         self._connected = True
         return self
