@@ -205,6 +205,12 @@ def lucene_bridge() -> Any:
             _state["bridge"] = jnius.autoclass("berds.LuceneBridge")
         except jnius.JavaException:
             _state["bridge"] = None
+            from rich.console import Console
+
+            Console(stderr=True).print(
+                "[yellow]warning:[/] berds' Java class (berds/data/java) is not on this JVM's classpath — other code "
+                "started Java first — so BM25 reads hits one by one and indexes through JSON: same results, slower",
+                highlight=False)
     return _state["bridge"]
 
 

@@ -103,6 +103,7 @@ def test_without_the_class_the_searcher_reads_hits_one_by_one(index):
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["helper"] is False
+    assert "berds' Java class" in out.stderr and "same results, slower" in " ".join(out.stderr.split())
     searcher = bm25_index.LuceneSearcher(lucene)
     assert [[tuple(h) for h in q] for q in result["hits"]] == searcher.search(queries[:20], 10)
     searcher.close()
