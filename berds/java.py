@@ -237,7 +237,8 @@ def _save_jvm_signal_handlers() -> None:
 
 
 def keep_jvm_signal_handlers() -> None:
-    """Give SIGSEGV and its kin back to the JVM after other code took them (call after ``ray.init``).
+    """Give SIGSEGV and its kin back to the JVM after other code took them (call after ``ray.init`` and
+    after ``ray.shutdown``).
 
     The JVM raises SIGSEGV on purpose (null checks, safepoint polls) and handles it itself. ``ray.init``
     installs crash handlers of its own (Python's ``faulthandler``, abseil's failure handler) over the JVM's, and

@@ -352,12 +352,22 @@ build_bm25_index(tmp / "store", tmp / "index", progress=False)
 searcher = LuceneSearcher(tmp / "index" / "lucene")
 queries = [" ".join(rng.choices(words, k=4)) for _ in range(200)]
 searcher.search(queries, 10)
-RayEngine(num_cpus=1).connect()  # ray.init installs crash handlers over the JVM's
-gc, end, rounds = autoclass("java.lang.System").gc, time.time() + 8, 0
-while time.time() < end:  # Lucene and JVM collections: the JVM raises SIGSEGV on purpose here and there
-    searcher.search(queries, 50, threads=2)
-    gc()
-    rounds += 1
+engine = RayEngine(num_cpus=1).connect()  # ray.init installs crash handlers over the JVM's
+gc, rounds = autoclass("java.lang.System").gc, 0
+
+
+def lucene_for(seconds):  # Lucene and JVM collections: the JVM raises SIGSEGV on purpose here and there
+    global rounds
+    end = time.time() + seconds
+    while time.time() < end:
+        searcher.search(queries, 50, threads=2)
+        gc()
+        rounds += 1
+
+
+lucene_for(6)
+engine.close()  # and so does ray.shutdown
+lucene_for(6)
 print("survived", rounds)
 """
 
@@ -365,7 +375,8 @@ print("survived", rounds)
 @ray_mark
 @pytest.mark.java
 def test_lucene_keeps_working_after_ray_starts_in_the_same_process(tmp_path):
-    # Before berds.java.keep_jvm_signal_handlers this process died within seconds ("Segmentation fault").
+    # Before berds.java.keep_jvm_signal_handlers this process died within seconds ("Segmentation fault"),
+    # after ray.init and again after ray.shutdown.
     pytest.importorskip("ray")
     import subprocess
     import sys

@@ -393,6 +393,9 @@ class RayEngine:
         self._kill_pool()
         if self._owns_ray and self._ray.is_initialized():
             self._ray.shutdown()
+            from berds.java import keep_jvm_signal_handlers
+
+            keep_jvm_signal_handlers()  # ray.shutdown, too, leaves SIGSEGV to another handler than the JVM's
         self._owns_ray = self._connected = False
 
     def __enter__(self) -> "RayEngine":
