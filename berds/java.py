@@ -201,17 +201,45 @@ def lucene_bridge() -> Any:
     other code without it on the classpath, or an Anserini it does not link against)."""
     if "bridge" not in _state:
         jnius = start_jvm()
+        why = ""
         try:
             _state["bridge"] = jnius.autoclass("berds.LuceneBridge")
+            missing = missing_java_methods(BRIDGE_USES)
+            if missing:  # an Anserini the class was not compiled against: it would fail at the first call
+                _state["bridge"] = None
+                why = f"this Anserini lacks {', '.join(missing)}, which it calls"
         except jnius.JavaException:
             _state["bridge"] = None
+            why = "it is not on this JVM's classpath (other code started Java first)"
+        if _state["bridge"] is None:
             from rich.console import Console
 
             Console(stderr=True).print(
-                "[yellow]warning:[/] berds' Java class (berds/data/java) is not on this JVM's classpath — other code "
-                "started Java first — so BM25 reads hits one by one and indexes through JSON: same results, slower",
-                highlight=False)
+                f"[yellow]warning:[/] berds' Java class (berds/data/java) is not used: {why} — so BM25 reads hits "
+                "one by one and indexes through JSON: same results, slower", highlight=False)
     return _state["bridge"]
+
+
+# The Anserini methods LuceneBridge.java calls, checked by name before the class is used.
+BRIDGE_USES = {
+    "io.anserini.search.SimpleSearcher": ("batch_search",),
+    "io.anserini.index.SimpleIndexer": ("addJsonDocument",),
+    "io.anserini.collection.JsonCollection$Document": ("fromFields",),
+}
+
+
+def missing_java_methods(uses: dict[str, tuple[str, ...]]) -> list[str]:
+    """``Class.method`` names from ``uses`` that this JVM's classes do not have (a class that is absent
+    counts as all its methods missing)."""
+    jnius = start_jvm()
+    missing = []
+    for class_name, methods in uses.items():
+        try:
+            have = {m.getName() for m in jnius.autoclass("java.lang.Class").forName(class_name).getMethods()}
+        except jnius.JavaException:
+            have = set()
+        missing += [f"{class_name.rsplit('.', 1)[-1]}.{m}" for m in methods if m not in have]
+    return missing
 
 
 _JVM_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL")

@@ -124,3 +124,15 @@ def test_index_built_through_the_bridge_equals_the_json_one(index, tmp_path, mon
     assert bridged.search(["東京 café"], 400)[0] and bridged.search(["größe"], 5) == by_json.search(["größe"], 5)
     bridged.close()
     by_json.close()
+
+
+@pytest.mark.java
+def test_the_anserini_methods_the_class_calls_are_checked_by_name():
+    from berds.java import BRIDGE_USES, missing_java_methods
+
+    assert missing_java_methods(BRIDGE_USES) == []  # the installed Anserini has them all
+    assert missing_java_methods({"java.lang.String": ("length", "noSuchMethod"), "no.such.Class": ("x",)}) == \
+        ["String.noSuchMethod", "Class.x"]
+    source = (JAVA_DIR / BUILD["source"]).read_text(encoding="utf-8")
+    for methods in BRIDGE_USES.values():  # the list names what the source really calls
+        assert all(f"{m}(" in source for m in methods)
