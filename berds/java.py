@@ -190,8 +190,7 @@ def start_jvm() -> Any:
             "start berds' BM25 before other Java code, or run it in a fresh process"
         ) from None
     _quiet_java_logging(jnius)
-    if not _state.get("jvm_signal_handlers"):
-        _save_jvm_signal_handlers()
+    _save_jvm_signal_handlers()  # once: start_jvm returns early from here on
     _state.update(jnius=jnius, runtime=runtime, jar=jar)
     return jnius
 

@@ -20,7 +20,6 @@ import re
 import time
 from json.encoder import encode_basestring as json_string  # json.dumps(str, ensure_ascii=False), without its layers
 from dataclasses import dataclass, field, replace
-from itertools import islice
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -102,14 +101,16 @@ class EvalResult:
 
     def judgement_chunks(self, run: Run) -> Iterator[str]:
         """``judgement_lines``, one question's lines joined per chunk (fewer, larger writes)."""
-        lines = self.judgement_lines(run)
-        for qid, matrix in self.support.items():
-            count = matrix.shape[0] * min(matrix.shape[1], len(run.hits[qid]))
-            yield "".join(islice(lines, count))
+        return map("".join, self._question_lines(run))
 
     def judgement_lines(self, run: Run) -> Iterator[str]:
         """The lines of ``judgements.jsonl`` (what ``judgements`` holds, as JSON), built without a
         ``json.dumps`` per line: each id is escaped once, numbers are formatted as ``json`` would."""
+        for lines in self._question_lines(run):
+            yield from lines
+
+    def _question_lines(self, run: Run) -> Iterator[list[str]]:
+        """Each question's ``judgements.jsonl`` lines."""
         tail = f', "judge": {json.dumps(self.judge_id, ensure_ascii=False)}}}\n'
         for qid, matrix in self.support.items():
             hits = run.hits[qid]
@@ -119,9 +120,8 @@ class EvalResult:
             heads = [f'{{"qid": {q}, "docid": {json_string(h.passage.id)}, "rank": {j}, "perspective": '
                      for j, h in enumerate(hits[:n], start=1)]
             labels, probs = matrix[:, :n].astype(int).tolist(), self.p_yes[qid][:, :n].tolist()
-            for i, (row, prow) in enumerate(zip(labels, probs)):
-                yield from [f'{head}{i}, "label": {label}, "p_yes": {"null" if p != p else repr(p)}{tail}'
-                            for head, label, p in zip(heads, row, prow)]
+            yield [f'{head}{i}, "label": {label}, "p_yes": {"null" if p != p else repr(p)}{tail}'
+                   for i, (row, prow) in enumerate(zip(labels, probs)) for head, label, p in zip(heads, row, prow)]
 
     def to_json(self) -> dict[str, Any]:
         return {
