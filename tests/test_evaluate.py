@@ -63,6 +63,32 @@ def test_the_cyclic_gc_runs_while_the_judge_does(tiny_run):
     assert judge.seen and all(judge.seen) and gc.isenabled()
 
 
+def test_no_gc_moves_what_it_made_to_the_oldest_generation_and_keeps_a_frozen_set():
+    """Leaving no_gc puts the objects made inside in the oldest generation (young-generation passes would walk
+    them all again); a set frozen by other code (gc.freeze before a fork) stays frozen."""
+    import gc
+
+    from berds.io import no_gc
+
+    def in_generation(obj, generation):
+        return any(o is obj for o in gc.get_objects(generation=generation))
+
+    with no_gc():
+        made = [[i] for i in range(1000)]
+        assert not gc.isenabled() and in_generation(made[0], 0)
+    assert gc.isenabled() and in_generation(made[0], 2) and not in_generation(made[0], 0)
+    assert gc.get_freeze_count() == 0
+
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with no_gc():
+            more = [[i] for i in range(100)]
+        assert gc.get_freeze_count() == frozen and more
+    finally:
+        gc.unfreeze()
+
+
 def test_cache_reuse_and_overwrite_policies(tmp_path, tiny_run):
     cache = JudgementCache(tmp_path / "c.sqlite")
     judge = CountingJudge()

@@ -100,6 +100,56 @@ def test_bad_jsonl_errors_name_file_and_line(tmp_path, content, message):
     assert message in str(err.value)
 
 
+def _run_contents(run):
+    return [(q.id, q.text, q.perspectives, q.dataset,
+             [(h.passage.id, h.passage.title, h.passage.text, h.passage.title_field, h.score) for h in run.hits[q.id]])
+            for q in run.questions.values()], run.manifest
+
+
+BIG = 123456789012345678901234567890  # past 64 bits: orjson would read it as a float
+
+
+@pytest.mark.parametrize("record", [
+    {"id": BIG, "question": "Q?", "perspectives": ["a"], "ctxs": [{"id": "p", "title": "", "text": "t", "score": 1.0}]},
+    {"id": "q", "question": "Q?", "perspectives": ["a"], "dataset": BIG,
+     "ctxs": [{"id": "p", "title": "", "text": "t", "score": 1.0}]},
+    {"id": "q", "question": "Q?", "perspectives": ["a"],
+     "ctxs": [{"id": "p", "title": "T", "text": "t", "score": 2.5}, {"id": BIG, "title": "T", "text": "u", "score": 1.0}]},
+    {"id": "q", "question": "Q?", "perspectives": ["a"], "ctxs": [{"id": "p", "title": "T", "text": "t", "score": BIG}]},
+    {"id": "q", "question": "Q?", "perspectives": ["a"], "ctxs": [{"id": 7, "text": "t", "score": float("nan")}]},
+    {"id": "q", "question": "Q?", "perspectives": ["a"], "ctxs": [{"id": "p", "title": "T", "text": "\ud800 lone", "score": 1.0}]},
+    {"perspectives": ["a"], "ctxs": [{"id": "p", "title": "T", "text": "t", "score": 1.0, "extra": BIG}]},
+])
+def test_fast_reading_of_run_lines_equals_json(tmp_path, monkeypatch, record):
+    """Run files are read with orjson where it reads what json reads, and with json where it could differ (big
+    integers, NaN, lone surrogates, ctxs not in berds' own form): the Run is the same as json alone gives."""
+    import berds.runs as runs
+
+    p = tmp_path / "r.jsonl"
+    p.write_text(json.dumps(record) + "\n" + "\u3000\n")  # (a line of Unicode whitespace is skipped either way)
+    fast = _run_contents(read_ctxs_jsonl(p))
+    monkeypatch.setattr(runs, "_orjson_record", lambda raw: None)  # json for every line
+    assert fast == _run_contents(read_ctxs_jsonl(p))
+    if isinstance(record.get("id"), int):
+        assert fast[0][0][0] == str(BIG)
+
+
+def test_run_lines_are_read_with_orjson_when_it_reads_what_json_does(tmp_path, tiny_run, monkeypatch):
+    """berds' own ctxs files take the fast path (the test above would pass if it were never taken)."""
+    import berds.runs as runs
+
+    write_ctxs_jsonl(tiny_run, tmp_path / "a.jsonl")
+    seen = []
+    fast = runs._orjson_record
+    monkeypatch.setattr(runs, "_orjson_record", lambda raw: seen.append(fast(raw)) or seen[-1])
+    exact = []
+    record = runs.jsonl_record
+    monkeypatch.setattr(runs, "jsonl_record", lambda *a: exact.append(1) or record(*a))
+    back = read_ctxs_jsonl(tmp_path / "a.jsonl")
+    assert len(seen) == len(tiny_run) and all(r is not None for r in seen) and not exact
+    assert _run_contents(back)[0] == _run_contents(tiny_run)[0]
+
+
 def test_non_utf8_file(tmp_path):
     p = tmp_path / "latin.jsonl"
     p.write_bytes('{"id": 1, "question": "café?", "perspectives": ["a"], "ctxs": [{"text": "t"}]}\n'.encode("latin-1"))
@@ -130,3 +180,13 @@ def test_types_validate_at_the_boundary():
 def test_rank_hits_breaks_ties_by_docid():
     hits = [Hit(Passage(i, "t"), s) for i, s in [("b", 1.0), ("a", 1.0), ("c", 2.0)]]
     assert [h.passage.id for h in rank_hits(hits)] == ["c", "a", "b"]
+
+
+def test_a_passage_listed_twice_is_refused_deduped_or_kept(tmp_path):
+    ctxs = [{"id": i, "title": "", "text": f"t{i}", "score": s} for i, s in (("a", 3.0), ("b", 2.0), ("a", 1.0), ("c", 0.5))]
+    p = tmp_path / "r.jsonl"
+    p.write_text(json.dumps({"id": "q", "question": "Q?", "perspectives": ["x"], "ctxs": ctxs}) + "\n")
+    with pytest.raises(InputError, match=r"'a' is listed twice .*positions 0 and 2"):
+        read_ctxs_jsonl(p)
+    assert [h.passage.id for h in read_ctxs_jsonl(p, duplicates="dedupe").hits["q"]] == ["a", "b", "c"]
+    assert [h.passage.id for h in read_ctxs_jsonl(p, duplicates="keep").hits["q"]] == ["a", "b", "a", "c"]
