@@ -25,6 +25,7 @@ from berds.errors import BerdsError
 from berds.types import JudgePair, Verdict
 
 SCHEMA_VERSION = 1
+IDS_REDACTED = "ids_redacted"  # meta key: stored judge ids were checked for credentials (see _redact_stored_ids)
 
 
 def text_digest(text: str) -> bytes:
@@ -92,8 +93,46 @@ class JudgementCache:
                 self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
             elif int(row[0]) != SCHEMA_VERSION:
                 raise BerdsError(f"{self.path}: judgement cache schema {row[0]}, this berds reads {SCHEMA_VERSION}")
+            if self._db.execute("SELECT 1 FROM meta WHERE key=?", (IDS_REDACTED,)).fetchone() is None:
+                self._redact_stored_ids()
         except sqlite3.DatabaseError as exc:
             raise BerdsError(f"{self.path}: cannot open the judgement cache ({exc}) — is it a berds cache file?") from None
+
+    def _redact_stored_ids(self) -> None:
+        """Once per cache file: judge ids written by a berds that kept credentials in them (a ``base_url`` with
+        ``user:KEY@``) are rewritten as today's berds names the same judge, so the key leaves the file and the
+        verdicts stay usable. Where both ids hold a verdict for a pair, the redacted id's (newer) one is kept.
+        Freed pages are overwritten (``secure_delete``) and the write-ahead log truncated."""
+        from berds.llm.secrets import redact_text
+
+        stored = self._db.execute("SELECT DISTINCT judge, prompt FROM judgements").fetchall()
+        changed = [(judge, prompt, redact_text(judge), redact_text(prompt)) for judge, prompt in stored
+                   if (redact_text(judge), redact_text(prompt)) != (judge, prompt)]
+        secure_delete = self._db.execute("PRAGMA secure_delete").fetchone()[0]  # (the default differs by platform)
+        try:
+            if changed:
+                self._db.execute("PRAGMA secure_delete=ON")
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for judge, prompt, new_judge, new_prompt in changed:
+                    self._db.execute("UPDATE OR IGNORE judgements SET judge=?, prompt=? WHERE judge=? AND prompt=?",
+                                     (new_judge, new_prompt, judge, prompt))
+                    self._db.execute("DELETE FROM judgements WHERE judge=? AND prompt=?", (judge, prompt))
+                self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, '1')", (IDS_REDACTED,))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            if changed:
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                self._db.execute(f"PRAGMA secure_delete={int(secure_delete)}")
+        except sqlite3.OperationalError as exc:  # a cache this user may only read
+            if changed:
+                import sys
+
+                print(f"warning: {self.path} holds {len(changed)} judge id(s) with credentials in them, written by "
+                      f"an older berds, and could not be rewritten ({exc}); open it once with write access to "
+                      "remove them", file=sys.stderr)
 
     def close(self) -> None:
         self._db.close()

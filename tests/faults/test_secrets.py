@@ -195,3 +195,57 @@ def test_retrieval_manifests_and_resume_identity_hold_no_credentials():
     options = {"base": "bm25", "llm": "openai:m", "llm_options": {"base_url": f"https://u:{SECRET}@h/v1"}}
     assert SECRET not in json.dumps(_persistable(options))
     assert _persistable(options) == _persistable({**options, "llm_options": {"base_url": "https://u:other@h/v1"}})
+
+
+def test_a_cache_written_with_keys_in_its_judge_ids_is_rewritten_once_when_opened(tmp_path, capsys, monkeypatch):
+    """An older berds stored judge ids as typed (a base_url with user:KEY@). Opening such a cache rewrites them as
+    today's berds names the judge: the key leaves every byte of the file, the verdicts answer the redacted id, and
+    where both ids held a verdict for a pair the redacted id's (newer) one is kept."""
+    import sqlite3
+
+    from berds.evaluate.cache import JudgementCache
+    from berds.llm.secrets import redact_text
+    from berds.types import JudgePair, Verdict
+
+    old_id = f"openai:m@http://judge:{SECRET}@127.0.0.1:8000/v1"
+    new_id = redact_text(old_id)
+    assert SECRET not in new_id
+    path = tmp_path / "old.sqlite"
+    a, b = JudgePair("p", "passage a"), JudgePair("p", "passage b")
+    with JudgementCache(path) as c:
+        c.put_many(old_id, "v1", [a, b], [Verdict(True, 0.9, "Yes"), Verdict(False, 0.1, "No")])
+        c.put_many(new_id, "v1", [b], [Verdict(True, 0.8, "Yes")])  # judged again since: newer
+        many = [JudgePair("p", f"passage {i}") for i in range(2000)]  # (enough rows to leave freed pages behind)
+        c.put_many(old_id, "v1", many, [Verdict(i % 2 == 0, 0.5, "Yes") for i in range(2000)])
+        c.put_many("embedded:v2", "v1", [a], [Verdict(False, 0.2, "")])
+    db = sqlite3.connect(path)
+    db.execute("DELETE FROM meta WHERE key='ids_redacted'")  # as a cache from before the rewrite was
+    db.commit()
+    db.close()
+    assert any(SECRET.encode() in f.read_bytes() for f in tmp_path.glob("old.sqlite*"))
+
+    import berds.evaluate.cache as cache_module
+
+    connect = sqlite3.connect
+
+    def connect_without_secure_delete(*args, **kwargs):  # as SQLite is built on most platforms (not Debian's)
+        db = connect(*args, **kwargs)
+        db.execute("PRAGMA secure_delete=OFF")
+        return db
+
+    monkeypatch.setattr(cache_module.sqlite3, "connect", connect_without_secure_delete)
+
+    with JudgementCache(path) as c:
+        assert sorted(j for j, _, _ in c.judges()) == sorted(["embedded:v2", new_id])
+        assert [v.p_yes for v in c.get_many(new_id, "v1", [a, b])] == [0.9, 0.8]
+        assert c.get_many("embedded:v2", "v1", [a])[0].p_yes == 0.2
+        assert c.count(new_id) == 2002
+        for f in tmp_path.glob("old.sqlite*"):  # already while the cache is open (other processes read the files)
+            assert SECRET.encode() not in f.read_bytes(), f
+    for f in tmp_path.glob("old.sqlite*"):
+        assert SECRET.encode() not in f.read_bytes(), f
+    with JudgementCache(path) as c:  # done once: a verdict stored under a raw id now stays (berds redacts first)
+        c._db.execute("INSERT INTO judgements VALUES (?, 'v1', x'00', x'00', 1, NULL, '', NULL, 0)", (old_id,))
+    with JudgementCache(path) as c:
+        assert len(c.judges()) == 3
+    assert capsys.readouterr().err == ""
