@@ -5,7 +5,8 @@
 * ``write_test_head`` — a hand-set logistic head for ``EmbeddedJudge`` (its real file format);
 * ``CrashOnceJudge`` — the embedded judge, except that the first worker to find the crash flag file
   claims it and dies (``os._exit``) in the middle of a batch — never the test process itself;
-* small functions for ``Recipe.function``: doubling numbers, raising a user error, dying every time.
+* small functions for ``Recipe.function``: doubling numbers, raising a user error, dying every time, hanging
+  (once, or every time).
 """
 
 from __future__ import annotations
@@ -95,6 +96,24 @@ def raise_input_error(batch: Any) -> Any:
 
 def exit_every_time(batch: Any) -> Any:
     os._exit(3)
+
+
+def hang_once(batch: Sequence[int], *, flag: str) -> list[int]:
+    """Doubles, except that the first worker to claim ``flag`` (rename it away) hangs on that batch."""
+    import time
+
+    try:
+        os.rename(flag, flag + ".taken")
+    except FileNotFoundError:
+        return double_all(batch)
+    time.sleep(3600)
+    return []
+
+
+def hang_every_time(batch: Any) -> Any:
+    import time
+
+    time.sleep(3600)
 
 
 class CountingDoubler:

@@ -126,6 +126,17 @@ def test_index_dense_cli_rejects_an_unknown_engine(tmp_path, capsys):
     assert "unknown engine 'rya'. Did you mean 'ray'?" in capsys.readouterr().err.replace("\n", "")
 
 
+@pytest.mark.parametrize("command", [["eval", "RUN", "--judge", "embedded"], ["index", "dense", "STORE", "--encoder", "minilm"]])
+def test_batch_timeout_is_refused_without_the_ray_engine(tmp_path, capsys, command):
+    from berds.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main([*command, "--out", str(tmp_path / "o"), "--batch-timeout", "60"])
+    assert exit_info.value.code == 2
+    assert "--batch-timeout is for --engine ray" in capsys.readouterr().err.replace("\n", "")
+    assert not (tmp_path / "o").exists()
+
+
 def test_engine_info_cli_for_the_local_engine(capsys):
     from berds.cli import main
 
@@ -317,6 +328,31 @@ def test_ray_passes_user_errors_through_and_stops_on_a_poison_batch(ray_engine):
     doubled = sorted(ray_engine.map_batches(Recipe.function("engine_fixtures:double_all"), [[1, 2], [3]]),
                      key=lambda r: r.index)
     assert [r.output for r in doubled] == [[2, 4], [6]]  # the shared instance still works after both failures
+
+
+@ray_mark
+def test_ray_replaces_a_hung_worker_and_fails_a_batch_that_always_hangs(ray_engine, tmp_path):
+    """batch_timeout: a worker that holds batches without finishing one is killed and replaced, its batches run
+    elsewhere (every result once); a batch that hangs on every worker stops the job with an error naming it."""
+    from berds.engine.ray_engine import RayEngine
+
+    flag = tmp_path / "hang-flag"
+    flag.write_text("")
+    replaced = ray_engine.replaced_workers
+    ray_engine.batch_timeout = 8
+    try:
+        started = time.monotonic()
+        results = list(ray_engine.map_batches(Recipe.function("engine_fixtures:hang_once", flag=str(flag)),
+                                              [[i] for i in range(6)]))
+        assert sorted(r.output[0] for r in results) == [2 * i for i in range(6)]
+        assert not flag.exists() and ray_engine.replaced_workers == replaced + 1 and time.monotonic() - started < 120
+        ray_engine.max_batch_attempts = 1
+        with pytest.raises(BerdsError, match=r"batch 0 lost its worker 1 times .*no result for 8 s .*batch_timeout"):
+            list(ray_engine.map_batches(Recipe.function("engine_fixtures:hang_every_time"), [[1]]))
+    finally:
+        ray_engine.batch_timeout, ray_engine.max_batch_attempts = None, 3
+    with pytest.raises(BerdsError, match="batch_timeout must be a positive number"):
+        RayEngine(batch_timeout=0)
 
 
 @ray_mark

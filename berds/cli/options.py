@@ -158,6 +158,21 @@ def out_file_callback(value: Any) -> Any:
     return _writable(value, folder=False)
 
 
+BATCH_TIMEOUT_HELP = ("With --engine ray: seconds a worker may hold batches without finishing one before it is taken "
+                      "for hung, killed and replaced (its batches run elsewhere). Default: wait for ever. The first "
+                      "batch on a worker includes loading its model.")
+
+
+def engine_for(engine: str, address: str | None, batch_timeout: float | None) -> Any:
+    """The engine ``--engine/--address/--batch-timeout`` name (``berds.engine.get_engine``)."""
+    from berds.engine import get_engine
+    from berds.errors import BerdsError
+
+    if batch_timeout is not None and engine != "ray":
+        raise BerdsError(f"--batch-timeout is for --engine ray (workers that can be replaced); got --engine {engine}")
+    return get_engine(engine, address=address, **({} if batch_timeout is None else {"batch_timeout": batch_timeout}))
+
+
 JUDGE_REQUIRED_HELP = ("Judge (required; `berds judges list`): a catalogue name, BACKEND:MODEL, debate:NAME or "
                        "calibrated:NAME. `embedded` is only a CPU smoke test.")
 

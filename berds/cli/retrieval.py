@@ -10,7 +10,7 @@ from typing import List, Optional
 
 import typer
 
-from berds.cli.options import out_folder_callback
+from berds.cli.options import BATCH_TIMEOUT_HELP, out_folder_callback
 
 index_app = typer.Typer(help="Build indexes of a passage store (Lucene BM25, dense FAISS).", no_args_is_help=True)
 retrievers_app = typer.Typer(help="Retrievers: list what is available.", no_args_is_help=True)
@@ -84,12 +84,13 @@ def index_dense(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
     engine: str = typer.Option("local", "--engine", help="local | ray: where the shards are encoded (same files either way)."),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address, e.g. ray://HEAD:10001 (with --engine ray)."),
+    batch_timeout: Optional[float] = typer.Option(None, "--batch-timeout", help=BATCH_TIMEOUT_HELP),
 ) -> None:
     """Embed a passage store in shards (resumable) and build a FAISS index."""
-    from berds.engine import get_engine
+    from berds.cli.options import engine_for
     from berds.indexes.faiss import build_dense_index
 
-    runner = get_engine(engine, address=address)
+    runner = engine_for(engine, address, batch_timeout)
     try:
         meta = build_dense_index(
             corpus, out, encoder=encoder, encoder_options=_options(encoder_option), device=device, dtype=dtype,

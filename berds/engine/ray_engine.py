@@ -16,6 +16,9 @@ How a job runs (``RayEngine.map_batches``):
    workers stops the job with an error naming it (a "poison" batch would otherwise kill the pool
    forever). An exception raised by the model code is not retried (it would fail again): it stops the
    job, and a ``BerdsError`` from the worker reaches the user unchanged.
+5. Hung workers: with ``batch_timeout`` set, a worker that holds batches but has finished none for that
+   many seconds (a wedged GPU, a deadlock) is killed and replaced like a dead one; its batches go back in
+   the queue, and the one it was running counts an attempt.
 
 Determinism: each batch is processed whole by one worker, so a model that gives the same output for
 the same batch gives byte-identical results on any number of workers; ``ordered=True`` also restores
@@ -24,6 +27,7 @@ input order for writers that need it.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import time
@@ -48,6 +52,10 @@ class BatchWorker:
         self._recipe = recipe
         self._fn: Any = None
         self.build_seconds = 0.0
+
+    def ping(self) -> int:
+        """Answers once the actor's process runs (``batch_timeout`` counts from then, not from a wait for resources)."""
+        return os.getpid()
 
     def run(self, index: int, batch: Any, attempt: int) -> tuple[Any, dict[str, Any]]:
         from berds.engine.local import peak_rss_bytes
@@ -82,6 +90,9 @@ class _Slot:
     generation: int = 0
     pid: int | None = None
     node: str = ""
+    since: float = 0.0  # when the batch it is running now started (its last result, or work after idling)
+    ready: Any = None  # resolves once the actor process runs (until then it may wait for resources: not hung)
+    started: bool = False
 
 
 @dataclass
@@ -92,6 +103,7 @@ class _Task:
     slot: int = -1
     generation: int = -1
     last_error: str = ""
+    submitted: int = 0  # submission order (the oldest of a worker's batches is the one it is running)
 
 
 class RayEngine:
@@ -107,6 +119,9 @@ class RayEngine:
       hint: 1 for a GPU judge (``mistral-berds``, ``vllm:...``) or an encoder on ``device="cuda"``, else 0.
     * ``in_flight_per_worker`` — batches queued per actor; ``max_batch_attempts`` — how many workers a
       batch may lose before the job fails.
+    * ``batch_timeout`` — seconds a worker may hold batches without finishing one before it is taken for
+      hung, killed and replaced (``None``, the default: wait for ever). The first batch on a new worker
+      includes loading its model: leave room for that.
     * ``runtime_env`` — Ray runtime environment for the actors (e.g. ``{"env_vars": {...}}``).
     * ``batch_size`` — items per batch that callers making batches should use on this engine (``None``:
       their own; e.g. a GPU judge under vLLM wants larger batches, at the price of batch-dependent
@@ -124,6 +139,7 @@ class RayEngine:
         gpus_per_worker: float | None = None,
         in_flight_per_worker: int = 2,
         max_batch_attempts: int = 3,
+        batch_timeout: float | None = None,
         runtime_env: dict[str, Any] | None = None,
         batch_size: int | None = None,
         num_cpus: int | None = None,
@@ -136,6 +152,8 @@ class RayEngine:
                 raise BerdsError(f"{label} must be a positive integer, got {value!r}")
         if in_flight_per_worker < 1 or max_batch_attempts < 1:
             raise BerdsError("in_flight_per_worker and max_batch_attempts must be at least 1")
+        if batch_timeout is not None and not batch_timeout > 0:
+            raise BerdsError(f"batch_timeout must be a positive number of seconds (or None), got {batch_timeout!r}")
         if cpus_per_worker < 0 or (gpus_per_worker is not None and gpus_per_worker < 0):
             raise BerdsError("cpus_per_worker and gpus_per_worker must not be negative")
         self._ray = ray
@@ -153,6 +171,7 @@ class RayEngine:
         self.gpus_per_worker = None if gpus_per_worker is None else float(gpus_per_worker)
         self.in_flight_per_worker = in_flight_per_worker
         self.max_batch_attempts = max_batch_attempts
+        self.batch_timeout = batch_timeout
         self.runtime_env = runtime_env
         self.batch_size = batch_size
         self._actor_class: Any = None
@@ -234,6 +253,8 @@ class RayEngine:
         if key != self._pool_key:
             self._kill_pool()  # one model family at a time: a new recipe frees the old workers' memory
             self._slots = [_Slot(self._new_actor(recipe)) for _ in range(self.workers_for(recipe))]
+            for slot in self._slots:
+                slot.ready = slot.actor.ping.remote()
             self._pool_key = key
         return self._slots
 
@@ -245,6 +266,7 @@ class RayEngine:
         slot.actor = self._new_actor(recipe)
         slot.generation += 1
         slot.pid, slot.node = None, ""
+        slot.ready, slot.started = slot.actor.ping.remote(), False
         self.replaced_workers += 1
 
     def _kill_pool(self) -> None:
@@ -291,6 +313,7 @@ class RayEngine:
         next_to_yield = 0
         finished = False
         total = total if total is not None else _len(batches)
+        submitted = itertools.count()
 
         def load(i: int) -> int:
             return sum(1 for t in in_flight.values() if t.slot == i and t.generation == slots[i].generation)
@@ -317,14 +340,22 @@ class RayEngine:
                             task = next_task()
                             if task is None:
                                 break
+                            if load(i) == 0:
+                                slot.since = time.monotonic()
                             task.slot, task.generation = i, slot.generation
+                            task.submitted = next(submitted)
                             in_flight[slot.actor.run.remote(task.index, task.batch_ref, task.attempt)] = task
                     if not in_flight:
                         break
-                    ready, _ = ray.wait(list(in_flight), num_returns=1)
+                    ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=self._wait_seconds(slots, load))
+                    if not ready:
+                        self._replace_hung(slots, load, in_flight, retry, recipe)
+                        continue
                     for ref in ready:
                         task = in_flight.pop(ref)
                         slot = slots[task.slot]
+                        if task.generation == slot.generation:
+                            slot.since, slot.started = time.monotonic(), True  # its next batch starts now
                         try:
                             output, info = ray.get(ref)
                         except death as exc:
@@ -353,6 +384,42 @@ class RayEngine:
                     except Exception:  # a finished or lost task cannot be cancelled; nothing to do
                         pass
                 self._kill_pool()
+
+    def _wait_seconds(self, slots: list[_Slot], load: Any) -> float | None:
+        """How long to wait for a result before checking for hung workers (None: no timeout set)."""
+        if self.batch_timeout is None:
+            return None
+        now = time.monotonic()
+        for slot in slots:
+            if not slot.started and self._ray.wait([slot.ready], timeout=0)[0]:
+                slot.started, slot.since = True, now  # its process runs: the clock starts now
+        busy = [slot.since for i, slot in enumerate(slots) if load(i) and slot.started]
+        deadline = min(busy, default=now) + self.batch_timeout
+        waiting = any(load(i) and not slot.started for i, slot in enumerate(slots))
+        return max(0.05, min(deadline - now, 1.0) if waiting else deadline - now)
+
+    def _replace_hung(self, slots: list[_Slot], load: Any, in_flight: dict[Any, _Task], retry: deque[_Task],
+                      recipe: Recipe) -> None:
+        """Kill and replace every worker past ``batch_timeout``; its batches go back in the queue (the one it
+        was running, its oldest, counts an attempt)."""
+        now = time.monotonic()
+        for i, slot in enumerate(slots):
+            if not load(i) or not slot.started or now - slot.since < self.batch_timeout:
+                continue
+            held = sorted((ref for ref, t in in_flight.items() if t.slot == i and t.generation == slot.generation),
+                          key=lambda ref: in_flight[ref].submitted)
+            tasks = [in_flight.pop(ref) for ref in held]
+            running = tasks[0]
+            running.last_error = (f"no result for {self.batch_timeout:g} s from worker "
+                                  f"{slot.pid or '?'}@{slot.node or '?'} (batch_timeout): taken for hung")
+            self._replace(slot, recipe)
+            running.attempt += 1
+            if running.attempt > self.max_batch_attempts:
+                raise BerdsError(
+                    f"{recipe.label}: batch {running.index} lost its worker {self.max_batch_attempts} times "
+                    f"(last: {running.last_error}) — raise batch_timeout if a batch (or loading the model) "
+                    "takes that long, or use smaller batches")
+            retry.extendleft(reversed(tasks))
 
     def _on_worker_death(self, task: _Task, slot: _Slot, exc: BaseException, recipe: Recipe) -> None:
         """A batch came back "worker died": count the attempt, replace the worker (once per death)."""
