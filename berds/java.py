@@ -203,10 +203,10 @@ def lucene_bridge() -> Any:
         why = ""
         try:
             _state["bridge"] = jnius.autoclass("berds.LuceneBridge")
-            missing = missing_java_methods(BRIDGE_USES)
-            if missing:  # an Anserini the class was not compiled against: it would fail at the first call
+            missing = missing_java_members(bridge_references())
+            if missing:  # an Anserini/Lucene the class was not compiled against: it would fail at the first call
                 _state["bridge"] = None
-                why = f"this Anserini lacks {', '.join(missing)}, which it calls"
+                why = f"this Anserini lacks {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}, which it calls"
         except jnius.JavaException:
             _state["bridge"] = None
             why = "it is not on this JVM's classpath (other code started Java first)"
@@ -219,25 +219,93 @@ def lucene_bridge() -> Any:
     return _state["bridge"]
 
 
-# The Anserini methods LuceneBridge.java calls, checked by name before the class is used.
-BRIDGE_USES = {
-    "io.anserini.search.SimpleSearcher": ("batch_search",),
-    "io.anserini.index.SimpleIndexer": ("addJsonDocument",),
-    "io.anserini.collection.JsonCollection$Document": ("fromFields",),
-}
+def class_file_references(data: bytes) -> list[tuple[str, str, str, str]]:
+    """``(kind, class, name, descriptor)`` for every field and method a compiled Java class refers to (its
+    constant pool's Fieldref / Methodref / InterfaceMethodref entries; classes in JVM form, ``a/b/C$D``)."""
+    import struct
+
+    if data[:4] != b"\xca\xfe\xba\xbe":
+        raise BerdsError("not a Java class file")
+    (count,) = struct.unpack_from(">H", data, 8)
+    entries: list[Any] = [None] * count
+    sizes = {3: 4, 4: 4, 5: 8, 6: 8, 7: 2, 8: 2, 9: 4, 10: 4, 11: 4, 12: 4, 15: 3, 16: 2, 17: 4, 18: 4, 19: 2, 20: 2}
+    pos, i = 10, 1
+    while i < count:
+        tag = data[pos]
+        if tag == 1:  # Utf8 (modified UTF-8; class and member names here are plain)
+            (length,) = struct.unpack_from(">H", data, pos + 1)
+            entries[i] = data[pos + 3:pos + 3 + length].decode("utf-8", "replace")
+            pos += 3 + length
+        elif tag in sizes:
+            entries[i] = (tag, *struct.unpack_from(">HH" if sizes[tag] == 4 and tag >= 9 else ">H", data, pos + 1))
+            pos += 1 + sizes[tag]
+        else:
+            raise BerdsError(f"unknown constant pool tag {tag} at byte {pos} of a Java class file")
+        i += 2 if tag in (5, 6) else 1  # longs and doubles take two slots
+    kinds = {9: "field", 10: "method", 11: "method"}
+    refs = []
+    for entry in entries:
+        if isinstance(entry, tuple) and entry[0] in kinds:
+            _, class_index, nat_index = entry
+            _, name_index, descriptor_index = entries[nat_index]
+            refs.append((kinds[entry[0]], entries[entries[class_index][1]], entries[name_index],
+                         entries[descriptor_index]))
+    return refs
 
 
-def missing_java_methods(uses: dict[str, tuple[str, ...]]) -> list[str]:
-    """``Class.method`` names from ``uses`` that this JVM's classes do not have (a class that is absent
-    counts as all its methods missing)."""
+def bridge_references() -> list[tuple[str, str, str, str]]:
+    """What berds' compiled Java classes use from outside the JDK (Anserini, Lucene), read from the classes."""
+    return sorted({ref for path in sorted((HELPER_CLASSES / "berds").glob("*.class"))
+                   for ref in class_file_references(path.read_bytes())
+                   if not ref[1].startswith(("java/", "javax/", "jdk/", "berds/"))})
+
+
+_REACHABLE = 0x1 | 0x4  # java.lang.reflect.Modifier.PUBLIC | PROTECTED
+
+
+def _descriptor(jclass: Any) -> str:
+    primitive = {"int": "I", "long": "J", "float": "F", "double": "D", "boolean": "Z", "byte": "B", "char": "C",
+                 "short": "S", "void": "V"}
+    name = jclass.getName()
+    if jclass.isPrimitive():
+        return primitive[name]
+    return name.replace(".", "/") if jclass.isArray() else f"L{name.replace('.', '/')};"
+
+
+def missing_java_members(refs: list[tuple[str, str, str, str]]) -> list[str]:
+    """The references (``class_file_references`` form) this JVM's classes do not satisfy: a class that is absent,
+    or no field / method / constructor of that name with exactly that descriptor, declared in the class or
+    inherited (what would end in ``NoSuchMethodError`` at the first call)."""
     jnius = start_jvm()
+    Class = jnius.autoclass("java.lang.Class")
+    found: dict[str, set[tuple[str, str]] | None] = {}
     missing = []
-    for class_name, methods in uses.items():
-        try:
-            have = {m.getName() for m in jnius.autoclass("java.lang.Class").forName(class_name).getMethods()}
-        except jnius.JavaException:
-            have = set()
-        missing += [f"{class_name.rsplit('.', 1)[-1]}.{m}" for m in methods if m not in have]
+    for kind, class_name, name, descriptor in refs:
+        if class_name not in found:
+            try:
+                klass = Class.forName(class_name.replace("/", "."))
+            except jnius.JavaException:
+                found[class_name] = None
+            else:
+                members: set[tuple[str, str]] = set()
+                todo = [klass]
+                while todo:  # the class, its superclasses and interfaces; public or protected members only
+                    c = todo.pop()
+                    for m in c.getDeclaredMethods():
+                        if m.getModifiers() & _REACHABLE:
+                            params = "".join(_descriptor(p) for p in m.getParameterTypes())
+                            members.add((m.getName(), f"({params}){_descriptor(m.getReturnType())}"))
+                    for f in c.getDeclaredFields():
+                        if f.getModifiers() & _REACHABLE:
+                            members.add((f.getName(), _descriptor(f.getType())))
+                    todo += [x for x in (c.getSuperclass(), *c.getInterfaces()) if x is not None]
+                for ctor in klass.getDeclaredConstructors():
+                    if ctor.getModifiers() & _REACHABLE:
+                        members.add(("<init>", f"({''.join(_descriptor(p) for p in ctor.getParameterTypes())})V"))
+                found[class_name] = members
+        members = found[class_name]
+        if members is None or (name, descriptor) not in members:
+            missing.append(f"{class_name.rsplit('/', 1)[-1]}.{name}{descriptor}")
     return missing
 
 

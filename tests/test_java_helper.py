@@ -127,12 +127,32 @@ def test_index_built_through_the_bridge_equals_the_json_one(index, tmp_path, mon
 
 
 @pytest.mark.java
-def test_the_anserini_methods_the_class_calls_are_checked_by_name():
-    from berds.java import BRIDGE_USES, missing_java_methods
+def test_what_the_class_calls_outside_the_jdk_is_read_from_it_and_checked_by_exact_signature():
+    """The compiled classes' constant pool says what they call in Anserini (methods and fields, with their JVM
+    descriptors); each must exist with exactly that signature, reachable (public or protected), declared or
+    inherited — a same-name method with other parameters would end in NoSuchMethodError at the first call."""
+    from berds.errors import BerdsError
+    from berds.java import bridge_references, class_file_references, missing_java_members
 
-    assert missing_java_methods(BRIDGE_USES) == []  # the installed Anserini has them all
-    assert missing_java_methods({"java.lang.String": ("length", "noSuchMethod"), "no.such.Class": ("x",)}) == \
-        ["String.noSuchMethod", "Class.x"]
+    refs = bridge_references()
+    names = {(cls.rsplit("/", 1)[-1], name) for _, cls, name, _ in refs}
+    assert {("SimpleSearcher", "batch_search"), ("SimpleIndexer", "addJsonDocument"),
+            ("JsonCollection$Document", "fromFields"), ("ScoredDoc", "docid"), ("ScoredDoc", "score")} <= names
     source = (JAVA_DIR / BUILD["source"]).read_text(encoding="utf-8")
-    for methods in BRIDGE_USES.values():  # the list names what the source really calls
-        assert all(f"{m}(" in source for m in methods)
+    assert all(name in source for _, name in names)  # (what the parser found is what the source calls)
+    assert missing_java_members(refs) == []  # the installed Anserini has them all
+    probes = [
+        ("method", "java/lang/String", "length", "()I"),                 # present
+        ("method", "java/util/ArrayList", "hashCode", "()I"),            # inherited (AbstractList)
+        ("method", "java/util/ArrayList", "<init>", "(I)V"),             # a constructor
+        ("method", "java/lang/String", "length", "()J"),                 # same name, other return type
+        ("method", "java/lang/String", "indexOf", "(Ljava/lang/Object;)I"),  # same name, other parameters
+        ("field", "java/lang/String", "value", "[B"),                    # private
+        ("method", "no/such/Class", "x", "()V"),                         # absent class
+    ]
+    assert missing_java_members(probes) == ["String.length()J", "String.indexOf(Ljava/lang/Object;)I",
+                                            "String.value[B", "Class.x()V"]
+    with pytest.raises(BerdsError, match="not a Java class file"):
+        class_file_references(b"PK\x03\x04 a zip")
+
+
