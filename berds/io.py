@@ -130,7 +130,7 @@ def jsonl_record(raw: bytes, path: PathLike, lineno: int) -> dict[str, Any] | No
         rec = json.loads(line)
     except json.JSONDecodeError as exc:
         raise InputError(
-            f"malformed JSON ({exc.msg} at column {exc.colno})", path=path, line=lineno,
+            f"malformed JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})", path=path, line=lineno,
             fix="each line must be one complete JSON object",
         ) from None
     if not isinstance(rec, dict):

@@ -158,10 +158,16 @@ def _hub_download(spec: QuestionSetSpec, split: str, dest: Path) -> Path:
 def resolve_questions_path(source: str, split: str = "test") -> Path:
     """The local jsonl that ``source`` names (downloading a BERDS set once if needed)."""
     path = Path(source)
-    if path.is_file():  # a folder that happens to share a set's name (./demo) is not a question file
-        return path
-    if source == "demo":
-        return DEMO_DIR / "questions.jsonl"
+    if source not in DELPHI_SETS and split not in SPLITS:
+        raise BerdsError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
+    if path.is_file() or source == "demo":  # (a folder that shares a set's name, ./demo, is not a question file)
+        if split != "test":  # the default: said only when asked for something else
+            from rich.console import Console
+
+            Console(stderr=True, soft_wrap=True).print(
+                f"[yellow]note:[/] --split {split} does not apply to {source}: its questions are read as they are "
+                "(splits are for the named sets: arguana, kialo, opinionqa)", highlight=False)
+        return path if path.is_file() else DEMO_DIR / "questions.jsonl"
     if source in DELPHI_SETS:
         return resolve_delphi_path(split)
     if source not in BERDS_SETS:
@@ -170,8 +176,6 @@ def resolve_questions_path(source: str, split: str = "test") -> Path:
         if any(ch in source for ch in "/\\."):
             raise InputError("file not found", path=source, fix="pass an existing questions jsonl or a set name")
         raise UnknownNameError("question set", source, list(BERDS_SETS) + list(DELPHI_SETS) + ["demo"])
-    if split not in SPLITS:
-        raise BerdsError(f"unknown split {split!r} for {source}; use one of {', '.join(SPLITS)}")
     candidates = []
     if os.environ.get("BERDS_DATA_DIR"):
         candidates.append(Path(os.environ["BERDS_DATA_DIR"]) / f"{source}.{split}.jsonl")

@@ -159,6 +159,8 @@ def test_index_folder_rules(toy_index, tmp_path):
     assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
     with pytest.raises(InputError, match="not an index folder"):
         read_index_meta(tmp_path / "other")
+    with pytest.raises(InputError, match=r"is a passage store \(a corpus\), not an index .*berds index bm25 .*store --out INDEX_FOLDER"):
+        read_index_meta(root / "store", "bm25")  # the corpus given where its index goes: no advice to index into it
 
 
 @pytest.mark.java

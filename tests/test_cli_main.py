@@ -94,3 +94,39 @@ def test_every_out_option_is_checked_before_the_command_starts(tmp_path):
         done = subprocess.run(berds_cmd(*args, "--out", str(wrong)), capture_output=True, text=True, timeout=120)
         assert done.returncode == 2 and "Invalid value for '--out'" in done.stderr, done.stderr
         assert str(wrong) in done.stderr and "Traceback" not in done.stderr
+
+
+def test_every_cache_file_option_refuses_a_missing_folder_and_says_when_it_starts_a_new_cache(tmp_path):
+    """A typo in --cache must not quietly start an empty cache and judge everything again: each judgement/score
+    cache option refuses a folder that does not exist (before any work, creating nothing) and says when it
+    creates a new cache file (`cache info` has its own check: the file must exist)."""
+    from typer.main import get_command
+
+    from berds.cli import app
+    from berds.cli.options import cache_file_callback
+
+    options = []
+
+    def walk(command, path):
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, path + [name])
+        for param in getattr(command, "params", []):
+            if "--cache" in getattr(param, "opts", []):
+                options.append((" ".join(path), getattr(param.callback, "__wrapped__", param.callback)))
+
+    walk(get_command(app), [])
+    folder_caches = {"corpus build search", "cache info"}  # a page-cache folder; a cache that must exist
+    unchecked = [path for path, callback in options if callback is not cache_file_callback and path not in folder_caches]
+    assert len(options) >= 14 and not unchecked, unchecked
+
+    missing = tmp_path / "no-such-folder" / "j.sqlite"
+    done = subprocess.run(berds_cmd("eval", str(tmp_path / "run"), "--judge", "embedded", "--cache", str(missing)),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "no such folder — check --cache for a typo" in " ".join(done.stderr.split())
+    assert not missing.parent.exists() and "Traceback" not in done.stderr
+    new = tmp_path / "j.sqlite"
+    done = subprocess.run(berds_cmd("eval", str(tmp_path / "run"), "--judge", "embedded", "--cache", str(new)),
+                          capture_output=True, text=True, timeout=120)
+    said = " ".join(done.stderr.split())
+    assert f"no cache at {new} yet: a new, empty one will be started there" in said
+    assert "no such run folder or file" in said  # (then the run is looked for)

@@ -135,6 +135,9 @@ def test_batch_timeout_is_refused_without_the_ray_engine(tmp_path, capsys, comma
     assert exit_info.value.code == 2
     assert "--batch-timeout is for --engine ray" in capsys.readouterr().err.replace("\n", "")
     assert not (tmp_path / "o").exists()
+    with pytest.raises(SystemExit) as exit_info:
+        main([*command, "--out", str(tmp_path / "o"), "--address", "ray://head:10001"])
+    assert exit_info.value.code == 2 and "add --engine ray" in capsys.readouterr().err.replace("\n", "")
 
 
 def test_engine_info_cli_for_the_local_engine(capsys):

@@ -39,6 +39,17 @@ def test_unknown_names_and_splits():
         load_questions("kialo", split="train")
 
 
+def test_a_split_is_checked_for_files_and_the_demo_too_and_said_not_to_apply(tmp_path, capsys):
+    with pytest.raises(BerdsError, match="unknown split 'dve'; use one of dev, test"):
+        load_questions("demo", split="dve")
+    path = tmp_path / "q.jsonl"
+    path.write_text('{"id": "q1", "question": "Q?", "perspectives": ["a"]}\n')
+    assert [q.id for q in load_questions(path, split="dev")] == ["q1"]
+    assert "--split dev does not apply to" in " ".join(capsys.readouterr().err.split())
+    load_questions(path)  # the default split says nothing
+    assert capsys.readouterr().err == ""
+
+
 @pytest.mark.parametrize("row, message", [
     ({"question": "Q?", "perspectives": ["a"]}, "no 'id'"),
     ({"id": 1, "perspectives": ["a"]}, "no 'question'"),

@@ -89,6 +89,7 @@ def test_missing_ids_are_synthesised_and_recorded(tmp_path):
         ('{"id": 1, "question": "Q?", "perspectives": ["a"], "ctxs": [{"title": "x"}]}\n', "ctxs[0]'"),
         ('{"id": 1, "question": "Q?", "perspectives": "a", "ctxs": [{"text": "t"}]}\n', "must be a non-empty list"),
         ('[1, 2]\n', "expected a JSON object"),
+        ('{"id": 1, "question": "Q\tX?"}\n', "line 1: malformed JSON (Invalid control character at column 25)"),
     ],
 )
 def test_bad_jsonl_errors_name_file_and_line(tmp_path, content, message):

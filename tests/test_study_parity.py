@@ -433,6 +433,8 @@ def test_cli_eval_from_predictions(tmp_path):
     result = CliRunner().invoke(app, ["eval", "--from-predictions", str(path), "--k", "1", "--out", str(tmp_path / "m")])
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "m" / "metrics.json").read_text())["averages"]["all"]["mrecall@1"] == 1.0
+    refused = CliRunner().invoke(app, ["eval", "--from-predictions", str(path), "--judge", "embedded"])
+    assert refused.exit_code != 0 and "no judge runs — drop --judge" in str(refused.exception)  # (main() exits 2)
 
 
 # ------------------------------------------------------------------------------- 6. ties in run files

@@ -11,8 +11,8 @@ from typing import Any, List, Optional
 
 import typer
 
-from berds.cli.options import (ALLOW_SHORT_HELP, ALLOW_UNPARSED_HELP, JUDGE_REQUIRED_HELP, K_HELP, floats_callback,
-                               ks_callback, out_file_callback, out_folder_callback, parse_floats, parse_ks,
+from berds.cli.options import (ALLOW_SHORT_HELP, ALLOW_UNPARSED_HELP, JUDGE_REQUIRED_HELP, K_HELP, cache_file_callback,
+                               floats_callback, ks_callback, out_file_callback, out_folder_callback, parse_floats, parse_ks,
                                print_judge_warning, require_judge)
 tune_app = typer.Typer(help="Tune reranking parameters on a dev split with a judge.", no_args_is_help=True)
 analyze_app = typer.Typer(help="The study's analyses: stance, leaning, sycophancy, coverage, docs needed.",
@@ -100,7 +100,7 @@ def tune_mmr_command(
     batch_size: int = typer.Option(32, "--batch-size", min=1, help="Embedding batch size."),
     embedding_cache: Optional[Path] = typer.Option(None, "--embedding-cache", help="Embedding cache file (default: $BERDS_HOME/embeddings.sqlite)."),
     no_embedding_cache: bool = typer.Option(False, "--no-embedding-cache", help="Embed without reading or writing the cache."),
-    cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file (default: $BERDS_HOME/judgements.sqlite)."),
+    cache: Optional[Path] = typer.Option(None, "--cache", callback=cache_file_callback, help="Judgement cache file (default: $BERDS_HOME/judgements.sqlite)."),
     allow_short: bool = typer.Option(False, "--allow-short", help=ALLOW_SHORT_HELP),
     allow_unparsed: bool = typer.Option(False, "--allow-unparsed", help=ALLOW_UNPARSED_HELP),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run already in --out."),
@@ -177,7 +177,7 @@ def analyze_leaning_command(
     stance_llm: Optional[str] = typer.Option(None, "--stance-llm", help="Or compute stances with this LLM (BACKEND:MODEL)."),
     k: int = typer.Option(5, "--k", help="Look at the top k passages."),
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),
-    cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
+    cache: Optional[Path] = typer.Option(None, "--cache", callback=cache_file_callback, help="Judgement cache file."),
     allow_short: bool = typer.Option(False, "--allow-short", help=ALLOW_SHORT_HELP),
     allow_unparsed: bool = typer.Option(False, "--allow-unparsed", help=ALLOW_UNPARSED_HELP),
     out: Optional[Path] = typer.Option(None, "--out", callback=out_file_callback, help="Write the result here (X.json + X.md/.csv/.png)."),
@@ -207,7 +207,7 @@ def analyze_sycophancy_command(
     k: int = typer.Option(5, "--k", help="Top documents per run that are judged and counted (the paper: 5)."),
     label: Optional[str] = typer.Option(None, "--label", help="Name of this setting in tables and plots."),
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),
-    cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
+    cache: Optional[Path] = typer.Option(None, "--cache", callback=cache_file_callback, help="Judgement cache file."),
     out: Optional[Path] = typer.Option(None, "--out", callback=out_folder_callback, help="Folder: sycophancy.json/.md/.csv/.png and the three runs."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -232,7 +232,7 @@ def analyze_coverage_command(
     judge: Optional[str] = typer.Option(None, "--judge", "-j", help=JUDGE_REQUIRED_HELP),
     depth: int = typer.Option(100, "--depth", min=1, help="Top passages of each run pooled together."),
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),
-    cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
+    cache: Optional[Path] = typer.Option(None, "--cache", callback=cache_file_callback, help="Judgement cache file."),
     allow_short: bool = typer.Option(False, "--allow-short", help=ALLOW_SHORT_HELP),
     allow_unparsed: bool = typer.Option(False, "--allow-unparsed", help=ALLOW_UNPARSED_HELP),
     out: Optional[Path] = typer.Option(None, "--out", callback=out_file_callback, help="Write the result here (X.json + X.md/.csv)."),
@@ -253,7 +253,7 @@ def analyze_docs_needed_command(
     judge: Optional[str] = typer.Option(None, "--judge", "-j", help=JUDGE_REQUIRED_HELP),
     depth: int = typer.Option(100, "--depth", min=1, help="Look this deep at most."),
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),
-    cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
+    cache: Optional[Path] = typer.Option(None, "--cache", callback=cache_file_callback, help="Judgement cache file."),
     allow_short: bool = typer.Option(False, "--allow-short", help=ALLOW_SHORT_HELP),
     allow_unparsed: bool = typer.Option(False, "--allow-unparsed", help=ALLOW_UNPARSED_HELP),
     out: Optional[Path] = typer.Option(None, "--out", callback=out_file_callback, help="Write the result here (X.json + X.md/.csv)."),
@@ -279,7 +279,7 @@ def report_command(
     curve_depth: Optional[int] = typer.Option(None, "--curve-depth", min=1, help="MRecall@k curve up to this k (default: largest --k)."),
     analysis: List[Path] = typer.Option([], "--analysis", "-a", help="Result JSON from `berds analyze ... --out` (repeatable)."),
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),
-    cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
+    cache: Optional[Path] = typer.Option(None, "--cache", callback=cache_file_callback, help="Judgement cache file."),
     allow_short: bool = typer.Option(False, "--allow-short", help=ALLOW_SHORT_HELP),
     allow_unparsed: bool = typer.Option(False, "--allow-unparsed", help=ALLOW_UNPARSED_HELP),
     title: str = typer.Option("BERDS report", "--title", help="Report title."),

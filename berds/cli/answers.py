@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from berds.cli.options import out_folder_callback
+from berds.cli.options import cache_file_callback, out_folder_callback
 
 answers_app = typer.Typer(help="Evaluate answers to contentious questions (DebateQA's P.D. and D.A.).",
                           no_args_is_help=True)
@@ -31,7 +31,7 @@ def answers_eval(
     da_parse: str = typer.Option("strict", "--da-parse", help="strict (reply must be 0 or 1) | first-digit | every-reply-aware (reproduces the published script's pitfall)."),
     batch_size: int = typer.Option(32, "--batch-size", help="Pairs per backend call (each batch is cached)."),
     out: Optional[Path] = typer.Option(None, "--out", callback=out_folder_callback, help="Output folder (default: ANSWERS.answers-eval/ beside each file)."),
-    cache: Optional[Path] = typer.Option(None, "--cache", help="Score cache (default: $BERDS_HOME/answers.sqlite)."),
+    cache: Optional[Path] = typer.Option(None, "--cache", callback=cache_file_callback, help="Score cache (default: $BERDS_HOME/answers.sqlite)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the cache."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:

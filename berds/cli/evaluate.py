@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from berds.cli.options import (ALLOW_SHORT_HELP, ALLOW_UNPARSED_HELP, BATCH_TIMEOUT_HELP, JUDGE_REQUIRED_HELP, K_HELP,
-                               ks_callback, out_folder_callback, parse_ks, require_judge)
+                               cache_file_callback, ks_callback, out_folder_callback, parse_ks, require_judge)
 
 judges_app = typer.Typer(help="Perspective judges: list what is available.", no_args_is_help=True)
 cache_app = typer.Typer(help="The judgement cache.", no_args_is_help=True)
@@ -27,7 +27,7 @@ def eval_command(
     k: List[str] = typer.Option(["5", "10"], "--k", metavar="K", callback=ks_callback, help=K_HELP),
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value passed to the judge/backend (repeatable)."),
     rounds: Optional[int] = typer.Option(None, "--rounds", help="Debate rounds (for debate:NAME judges)."),
-    cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file (default: $BERDS_HOME/judgements.sqlite)."),
+    cache: Optional[Path] = typer.Option(None, "--cache", callback=cache_file_callback, help="Judgement cache file (default: $BERDS_HOME/judgements.sqlite)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Judge everything without reading or writing the cache."),
     overwrite: str = typer.Option("only-missing", "--overwrite", help="only-missing | always | never"),
     title_position: str = typer.Option("after", "--title-position", help="Judge sees text+title (after, the study), title+text (before) or none."),
@@ -54,6 +54,9 @@ def eval_command(
     if from_predictions is not None:
         if runs:
             raise BerdsError("--from-predictions FILE computes metrics from that file alone; drop the run arguments")
+        if judge is not None:
+            raise BerdsError("--from-predictions FILE reads the judgements stored in that file ('mistral-preds'); "
+                             "no judge runs — drop --judge")
         return _eval_from_predictions(from_predictions, tuple(k), allow_short=allow_short, out=out)
     if not runs:
         raise BerdsError("name at least one run folder or BERDS-format jsonl (or --from-predictions FILE)")
@@ -72,7 +75,7 @@ def eval_command(
                                progress=not quiet, cache_path=cache, use_cache=not no_cache, out=out,
                                write_legacy=write_legacy, duplicates=duplicates,
                                allow_unparsed=True)  # checked below, after the table
-    if engine != "local" or batch_timeout is not None:
+    if engine != "local" or batch_timeout is not None or address is not None:  # (refuses options for another engine)
         from berds.cli.options import engine_for
         from berds.evaluate.judging import judge_runner_for
 

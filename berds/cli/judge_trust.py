@@ -13,7 +13,7 @@ from typing import List, Optional
 
 import typer
 
-from berds.cli.options import out_file_callback
+from berds.cli.options import cache_file_callback, out_file_callback
 
 judge_app = typer.Typer(help="Trust the judge: validity against human labels, bias audit, calibration.",
                         no_args_is_help=True)
@@ -48,7 +48,7 @@ def validate_command(
     seed: int = typer.Option(0, "--seed", help="Random seed of the bootstrap resampling."),
     resample: str = typer.Option("pairs", "--resample", help="What the bootstrap draws: pairs, or questions (whole "
                                  "questions with all their pairs: honest when pairs of one question are correlated)."),
-    cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file (default: $BERDS_HOME/judgements.sqlite)."),
+    cache: Optional[Path] = typer.Option(None, "--cache", callback=cache_file_callback, help="Judgement cache file (default: $BERDS_HOME/judgements.sqlite)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Judge everything without reading or writing the cache."),
     markdown: bool = typer.Option(False, "--markdown", help="Also print the table as markdown."),
     out: Optional[Path] = typer.Option(None, "--out", callback=out_file_callback, help="Write the full report as JSON."),
@@ -89,7 +89,7 @@ def audit_command(
     alpha: float = typer.Option(0.05, "--alpha", help="Significance level of the McNemar/Fisher tests."),
     negation_tolerance: float = typer.Option(0.5, "--negation-tolerance",
                                              help="Flag the judge when more than this share of its true positives stay Yes after negation."),
-    cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
+    cache: Optional[Path] = typer.Option(None, "--cache", callback=cache_file_callback, help="Judgement cache file."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Judge everything without reading or writing the cache."),
     out: Optional[Path] = typer.Option(None, "--out", callback=out_file_callback, help="Write the full report as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
@@ -128,7 +128,7 @@ def calibrate_command(
     holdout: Optional[Path] = typer.Option(None, "--holdout", help="Another labelled tsv to score the chosen threshold on."),
     store: Optional[Path] = typer.Option(None, "--store", help="Calibration file (default: $BERDS_HOME/calibration.json)."),
     no_save: bool = typer.Option(False, "--no-save", help="Measure only; store nothing."),
-    cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
+    cache: Optional[Path] = typer.Option(None, "--cache", callback=cache_file_callback, help="Judgement cache file."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Judge everything without reading or writing the cache."),
     out: Optional[Path] = typer.Option(None, "--out", callback=out_file_callback, help="Write the full result as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
@@ -159,7 +159,7 @@ def stance_correct_command(
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),
     bootstrap: int = typer.Option(1000, "--bootstrap", min=0, help="Bootstrap samples over the labelled pairs."),
     seed: int = typer.Option(0, "--seed", help="Random seed of the bootstrap resampling."),
-    cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
+    cache: Optional[Path] = typer.Option(None, "--cache", callback=cache_file_callback, help="Judgement cache file."),
     out: Optional[Path] = typer.Option(None, "--out", callback=out_file_callback, help="Write the corrected result as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:

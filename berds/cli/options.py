@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Iterable
 
 K_HELP = "Cut-offs: repeat (--k 5 --k 10) or give a comma list (--k 5,10)."
@@ -156,6 +157,27 @@ def out_folder_callback(value: Any) -> Any:
 def out_file_callback(value: Any) -> Any:
     """typer callback for an ``--out`` file (or a file stem such as ``X`` for ``X.json`` + ``X.md``)."""
     return _writable(value, folder=False)
+
+
+def cache_file_callback(value: Any) -> Any:
+    """typer callback for a ``--cache`` file: a typo must not quietly start an empty cache (and judge everything
+    again with a GPU model). A cache is created only in a folder that exists, and creating one is said."""
+    import typer
+
+    if value is None:
+        return value
+    path = Path(value)
+    if path.is_dir():
+        raise typer.BadParameter(f"{path}: is a folder; --cache names the cache file (e.g. {path / 'judgements.sqlite'})")
+    if not path.exists():
+        if not path.parent.is_dir():
+            raise typer.BadParameter(f"{path.parent}: no such folder — check --cache for a typo (a new cache is "
+                                     "created only in a folder that exists)")
+        from rich.console import Console
+
+        Console(stderr=True, soft_wrap=True).print(
+            f"[yellow]note:[/] no cache at {path} yet: a new, empty one will be started there", highlight=False)
+    return value
 
 
 BATCH_TIMEOUT_HELP = ("With --engine ray: seconds a worker may hold batches without finishing one before it is taken "

@@ -10,7 +10,7 @@ from typing import Any, List, Optional
 import typer
 
 from berds.cli.analysis import _console, _print_table as _table  # one table style for every command
-from berds.cli.options import JUDGE_REQUIRED_HELP, out_folder_callback, require_judge
+from berds.cli.options import JUDGE_REQUIRED_HELP, cache_file_callback, out_folder_callback, require_judge
 
 rerankers_app = typer.Typer(help="Rerankers: list what is available.", no_args_is_help=True)
 study_app = typer.Typer(help="Studies that combine retrieval, reranking and judging.", no_args_is_help=True)
@@ -168,7 +168,7 @@ def compare_command(
     alpha: float = typer.Option(0.05, "--alpha", help="Significance level (after Holm's correction)."),
     seed: int = typer.Option(0, "--seed", help="Random seed of the resampling."),
     judge_option: List[str] = typer.Option([], "--judge-option", help="key=value for the judge (repeatable)."),
-    cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
+    cache: Optional[Path] = typer.Option(None, "--cache", callback=cache_file_callback, help="Judgement cache file."),
     allow_short: bool = typer.Option(False, "--allow-short", help="Score questions with fewer than k passages, or none: missing ranks count as unsupported."),
     out: Optional[Path] = typer.Option(None, "--out", callback=out_folder_callback, help="Write compare.json/.md/.csv into this folder."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
@@ -213,7 +213,7 @@ def study_diversify_command(
     resamples: int = typer.Option(10000, "--resamples", min=100, help="Bootstrap / permutation resamples."),
     seed: int = typer.Option(0, "--seed", help="Random seed of the resampling."),
     judge_option: List[str] = typer.Option([], "--judge-option", help="key=value for the judge (repeatable)."),
-    cache: Optional[Path] = typer.Option(None, "--cache", help="Judgement cache file."),
+    cache: Optional[Path] = typer.Option(None, "--cache", callback=cache_file_callback, help="Judgement cache file."),
     embedding_cache: Optional[Path] = typer.Option(None, "--embedding-cache", help="Embedding cache file (default: $BERDS_HOME/embeddings.sqlite)."),
     allow_short: bool = typer.Option(False, "--allow-short", help="Score questions with fewer than k passages, or none: missing ranks count as unsupported."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),

@@ -413,13 +413,16 @@ class RayEngine:
             running.last_error = (f"no result for {self.batch_timeout:g} s from worker "
                                   f"{slot.pid or '?'}@{slot.node or '?'} (batch_timeout): taken for hung")
             self._replace(slot, recipe)
-            running.attempt += 1
-            if running.attempt > self.max_batch_attempts:
-                raise BerdsError(
-                    f"{recipe.label}: batch {running.index} lost its worker {self.max_batch_attempts} times "
-                    f"(last: {running.last_error}) — raise batch_timeout if a batch (or loading the model) "
-                    "takes that long, or use smaller batches")
+            self._count_attempt(running, recipe, "raise batch_timeout if a batch (or loading the model) takes that "
+                                                 "long, or use smaller batches")
             retry.extendleft(reversed(tasks))
+
+    def _count_attempt(self, task: _Task, recipe: Recipe, advice: str) -> None:
+        """``task`` lost its worker once more; past ``max_batch_attempts`` the job stops, naming the batch."""
+        task.attempt += 1
+        if task.attempt > self.max_batch_attempts:
+            raise BerdsError(f"{recipe.label}: batch {task.index} lost its worker {self.max_batch_attempts} times "
+                             f"(last: {task.last_error}) — {advice}")
 
     def _on_worker_death(self, task: _Task, slot: _Slot, exc: BaseException, recipe: Recipe) -> None:
         """A batch came back "worker died": count the attempt, replace the worker (once per death)."""
@@ -427,13 +430,8 @@ class RayEngine:
         task.last_error = f"{type(exc).__name__}: {first_line}"
         if task.generation == slot.generation:  # the first of the dead worker's batches to report back
             self._replace(slot, recipe)
-        task.attempt += 1
-        if task.attempt > self.max_batch_attempts:
-            raise BerdsError(
-                f"{recipe.label}: batch {task.index} lost its worker {self.max_batch_attempts} times "
-                f"(last: {task.last_error}) — it may not fit in a worker's memory: use smaller batches or "
-                "more memory per worker"
-            )
+        self._count_attempt(task, recipe, "it may not fit in a worker's memory: use smaller batches or more memory "
+                                          "per worker")
 
     def describe(self) -> dict[str, Any]:
         """The cluster: Ray version, nodes with their resources, and the pool a job would get."""

@@ -78,6 +78,12 @@ def read_index_meta(path: str | os.PathLike, expect_type: str | None = None) -> 
         raise InputError("no index here (folder not found)", path=folder, fix=build_hint)
     meta_path = folder / INDEX_META
     if not meta_path.is_file():
+        from berds.corpora.docstore import is_passage_store
+
+        if is_passage_store(folder):  # the corpus given where its index goes
+            raise InputError("is a passage store (a corpus), not an index", path=folder,
+                             fix=f"build its index with `berds index {expect_type or 'bm25|dense'} {folder} --out "
+                                 "INDEX_FOLDER` and pass that folder (the store goes to --corpus)")
         unfinished = (folder / BUILDING_MARKER).is_file()
         why = "unfinished index (no meta.json yet)" if unfinished else "not an index folder (no meta.json)"
         fix = "re-run the same `berds index ...` command to resume it" if unfinished else build_hint
