@@ -177,8 +177,11 @@ def _cached_rows(cache: Path) -> int:
 
 
 def test_ctrl_c_during_eval_exits_130_and_says_what_was_kept(tmp_path):
+    from berds.evaluate.cache import JudgementCache
+
     folder = save_run(make_run(n_questions=3, depth=10), tmp_path / "run")
     cache = tmp_path / "c.sqlite"
+    JudgementCache(cache).close()  # (an existing cache: no "new cache" note beside the one line checked below)
     proc = subprocess.Popen(
         berds_cmd("eval", str(folder), "--judge", JUDGE, "--k", "10", "-o", "delay=0.05", "-o", "batch_size=1",
                   "--cache", str(cache), "-q"),

@@ -227,3 +227,18 @@ def test_rerank_command_runs_a_plug_in_given_as_module_attr(tmp_path):
     back = load_run(tmp_path / "rev")
     assert back.manifest["rerank"]["method"] == "reverse"
     assert [h.passage.id for h in back.hits["q0"]] == [f"d0-{i}" for i in range(4, -1, -1)]
+    assert "no passages" not in out
+
+
+def test_rerank_keeps_a_question_with_no_passages_empty_and_says_so(tmp_path):
+    from berds.runs import write_ctxs_jsonl
+    from berds.types import Run
+
+    run = make_run(n_questions=2, depth=5, name="tiny")
+    empty = Run.from_lists(list(run.questions.values()), [run.hits["q0"], []], name="tiny")
+    write_ctxs_jsonl(empty, tmp_path / "tiny.jsonl")
+    code, out, err = run_cli("rerank", "test_rerankers:Reverses", str(tmp_path / "tiny.jsonl"), "--out",
+                             str(tmp_path / "rev"))
+    assert code == 0, err
+    assert "questions with no passages" in out and "1, kept empty: q1" in out
+    assert list(load_run(tmp_path / "rev", allow_empty=True).hits["q1"]) == []

@@ -163,3 +163,37 @@ def test_corpus_build_bar_fits(tmp_path):
     lines = [line for line in text.splitlines() if line.strip()]
     assert lines and all(len(line) <= WIDTH for line in lines), text
     assert "14,812,345 passages" in text and "43%" in text and "…" not in text
+
+
+def test_every_help_page_fits_80_columns_with_every_option_name_whole():
+    """`berds ... --help` for every command: no line past 80 columns and no option name cut short (rich's
+    option panels used to cut names such as --encoder-option to '--encoder-opti…')."""
+    from typer.main import get_command
+    from typer.testing import CliRunner
+
+    from berds.cli import app
+
+    paths = []
+
+    def walk(command, path):
+        paths.append(path)
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, path + [name])
+
+    root = get_command(app)
+    walk(root, [])
+    assert len(paths) > 40
+    runner = CliRunner()
+    for path in paths:
+        result = runner.invoke(app, [*path, "--help"], terminal_width=80, env={"COLUMNS": "80"})
+        assert result.exit_code == 0, (path, result.output)
+        wide = [line for line in result.output.splitlines() if len(line) > 80]
+        assert not wide, (path, wide)
+        assert "…" not in result.output, (path, result.output)
+        command = root
+        for name in path:
+            command = command.commands[name]
+        for param in command.params:
+            for opt in [*param.opts, *param.secondary_opts]:
+                if opt.startswith("--") and opt != "--help":
+                    assert opt in result.output, (path, opt)

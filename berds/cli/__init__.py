@@ -24,6 +24,7 @@ app = typer.Typer(
     help="Benchmark retrieval systems for diverse perspectives (BERDS).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's plain help: rich's option panels cut long option names at 80 columns
     add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
 )
 

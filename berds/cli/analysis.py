@@ -37,12 +37,13 @@ def _console() -> Any:
     return Console()
 
 
-def _print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
+def _print_table(title: str, header: list[str], rows: list[list[str]], *, values: str = "right") -> None:
+    """A summary table; ``values="left"`` for a key-value table whose values are text (numbers go right)."""
     from rich.table import Table
 
     table = Table(title=title)
     for i, col in enumerate(header):
-        table.add_column(col, justify="left" if i == 0 else "right", overflow="fold")
+        table.add_column(col, justify="left" if i == 0 else values, overflow="fold")
     for row in rows:
         table.add_row(*row)
     _console().print(table)

@@ -175,8 +175,8 @@ def cache_file_callback(value: Any) -> Any:
                                      "created only in a folder that exists)")
         from rich.console import Console
 
-        Console(stderr=True, soft_wrap=True).print(
-            f"[yellow]note:[/] no cache at {path} yet: a new, empty one will be started there", highlight=False)
+        Console(stderr=True).print(f"[yellow]note:[/] no cache at {path} yet: a new, empty one will be started there",
+                                   highlight=False)
     return value
 
 

@@ -120,9 +120,13 @@ def rerank_command(
     for key in ("lambda", "diversity", "encoder", "normalisation", "depth", "top", "embedded_now"):
         if key in info:
             rows.append([key, str(info[key])])
-    rows += [["questions", str(len(reranked.questions))], ["questions whose top 10 changed", str(moved)],
-             ["run folder", str(folder)]]
-    _table(f"rerank: {reranked.name}", ["", "value"], rows)
+    empty = [q for q in before.questions if not before.hits[q]]
+    rows += [["questions", str(len(reranked.questions))], ["questions whose top 10 changed", str(moved)]]
+    if empty:  # kept empty (nothing to rerank); eval scores them only with --allow-short
+        rows.append(["questions with no passages", f"{len(empty)}, kept empty: {', '.join(empty[:5])}"
+                     + (" ..." if len(empty) > 5 else "")])
+    rows.append(["run folder", str(folder)])
+    _table(f"rerank: {reranked.name}", ["", "value"], rows, values="left")
 
 
 @rerankers_app.command("list")
