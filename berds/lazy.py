@@ -23,3 +23,14 @@ def require(module: str, *, extra: str, purpose: str = "") -> ModuleType:
             # The module exists but one of *its* dependencies is broken: show that instead.
             raise MissingExtraError(missing, extra, purpose or module) from exc
         raise MissingExtraError(module, extra, purpose) from exc
+
+
+def quiet_model_loading() -> None:
+    """Keep Hugging Face's download and weight-loading bars out of berds' own progress bars."""
+    import os
+    import sys
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read when transformers is imported
+    hf_logging = sys.modules.get("transformers.utils.logging")
+    if hf_logging is not None:
+        hf_logging.disable_progress_bar()

@@ -313,6 +313,25 @@ def _read_ctxs_jsonl(path: Path, allow_empty_ctxs: bool, duplicates: str, requir
     return Run.from_lists(questions, hits, manifest=manifest, name=run_stem(path))
 
 
+def question_line(path: str | Path | None, qid: str) -> int | None:
+    """The line of a ctxs jsonl (or of a run folder's) that holds question ``qid``, for an error found after
+    reading (the ``Run`` keeps no line numbers); None when it cannot be found."""
+    if not path:
+        return None
+    path = Path(path)
+    path = path / CTXS if path.is_dir() else path
+    if not path.is_file():
+        return None
+    try:
+        for line, raw in jsonl_lines(path):
+            rec = _orjson_record(raw) or jsonl_record(raw, path, line) or {}
+            if str(rec.get("id", rec.get("qid", f"line-{line}"))) == qid:
+                return line
+    except (BerdsError, OSError):
+        return None
+    return None
+
+
 def empty_questions(run: Run) -> list[str]:
     """Ids of the questions for which nothing was retrieved."""
     return [qid for qid, hits in run.hits.items() if not hits]

@@ -230,3 +230,18 @@ def test_faiss_sizes_below_one_are_refused_before_faiss_aborts_the_process():
         faiss_settings("hnsw", hnsw_m=0)
     with pytest.raises(BerdsError, match=r"FAISS option nprobe must be a positive integer, got 'abc'"):
         faiss_settings("ivfpq", nprobe="abc")
+
+
+@pytest.mark.parametrize("kind, shown, hidden", [("flat", ["kind=flat"], ["hnsw_m", "nlist", "pq_m"]),
+                                                 ("hnsw", ["kind=hnsw", "hnsw_m=32", "ef_search=256"], ["nlist", "pq_m"])])
+def test_index_dense_summary_shows_the_settings_of_its_faiss_kind_only(tmp_path, capfd, kind, shown, hidden):
+    from berds.cli import main
+
+    model = tiny_bert(tmp_path / "bert")
+    word_store(tmp_path / "store", n=60)
+    main(["index", "dense", str(tmp_path / "store"), "--out", str(tmp_path / "idx"), "--encoder",
+          f"transformers:{model}", "--faiss", kind, "-q"])
+    out, err = capfd.readouterr()
+    text = " ".join(out.split())
+    assert all(s in text for s in shown) and not any(s in text for s in hidden), out
+    assert "loading the model included" in text and "Loading weights" not in out + err

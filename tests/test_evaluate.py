@@ -144,6 +144,19 @@ def test_fewer_passages_than_k(tiny_run):
     assert res.support["q0"].shape == (2, 10) and not res.support["q0"][:, 6:].any()
 
 
+def test_fewer_passages_than_k_names_the_file_and_line_of_the_question(tmp_path, tiny_run):
+    from berds.runs import load_run
+
+    from berds.types import Run
+
+    qids = list(tiny_run.questions)
+    short = Run.from_lists([tiny_run.questions[q] for q in qids],
+                           [tiny_run.hits[q][:4] if q == qids[1] else tiny_run.hits[q] for q in qids], name="short")
+    folder = save_run(short, tmp_path / "run")
+    with pytest.raises(InputError, match=rf"run.ctxs.jsonl, line 2, record '{qids[1]}': question has 4 passages but k=5"):
+        evaluate_run(load_run(folder), OverlapJudge(), ks=(5,), progress=False)
+
+
 def test_evaluate_paths_writes_outputs(tmp_path, tiny_run, ctxs_file):
     folder = save_run(tiny_run, tmp_path / "run")
     results = evaluate_paths([folder, ctxs_file], "judges_for_tests:OverlapJudge", (2, 4),
@@ -299,3 +312,34 @@ def test_an_unchanged_judgements_file_is_kept_and_any_change_rewrites_it(tmp_pat
     metrics.write_text("{not json", encoding="utf-8")  # an unreadable earlier record: both written afresh
     write_eval_outputs(result, tiny_run, tmp_path / "eval")
     assert judgements.read_bytes() == first and json.loads(metrics.read_text())["judgements_file"] == record
+
+
+def test_a_judge_whose_model_cannot_be_had_fails_before_the_progress_bar(tmp_path, tiny_run, capsys):
+    """The model is loaded (prepare) before judging starts: a missing model fails without a 0/N bar first, and a
+    judge that loads fine is prepared once, before its first batch."""
+    from berds.errors import BerdsError
+
+    class Unavailable(OverlapJudge):
+        def prepare(self):
+            raise BerdsError("cannot load model m: not in the local Hugging Face cache")
+
+        def judge(self, pairs):
+            raise AssertionError("judging must not start")
+
+    with pytest.raises(BerdsError, match="not in the local Hugging Face cache"):
+        evaluate_run(tiny_run, Unavailable(), ks=(3,), progress=True)
+    captured = capsys.readouterr()
+    assert "judging" not in captured.out + captured.err
+
+    events = []
+
+    class Loads(OverlapJudge):
+        def prepare(self):
+            events.append("prepare")
+
+        def judge(self, pairs):
+            events.append("judge")
+            return super().judge(pairs)
+
+    evaluate_run(tiny_run, Loads(), ks=(3,), progress=False)
+    assert events[0] == "prepare" and events.count("prepare") == 1 and "judge" in events

@@ -88,7 +88,7 @@ def index_dense(
 ) -> None:
     """Embed a passage store in shards (resumable) and build a FAISS index."""
     from berds.cli.options import engine_for
-    from berds.indexes.faiss import build_dense_index
+    from berds.indexes.faiss import FAISS_KIND_SETTINGS, build_dense_index
 
     runner = engine_for(engine, address, batch_timeout)
     try:
@@ -101,10 +101,13 @@ def index_dense(
     finally:
         runner.close()
     rate = meta.get("passages_per_second")
+    faiss = meta["faiss_resolved"]
     _print_meta(f"dense index: {out}", meta, [
         ("encoder", f"{meta['encoder']['name']} ({meta['encoder']['model']}, {meta['dim']}-d)"),
-        ("faiss", ", ".join(f"{k}={v}" for k, v in meta["faiss_resolved"].items() if v is not None)),
-        ("embedding", f"{meta['embed_seconds']} s" + (f" ({rate:,.1f} passages/s)" if rate else " (all shards were already on disk)")),
+        ("faiss", ", ".join(f"{k}={faiss[k]}" for k in ("kind", *FAISS_KIND_SETTINGS.get(faiss["kind"], ()))
+                            if faiss.get(k) is not None)),
+        ("embedding", f"{meta['embed_seconds']} s, loading the model included"
+                      + (f" ({rate:,.1f} passages/s)" if rate else " (all shards were already on disk)")),
         ("faiss build", f"{meta['faiss_seconds']} s"),
     ])
 
@@ -147,7 +150,7 @@ def encoders_list() -> None:
 
 def retrieve_command(
     retriever: str = typer.Option(..., "--retriever", "-r", help="A name from `berds retrievers list`, or module:attr."),
-    questions: str = typer.Option(..., "--questions", help="arguana | kialo | opinionqa | demo | a questions .jsonl"),
+    questions: str = typer.Option(..., "--questions", help="arguana | kialo | opinionqa | demo | delphi | delphi-controversial (no gold perspectives) | a questions .jsonl"),
     out: Path = typer.Option(..., "--out", callback=out_folder_callback, help="Run folder to write (manifest.json, run.trec, run.ctxs.jsonl)."),
     split: str = typer.Option("test", "--split", help="Question split."),
     k: int = typer.Option(100, "--k", help="Passages per question."),

@@ -143,9 +143,13 @@ def question_texts(run: Run, depth: int, *, title_position: str = "after", allow
     for qid, q in run.questions.items():
         hits = run.hits[qid][:depth]
         if len(hits) < depth and not allow_short:
+            from berds.runs import CTXS, question_line
+
+            source = run.manifest.get("source", {}).get("path")
+            source = Path(source) / CTXS if source and Path(source).is_dir() else source
             raise InputError(
                 f"question has {len(hits)} passages but k={depth} needs {depth}",
-                path=run.manifest.get("source", {}).get("path") or run.name or None, record=qid,
+                path=source or run.name or None, line=question_line(source, qid), record=qid,
                 fix="use a smaller --k, retrieve more passages, or pass --allow-short to score missing ranks as unsupported",
             )
         out[qid] = (tuple(q.perspectives), [h.passage.judge_text(title_position) for h in hits])

@@ -12,22 +12,13 @@ import time
 from typing import Any, Callable, Sequence
 
 from berds.errors import BerdsError
+from berds.judges.base import prepare_judge
+from berds.lazy import quiet_model_loading
 from berds.judges.recipe import JudgedBatch, JudgeRecipe
 from berds.types import JudgePair, Verdict
 
 # runner(judge, pairs, cache, *, batch_size, progress, description) -> {(perspective, passage): Verdict}
 JudgeRunner = Callable[..., dict]
-
-
-def quiet_model_loading() -> None:
-    """Keep Hugging Face's download and weight-loading bars out of berds' own progress bars."""
-    import os
-    import sys
-
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read when transformers is imported
-    hf_logging = sys.modules.get("transformers.utils.logging")
-    if hf_logging is not None:
-        hf_logging.disable_progress_bar()
 
 
 def judge_missing(
@@ -48,6 +39,7 @@ def judge_missing(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     quiet_model_loading()
+    prepare_judge(judge)  # a model that cannot be had fails here, before the bar starts
     step = int(getattr(judge, "batch_size", 0) or 0) or batch_size
     from rich.table import Column
 

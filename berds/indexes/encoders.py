@@ -39,7 +39,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from berds.errors import BerdsError, InputError
-from berds.lazy import require
+from berds.lazy import quiet_model_loading, require
 from berds.registry import Catalogue, Spec
 
 BACKENDS = ("transformers", "sentence-transformers")
@@ -275,6 +275,7 @@ class Encoder:
 
         ensure_model_available(name, revision=revision, what=f"encoder model for {spec.name!r}",
                                option="--encoder-option model=PATH")
+        quiet_model_loading()  # (transformers' "Loading weights" bar would print into berds' own)
         torch = require("torch", extra="dense", purpose="dense encoders")
         check_device(self.device)
         dtype = getattr(torch, self.dtype) if self.dtype else None

@@ -91,6 +91,11 @@ class FaissSettings:
                                  f"(--faiss-option {name}=N)")
 
 
+# The FaissSettings fields each kind uses (a summary shows only these).
+FAISS_KIND_SETTINGS = {"flat": (), "hnsw": ("hnsw_m", "ef_construction", "ef_search"),
+                       "ivfpq": ("nlist", "pq_m", "pq_bits", "nprobe", "train_size", "seed")}
+
+
 def faiss_settings(kind: str | FaissSettings = "flat", **options: Any) -> FaissSettings:
     if isinstance(kind, FaissSettings):
         return FaissSettings(**{**asdict(kind), **options})

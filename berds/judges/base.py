@@ -65,5 +65,17 @@ class LazyJudge:
     def batch_size(self) -> int:
         return int(getattr(self.inner, "batch_size", 64) or 64)
 
+    def prepare(self) -> None:
+        """Load the model now (see ``prepare_judge``)."""
+        prepare_judge(self.inner)
+
     def judge(self, pairs):
         return self.inner.judge(pairs)
+
+
+def prepare_judge(judge: Any) -> None:
+    """Load ``judge``'s model before any progress is shown, so a model that cannot be had fails before the work
+    starts (a judge may offer ``prepare()``; one that does not loads on its first batch, as before)."""
+    prepare = getattr(judge, "prepare", None)
+    if callable(prepare):
+        prepare()

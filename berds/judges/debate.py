@@ -153,6 +153,11 @@ class DebateJudge:
             raise BerdsError(f"LLM {llm.id!r} returned {len(out)} generations for {len(prompts)} prompts")
         return out
 
+    def prepare(self) -> None:
+        from berds.judges.base import prepare_judge
+
+        prepare_judge(self.inner)  # (the critic shares the scorer's LLM unless named; a named one loads when asked)
+
     def judge(self, pairs: Sequence[JudgePair]) -> list[Verdict]:
         from berds.judges.llm_judge import p_yes_from_logprobs, parse_answer
 

@@ -171,6 +171,12 @@ class LLMJudge:
     def prompts_for(self, pairs: Sequence[JudgePair]) -> list[list[dict[str, str]]]:
         return [self.render(p) for p in pairs]
 
+    def prepare(self) -> None:
+        """Load the backend's model (a local one; a server backend has nothing to load)."""
+        load = getattr(self.llm, "load", None)
+        if callable(load):
+            load()
+
     def judge(self, pairs: Sequence[JudgePair]) -> list[Verdict]:
         if not pairs:
             return []

@@ -57,6 +57,9 @@ class NLIJudge:
         self._model: Any = None
         self.kind: str | None = None
 
+    def prepare(self) -> None:
+        self.load()
+
     def load(self) -> "NLIJudge":
         if self._model is not None:
             return self

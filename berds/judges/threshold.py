@@ -96,6 +96,11 @@ class ThresholdJudge:
         self.prompt_version = inner.prompt_version
         self.batch_size = getattr(inner, "batch_size", 64)
 
+    def prepare(self) -> None:
+        from berds.judges.base import prepare_judge
+
+        prepare_judge(self.inner)
+
     def judge(self, pairs: Sequence[JudgePair]) -> list[Verdict]:
         out = []
         for v in self.inner.judge(pairs):
