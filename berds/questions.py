@@ -141,6 +141,16 @@ def _hub_download(spec: QuestionSetSpec, split: str, dest: Path) -> Path:
         # Checked here, not left to the hub client: it reads the variables once, at import time.
         raise BerdsError(f"{spec.name} ({split}) is not available locally and {offline[0]} is set — {fix}")
     datasets = require("datasets", extra="hub", purpose=f"downloading the BERDS {spec.name} set")
+    try:  # one request with a short timeout first: the loader retries an unreachable hub for half a minute
+        import huggingface_hub
+
+        huggingface_hub.dataset_info(repo, timeout=10)
+    except ImportError:
+        pass
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BerdsError(f"could not reach the Hugging Face dataset {repo} for {spec.name} ({split}): {first} — "
+                         f"{fix}") from None
     try:
         rows = datasets.load_dataset(repo, split=split)
     except Exception as exc:  # the hub client raises many kinds; all mean "not reachable / not there"

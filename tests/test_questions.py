@@ -80,3 +80,22 @@ def test_a_folder_named_like_a_set_does_not_shadow_the_set(tmp_path, monkeypatch
     (tmp_path / "mine").mkdir()
     with pytest.raises(InputError, match="is a folder"):
         load_questions("mine")
+
+
+def test_an_unreachable_hub_fails_at_once_for_a_named_set(tmp_path):
+    """Without a local copy and with the hub unreachable, one short request decides: no half minute of the
+    loader's retries, one line naming the dataset and the fix."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "BERDS_DATA_DIR")}
+    env.update(HF_ENDPOINT="http://127.0.0.1:9", BERDS_HOME=str(tmp_path / "home"))  # a closed port
+    started = time.monotonic()
+    code = ("from berds.errors import BerdsError\nfrom berds.questions import load_questions\n"
+            "try:\n    load_questions('kialo')\nexcept BerdsError as exc:\n    print(exc)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and time.monotonic() - started < 30, done.stderr
+    assert "could not reach the Hugging Face dataset" in done.stdout and "$BERDS_DATA_DIR/kialo.test.jsonl" in done.stdout
+    assert "Retrying" not in done.stderr and "Traceback" not in done.stderr
