@@ -64,29 +64,36 @@ def test_python_m_server_refuses_a_port_out_of_range_before_loading_the_model():
     assert "Traceback" not in done.stderr
 
 
-def test_every_out_option_is_checked_before_the_command_starts(tmp_path):
-    """Each command that writes to ``--out`` refuses a file where its folder goes (or a folder where its file
-    goes) as a usage error, before reading its inputs (which do not exist here: the check comes first)."""
+def option_callbacks(flag: str) -> list[tuple[str, object]]:
+    """``(command path, callback)`` for every CLI option named ``flag`` (typer wraps callbacks: unwrapped)."""
     from typer.main import get_command
 
     from berds.cli import app
-    from berds.cli.options import out_file_callback, out_folder_callback
 
-    a_file, a_folder = tmp_path / "a-file", tmp_path / "a-folder"
-    a_file.write_text("x")
-    a_folder.mkdir()
-    checked = []
+    found = []
 
     def walk(command, path):
         for name, sub in getattr(command, "commands", {}).items():
             walk(sub, path + [name])
         for param in getattr(command, "params", []):
-            if "--out" in getattr(param, "opts", []):
-                checked.append((path, getattr(param.callback, "__wrapped__", param.callback)))  # (typer wraps it)
+            if flag in getattr(param, "opts", []):
+                found.append((" ".join(path), getattr(param.callback, "__wrapped__", param.callback)))
 
     walk(get_command(app), [])
+    return found
+
+
+def test_every_out_option_is_checked_before_the_command_starts(tmp_path):
+    """Each command that writes to ``--out`` refuses a file where its folder goes (or a folder where its file
+    goes) as a usage error, before reading its inputs (which do not exist here: the check comes first)."""
+    from berds.cli.options import out_file_callback, out_folder_callback
+
+    a_file, a_folder = tmp_path / "a-file", tmp_path / "a-folder"
+    a_file.write_text("x")
+    a_folder.mkdir()
+    checked = option_callbacks("--out")
     assert len(checked) >= 20
-    unchecked = [" ".join(path) for path, callback in checked if callback not in (out_file_callback, out_folder_callback)]
+    unchecked = [path for path, callback in checked if callback not in (out_file_callback, out_folder_callback)]
     assert not unchecked, f"--out without a writability check: {unchecked}"
     for args, wrong in ((["retrieve", "-r", "bm25", "--questions", "demo"], a_file),
                         (["export", "qrels", str(tmp_path / "no-such-eval")], a_folder),
@@ -100,21 +107,9 @@ def test_every_cache_file_option_refuses_a_missing_folder_and_says_when_it_start
     """A typo in --cache must not quietly start an empty cache and judge everything again: each judgement/score
     cache option refuses a folder that does not exist (before any work, creating nothing) and says when it
     creates a new cache file (`cache info` has its own check: the file must exist)."""
-    from typer.main import get_command
-
-    from berds.cli import app
     from berds.cli.options import cache_file_callback
 
-    options = []
-
-    def walk(command, path):
-        for name, sub in getattr(command, "commands", {}).items():
-            walk(sub, path + [name])
-        for param in getattr(command, "params", []):
-            if "--cache" in getattr(param, "opts", []):
-                options.append((" ".join(path), getattr(param.callback, "__wrapped__", param.callback)))
-
-    walk(get_command(app), [])
+    options = option_callbacks("--cache")
     folder_caches = {"corpus build search", "cache info"}  # a page-cache folder; a cache that must exist
     unchecked = [path for path, callback in options if callback is not cache_file_callback and path not in folder_caches]
     assert len(options) >= 14 and not unchecked, unchecked
