@@ -174,7 +174,7 @@ def resolve_questions_path(source: str, split: str = "test") -> Path:
         if split != "test":  # the default: said only when asked for something else
             from rich.console import Console
 
-            Console(stderr=True, soft_wrap=True).print(
+            Console(stderr=True).print(
                 f"[yellow]note:[/] --split {split} does not apply to {source}: its questions are read as they are "
                 "(splits are for the named sets: arguana, kialo, opinionqa)", highlight=False)
         return path if path.is_file() else DEMO_DIR / "questions.jsonl"

@@ -314,14 +314,11 @@ def _read_ctxs_jsonl(path: Path, allow_empty_ctxs: bool, duplicates: str, requir
 
 
 def question_line(path: str | Path | None, qid: str) -> int | None:
-    """The line of a ctxs jsonl (or of a run folder's) that holds question ``qid``, for an error found after
-    reading (the ``Run`` keeps no line numbers); None when it cannot be found."""
-    if not path:
+    """The line of a ctxs jsonl that holds question ``qid``, for an error found after reading (the ``Run`` keeps
+    no line numbers); None when it cannot be found."""
+    if not path or not Path(path).is_file():
         return None
     path = Path(path)
-    path = path / CTXS if path.is_dir() else path
-    if not path.is_file():
-        return None
     try:
         for line, raw in jsonl_lines(path):
             rec = _orjson_record(raw) or jsonl_record(raw, path, line) or {}

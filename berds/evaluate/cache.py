@@ -106,8 +106,8 @@ class JudgementCache:
         from berds.llm.secrets import redact_text
 
         stored = self._db.execute("SELECT DISTINCT judge, prompt FROM judgements").fetchall()
-        changed = [(judge, prompt, redact_text(judge), redact_text(prompt)) for judge, prompt in stored
-                   if (redact_text(judge), redact_text(prompt)) != (judge, prompt)]
+        changed = [(judge, prompt, *redacted) for judge, prompt in stored
+                   if (redacted := (redact_text(judge), redact_text(prompt))) != (judge, prompt)]
         secure_delete = self._db.execute("PRAGMA secure_delete").fetchone()[0]  # (the default differs by platform)
         try:
             if changed:
