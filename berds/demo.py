@@ -61,9 +61,6 @@ def run_demo(
     if not ks or min(ks) < 1 or max(ks) > depth:
         raise BerdsError(f"--k values must be between 1 and the demo's depth {depth}, got {list(ks)}")
     console = console or Console()
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # per-model "Loading weights" bars drown the demo's own progress
     out = Path(out)
     say = (lambda msg: console.print(f"[bold cyan]»[/] {msg}")) if progress else (lambda msg: None)
 

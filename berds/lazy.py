@@ -7,6 +7,8 @@ modules call ``require("faiss", extra="dense")`` at the point of use.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import ModuleType
 
 from berds.errors import MissingExtraError
@@ -25,12 +27,36 @@ def require(module: str, *, extra: str, purpose: str = "") -> ModuleType:
         raise MissingExtraError(module, extra, purpose) from exc
 
 
-def quiet_model_loading() -> None:
-    """Keep Hugging Face's download and weight-loading bars out of berds' own progress bars."""
+@contextmanager
+def quiet_model_loading() -> Iterator[None]:
+    """For the block: no Hugging Face download or weight-loading bars (they would print into berds' own
+    progress bars). Each library's setting is put back afterwards, so a program that uses berds keeps its
+    own bars; an ``HF_HUB_DISABLE_PROGRESS_BARS`` set in the environment is the user's choice and is left to rule."""
     import os
     import sys
 
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read when transformers is imported
+    try:
+        from huggingface_hub import utils as hub
+    except ImportError:  # (no hub, no transformers: nothing prints a bar)
+        yield
+        return
+    if os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS") is not None:
+        yield
+        return
+    hub_was_on = not hub.are_progress_bars_disabled()
     hf_logging = sys.modules.get("transformers.utils.logging")
+    # transformers takes the hub's setting when it is first imported (inside the block, typically)
+    transformers_was_on = hf_logging.is_progress_bar_enabled() if hf_logging is not None else hub_was_on
+    hub.disable_progress_bars()
     if hf_logging is not None:
         hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging = sys.modules.get("transformers.utils.logging")
+        if hf_logging is not None and transformers_was_on:
+            hf_logging.enable_progress_bar()  # (this also turns the hub's bars on: set just below)
+        if hub_was_on:
+            hub.enable_progress_bars()
+        else:
+            hub.disable_progress_bars()

@@ -26,8 +26,9 @@ def test_demo_gold_judge_knows_only_demo_passages():
 
 @pytest.mark.slow
 @pytest.mark.java
-def test_whole_pipeline_on_demo_data(tmp_path):
+def test_whole_pipeline_on_demo_data(tmp_path, capfd):
     results = run_demo(tmp_path / "demo", judge="judges_for_tests:OverlapJudge", ks=(5, 10), progress=False)
+    assert "Loading weights" not in "".join(capfd.readouterr())  # model loads are quiet (each load, not globally)
     names = [r.run_name for r in results["judge"]]
     assert names == ["bm25", "minilm", "minilm-mmr0.75"]
     truth = {r.run_name: r.averages["all"] for r in results["gold"]}

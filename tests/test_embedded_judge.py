@@ -217,3 +217,52 @@ def test_ranks_supporting_demo_passages_above_the_rest(judge):
     assert len(pos) >= 10 and len(neg) >= 10
     auc = float(np.mean(pos[:, None] > neg[None, :]))
     assert auc > 0.65
+
+
+_BAR_STATES = """
+import sys, warnings
+warnings.simplefilter("error")  # the hub warns when an environment variable overrules a call
+from huggingface_hub import utils as hub
+from berds.lazy import quiet_model_loading
+
+def states():
+    hf = sys.modules.get("transformers.utils.logging")
+    return [None if hf is None else hf.is_progress_bar_enabled(), not hub.are_progress_bars_disabled()]
+
+seen = {"before": states()}
+with quiet_model_loading():
+    import transformers.utils.logging  # first imported inside the block, as a judge's model load does
+    seen["inside"] = states()
+seen["after"] = states()
+from berds.judges.embedded import default_model_path, load_local_encoder
+load_local_encoder(default_model_path())
+seen["after a load"] = states()
+with warnings.catch_warnings():  # (the caller's own call may make the hub warn; berds' calls may not)
+    warnings.simplefilter("ignore")
+    transformers.utils.logging.disable_progress_bar()  # a program that turned bars off keeps them off
+load_local_encoder(default_model_path())
+seen["caller turned off"] = states()
+print(seen)
+"""
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({}, {"before": [None, True], "inside": [False, False], "after": [True, True], "after a load": [True, True],
+          "caller turned off": [False, False]}),
+    # the user's environment variable rules: berds neither overrides it nor makes the hub warn
+    ({"HF_HUB_DISABLE_PROGRESS_BARS": "0"}, {"before": [None, True], "inside": [True, True], "after": [True, True],
+                                             "after a load": [True, True], "caller turned off": [False, True]}),
+])
+def test_model_loading_silences_bars_only_while_it_loads(env, expected):
+    import ast
+    import subprocess
+    import sys
+
+    from conftest import subprocess_env
+
+    child_env = subprocess_env()
+    child_env.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)
+    done = subprocess.run([sys.executable, "-c", _BAR_STATES], capture_output=True, text=True,
+                          env={**child_env, **env}, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert ast.literal_eval(done.stdout.strip().splitlines()[-1]) == expected

@@ -38,36 +38,37 @@ def judge_missing(
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    quiet_model_loading()
-    prepare_judge(judge)  # a model that cannot be had fails here, before the bar starts
-    step = int(getattr(judge, "batch_size", 0) or 0) or batch_size
-    from rich.table import Column
+    # model-loading bars are silenced for the whole run: a LazyJudge may load its model at the first batch
+    with quiet_model_loading():
+        prepare_judge(judge)  # a model that cannot be had fails here, before the bar starts
+        step = int(getattr(judge, "batch_size", 0) or 0) or batch_size
+        from rich.table import Column
 
-    out: dict[tuple[str, str], Verdict] = {}
-    columns = [TextColumn("{task.description}", table_column=Column(max_width=28, no_wrap=True, overflow="ellipsis")),
-               BarColumn(bar_width=16), MofNCompleteColumn(), TextColumn("{task.fields[rate]} pairs/s"),
-               TimeRemainingColumn()]
-    with Progress(*columns, disable=not progress, transient=False) as bar:
-        task = bar.add_task(description, total=len(pairs), rate="-")
-        start = time.perf_counter()
-        for lo in range(0, len(pairs), batch_size):
-            batch = list(pairs[lo:lo + batch_size])
-            verdicts = []
-            for sub in range(0, len(batch), step):
-                part = batch[sub:sub + step]
-                answered = judge.judge(part)
-                if len(answered) != len(part):
-                    raise BerdsError(f"judge {judge.id!r} returned {len(answered)} verdicts for {len(part)} pairs")
-                verdicts.extend(answered)
-                done = lo + sub + len(part)
-                bar.update(task, completed=done, rate=f"{done / max(time.perf_counter() - start, 1e-9):,.1f}")
-            if cache is not None:
-                cache.put_many(judge.id, judge.prompt_version, batch, verdicts)
-            for p, v in zip(batch, verdicts):
-                out[(p.perspective, p.passage)] = v
-            done = lo + len(batch)
-            elapsed = max(time.perf_counter() - start, 1e-9)
-            bar.update(task, completed=done, rate=f"{done / elapsed:,.1f}")
+        out: dict[tuple[str, str], Verdict] = {}
+        columns = [TextColumn("{task.description}", table_column=Column(max_width=28, no_wrap=True, overflow="ellipsis")),
+                   BarColumn(bar_width=16), MofNCompleteColumn(), TextColumn("{task.fields[rate]} pairs/s"),
+                   TimeRemainingColumn()]
+        with Progress(*columns, disable=not progress, transient=False) as bar:
+            task = bar.add_task(description, total=len(pairs), rate="-")
+            start = time.perf_counter()
+            for lo in range(0, len(pairs), batch_size):
+                batch = list(pairs[lo:lo + batch_size])
+                verdicts = []
+                for sub in range(0, len(batch), step):
+                    part = batch[sub:sub + step]
+                    answered = judge.judge(part)
+                    if len(answered) != len(part):
+                        raise BerdsError(f"judge {judge.id!r} returned {len(answered)} verdicts for {len(part)} pairs")
+                    verdicts.extend(answered)
+                    done = lo + sub + len(part)
+                    bar.update(task, completed=done, rate=f"{done / max(time.perf_counter() - start, 1e-9):,.1f}")
+                if cache is not None:
+                    cache.put_many(judge.id, judge.prompt_version, batch, verdicts)
+                for p, v in zip(batch, verdicts):
+                    out[(p.perspective, p.passage)] = v
+                done = lo + len(batch)
+                elapsed = max(time.perf_counter() - start, 1e-9)
+                bar.update(task, completed=done, rate=f"{done / elapsed:,.1f}")
     return out
 
 

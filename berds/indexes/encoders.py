@@ -275,32 +275,33 @@ class Encoder:
 
         ensure_model_available(name, revision=revision, what=f"encoder model for {spec.name!r}",
                                option="--encoder-option model=PATH")
-        quiet_model_loading()  # (transformers' "Loading weights" bar would print into berds' own)
         torch = require("torch", extra="dense", purpose="dense encoders")
         check_device(self.device)
         dtype = getattr(torch, self.dtype) if self.dtype else None
         try:
-            if spec.backend == "sentence-transformers":
-                st = require("sentence_transformers", extra="dense", purpose=f"encoder {spec.name}")
-                kwargs = {"model_kwargs": {"torch_dtype": dtype}} if dtype else {}
-                model = st.SentenceTransformer(name, device=self.device, revision=revision,
-                                               trust_remote_code=spec.trust_remote_code, **kwargs)
-                model.max_seq_length = spec.max_length
-                if spec.append_eos:
-                    model.tokenizer.padding_side = "right"  # NV-Embed-v2's recipe: EOS appended, right padding
-                pair = (model, model.tokenizer)
-            else:
-                transformers = require("transformers", extra="dense", purpose=f"encoder {spec.name}")
-                cls_name = (spec.passage_model_class if separate else None) or spec.model_class
-                model_cls = getattr(transformers, cls_name, None)
-                if model_cls is None:
-                    raise BerdsError(f"encoder {spec.name!r}: transformers has no class {cls_name!r}")
-                tokenizer = transformers.AutoTokenizer.from_pretrained(name, revision=revision,
-                                                                       trust_remote_code=spec.trust_remote_code)
-                model = model_cls.from_pretrained(name, revision=revision, trust_remote_code=spec.trust_remote_code,
-                                                  **({"dtype": dtype} if dtype else {}))
-                model.eval().to(self.device)
-                pair = (model, tokenizer)
+            # (transformers' "Loading weights" bar would otherwise print into berds' own)
+            with quiet_model_loading():
+                if spec.backend == "sentence-transformers":
+                    st = require("sentence_transformers", extra="dense", purpose=f"encoder {spec.name}")
+                    kwargs = {"model_kwargs": {"torch_dtype": dtype}} if dtype else {}
+                    model = st.SentenceTransformer(name, device=self.device, revision=revision,
+                                                   trust_remote_code=spec.trust_remote_code, **kwargs)
+                    model.max_seq_length = spec.max_length
+                    if spec.append_eos:
+                        model.tokenizer.padding_side = "right"  # NV-Embed-v2's recipe: EOS appended, right padding
+                    pair = (model, model.tokenizer)
+                else:
+                    transformers = require("transformers", extra="dense", purpose=f"encoder {spec.name}")
+                    cls_name = (spec.passage_model_class if separate else None) or spec.model_class
+                    model_cls = getattr(transformers, cls_name, None)
+                    if model_cls is None:
+                        raise BerdsError(f"encoder {spec.name!r}: transformers has no class {cls_name!r}")
+                    tokenizer = transformers.AutoTokenizer.from_pretrained(name, revision=revision,
+                                                                           trust_remote_code=spec.trust_remote_code)
+                    model = model_cls.from_pretrained(name, revision=revision, trust_remote_code=spec.trust_remote_code,
+                                                      **({"dtype": dtype} if dtype else {}))
+                    model.eval().to(self.device)
+                    pair = (model, tokenizer)
         except OSError as exc:
             from berds.llm.shared import download_command, looks_like_local_path
 

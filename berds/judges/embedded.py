@@ -38,7 +38,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from berds.errors import BerdsError, InputError
-from berds.lazy import require
+from berds.lazy import quiet_model_loading, require
 from berds.types import JudgePair, Verdict
 
 PROMPT_VERSION = "embedded-features-v1"
@@ -197,18 +197,13 @@ def load_local_encoder(path: Any) -> tuple[Any, Any]:
     """The tokenizer and transformer of a local MiniLM-style folder (no download), with transformers'
     per-load "Loading weights" bar silenced for this load only; a broken folder is an ``InputError``."""
     transformers = require("transformers", extra="dense", purpose="the embedded judge")
-    hf_logging = transformers.utils.logging
-    bar_was_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-        model = transformers.AutoModel.from_pretrained(str(path), local_files_only=True)
+        with quiet_model_loading():
+            tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+            model = transformers.AutoModel.from_pretrained(str(path), local_files_only=True)
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot load the encoder: {exc}", path=path,
                          fix="point model= at an intact sentence-transformers model folder") from None
-    finally:
-        if bar_was_on:
-            hf_logging.enable_progress_bar()
     return tokenizer, model
 
 

@@ -25,7 +25,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from berds.errors import BerdsError
-from berds.lazy import require
+from berds.lazy import quiet_model_loading, require
 
 DEFAULT_MODEL = "WhereIsAI/UAE-Large-V1"
 DEFAULT_POOLING = "cls"
@@ -73,7 +73,8 @@ class SentenceEncoder:
             return self._model
         st = require("sentence_transformers", extra="dense", purpose="passage embeddings for MMR")
         try:
-            model = st.SentenceTransformer(self.model_name, device=self.device, revision=self.revision)
+            with quiet_model_loading():  # (its "Loading weights" bar would print into the rerank's progress)
+                model = st.SentenceTransformer(self.model_name, device=self.device, revision=self.revision)
         except OSError as exc:
             from berds.llm.shared import download_command
 
