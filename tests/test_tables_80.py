@@ -197,3 +197,6 @@ def test_every_help_page_fits_80_columns_with_every_option_name_whole():
             for opt in [*param.opts, *param.secondary_opts]:
                 if opt.startswith("--") and opt != "--help":
                     assert opt in result.output, (path, opt)
+        # each sub-command's one-line description is whole: click cuts a long first sentence to "word..."
+        listing = result.output.split("\nCommands:\n", 1)[1] if "\nCommands:\n" in result.output else ""
+        assert "..." not in listing, (path, listing)

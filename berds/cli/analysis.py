@@ -22,8 +22,8 @@ analyze_app = typer.Typer(help="The study's analyses: stance, leaning, sycophanc
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
     app.add_typer(tune_app, name="tune")
-    app.add_typer(analyze_app, name="analyze")
-    app.command("report")(report_command)
+    app.add_typer(analyze_app, name="analyze", short_help="The study's analyses: stance, leaning, sycophancy.")
+    app.command("report", short_help="Paper-style tables (markdown, CSV) and figures.")(report_command)
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -80,7 +80,7 @@ NORM_HELP = ("Sim1 normalisation: question-max (the study's code: score / the qu
 # ----------------------------------------------------------------------------------------------- tune
 
 
-@tune_app.command("mmr")
+@tune_app.command("mmr", short_help="Pick MMR's λ on a dev split with a judge.")
 def tune_mmr_command(
     run: Path = typer.Argument(..., help="A dev-split run (folder or BERDS jsonl)."),
     out: Path = typer.Option(..., "--out", callback=out_folder_callback, help="Folder for the run reranked with the chosen λ, and the λ table."),
@@ -143,7 +143,7 @@ def _analysis_output(result: Any, out: Optional[Path], judge: str) -> None:
         _print_written(write_analysis(result, out))
 
 
-@analyze_app.command("stance")
+@analyze_app.command("stance", short_help="Which perspective supports the question (2-sided).")
 def analyze_stance_command(
     questions: str = typer.Argument(..., help="Question set: kialo, arguana, opinionqa, demo, or a jsonl path."),
     llm: str = typer.Option(..., "--llm", help="BACKEND:MODEL, e.g. openai:gpt-4 or transformers:/models/qwen."),
@@ -170,7 +170,7 @@ def _options(items: List[str]) -> dict[str, Any]:
     return parse_options(items)
 
 
-@analyze_app.command("leaning")
+@analyze_app.command("leaning", short_help="Share of questions whose top k takes one side.")
 def analyze_leaning_command(
     runs: List[Path] = typer.Argument(..., help="Run folders or BERDS jsonl files."),
     judge: Optional[str] = typer.Option(None, "--judge", "-j", help=JUDGE_REQUIRED_HELP),
@@ -194,7 +194,7 @@ def analyze_leaning_command(
     _analysis_output(result, out, judge)
 
 
-@analyze_app.command("sycophancy")
+@analyze_app.command("sycophancy", short_help="Sycophancy Δ: retrieve with each side as the query.")
 def analyze_sycophancy_command(
     retriever: str = typer.Option(..., "--retriever", "-r", help="Retriever name (berds retrievers list) or module:attr."),
     questions: str = typer.Option(..., "--questions", help="kialo, arguana, opinionqa, demo, or a jsonl path."),
@@ -227,7 +227,7 @@ def analyze_sycophancy_command(
     _analysis_output(result, out / "sycophancy.json" if out is not None else None, judge)
 
 
-@analyze_app.command("coverage")
+@analyze_app.command("coverage", short_help="MRecall over the union of several runs.")
 def analyze_coverage_command(
     runs: List[Path] = typer.Argument(..., help="Run folders or BERDS jsonl files (same questions)."),
     judge: Optional[str] = typer.Option(None, "--judge", "-j", help=JUDGE_REQUIRED_HELP),
@@ -248,7 +248,7 @@ def analyze_coverage_command(
     _analysis_output(result, out, judge)
 
 
-@analyze_app.command("docs-needed")
+@analyze_app.command("docs-needed", short_help="Passages needed to cover every perspective.")
 def analyze_docs_needed_command(
     runs: List[Path] = typer.Argument(..., help="Run folders or BERDS jsonl files."),
     judge: Optional[str] = typer.Option(None, "--judge", "-j", help=JUDGE_REQUIRED_HELP),

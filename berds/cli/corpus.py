@@ -19,7 +19,7 @@ corpus_app.add_typer(build_app, name="build")
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
-    app.add_typer(corpus_app, name="corpus")
+    app.add_typer(corpus_app, name="corpus", short_help="Build and inspect passage stores.")
 
 
 def _print_report(report) -> None:
@@ -46,7 +46,7 @@ SHARD = typer.Option(1_000_000, "--shard-size", help="Passages per commit (at mo
 COMPRESSION = typer.Option("none", "--compression", help="none (fastest lookups) or zlib (text ~1.9x smaller, lookups slower).")
 
 
-@build_app.command("wikipedia")
+@build_app.command("wikipedia", short_help="Wikipedia in 100-word passages (DPR tsv or dump).")
 def build_wikipedia_command(
     out: Path = OUT,
     dpr_tsv: Optional[Path] = typer.Option(None, "--dpr-tsv", help="DPR's psgs_w100.tsv (id, text, title), taken as is."),
@@ -68,7 +68,7 @@ def build_wikipedia_command(
     _print_report(report)
 
 
-@build_app.command("web")
+@build_app.command("web", short_help="Web snapshot passages from jsonl records.")
 def build_web_command(
     files: List[str] = typer.Argument(None, help="More input files (a shell-expanded --jsonl/--warc pattern lands here)."),
     out: Path = OUT,
@@ -101,7 +101,7 @@ def build_web_command(
     _print_report(report)
 
 
-@build_app.command("search")
+@build_app.command("search", short_help="One corpus per question from web search results.")
 def build_search_command(
     questions: str = typer.Option(..., "--questions", help="A BERDS set (arguana, kialo, opinionqa), demo, or a questions jsonl."),
     out: Path = OUT,
@@ -133,7 +133,7 @@ def build_search_command(
     _print_report(report)
 
 
-@corpus_app.command("info")
+@corpus_app.command("info", short_help="Size, format and fingerprint of a store.")
 def info_command(
     path: Path = typer.Argument(..., help="A passage store folder."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
@@ -199,7 +199,7 @@ def show_command(
         console.print()
 
 
-@corpus_app.command("upgrade")
+@corpus_app.command("upgrade", short_help="Convert an older store format in place.")
 def upgrade_command(
     path: Path = typer.Argument(..., help="A passage store folder written by an older berds."),
     compression: str = COMPRESSION,

@@ -12,10 +12,10 @@ engine_app = typer.Typer(help="Execution engines (local, ray): inspect where enc
 
 def register(app: typer.Typer) -> None:
     """Add ``berds engine ...`` to the main app."""
-    app.add_typer(engine_app, name="engine")
+    app.add_typer(engine_app, name="engine", short_help="Execution engines (local, ray).")
 
 
-@engine_app.command("info")
+@engine_app.command("info", short_help="Nodes, CPUs, GPUs and memory of the engine.")
 def info_command(
     engine: str = typer.Option("ray", "--engine", help="local | ray"),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster: ray://HEAD:10001, or auto (default: start a local instance)."),

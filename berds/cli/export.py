@@ -15,7 +15,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(export_app, name="export")
 
 
-@export_app.command("qrels")
+@export_app.command("qrels", short_help="Judgements as TREC diversity qrels.")
 def export_qrels_command(
     evaluation: Path = typer.Argument(..., help="An evaluation folder written by `berds eval` (or its judgements.jsonl)."),
     out: Path = typer.Option(..., "--out", callback=out_file_callback, help="The qrels file to write (qid subtopic docid rel)."),

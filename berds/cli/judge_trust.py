@@ -22,7 +22,7 @@ LABELS_HELP = "Labelled tsv: question, id, document, perspective, label (0/1) [,
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(judge_app, name="judge")
+    app.add_typer(judge_app, name="judge", short_help="Trust the judge: validate, audit, calibrate.")
 
 
 def _write_json(out: Optional[Path], payload: dict) -> None:
@@ -38,7 +38,7 @@ def _options(items: List[str]) -> dict:
     return parse_options(items)
 
 
-@judge_app.command("validate")
+@judge_app.command("validate", short_help="Agreement with human labels, with intervals.")
 def validate_command(
     labels: Path = typer.Option(..., "--labels", "-l", help=LABELS_HELP),
     judge: List[str] = typer.Option([], "--judge", "-j", help="Judge to score (repeat for several, side by side)."),
@@ -77,7 +77,7 @@ def validate_command(
                   f"{len(report.judges)} judge(s)" + (f" → {out}" if out else ""), highlight=False)
 
 
-@judge_app.command("audit")
+@judge_app.command("audit", short_help="Re-judge under controlled changes (bias audit).")
 def audit_command(
     labels: Path = typer.Option(..., "--labels", "-l", help=LABELS_HELP),
     judge: str = typer.Option(..., "--judge", "-j", help="The judge to audit."),
@@ -117,7 +117,7 @@ def audit_command(
                   highlight=False)
 
 
-@judge_app.command("calibrate")
+@judge_app.command("calibrate", short_help="Reliability of P(Yes); choose a threshold.")
 def calibrate_command(
     labels: Path = typer.Option(..., "--labels", "-l", help="Labelled dev tsv to calibrate on."),
     judge: str = typer.Option(..., "--judge", "-j", help="The judge to calibrate (it must report P(Yes))."),
@@ -151,7 +151,7 @@ def calibrate_command(
     console.print(f"threshold {result.threshold.threshold:.4f} for {result.judge_id}: {where}", highlight=False)
 
 
-@judge_app.command("stance-correct")
+@judge_app.command("stance-correct", short_help="Sycophancy Δ corrected for judge errors.")
 def stance_correct_command(
     sycophancy: Path = typer.Option(..., "--sycophancy", help="Result JSON written by `berds analyze sycophancy`."),
     labels: Path = typer.Option(..., "--labels", "-l", help=LABELS_HELP + " Stances from the 'stance' column or the negation-cue rule."),

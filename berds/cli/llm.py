@@ -29,7 +29,7 @@ def list_backends() -> None:
     Console().print(table)
 
 
-@llm_app.command("serve")
+@llm_app.command("serve", short_help="Serve a model over an OpenAI-compatible API.")
 def serve_command(
     model: str = typer.Option(..., "--model", "-m", help="hub name or local path"),
     backend: str = typer.Option("transformers", "--backend", "-b", help="transformers, vllm or openai"),
@@ -68,7 +68,7 @@ def serve_command(
           limits=limits, log_requests=log_requests)
 
 
-@llm_app.command("generate")
+@llm_app.command("generate", short_help="Generate completions: check a backend works.")
 def generate_command(
     prompts: List[str] = typer.Argument(..., help="one or more user messages"),
     model: str = typer.Option(..., "--model", "-m", help="hub name, local path, or served model name"),
@@ -105,4 +105,4 @@ def generate_command(
 
 def register(app: typer.Typer) -> None:
     """Add ``berds llm`` (list, serve, generate) to the main app."""
-    app.add_typer(llm_app, name="llm")
+    app.add_typer(llm_app, name="llm", short_help="LLM backends: list, serve over HTTP, try one.")

@@ -21,10 +21,10 @@ NORM_HELP = ("Sim1 normalisation: question-max (the study's code; score / the qu
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
-    app.command("rerank")(rerank_command)
+    app.command("rerank", short_help="Rerank a run (e.g. MMR) into a new run folder.")(rerank_command)
     app.add_typer(rerankers_app, name="rerankers")
-    app.command("check-reranker")(check_reranker_command)
-    app.command("compare")(compare_command)
+    app.command("check-reranker", short_help="Contract test for a reranker (yours too).")(check_reranker_command)
+    app.command("compare", short_help="Paired comparison of runs over questions.")(compare_command)
     app.add_typer(study_app, name="study")
 
 
@@ -194,7 +194,7 @@ def compare_command(
             _console().print(f"  {key}: {path}", highlight=False)
 
 
-@study_app.command("diversify")
+@study_app.command("diversify", short_help="Tune strategies on dev, report on test.")
 def study_diversify_command(
     run: Path = typer.Argument(..., help="The retriever run (test split, or all questions with --split-dev)."),
     out: Path = typer.Option(..., "--out", callback=out_folder_callback, help="Study folder (tables, plot, tuned runs)."),

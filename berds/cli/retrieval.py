@@ -19,11 +19,11 @@ encoders_app = typer.Typer(help="Dense encoders: list the declared specs.", no_a
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
-    app.add_typer(index_app, name="index")
+    app.add_typer(index_app, name="index", short_help="Index a passage store: Lucene BM25, dense FAISS.")
     app.add_typer(retrievers_app, name="retrievers")
     app.add_typer(encoders_app, name="encoders")
-    app.command("retrieve")(retrieve_command)
-    app.command("check-retriever")(check_retriever_command)
+    app.command("retrieve", short_help="Top k passages per question into a run folder.")(retrieve_command)
+    app.command("check-retriever", short_help="Contract test for a retriever (yours too).")(check_retriever_command)
 
 
 def _options(items: List[str]) -> dict:
@@ -46,7 +46,7 @@ def _print_meta(title: str, meta: dict, rows: list[tuple[str, str]]) -> None:
     Console().print(table)
 
 
-@index_app.command("bm25")
+@index_app.command("bm25", short_help="Lucene BM25 index (pyserini).")
 def index_bm25(
     corpus: Path = typer.Argument(..., help="Passage store folder (berds corpus build ...)."),
     out: Path = typer.Option(..., "--out", callback=out_folder_callback, help="Index folder to write."),
@@ -67,7 +67,7 @@ def index_bm25(
     ])
 
 
-@index_app.command("dense")
+@index_app.command("dense", short_help="Embed passages (resumable) into a FAISS index.")
 def index_dense(
     corpus: Path = typer.Argument(..., help="Passage store folder."),
     out: Path = typer.Option(..., "--out", callback=out_folder_callback, help="Index folder to write."),
