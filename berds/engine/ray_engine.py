@@ -86,7 +86,7 @@ def _node_ip() -> str:
 class _Slot:
     """One place in the pool; ``actor`` is replaced when it dies, ``generation`` counts replacements."""
 
-    actor: Any
+    actor: Any = None
     generation: int = 0
     pid: int | None = None
     node: str = ""
@@ -252,9 +252,9 @@ class RayEngine:
         key = recipe.key()
         if key != self._pool_key:
             self._kill_pool()  # one model family at a time: a new recipe frees the old workers' memory
-            self._slots = [_Slot(self._new_actor(recipe)) for _ in range(self.workers_for(recipe))]
+            self._slots = [_Slot() for _ in range(self.workers_for(recipe))]
             for slot in self._slots:
-                slot.ready = slot.actor.ping.remote()
+                self._start_actor(slot, recipe)
             self._pool_key = key
         return self._slots
 
@@ -263,11 +263,15 @@ class RayEngine:
             self._ray.kill(slot.actor, no_restart=True)
         except Exception:  # already gone: nothing to release
             pass
-        slot.actor = self._new_actor(recipe)
+        self._start_actor(slot, recipe)
         slot.generation += 1
+        self.replaced_workers += 1
+
+    def _start_actor(self, slot: _Slot, recipe: Recipe) -> None:
+        """A new actor in ``slot``; its ``ready`` ping resolves once the actor process runs."""
+        slot.actor = self._new_actor(recipe)
         slot.pid, slot.node = None, ""
         slot.ready, slot.started = slot.actor.ping.remote(), False
-        self.replaced_workers += 1
 
     def _kill_pool(self) -> None:
         for slot in self._slots:
