@@ -84,7 +84,10 @@ class OpenAILLM:
         except ValueError:
             parts = None
         if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-            raise BerdsError(f"base_url {redact_url(str(base_url))!r} is not an http(s) URL — use e.g. "
+            shown = redact_url(str(base_url))
+            if "//" not in shown:  # (no scheme: "user:KEY@host/v1" parses as scheme "user"; drop what precedes "@")
+                shown = shown.rpartition("@")[2]
+            raise BerdsError(f"base_url {shown!r} is not an http(s) URL — use e.g. "
                              "http://127.0.0.1:8000/v1")
         if not isinstance(concurrency, int) or concurrency < 1:
             raise BerdsError(f"concurrency must be a positive integer, got {concurrency!r}")

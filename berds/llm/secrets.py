@@ -67,7 +67,12 @@ def redact_text(text: str) -> str:
     return _redact_loose(text)
 
 
+# userinfo in a URL that does not parse (a bad port, an unclosed "["): everything between "//" and "@"
+_LOOSE_USERINFO = re.compile(r"//[^\s/@]+@")
+
+
 def _redact_loose(text: str) -> str:
+    text = _LOOSE_USERINFO.sub("//", text)
     text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
     text = _ASSIGNMENT.sub(
         lambda m: f"{m.group('name')}{m.group('sep')}{REDACTED}" if is_secret_name(m.group("name"))

@@ -189,6 +189,16 @@ def test_redaction_covers_urls_queries_assignments_and_option_names():
                                        "list": ["http://h"]}
 
 
+@pytest.mark.parametrize("base_url", ["http://user:SECRET_K1@127.0.0.1:notaport/v1", "user:SECRET_K1@host/v1",
+                                      "http://user:SECRET_K1@[::1:18001/v1", "http://SECRET_K1@127.0.0.1:bad/v1"])
+def test_a_malformed_base_url_is_refused_without_echoing_its_credentials(base_url):
+    from berds.llm.openai_backend import OpenAILLM
+
+    with pytest.raises(BerdsError, match="not an http") as caught:
+        OpenAILLM("gpt-x", base_url=base_url)
+    assert "SECRET_K1" not in str(caught.value)
+
+
 def test_retrieval_manifests_and_resume_identity_hold_no_credentials():
     from berds.retrievers.retrieve import _persistable
 
