@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -107,6 +108,14 @@ def test_an_interrupted_retrieval_resumes_after_the_last_finished_batch(tmp_path
         retrieve(FixedRetriever(flavour="boom-after-first"), QUESTIONS, k=1, out=tmp_path / "run2", batch_size=2, progress=False)
     fresh = FixedRetriever()
     retrieve(fresh, QUESTIONS, k=3, out=tmp_path / "run2", batch_size=2, progress=False)
+    assert fresh.calls[0] == ["q0", "q1"]
+    # Nor does an edited question text under the same ids: its old hits would be paired with the new text.
+    with pytest.raises(RuntimeError):
+        retrieve(FixedRetriever(flavour="boom-after-first"), QUESTIONS, k=2, out=tmp_path / "run3", batch_size=2,
+                 progress=False)
+    edited = [dataclasses.replace(q, text=q.text + " (edited)") if q.id == "q0" else q for q in QUESTIONS]
+    fresh = FixedRetriever()
+    retrieve(fresh, edited, k=2, out=tmp_path / "run3", batch_size=2, progress=False)
     assert fresh.calls[0] == ["q0", "q1"]
 
 

@@ -80,8 +80,10 @@ def retrieve(
         batch_size = int(getattr(retriever, "search_batch_size", 32))
     try:
         provenance = provenance_of(retriever)
+        # the question texts too: a question edited between a stopped run and its resumption is retrieved again
+        texts = sha256_text("\n".join(json.dumps([q.id, q.text], ensure_ascii=False) for q in questions))
         identity = _jsonable({"retriever": spec_name or provenance["class"], "options": _persistable(options), "k": k,
-                              "questions": question_source["ids_sha256"]})
+                              "questions": question_source["ids_sha256"], "question_texts": texts})
         done: dict[str, list[Hit]] = {}
         if out_dir is not None:
             done = _read_partial(out_dir / PARTIAL, identity, progress)
