@@ -379,7 +379,14 @@ def load_run(path: str | Path, *, allow_empty: bool = False, duplicates: str = "
                 f"no {CTXS} in this folder", path=path,
                 fix="pass a run folder written by `berds retrieve` or a BERDS-format .jsonl file",
             )
+        for name in (MANIFEST, TREC):
+            if (path / name).is_dir():
+                raise InputError(f"{name} is a folder, expected a file", path=path / name,
+                                 fix="remove it (the run folder is read without it) or rewrite the run with `berds retrieve`")
         manifest = read_json(path / MANIFEST) if (path / MANIFEST).exists() else {}
+        if not isinstance(manifest, dict):
+            raise InputError(f"expected a JSON object, got {type(manifest).__name__}", path=path / MANIFEST,
+                             fix="restore the manifest written with the run, or remove it")
         if duplicates == "refuse" and manifest.get(DUPLICATES_KEY) == "kept":
             duplicates = "keep"  # written so on purpose (the study's expansion merge)
         run = read_ctxs_jsonl(ctxs, allow_empty_ctxs=allow_empty, duplicates=duplicates,

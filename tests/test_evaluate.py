@@ -142,6 +142,9 @@ def test_fewer_passages_than_k(tiny_run):
         evaluate_run(tiny_run, OverlapJudge(), ks=(10,), progress=False)
     res = evaluate_run(tiny_run, OverlapJudge(), ks=(10,), allow_short=True, progress=False)
     assert res.support["q0"].shape == (2, 10) and not res.support["q0"][:, 6:].any()
+    for k in (10_001, 10**21):  # an absurd k is refused in one line, not by numpy failing to allocate
+        with pytest.raises(BerdsError, match="more than berds evaluates"):
+            evaluate_run(tiny_run, OverlapJudge(), ks=(5, k), allow_short=True, progress=False)
 
 
 def test_fewer_passages_than_k_names_the_file_and_line_of_the_question(tmp_path, tiny_run):

@@ -163,6 +163,18 @@ def test_folder_without_run_files(tmp_path):
         load_run(tmp_path)
 
 
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: (d / "manifest.json").write_text("[]"), "manifest.json.*expected a JSON object, got list"),
+    (lambda d: ((d / "manifest.json").unlink(), (d / "manifest.json").mkdir()), "manifest.json.*is a folder"),
+    (lambda d: ((d / "run.trec").unlink(), (d / "run.trec").mkdir()), "run.trec.*is a folder"),
+])
+def test_a_run_folder_with_a_misshapen_manifest_or_trec_gets_a_clear_error(tmp_path, tiny_run, damage, message):
+    out = save_run(tiny_run, tmp_path / "run")
+    damage(out)
+    with pytest.raises(InputError, match=message):
+        load_run(out)
+
+
 def test_types_validate_at_the_boundary():
     with pytest.raises(ValueError, match="perspectives"):
         Question("q", "text?", "one string")

@@ -164,6 +164,9 @@ def pairs_for_run(run: Run, depth: int, *, title_position: str = "after", allow_
                                                               allow_short=allow_short).items()}
 
 
+MAX_K = 10_000  # deepest cut-off evaluated (the study's deepest is 100)
+
+
 @dataclass(frozen=True)
 class EvalOptions:
     """How an evaluation runs — one value the CLI, the demo, the analyses and studies pass along.
@@ -209,6 +212,8 @@ class EvalOptions:
         ks = tuple(sorted({int(k) for k in self.ks}))
         if not ks or ks[0] < 1:
             raise BerdsError(f"--k values must be positive integers, got {list(self.ks)}")
+        if ks[-1] > MAX_K:  # (with --allow-short a k past every ranking is allowed: it sizes each verdict matrix)
+            raise BerdsError(f"--k {ks[-1]} is more than berds evaluates ({MAX_K:,} passages per question)")
         object.__setattr__(self, "ks", ks)
         if self.batch_size is not None and self.batch_size < 1:
             raise BerdsError(f"batch size must be at least 1, got {self.batch_size}")
