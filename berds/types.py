@@ -100,6 +100,13 @@ class Passage:
             return f"{self.title} {self.text}"
         raise ValueError(f"title_position must be 'after', 'before' or 'none', got {title_position!r}")
 
+    @staticmethod
+    def judge_texts(passages: "Iterable[Passage]", title_position: str = "after") -> list[str]:
+        """``judge_text`` of many passages; the study's case (``after``) without a method call per passage."""
+        if title_position == "after":
+            return [f"{p.text} {p.title}" if p.title_field else p.text for p in passages]
+        return [p.judge_text(title_position) for p in passages]
+
 
 @dataclass(frozen=True)
 class Hit:

@@ -27,11 +27,11 @@ import numpy as np
 
 from berds.errors import BerdsError, InputError
 from berds.io import check_writable, no_gc
-from berds.evaluate.cache import Digests, JudgementCache, text_digest
+from berds.evaluate.cache import Digests, JudgementCache, text_digests
 from berds.evaluate.judging import judge_missing
 from berds.evaluate.metrics import aggregate, question_metrics
 from berds.runs import run_stem
-from berds.types import Judgement, JudgePair, Run, Verdict
+from berds.types import Judgement, JudgePair, Passage, Run, Verdict
 
 OVERWRITE_POLICIES = ("only-missing", "always", "never")
 TITLE_POSITIONS = ("after", "before", "none")
@@ -152,7 +152,7 @@ def question_texts(run: Run, depth: int, *, title_position: str = "after", allow
                 path=source or run.name or None, line=question_line(source, qid), record=qid,
                 fix="use a smaller --k, retrieve more passages, or pass --allow-short to score missing ranks as unsupported",
             )
-        out[qid] = (tuple(q.perspectives), [h.passage.judge_text(title_position) for h in hits])
+        out[qid] = (tuple(q.perspectives), Passage.judge_texts([h.passage for h in hits], title_position))
     return out
 
 
@@ -265,9 +265,11 @@ def evaluate_run(
         keys: dict[str, tuple[list[bytes], list[bytes]]] = {}
         for qid, (perspectives, passages) in grid.items():
             # (passages rarely repeat across questions: looking a long text up in the memo costs as much as hashing it)
-            pds, sds = [digest(t) for t in perspectives], list(map(text_digest, passages))
+            pds, sds = [digest(t) for t in perspectives], text_digests(passages)
+            ranked = dict.fromkeys(sds)  # shared by the question's perspectives (wanted is only read), copied on merge
             for pd in pds:
-                wanted.setdefault(pd, {}).update(dict.fromkeys(sds))
+                have = wanted.get(pd)
+                wanted[pd] = ranked if have is None else {**have, **ranked}
             keys[qid] = (pds, sds)
         stats = JudgeStats(pairs=sum(map(len, wanted.values())))
 
@@ -305,11 +307,14 @@ def evaluate_run(
             s = np.zeros((len(pds), depth), dtype=bool)  # ranks past a short question's last passage stay unsupported
             py = np.full((len(pds), depth), np.nan)
             if sds and pds:
-                found = [[rows[pd][sd] for sd in sds] for pd in pds]  # (label, p_yes, raw, detail) per pair
-                s[:, :len(sds)] = [[row[0] for row in line] for line in found]
-                py[:, :len(sds)] = [[row[1] for row in line] for line in found]  # (None becomes NaN)
-                stats.unparsed += sum(1 for line in found for row in line if row[3] and json.loads(row[3]).get("unparsed"))
-                stats.verdicts += len(pds) * len(sds)
+                n = len(sds)
+                # (label, p_yes, raw, detail) per pair, perspective by perspective, then one column per field
+                labels, probs, _, details = zip(*[row for pd in pds for row in map(rows[pd].__getitem__, sds)])
+                s[:, :n] = np.array(labels, dtype=bool).reshape(len(pds), n)
+                py[:, :n] = np.array(probs, dtype=float).reshape(len(pds), n)  # (None becomes NaN)
+                if any(details):
+                    stats.unparsed += sum(1 for d in details if d and json.loads(d).get("unparsed"))
+                stats.verdicts += len(pds) * n
             support[qid], p_yes[qid] = s, py
             per_question[qid] = question_metrics(s, ks)
     datasets = {qid: q.dataset for qid, q in run.questions.items()}
