@@ -406,12 +406,14 @@ def select_variant(dev_logits, dev_features, dev_y, groups, questions, val_ids, 
         for a in GATE_SHARPNESS:
             for c in GATE_OFFSET:
                 labels = np.zeros(len(dev_y), dtype=bool)
+                held_out_p = np.zeros(len(dev_y))  # each pair scored by the head fitted without its question
                 folds = []
                 for g in sorted(set(groups)):
                     test = groups == g
                     rel = fit_head(dev_features[~test], dev_y[~test], names) if names else None
                     cut = best_threshold(dev_y[~test], gated_p(dev_logits[~test], dev_features[~test], a, c, rel))
-                    labels[test] = gated_p(dev_logits[test], dev_features[test], a, c, rel) >= cut
+                    held_out_p[test] = gated_p(dev_logits[test], dev_features[test], a, c, rel)
+                    labels[test] = held_out_p[test] >= cut
                     folds.append(metrics(dev_y[test], labels[test])["f1"])
                 rel = fit_head(dev_features, dev_y, names) if names else None
                 p = gated_p(dev_logits, dev_features, a, c, rel)
@@ -421,7 +423,10 @@ def select_variant(dev_logits, dev_features, dev_y, groups, questions, val_ids, 
                 misses = sum(stance[k] > b if k != "both-sides" else stance[k] < b for k, b in bounds.items())
                 f1s = np.array(folds)
                 name = f"relevance={set_name}, gate a={a:g} c={c:g}"
-                variants[name] = {"loqo": metrics(dev_y, labels), "loqo_auc": roc_auc(dev_y, gated_p(dev_logits, dev_features, a, c, rel)),
+                # loqo_auc: the out-of-fold scores pooled; auc_head_fitted_on_all: the head fitted on every question,
+                # these included (what cards before this fix called loqo_auc: optimistic)
+                variants[name] = {"loqo": metrics(dev_y, labels), "loqo_auc": roc_auc(dev_y, held_out_p),
+                                  "auc_head_fitted_on_all": roc_auc(dev_y, gated_p(dev_logits, dev_features, a, c, rel)),
                                   "fold_f1_mean": round(float(f1s.mean()), 1), "fold_f1_sd": round(float(f1s.std(ddof=1)), 1) if len(f1s) > 1 else None,
                                   "fold_f1_range": [float(f1s.min()), float(f1s.max())],
                                   "validation_stance_mrecall@5": stance, "stance_bounds_missed": int(misses),

@@ -175,9 +175,16 @@ def test_retriever_refuses_a_corpus_with_another_fingerprint(toy_index, tmp_path
 
 @pytest.mark.java
 def test_empty_passages_are_counted_not_silently_dropped(tmp_path):
-    write_passage_store([Passage("full", "storm harbor"), Passage("empty", "")], tmp_path / "store")
+    write_passage_store([Passage("full", "storm harbor"), Passage("empty", ""), Passage("spaces-é", "\u2003 \x1c\n"),
+                         Passage("ascii-spaces", " \t\x1f")], tmp_path / "store")
     meta = bm25_index.build_bm25_index(tmp_path / "store", tmp_path / "index", contents="text", progress=False)
-    assert meta["documents"] == 1 and meta["skipped_empty"] == 1 and meta["skipped_examples"] == ["empty"]
+    assert meta["documents"] == 1 and meta["skipped_empty"] == 3
+    assert meta["skipped_examples"] == ["empty", "spaces-é", "ascii-spaces"]
+
+
+def test_has_words_is_str_strip_on_utf8():
+    for text in ("", " ", "\x1c\x1d\x1e\x1f", "\u2003", "\u3000x", "a", " \t\n\r\x0b\x0c", "é", "\x00"):
+        assert bm25_index._has_words(text.encode("utf-8")) == bool(text.strip()), repr(text)
 
 
 @pytest.mark.java
@@ -270,3 +277,12 @@ def test_relative_index_paths_work_after_the_process_changes_folder(toy_index, t
     [hits] = BM25Retriever(index="indexes/rel").search([Question("q", "gamma alpha", ("x",))], k=3)
     assert len(hits) == 3
     store.close()
+
+
+def test_an_id_with_a_line_break_is_refused_by_name(tmp_path):
+    # docids.txt holds one id per line: an id that spans lines would shift every row after it
+    write_passage_store([Passage("ok", "storm harbor"), Passage("bad\nid", "river stone")], tmp_path / "store")
+    with pytest.raises(InputError, match="line break") as info:
+        bm25_index.build_bm25_index(tmp_path / "store", tmp_path / "index", progress=False)
+    assert info.value.record == "bad\nid"
+    assert not (tmp_path / "index" / "meta.json").exists()

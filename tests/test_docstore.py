@@ -85,6 +85,22 @@ def test_unicode_and_special_characters_survive(tmp_path):
     assert store.fingerprint == expected.hexdigest()
 
 
+@pytest.mark.parametrize("compression", ["zlib", "none"])
+def test_utf8_batches_are_the_passages_fields_encoded(tmp_path, compression):
+    # ASCII records are sliced as stored, others decoded: both must give each field's own UTF-8
+    passages = make_passages(5) + [
+        Passage(id="ü/1", text="naïve café — 日本語 \u2028 line\nbreak", title="Zürich", source="größe"),
+        Passage(id="emoji", text="🙂 " * 3, title="", source="s"),
+        Passage(id="ascii-after-é", text="plain", title="", source="é"),
+    ]
+    store = write_passage_store(passages, tmp_path / "s", shard_size=3, compression=compression)
+    batches = list(store.iter_utf8_batches(3))
+    assert [len(b) for b in batches] == [3, 3, 2]
+    assert [t for b in batches for t in b] == [(p.id.encode(), p.title.encode(), p.text.encode()) for p in passages]
+    with pytest.raises(BerdsError, match="batch_size"):
+        next(store.iter_utf8_batches(0))
+
+
 def test_fingerprint_fast_path_matches_its_definition_with_groups(tmp_path):
     """The writer skips json's escaper when no field needs escaping; every mix of plain and escaped fields, with and
     without groups (a quote only in ``source``, which the fingerprint leaves out, included) hashes as defined."""

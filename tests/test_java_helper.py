@@ -58,7 +58,8 @@ def index(tmp_path_factory):
     rng = random.Random(4)
     # non-ASCII ids and words (accents, CJK, an emoji outside the BMP) cross the bridge as UTF-8
     words = [f"w{i}" for i in range(300)] + ["café", "naïve", "東京", "größe", "🙂ok"]
-    passages = [Passage(f"p{i}" + ("-é" if i % 7 == 0 else ""), " ".join(rng.choices(words, k=30))) for i in range(400)]
+    passages = [Passage(f"p{i}" + ("-é" if i % 7 == 0 else ""), " ".join(rng.choices(words, k=30)),
+                        title=("" if i % 3 else f"Title {i}" + (" größe" if i % 2 else ""))) for i in range(400)]
     root = tmp_path_factory.mktemp("helper")
     write_passage_store(passages, root / "store")
     bm25_index.build_bm25_index(root / "store", root / "index", progress=False)
@@ -120,6 +121,8 @@ def test_index_built_through_the_bridge_equals_the_json_one(index, tmp_path, mon
     monkeypatch.undo()
     bridged, by_json = bm25_index.LuceneSearcher(lucene), bm25_index.LuceneSearcher(tmp_path / "json-index" / "lucene")
     assert bridged.num_docs == by_json.num_docs == meta["documents"] == 400
+    # the bridge path sends the store's bytes without building Passages: same row ids, same indexed contents
+    assert (lucene.parent / "docids.txt").read_bytes() == (tmp_path / "json-index" / "docids.txt").read_bytes()
     assert bridged.search(queries, 50, threads=2) == by_json.search(queries, 50, threads=2)
     assert bridged.search(["東京 café"], 400)[0] and bridged.search(["größe"], 5) == by_json.search(["größe"], 5)
     bridged.close()

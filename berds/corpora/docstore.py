@@ -691,6 +691,31 @@ class PassageStore:
         while batch := list(islice(passages, batch_size)):
             yield batch
 
+    def iter_utf8_batches(self, batch_size: int) -> Iterator[list[tuple[bytes, bytes, bytes]]]:
+        """``(id, title, text)`` of every passage as UTF-8 bytes, in store order, ``batch_size`` at a time: for
+        writers that pass bytes on (the Lucene indexer) without building ``Passage``s and encoding them again.
+        A record that is all ASCII is sliced as stored (its character counts are byte counts); others are
+        decoded and their fields encoded."""
+        if batch_size < 1:
+            raise BerdsError(f"batch_size must be at least 1, got {batch_size}")
+        unpack, head, compressed = _HEAD.unpack_from, _HEAD_SIZE, self._decode is _decode_zlib
+        values = self._values()
+        try:
+            while chunk := list(islice(values, batch_size)):
+                batch = []
+                for value in chunk:
+                    _, a, t, s = unpack(value)
+                    body = zlib.decompress(value[head:]) if compressed else value[head:]
+                    if body.isascii():
+                        batch.append((body[:a], body[a:a + t], body[a + t + s:]))
+                    else:
+                        text = body.decode("utf-8")
+                        batch.append((text[:a].encode("utf-8"), text[a:a + t].encode("utf-8"),
+                                      text[a + t + s:].encode("utf-8")))
+                yield batch
+        except (UnicodeDecodeError, struct.error, zlib.error) as e:
+            raise self._damaged(e) from None
+
     def ids(self) -> Iterator[str]:
         """Passage ids in store order."""
         for p in self:

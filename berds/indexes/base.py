@@ -24,7 +24,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from berds.errors import BerdsError, InputError
 from berds.io import new_manifest, read_json, write_json
@@ -224,6 +224,16 @@ def write_id(f: Any, pid: str) -> None:
         raise InputError("passage id contains a line break", record=pid, fix="passage ids must be single-line strings")
     f.write(pid)
     f.write("\n")
+
+
+def write_id_batch(f: Any, ids: Sequence[bytes]) -> None:
+    """``write_id`` for a batch of ids given as UTF-8 bytes: one check and one write."""
+    joined = b"\n".join(ids)
+    if joined.count(b"\n") != len(ids) - 1 or b"\r" in joined:
+        write_id(f, next(pid for pid in ids if b"\n" in pid or b"\r" in pid).decode("utf-8"))  # raises the usual error
+    if ids:
+        f.write(joined.decode("utf-8"))
+        f.write("\n")
 
 
 def write_ids(path: str | os.PathLike, ids: Iterable[str]) -> None:

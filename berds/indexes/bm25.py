@@ -62,6 +62,7 @@ from berds.indexes.base import (
     read_ids,
     read_index_meta,
     write_id,
+    write_id_batch,
 )
 from berds.io import atomic_write
 
@@ -336,6 +337,14 @@ def _row_groups(store: Any, ids: list[str]) -> tuple[np.ndarray, list[str]]:
     return rows, names
 
 
+_WHITESPACE = bytes(i for i in range(128) if chr(i).isspace())  # what str.strip() removes, in ASCII
+
+
+def _has_words(utf8: bytes) -> bool:
+    """``bool(text.strip())`` for ``utf8 = text.encode()`` (decoding only non-ASCII text, where Unicode spaces count)."""
+    return bool(utf8.strip(_WHITESPACE)) if utf8.isascii() else bool(utf8.decode("utf-8").strip())
+
+
 def _utf8_with_ends(texts: Sequence[str]) -> tuple[bytes, list[int]]:
     """``texts`` as one UTF-8 buffer and each text's end offset in it (how ``LuceneBridge`` takes a batch)."""
     encoded = [t.encode("utf-8") for t in texts]
@@ -383,27 +392,47 @@ def build_bm25_index(
         with progress_bar("passages", enabled=progress) as bar, atomic_write(out / "docids.txt") as id_file, \
                 ThreadPoolExecutor(1, thread_name_prefix="berds-bm25-reader") as reader:
             task = bar.add_task("BM25 index", total=len(store))
-            batches = store.iter_batches(batch_size)
+            if bridge is not None and terms is None and hasattr(store, "iter_utf8_batches"):  # bytes straight to Lucene
+                utf8_batches = store.iter_utf8_batches(batch_size)
+                with_title = contents == "title+text"
 
-            def next_batch() -> tuple[int, int, Any, list[str]] | None:
-                """Read and encode the next batch (runs while Lucene indexes the previous one: pyjnius lets go of the GIL)."""
-                batch = next(batches, None)
-                if batch is None:
-                    return None
-                texts = [passage_contents(p.title, p.text, contents) for p in batch]
-                ids, kept = [], []
-                for p, text in zip(batch, texts):
-                    write_id(id_file, p.id)
-                    if text.strip():
-                        ids.append(p.id)
-                        kept.append(text)
-                    else:
-                        skipped.append(p.id)
-                if bridge is not None:  # LuceneBridge.addPassages's arguments
-                    payload: Any = (*_utf8_with_ends(ids), *_utf8_with_ends(kept))
-                else:  # SimpleIndexer.addRawDocuments's: one JSON document per passage
-                    payload = [f'{{"id":{_json_string(i)},"contents":{_json_string(t)}}}' for i, t in zip(ids, kept)]
-                return len(batch), len(ids), payload, texts
+                def next_batch() -> tuple[int, int, Any, list[str]] | None:
+                    """The next batch as LuceneBridge.addPassages's arguments, without building Passages."""
+                    batch = next(utf8_batches, None)
+                    if batch is None:
+                        return None
+                    ids = [pid for pid, _, _ in batch]
+                    write_id_batch(id_file, ids)
+                    texts = [title + b"\n" + text if with_title and title else text for _, title, text in batch]
+                    if not all(map(_has_words, texts)):  # (rare) passages with nothing to index are skipped
+                        keep = list(map(_has_words, texts))
+                        skipped.extend(pid.decode("utf-8") for pid, k in zip(ids, keep) if not k)
+                        ids = [pid for pid, k in zip(ids, keep) if k]
+                        texts = [text for text, k in zip(texts, keep) if k]
+                    return (len(batch), len(ids), (b"".join(ids), list(accumulate(map(len, ids))),
+                                                   b"".join(texts), list(accumulate(map(len, texts)))), [])
+            else:
+                batches = store.iter_batches(batch_size)
+
+                def next_batch() -> tuple[int, int, Any, list[str]] | None:
+                    """Read and encode the next batch (runs while Lucene indexes the previous one: pyjnius lets go of the GIL)."""
+                    batch = next(batches, None)
+                    if batch is None:
+                        return None
+                    texts = [passage_contents(p.title, p.text, contents) for p in batch]
+                    ids, kept = [], []
+                    for p, text in zip(batch, texts):
+                        write_id(id_file, p.id)
+                        if text.strip():
+                            ids.append(p.id)
+                            kept.append(text)
+                        else:
+                            skipped.append(p.id)
+                    if bridge is not None:  # LuceneBridge.addPassages's arguments
+                        payload: Any = (*_utf8_with_ends(ids), *_utf8_with_ends(kept))
+                    else:  # SimpleIndexer.addRawDocuments's: one JSON document per passage
+                        payload = [f'{{"id":{_json_string(i)},"contents":{_json_string(t)}}}' for i, t in zip(ids, kept)]
+                    return len(batch), len(ids), payload, texts
 
             pending = reader.submit(next_batch)
             while (ready := pending.result()) is not None:
