@@ -88,7 +88,7 @@ NOT_RUN = {
     "--run demo-out/runs/minilm --run demo-out/runs/minilm-mmr0.75": "needs demo-out (tests/test_demo.py builds it)",
     "berds judge calibrate --labels dev_pairs.tsv --judge embedded:v1 --holdout berds/data/demo/labelled_pairs.tsv":
         "dev_pairs.tsv is the study's human-labelled dev data (not shipped)",
-    "berds judge validate --labels /tmp/dev-split/dev_pairs.test.tsv --judge embedded --judge embedded:v1 --no-cache":
+    "berds judge validate --labels /tmp/dev-split/dev_pairs.test.tsv --judge embedded --no-cache":
         "the study's human-labelled dev pairs (not shipped)",
     # docs/llm.md
     "berds eval runs/bm25-arguana --judge mistral-berds": GPU,
