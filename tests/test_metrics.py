@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from berds.evaluate.metrics import aggregate, docs_needed, mrecall_at_k, perspectives_covered, precision_at_k
+from berds.evaluate.metrics import (aggregate, docs_needed, mrecall_at_k, perspectives_covered, precision_at_k,
+                                   question_metrics)
 
 T, F = True, False
 
@@ -66,6 +67,26 @@ def test_bad_k_and_shape():
         mrecall_at_k(np.zeros((2, 3), bool), 0)
     with pytest.raises(ValueError):
         precision_at_k(np.zeros(3, bool), 1)
+
+
+def test_question_metrics_equal_the_one_metric_functions():
+    # question_metrics computes every k in one pass; it must agree with the definitions above everywhere,
+    # including m > k, k past the judged depth, no perspectives and no passages
+    rng = np.random.default_rng(3)
+    shapes = [(m, n) for m in (0, 1, 2, 4, 7) for n in (0, 1, 3, 5, 10, 12)]
+    for m, n in shapes:
+        for density in (0.0, 0.1, 0.5, 1.0):
+            s = rng.random((m, n)) < density
+            ks = (1, 2, 3, 5, 10, 20)
+            expected = {}
+            for k in ks:
+                expected[f"mrecall@{k}"] = mrecall_at_k(s, k)
+                expected[f"precision@{k}"] = precision_at_k(s, k)
+            assert question_metrics(s, ks) == expected, (m, n, density)
+    with pytest.raises(ValueError):
+        question_metrics(np.zeros((2, 3), bool), (5, 0))
+    with pytest.raises(ValueError):
+        question_metrics(np.zeros(3, bool), (1,))
 
 
 def test_aggregate_micro_and_macro():
