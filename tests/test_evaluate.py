@@ -346,3 +346,37 @@ def test_a_judge_whose_model_cannot_be_had_fails_before_the_progress_bar(tmp_pat
 
     evaluate_run(tiny_run, Loads(), ks=(3,), progress=False)
     assert events[0] == "prepare" and events.count("prepare") == 1 and "judge" in events
+
+
+class RecordingJudge(OverlapJudge):
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.pairs: list[tuple[str, str]] = []
+
+    def judge(self, pairs):
+        self.pairs += [(p.perspective, p.passage) for p in pairs]
+        return super().judge(pairs)
+
+
+def test_a_perspective_shared_by_questions_is_judged_once_per_passage_and_no_more(tmp_path):
+    # The evaluation asks the cache and the judge for each perspective's passages, merged over the questions
+    # that share its text (one question even lists it twice): every needed pair once, none it does not need.
+    shared, other = "cats are better pets than dogs", "dogs are better pets than cats"
+    q0 = Question("q0", "Cats or dogs?", (shared, other))
+    q1 = Question("q1", "Which pet?", (shared, shared))
+    hits0 = [Hit(Passage(f"a{i}", f"cats pets better text {i}")) for i in range(3)]
+    hits1 = [Hit(Passage(f"b{i}", f"dogs pets text {i}")) for i in range(2)] + [hits0[0]]
+    run = Run.from_lists([q0, q1], [hits0, hits1], name="shared")
+    judge_text = lambda h: f"{h.passage.text} {h.passage.title}"  # noqa: E731  (the study's text + " " + title)
+    needed = {(p, judge_text(h)) for q, hits in ((q0, hits0), (q1, hits1)) for p in q.perspectives for h in hits}
+    cache = JudgementCache(tmp_path / "c.sqlite")
+    judge = RecordingJudge(threshold=0.5)
+    first = evaluate_run(run, judge, ks=(3,), cache=cache, progress=False)
+    assert sorted(judge.pairs) == sorted(needed) and first.stats.pairs == len(needed)
+    # the same verdicts fill both questions' matrices, in each question's own order
+    assert first.support["q1"][0].tolist() == first.support["q1"][1].tolist()
+    assert first.support["q1"][0, 2] == first.support["q0"][0, 0]
+    judge.pairs.clear()
+    again = evaluate_run(run, judge, ks=(3,), cache=cache, progress=False)
+    assert judge.pairs == [] and again.stats.cached == len(needed)
+    assert {q: m.tolist() for q, m in again.support.items()} == {q: m.tolist() for q, m in first.support.items()}
