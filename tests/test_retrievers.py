@@ -81,6 +81,13 @@ def test_retrieve_writes_a_run_folder_with_provenance(tmp_path):
     assert trec[0].split()[:4] == ["q0", "Q0", "bees-1", "1"] and len(trec) == 10
 
 
+def test_a_question_id_holding_whitespace_is_refused_before_any_search(tmp_path):
+    questions = [QUESTIONS[0], dataclasses.replace(QUESTIONS[1], id="q 1")]
+    with pytest.raises(BerdsError, match="question id 'q 1' holds whitespace, which a TREC run file"):
+        retrieve(FIXED, questions, k=2, out=tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("flavour, message", [
     ("unsorted", "not ordered best first"),
     ("too-many", "3 hits for k=2"),

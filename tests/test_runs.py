@@ -5,7 +5,7 @@ import json
 import pytest
 
 from berds.errors import InputError
-from berds.runs import load_run, read_ctxs_jsonl, read_trec, save_run, write_ctxs_jsonl
+from berds.runs import fields_intact, load_run, one_token, read_ctxs_jsonl, read_trec, save_run, write_ctxs_jsonl
 from berds.types import Hit, Passage, Question, Run, rank_hits
 
 
@@ -30,6 +30,22 @@ def test_trec_file_format_and_ranks(tmp_path, tiny_run):
     assert first[:4] == ["q0", "Q0", "d0-0", "1"] and first[5] == "tiny"
     parsed = read_trec(tmp_path / "run" / "run.trec")
     assert [d for d, _ in parsed["q0"]] == [h.passage.id for h in tiny_run.hits["q0"]]
+
+
+@pytest.mark.parametrize("qid, pid", [("q0", "sp ace"), ("q0", "tab\tid"), ("q0", " lead"), ("q0", "a\u2028b"),
+                                       ("q 0", "d0"), ("q0", "nbsp\u00a0id")])
+def test_an_id_holding_whitespace_is_refused_before_run_trec_is_written(tmp_path, qid, pid):
+    # a TREC line is split at whitespace: such an id would shift the fields after it (a broken run.trec)
+    run = Run.from_lists([Question(qid, "What?", ("a", "b"))], [[Hit(Passage(pid, "text"), 1.0)]], name="w s")
+    with pytest.raises(InputError, match="holds whitespace, which a TREC run file") as info:
+        save_run(run, tmp_path / "run")
+    assert info.value.record == qid and not (tmp_path / "run" / "run.trec").exists()
+
+
+def test_one_token_and_fields_intact():
+    assert one_token("d-1") and one_token("東京") and not one_token("") and not one_token(" a") and not one_token("a\x1cb")
+    assert fields_intact("q Q0 d 1 2 t\n", 1, 6) and not fields_intact(" q Q0 d 1 2 t\n", 1, 6)
+    assert not fields_intact("q Q0 d e 1 2 t\n", 1, 6) and not fields_intact("q Q0  1 2 t\n", 1, 6)
 
 
 def test_trec_checked_line_by_line_only_when_it_is_not_the_file_save_run_wrote(tmp_path, tiny_run, monkeypatch):

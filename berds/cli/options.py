@@ -218,4 +218,4 @@ def print_judge_warning(judge_id: str) -> None:
 
     warning = judge_warning(judge_id)
     if warning:
-        Console(stderr=True).print(f"[bold yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+        Console(stderr=True).print(f"[bold yellow]warning:[/] {warning}", highlight=False)  # wrapped at the width, as the tables

@@ -116,6 +116,14 @@ def _fingerprint_bytes(p: Passage, group: str | None) -> bytes:
 _new_passage = object.__new__
 
 
+class DamagedRecordError(ValueError):
+    """A stored record whose header does not fit its contents (its field lengths run past its end)."""
+
+
+# what decoding a damaged record raises (reads turn each into the store's "damaged" InputError)
+_DECODE_ERRORS = (UnicodeDecodeError, struct.error, zlib.error, DamagedRecordError)
+
+
 def _decode(value: bytes) -> Passage:
     """A stored record back to a Passage: one utf-8 decode, then slices by character counts.
 
@@ -126,6 +134,8 @@ def _decode(value: bytes) -> Passage:
     text = value[_HEAD_SIZE:].decode("utf-8")
     e2 = a + t
     e3 = e2 + s
+    if e3 > len(text) or not a:  # a damaged header: slicing would shift fields into each other silently
+        raise DamagedRecordError(f"record header says {a}+{t}+{s} characters of id, title and source in {len(text)}")
     p = _new_passage(Passage)
     d = p.__dict__
     d["id"] = text[:a]
@@ -300,7 +310,12 @@ class PassageStoreWriter:
         if group is not None and (not isinstance(group, str) or not group):
             raise InputError(f"group must be a non-empty string, got {group!r}", record=passage.id, path=self.out)
         pid, title, text = passage.id, passage.title, passage.text
-        id_b, title_b, source_b, text_b = pid.encode("utf-8"), title.encode("utf-8"), passage.source.encode("utf-8"), text.encode("utf-8")
+        try:
+            id_b, title_b, source_b, text_b = pid.encode("utf-8"), title.encode("utf-8"), passage.source.encode("utf-8"), text.encode("utf-8")
+        except UnicodeEncodeError as e:  # a lone surrogate (JSON's "\ud800" escapes decode to one): UTF-8 has no bytes for it
+            raise InputError(f"passage {pid!r} holds a lone surrogate ({e.object[e.start:e.end]!r}), which UTF-8 "
+                             "cannot store", path=self.out, record=pid,
+                             fix="fix the source text (a broken \\uXXXX escape), or drop the passage") from None
         record = _REC.pack(self._count)
         id_key = id_b if len(id_b) <= _MAX_KEY else _id_key(pid)
         txn = self._txn
@@ -382,7 +397,11 @@ class PassageStoreWriter:
             decode = _decoder(self._compressed)
             with txn.cursor(db=self._passages) as cursor:
                 for value in cursor.iternext(keys=False, values=True):
-                    p = decode(value)
+                    try:
+                        p = decode(value)
+                    except _DECODE_ERRORS as e:
+                        raise InputError(f"the interrupted build holds a damaged passage (record {self._count}: {e})",
+                                         path=self.building, fix="build afresh without --resume") from None
                     g = _group_number(value)
                     groups.append(g)
                     self._fingerprint.update(_fingerprint_bytes(p, names[g] if g >= 0 else None))
@@ -647,7 +666,7 @@ class PassageStore:
             return self._decode(passage_get(record))
         except (AttributeError, TypeError, lmdb.BadValsizeError):  # not a str, or ""
             raise self._missing(pid) from None
-        except (lmdb.Error, UnicodeDecodeError, struct.error, zlib.error) as e:
+        except (lmdb.Error, *_DECODE_ERRORS) as e:
             raise self._damaged(e) from None
 
     __getitem__ = get
@@ -666,7 +685,7 @@ class PassageStore:
                 return list(map(self._decode, map(passage_get, records)))
         except (AttributeError, TypeError, lmdb.BadValsizeError):
             raise self._missing(next(p for p in pids if not isinstance(p, str) or not p)) from None
-        except (lmdb.Error, UnicodeDecodeError, struct.error, zlib.error) as e:
+        except (lmdb.Error, *_DECODE_ERRORS) as e:
             raise self._damaged(e) from None
 
     def _values(self) -> Iterator[bytes]:
@@ -681,7 +700,10 @@ class PassageStore:
 
     def __iter__(self) -> Iterator[Passage]:
         """All passages in store order (the order they were added), streaming."""
-        return map(self._decode, self._values())
+        try:
+            yield from map(self._decode, self._values())
+        except _DECODE_ERRORS as e:
+            raise self._damaged(e) from None
 
     def iter_batches(self, batch_size: int) -> Iterator[list[Passage]]:
         """Passages in store order, ``batch_size`` at a time (the last batch may be shorter)."""
@@ -706,14 +728,18 @@ class PassageStore:
                 for value in chunk:
                     _, a, t, s = unpack(value)
                     body = zlib.decompress(value[head:]) if compressed else value[head:]
+                    if a + t + s > len(body) or not a:  # (decoded, a non-ASCII body is checked again by character)
+                        raise DamagedRecordError(f"record header says {a}+{t}+{s} of id, title and source in {len(body)}")
                     if body.isascii():
                         batch.append((body[:a], body[a:a + t], body[a + t + s:]))
                     else:
                         text = body.decode("utf-8")
+                        if a + t + s > len(text):
+                            raise DamagedRecordError(f"record header says {a}+{t}+{s} characters in {len(text)}")
                         batch.append((text[:a].encode("utf-8"), text[a:a + t].encode("utf-8"),
                                       text[a + t + s:].encode("utf-8")))
                 yield batch
-        except (UnicodeDecodeError, struct.error, zlib.error) as e:
+        except _DECODE_ERRORS as e:
             raise self._damaged(e) from None
 
     def ids(self) -> Iterator[str]:
@@ -747,7 +773,10 @@ class PassageStore:
 
     def group_passages(self, group: str) -> list[Passage]:
         """The passages in ``group``, in store order."""
-        return [self._decode(self._value(int(r))) for r in self._group_records(group)]
+        try:
+            return [self._decode(self._value(int(r))) for r in self._group_records(group)]
+        except _DECODE_ERRORS as e:
+            raise self._damaged(e) from None
 
     def group_of(self, pid: str) -> str | None:
         """The group a passage was added to, or None."""

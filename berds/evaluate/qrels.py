@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from berds.errors import BerdsError, InputError
+from berds.runs import fields_intact, one_token
 
 QrelRow = tuple[str, str, str, int]  # (qid, subtopic, docid, rel)
 RunRow = tuple[str, str, int]        # (qid, docid, rank)
@@ -98,8 +99,8 @@ def qrels_from_judgements(judgements: Iterable[Any]) -> tuple[list[QrelRow], lis
 def qrels_text(rows: Sequence[QrelRow]) -> str:
     """``qid subtopic docid rel`` lines; ids holding whitespace (which the format cannot carry) are refused."""
     text = "".join([f"{q} {s} {d} {r}\n" for q, s, d, r in rows])
-    if len(text.split()) != 4 * len(rows):  # one C-level pass instead of a check per id
-        bad = next((q, d) for q, _, d, _ in rows if len(q.split()) != 1 or len(d.split()) != 1)
+    if not fields_intact(text, len(rows), 4):  # one C-level pass instead of a check per id
+        bad = next((q, d) for q, _, d, _ in rows if not (one_token(q) and one_token(d)))
         raise BerdsError(f"question/passage id {bad[0]!r} / {bad[1]!r} holds whitespace, which the TREC qrels "
                          "format cannot carry")
     return text

@@ -28,6 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from berds.errors import BerdsError, InputError
 from berds.io import new_manifest, read_json, write_json
+from berds.runs import one_token
 
 INDEX_META = "meta.json"
 BUILDING_MARKER = ".building.json"  # settings of a build in progress; removed when meta.json is written
@@ -218,26 +219,41 @@ def _clear(folder: Path) -> None:
             child.unlink()
 
 
-def write_id(f: Any, pid: str) -> None:
-    """Append one row id to an open ids file (see ``write_ids``)."""
-    if "\n" in pid or "\r" in pid:
-        raise InputError("passage id contains a line break", record=pid, fix="passage ids must be single-line strings")
+ROW_ID_FIX = ("give passages ids without spaces, tabs or line breaks (e.g. replace them with '_') and rebuild the corpus")
+
+
+def check_row_ids(ids: Sequence[str], *, source: Any = None) -> None:
+    """Refuse passage ids holding whitespace or a line break: the index's id list holds one id per line and
+    berds' run files are TREC files, whose fields are split at whitespace (an id ``"a b"`` would shift every
+    field after it). One C-level split per batch; the offending id is named."""
+    if ids and not one_token("".join(ids)):
+        bad = next(pid for pid in ids if not one_token(pid))
+        what = "a line break" if len(bad.splitlines()) > 1 or bad != bad.rstrip("\r\n") else "whitespace"
+        raise InputError(f"passage id {bad!r} holds {what}, which the index's id list (one id per line) and TREC "
+                         "run files (fields split at whitespace) cannot carry", path=source, record=bad, fix=ROW_ID_FIX)
+
+
+def write_id(f: Any, pid: str, *, source: Any = None) -> None:
+    """Append one row id to an open ids file (see ``write_ids``; ``check_row_ids`` says which ids are refused)."""
+    if not one_token(pid):
+        check_row_ids([pid], source=source)
     f.write(pid)
     f.write("\n")
 
 
-def write_id_batch(f: Any, ids: Sequence[bytes]) -> None:
+def write_id_batch(f: Any, ids: Sequence[bytes], *, source: Any = None) -> None:
     """``write_id`` for a batch of ids given as UTF-8 bytes: one check and one write."""
-    joined = b"\n".join(ids)
-    if joined.count(b"\n") != len(ids) - 1 or b"\r" in joined:
-        write_id(f, next(pid for pid in ids if b"\n" in pid or b"\r" in pid).decode("utf-8"))  # raises the usual error
     if ids:
-        f.write(joined.decode("utf-8"))
+        text = b"\n".join(ids).decode("utf-8")
+        parts = text.split()  # ids without whitespace: exactly the ids, and only the separators gone
+        if len(parts) != len(ids) or sum(map(len, parts)) != len(text) - len(ids) + 1:
+            check_row_ids([pid.decode("utf-8") for pid in ids], source=source)
+        f.write(text)
         f.write("\n")
 
 
 def write_ids(path: str | os.PathLike, ids: Iterable[str]) -> None:
-    """Row -> passage id, one id per line, written atomically (ids with line breaks are refused)."""
+    """Row -> passage id, one id per line, written atomically (ids with whitespace or line breaks are refused)."""
     from berds.io import atomic_write
 
     with atomic_write(path) as f:

@@ -337,6 +337,18 @@ def _row_groups(store: Any, ids: list[str]) -> tuple[np.ndarray, list[str]]:
     return rows, names
 
 
+LUCENE_MAX_TERM_BYTES = 32_766  # Lucene refuses a longer term, and the passage id is indexed as one term
+
+
+def check_lucene_ids(ids: Sequence[bytes], *, source: Any = None) -> None:
+    """Refuse (by name, before Lucene fails mid-batch) a passage id longer than Lucene can index."""
+    if ids and max(map(len, ids)) > LUCENE_MAX_TERM_BYTES:
+        bad = next(pid for pid in ids if len(pid) > LUCENE_MAX_TERM_BYTES).decode("utf-8")
+        raise InputError(f"passage id of {len(bad.encode('utf-8')):,} bytes ({bad[:40]!r}...): Lucene indexes an id as "
+                         f"one term of at most {LUCENE_MAX_TERM_BYTES:,} bytes", path=source, record=bad[:80],
+                         fix="give passages shorter ids (a hash of a long one will do) and rebuild the corpus")
+
+
 _WHITESPACE = bytes(i for i in range(128) if chr(i).isspace())  # what str.strip() removes, in ASCII
 
 
@@ -402,7 +414,8 @@ def build_bm25_index(
                     if batch is None:
                         return None
                     ids = [pid for pid, _, _ in batch]
-                    write_id_batch(id_file, ids)
+                    write_id_batch(id_file, ids, source=store.path)
+                    check_lucene_ids(ids, source=store.path)
                     texts = [title + b"\n" + text if with_title and title else text for _, title, text in batch]
                     if not all(map(_has_words, texts)):  # (rare) passages with nothing to index are skipped
                         keep = list(map(_has_words, texts))
@@ -422,12 +435,13 @@ def build_bm25_index(
                     texts = [passage_contents(p.title, p.text, contents) for p in batch]
                     ids, kept = [], []
                     for p, text in zip(batch, texts):
-                        write_id(id_file, p.id)
+                        write_id(id_file, p.id, source=store.path)
                         if text.strip():
                             ids.append(p.id)
                             kept.append(text)
                         else:
                             skipped.append(p.id)
+                    check_lucene_ids([i.encode("utf-8") for i in ids], source=store.path)
                     if bridge is not None:  # LuceneBridge.addPassages's arguments
                         payload: Any = (*_utf8_with_ends(ids), *_utf8_with_ends(kept))
                     else:  # SimpleIndexer.addRawDocuments's: one JSON document per passage

@@ -26,7 +26,7 @@ import numpy as np
 
 from berds.engine.recipes import Recipe
 from berds.errors import BerdsError, InputError
-from berds.indexes.base import progress_bar, read_ids, write_ids
+from berds.indexes.base import check_row_ids, progress_bar, read_ids, write_ids
 from berds.indexes.encoders import Encoder, encoder_spec
 from berds.io import atomic_write
 
@@ -49,6 +49,7 @@ def iter_shard_passages(store: Any, shard_size: int, batch_size: int) -> Iterato
     """``(shard number, passages of that shard)`` in store order, one shard's passages at a time."""
     shard, current = 0, []
     for batch in store.iter_batches(batch_size):
+        check_row_ids([p.id for p in batch], source=getattr(store, "path", None))  # before any encoding is spent on them
         for p in batch:
             current.append(p)
             if len(current) == shard_size:

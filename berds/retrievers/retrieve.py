@@ -19,9 +19,10 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from berds.errors import BerdsError
+from berds.errors import BerdsError, InputError
 from berds.io import sha256_text
 from berds.retrievers.base import contract_problems, provenance_of
+from berds.runs import one_token
 from berds.types import Hit, Passage, Question, Run
 
 PARTIAL = ".partial.jsonl"
@@ -67,6 +68,10 @@ def retrieve(
         questions = list(questions)[:limit] if limit else list(questions)
     if not questions:
         raise BerdsError("no questions to retrieve for")
+    if bad := next((q for q in questions if not one_token(q.id)), None):  # found now, not when run.trec is written
+        raise InputError(f"question id {bad.id!r} holds whitespace, which a TREC run file (fields split at whitespace) "
+                         "cannot carry", path=question_source["source"], record=bad.id,
+                         fix="give questions ids without spaces, tabs or line breaks")
     question_source.update(count=len(questions), ids_sha256=sha256_text("\n".join(q.id for q in questions)))
 
     out_dir = Path(out) if out is not None else None
