@@ -157,7 +157,11 @@ class LLMJudge:
 
         # The id keys the cache and is written to every output: never let a backend's credential into it.
         self.name = redact_text(name or llm.id)
-        suffix = f"|parse={parse}" + (f"|threshold={threshold:g}" if threshold is not None else "")
+        # Everything that changes the answers keys the cache; the study's defaults (16 tokens, 5 log-probs) add nothing,
+        # so ids written before these were added still name the same verdicts.
+        suffix = (f"|parse={parse}" + (f"|max_new_tokens={max_new_tokens}" if max_new_tokens != 16 else "")
+                  + (f"|top_logprobs={top_logprobs}" if top_logprobs != 5 else "")
+                  + (f"|threshold={threshold:g}" if threshold is not None else ""))
         self.id = redact_text(f"{llm.id}{suffix}")
         self.system = system
         self.drop_system = drops_system_turn(system, llm.id) and self.prompt.has_system_turn

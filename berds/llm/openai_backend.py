@@ -13,6 +13,8 @@ Bearer). Keys never reach the id, ``repr`` or error messages (``berds.llm.secret
 from __future__ import annotations
 
 import email.utils
+import hashlib
+import json
 import os
 import random
 import threading
@@ -116,8 +118,11 @@ class OpenAILLM:
         self.seed = seed
         self.extra_body = dict(extra_body or {})
         self.logprobs_supported = True
-        # The id keys the judgement cache: host, port and path only, so it never holds (or depends on) a key.
-        self.id = redact_text(id) if id else f"openai:{redact_text(model)}@{netloc}{parts.path.rstrip('/')}"
+        # The id keys the judgement cache: host, port and path only, so it never holds (or depends on) a key; request
+        # fields that change the answers (extra_body may even name another model) enter it as a hash, never verbatim.
+        changes = ((f"|extra_body={_canonical_sha256(self.extra_body)[:12]}" if self.extra_body else "")
+                   + (f"|seed={seed}" if seed is not None else ""))
+        self.id = redact_text(id) if id else f"openai:{redact_text(model)}@{netloc}{parts.path.rstrip('/')}{changes}"
         self._local = threading.local()
         self._warn_lock = threading.Lock()
 
@@ -205,12 +210,12 @@ class OpenAILLM:
             retry_body = {k: v for k, v in body.items() if k not in ("logprobs", "top_logprobs")}
             status, retry_payload = self._post(retry_body, stop)
             if status == 200:
-                self._disable_logprobs(_error_message(payload))
+                self._disable_logprobs(self._error_message(payload))
                 asked = False
             payload = retry_payload
         if status != 200:
-            raise BerdsError(f"POST {self.url} answered HTTP {status}: {_error_message(payload)}"
-                             f"{_status_hint(status, self.api_key_env, self._basic_auth is not None)}")
+            raise BerdsError(f"POST {self.url} answered HTTP {status}: {self._error_message(payload)}"
+                             f"{self._status_hint(status)}")
         return self._parse(payload, top_logprobs if asked else 0)
 
     def _disable_logprobs(self, reason: str) -> None:
@@ -226,7 +231,7 @@ class OpenAILLM:
             text = choice["message"].get("content") or ""
         except (KeyError, IndexError, TypeError, AttributeError):
             raise BerdsError(f"POST {self.url}: the reply is not a chat completion (no choices[0].message): "
-                             f"{redact_text(str(payload)[:300])}") from None
+                             f"{self._scrub(str(payload)[:2000])[:300]}") from None
         pairs = None
         if top_logprobs:
             content = ((choice.get("logprobs") or {}).get("content") or []) if isinstance(choice, dict) else []
@@ -283,21 +288,21 @@ class OpenAILLM:
         if status != 200:
             hint = (" — this server does not offer /v1/completions with echo+logprobs; P.D. needs a server that "
                     "does (vllm serve, berds llm serve) or a transformers:MODEL evaluator"
-                    if status in (400, 404, 405, 422, 501) else _status_hint(status, self.api_key_env))
-            raise BerdsError(f"POST {url} answered HTTP {status}: {_error_message(payload)}{hint}")
+                    if status in (400, 404, 405, 422, 501) else self._status_hint(status))
+            raise BerdsError(f"POST {url} answered HTTP {status}: {self._error_message(payload)}{hint}")
         try:
             logprobs = payload["choices"][0]["logprobs"]
             tokens, values, offsets = logprobs["tokens"], logprobs["token_logprobs"], logprobs["text_offset"]
         except (KeyError, IndexError, TypeError):
             raise BerdsError(f"POST {url}: the reply carries no choices[0].logprobs tokens/token_logprobs/"
-                             f"text_offset, so the server did not echo log-probabilities: {str(payload)[:300]}") from None
+                             f"text_offset, so the server did not echo log-probabilities: {self._scrub(str(payload)[:2000])[:300]}") from None
         # A token belongs to the continuation when it holds any of its characters: it starts before the text
         # ends (the generated token starts after) and ends (where the next token starts) after the prompt.
         ends = [*offsets[1:], len(text) + 1]
         picked = [(t, v) for t, v, o, e in zip(tokens, values, offsets, ends) if o < len(text) and e > len(prompt)]
         if not picked or any(v is None for _, v in picked):
             raise BerdsError(f"POST {url}: no log-probabilities for the continuation tokens in the echoed reply "
-                             f"(a prompt that ends inside a token, or a server that ignores echo): {str(payload)[:300]}")
+                             f"(a prompt that ends inside a token, or a server that ignores echo): {self._scrub(str(payload)[:2000])[:300]}")
         return ContinuationScore(tuple(t for t, _ in picked), tuple(float(v) for _, v in picked))
 
     # ------------------------------------------------------------------------------------- HTTP
@@ -336,7 +341,7 @@ class OpenAILLM:
                 # No redirects: a key must not follow a 30x to another host.
                 response = self._session().post(url, json=body, timeout=self.timeout, allow_redirects=False)
             except (requests.ConnectionError, requests.Timeout) as exc:
-                last = f"{type(exc).__name__}: {redact_text(str(exc))[:200]}"
+                last = f"{type(exc).__name__}: {self._scrub(str(exc))[:200]}"
             else:
                 if response.status_code not in RETRY_STATUSES:
                     try:
@@ -344,14 +349,29 @@ class OpenAILLM:
                     except ValueError:
                         if response.status_code == 200:
                             raise BerdsError(f"POST {url}: HTTP 200 but the body is not JSON: "
-                                             f"{response.text[:300]!r}") from None
+                                             f"{self._scrub(response.text[:2000])[:300]!r}") from None
                         return response.status_code, response.text
-                last = f"HTTP {response.status_code}: {_error_message(_json_or_text(response))}"
+                last = f"HTTP {response.status_code}: {self._error_message(_json_or_text(response))}"
                 retry_after = parse_retry_after(response.headers.get("Retry-After"))
             if attempt < self.max_retries:
                 stop.wait(self.backoff_delay(attempt, retry_after))  # wakes at once when stop is set
         raise BerdsError(f"POST {url} failed after {self.max_retries + 1} attempts; last answer: {last} — "
                          "check that the server is up and not overloaded (or raise max_retries / lower concurrency)")
+
+    def _scrub(self, text: str) -> str:
+        """``text`` (from the server or an exception) without this backend's own key, user and password — a server
+        may echo them, whatever their shape — then without anything else shaped like a credential."""
+        for secret in (self._api_key, *(self._basic_auth or ())):
+            if secret and len(secret) >= 3:
+                text = text.replace(secret, "REDACTED")
+        return redact_text(text)
+
+    def _error_message(self, payload: Any) -> str:
+        """The server's error text, scrubbed (``_scrub``), then shortened."""
+        return self._scrub(_raw_error_message(payload))[:300]
+
+    def _status_hint(self, status: int) -> str:
+        return _status_hint(status, self.api_key_env, self._basic_auth is not None, sent_key=self._api_key is not None)
 
     def backoff_delay(self, attempt: int, retry_after: float | None = None) -> float:
         """Seconds to wait before retry ``attempt + 1``: the server's ``Retry-After`` when given, else
@@ -360,6 +380,10 @@ class OpenAILLM:
             return min(max(0.0, retry_after), self.max_retry_after)
         ceiling = min(self.backoff_max, self.backoff_base * (2 ** attempt))
         return ceiling / 2 + random.uniform(0.0, ceiling / 2)
+
+
+def _canonical_sha256(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8")).hexdigest()
 
 
 def parse_retry_after(value: str | None) -> float | None:
@@ -384,30 +408,28 @@ def _json_or_text(response: Any) -> Any:
         return response.text
 
 
-def _error_message(payload: Any) -> str:
-    """The server's error text (OpenAI's ``{"error": {"message": ...}}`` or a plain body), shortened and
-    with anything shaped like a credential removed (servers echo headers and URLs back)."""
-    return redact_text(_raw_error_message(payload))
-
-
 def _raw_error_message(payload: Any) -> str:
+    """The server's error text (OpenAI's ``{"error": {"message": ...}}`` or a plain body), before redaction:
+    longer than what is shown, so a credential is removed whole before the text is cut."""
     if isinstance(payload, dict):
         error = payload.get("error")
         if isinstance(error, dict) and error.get("message"):
-            return str(error["message"])[:300]
+            return str(error["message"])[:2000]
         if isinstance(error, str):
-            return error[:300]
+            return error[:2000]
         if "detail" in payload:  # FastAPI-style servers
-            return str(payload["detail"])[:300]
-    return str(payload)[:300] or "(empty body)"
+            return str(payload["detail"])[:2000]
+    return str(payload)[:2000] or "(empty body)"
 
 
-def _status_hint(status: int, api_key_env: str | None, basic_auth: bool = False) -> str:
+def _status_hint(status: int, api_key_env: str | None, basic_auth: bool = False, sent_key: bool = False) -> str:
     if status in (401, 403):
         if api_key_env:
             return f" — check the key in ${api_key_env} and that it may use this model"
         if basic_auth:
             return " — check the user:password in base_url and that it may use this model"
+        if sent_key:
+            return " — check the key given in base_url (https://KEY@host/v1) and that it may use this model"
         return (" — no key was sent to this host: pass -o api_key_env=NAME of the environment variable that "
                 "holds its key")
     if status == 404:

@@ -259,3 +259,71 @@ def test_a_cache_written_with_keys_in_its_judge_ids_is_rewritten_once_when_opene
     with JudgementCache(path) as c:
         assert len(c.judges()) == 3
     assert capsys.readouterr().err == ""
+
+
+class EchoingServer:
+    """Answers every POST by echoing the credentials it was sent (the Authorization header, decoded when Basic)
+    in its body: a 200 that is not JSON, a 401 with an OpenAI-style error, or a 400 in plain text."""
+
+    def __init__(self, mode: str):
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):  # noqa: N802
+                self.rfile.read(int(self.headers["Content-Length"]))
+                auth = self.headers.get("Authorization") or ""
+                if auth.startswith("Basic "):
+                    auth = base64.b64decode(auth[6:]).decode()
+                status, body = {"html": (200, f"<html>login failed for token {auth}</html>"),
+                                "json": (401, json.dumps({"error": {"message": f"the key {auth} is not valid"}})),
+                                "text": (400, f"bad request from {auth}")}[mode]
+                data = body.encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("mode", ["html", "json", "text"])
+@pytest.mark.parametrize("userinfo, secrets", [("plainsecret987", ["plainsecret987"]),
+                                               ("someone:pass-w0rd-x", ["pass-w0rd-x"])])
+def test_a_server_that_echoes_the_credentials_never_gets_them_shown(mode, userinfo, secrets):
+    # Neither shaped like an OpenAI key nor in a URL: only the backend knows these strings are secrets.
+    from berds.llm.openai_backend import OpenAILLM
+
+    with EchoingServer(mode) as server:
+        llm = OpenAILLM("m", base_url=f"http://{userinfo}@127.0.0.1:{server.port}/v1", max_retries=0)
+        with pytest.raises(BerdsError) as info:
+            llm.generate([user_prompt("Hello?")], max_new_tokens=4, temperature=0.0, top_logprobs=0)
+    message = str(info.value)
+    assert all(secret not in message for secret in secrets), message
+    assert "REDACTED" in message
+
+
+def test_options_that_change_the_answers_key_the_cache():
+    # another model named through extra_body, a seed, other token or log-prob limits: never the same judge id
+    from berds.judges.llm_judge import LLMJudge
+    from berds.llm.openai_backend import OpenAILLM
+
+    plain = OpenAILLM("tiny", base_url="http://127.0.0.1:9/v1")
+    other_model = OpenAILLM("tiny", base_url="http://127.0.0.1:9/v1", extra_body={"model": "another"})
+    seeded = OpenAILLM("tiny", base_url="http://127.0.0.1:9/v1", seed=3)
+    ids = {plain.id, other_model.id, seeded.id, LLMJudge(plain).id, LLMJudge(plain, max_new_tokens=1).id,
+           LLMJudge(plain, top_logprobs=2).id}
+    assert len(ids) == 6 and "another" not in other_model.id  # (the body enters as a hash)
+    assert LLMJudge(plain).id == f"{plain.id}|parse=berds-study"  # the study's defaults keep earlier ids
