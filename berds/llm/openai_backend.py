@@ -47,7 +47,9 @@ class OpenAILLM:
     * ``max_retries``: retries after the first attempt for 429/5xx/timeouts/connection errors, waiting
       ``Retry-After`` when the server sends it, else ``min(backoff_max, backoff_base * 2**attempt)`` with
       jitter (a uniform draw in its upper half).
-    * ``timeout``: seconds per request; ``max_retry_after`` caps how long a ``Retry-After`` may make it wait.
+    * ``timeout``: seconds per request, the whole answer included (a server dripping bytes is cut off there);
+      ``max_response_bytes`` (50 MB) bounds an answer's size; ``max_retry_after`` caps how long a ``Retry-After`` may
+      make it wait.
     * ``max_tokens_field``: ``max_tokens`` (default) or ``max_completion_tokens`` (newer OpenAI models
       refuse the former).
     * ``id``: overrides the identity used as cache key (default ``openai:MODEL@HOST[:PORT]/PATH``; pass a
@@ -78,6 +80,7 @@ class OpenAILLM:
         max_tokens_field: str = "max_tokens",
         seed: int | None = None,
         extra_body: Mapping[str, Any] | None = None,
+        max_response_bytes: int = 50_000_000,
         id: str | None = None,  # noqa: A002 - matches the LLM protocol's attribute
     ):
         try:
@@ -95,6 +98,11 @@ class OpenAILLM:
             raise BerdsError(f"concurrency must be a positive integer, got {concurrency!r}")
         if not isinstance(max_retries, int) or max_retries < 0:
             raise BerdsError(f"max_retries must be an integer >= 0, got {max_retries!r}")
+        if not isinstance(max_response_bytes, int) or max_response_bytes < 1:
+            raise BerdsError(f"max_response_bytes must be a positive integer, got {max_response_bytes!r}")
+        if not float(timeout) > 0:
+            raise BerdsError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self.max_response_bytes = max_response_bytes
         self.model = model
         host = parts.hostname
         netloc = parts.netloc.rpartition("@")[2]  # host[:port] as written, without user:pass@
@@ -338,20 +346,27 @@ class OpenAILLM:
                 raise BerdsError(f"POST {url}: abandoned because another request of this batch failed")
             retry_after: float | None = None
             try:
-                # No redirects: a key must not follow a 30x to another host.
-                response = self._session().post(url, json=body, timeout=self.timeout, allow_redirects=False)
+                # No redirects: a key must not follow a 30x to another host. Streamed, so the whole answer is
+                # bounded in time and size (requests' timeout bounds each socket read, not the request).
+                deadline = time.monotonic() + self.timeout
+                with self._session().post(url, json=body, timeout=self.timeout, allow_redirects=False,
+                                          stream=True) as response:
+                    data = _read_bounded(response, deadline, self.timeout, self.max_response_bytes, url)
             except (requests.ConnectionError, requests.Timeout) as exc:
                 last = f"{type(exc).__name__}: {self._scrub(str(exc))[:200]}"
+            except _SlowAnswer as exc:
+                last = str(exc)
             else:
+                text = data.decode(response.encoding or "utf-8", errors="replace")
                 if response.status_code not in RETRY_STATUSES:
                     try:
-                        return response.status_code, response.json()
+                        return response.status_code, json.loads(text)
                     except ValueError:
                         if response.status_code == 200:
                             raise BerdsError(f"POST {url}: HTTP 200 but the body is not JSON: "
-                                             f"{self._scrub(response.text[:2000])[:300]!r}") from None
-                        return response.status_code, response.text
-                last = f"HTTP {response.status_code}: {self._error_message(_json_or_text(response))}"
+                                             f"{self._scrub(text[:2000])[:300]!r}") from None
+                        return response.status_code, text
+                last = f"HTTP {response.status_code}: {self._error_message(_parse_json_or_text(text))}"
                 retry_after = parse_retry_after(response.headers.get("Retry-After"))
             if attempt < self.max_retries:
                 stop.wait(self.backoff_delay(attempt, retry_after))  # wakes at once when stop is set
@@ -401,11 +416,33 @@ def parse_retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def _json_or_text(response: Any) -> Any:
+class _SlowAnswer(Exception):
+    """An answer that took longer than the timeout in all (retried like a timeout)."""
+
+
+def _read_bounded(response: Any, deadline: float, timeout: float, limit: int, url: str) -> bytes:
+    """The body of a streamed response, refusing one over ``limit`` bytes (BerdsError: a server bug, not retried)
+    and one still arriving at ``deadline`` (a server dripping bytes, each inside the read timeout)."""
+    # read1 returns what one socket read gives (iter_content's 64 KB reads would wait for a dripping server to fill them)
+    read1 = getattr(response.raw, "read1", None)
+    reader = iter(lambda: read1(65_536, decode_content=True), b"") if read1 else response.iter_content(65_536)
+    chunks, size = [], 0
+    for chunk in reader:
+        size += len(chunk)
+        if size > limit:
+            raise BerdsError(f"POST {url}: the answer is over {limit:,} bytes — not a chat completion; check the "
+                             "server (or raise -o max_response_bytes=N)")
+        if time.monotonic() > deadline:
+            raise _SlowAnswer(f"the answer was still arriving after the {timeout:g} s timeout")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _parse_json_or_text(text: str) -> Any:
     try:
-        return response.json()
+        return json.loads(text)
     except ValueError:
-        return response.text
+        return text
 
 
 def _raw_error_message(payload: Any) -> str:

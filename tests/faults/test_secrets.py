@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -327,3 +328,60 @@ def test_options_that_change_the_answers_key_the_cache():
            LLMJudge(plain, top_logprobs=2).id}
     assert len(ids) == 6 and "another" not in other_model.id  # (the body enters as a hash)
     assert LLMJudge(plain).id == f"{plain.id}|parse=berds-study"  # the study's defaults keep earlier ids
+
+
+class DrippingServer:
+    """Answers 200 with headers at once, then a body that arrives a byte every ``every`` seconds (each read well
+    inside any read timeout) or that is ``size`` bytes long."""
+
+    def __init__(self, *, every: float | None = None, size: int | None = None):
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):  # noqa: N802
+                self.rfile.read(int(self.headers["Content-Length"]))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(size or 1000))
+                self.end_headers()
+                try:
+                    if size:
+                        self.wfile.write(b" " * size)
+                        return
+                    for _ in range(1000):
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+                        time.sleep(every)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up, as it should
+                    pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.mark.network
+def test_a_whole_answer_is_bounded_in_time_and_size():
+    # requests' timeout bounds each socket read: a server dripping a byte every 0.1 s would hold a request for ever
+    from berds.llm.openai_backend import OpenAILLM
+
+    with DrippingServer(every=0.1) as server:
+        llm = OpenAILLM("m", base_url=f"http://127.0.0.1:{server.port}/v1", timeout=1.0, max_retries=0)
+        started = time.monotonic()
+        with pytest.raises(BerdsError, match="still arriving after the 1 s timeout"):
+            llm.generate([user_prompt("Hello?")], max_new_tokens=4, temperature=0.0, top_logprobs=0)
+        assert time.monotonic() - started < 5
+    with DrippingServer(size=3_000_000) as server:
+        llm = OpenAILLM("m", base_url=f"http://127.0.0.1:{server.port}/v1", max_response_bytes=1_000_000, max_retries=0)
+        with pytest.raises(BerdsError, match="over 1,000,000 bytes"):
+            llm.generate([user_prompt("Hello?")], max_new_tokens=4, temperature=0.0, top_logprobs=0)
