@@ -166,3 +166,105 @@ def test_cli_web_jsonl_with_shell_expanded_files(tmp_path):
     result = runner.invoke(app, ["corpus", "build", "web", "--jsonl", str(tmp_path / "shard-*.jsonl"), "--out", str(tmp_path / "t"), "-q"])
     assert result.exit_code == 0, result.output
     assert len(PassageStore.open(tmp_path / "t")) == 3
+
+
+def pages_warc(path, n: int = 5, *, gzip: bool = True, url: bool = True):
+    """A WARC of ``n`` HTML responses (``url=False``: the responses lack WARC-Target-URI)."""
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+
+    with open(path, "wb") as f:
+        w = WARCWriter(f, gzip=gzip)
+        for i in range(n):
+            headers = StatusAndHeaders("200 OK", [("Content-Type", "text/html")], protocol="HTTP/1.1")
+            body = page_html(f"Page {i}", f"word{i} " * 300).encode()
+            record = w.create_warc_record(f"http://x.example/{i}", "response", payload=io.BytesIO(body), http_headers=headers)
+            if not url:
+                record.rec_headers.remove_header("WARC-Target-URI")
+            w.write_record(record)
+    return path
+
+
+def test_a_cut_or_garbage_gzip_warc_is_an_input_error_not_ctrl_c(tmp_path, capsys):
+    from berds.cli import main
+
+    path = tmp_path / "t.warc.gz"
+    path.write_bytes(b"\x1f\x8b")  # gzip's magic and nothing else: gzip raises EOFError, which click calls a Ctrl-C
+    with pytest.raises(InputError, match=r"t.warc.gz: truncated or not a gzip WARC"):
+        list(iter_warc_documents([path]))
+    with pytest.raises(SystemExit) as exit_:
+        main(["corpus", "build", "web", "--warc", str(path), "--out", str(tmp_path / "o"), "-q"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "truncated or not a gzip WARC" in err and "interrupted" not in err, err
+    path.write_bytes(b"\x1f\x8b" + b"garbage, not deflate data" * 4)
+    with pytest.raises(InputError, match=r"t.warc.gz: truncated or not a gzip WARC"):
+        list(iter_warc_documents([path]))
+
+
+def test_a_truncated_warc_is_refused_naming_the_record(tmp_path):
+    full = pages_warc(tmp_path / "full.warc.gz")
+    assert len(list(iter_warc_documents([full]))) == 5
+    half = tmp_path / "half.warc.gz"
+    half.write_bytes(full.read_bytes()[: full.stat().st_size // 2])  # ends inside record 3's gzip member
+    with pytest.raises(InputError, match=r"half.warc.gz: .*WARC record 3\b.*is the file truncated"):
+        build_web(tmp_path / "s", warc=[half], progress=False)
+    assert not (tmp_path / "s").exists()
+    plain = pages_warc(tmp_path / "full.warc", gzip=False)
+    cut = tmp_path / "cut.warc"
+    cut.write_bytes(plain.read_bytes()[:-300])  # the last body is 296 bytes short (and its 4 closing bytes gone)
+    with pytest.raises(InputError, match=r"cut.warc: WARC record 5 \(http://x.example/4\) ends after [\d,]+ of the "
+                                         r"[\d,]+ bytes its Content-Length gives — is the file truncated"):
+        list(iter_warc_documents([cut]))
+    headers_cut = tmp_path / "headers.warc"  # cut inside record 2's headers: warcio would stop there quietly
+    data = plain.read_bytes()
+    second = data.index(b"WARC/1", 10)
+    headers_cut.write_bytes(data[: second + 40])
+    with pytest.raises(InputError, match=r"headers.warc: .*WARC record 2\b"):
+        list(iter_warc_documents([headers_cut]))
+
+
+def test_a_response_without_target_uri_is_named(tmp_path):
+    path = pages_warc(tmp_path / "nourl.warc.gz", n=2, url=False)
+    with pytest.raises(InputError, match=r"nourl.warc.gz: WARC record 1 cannot be read .*WARC-Target-URI"):
+        list(iter_warc_documents([path]))
+
+
+def test_a_duplicate_id_names_the_input_file_and_line(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = write_jsonl(tmp_path / "a" / "data.jsonl", [{"text": "hello world"}])
+    second = write_jsonl(tmp_path / "b" / "data.jsonl", [{"text": "other words"}])  # also "data:1" (stem:line)
+    with pytest.raises(InputError, match=r"b/data.jsonl, line 1: duplicate passage id 'data:1-0' .*--id-field"):
+        build_web(tmp_path / "s", jsonl=[first, second], progress=False)
+    third = write_jsonl(tmp_path / "c.jsonl", [{"id": "x", "text": "one"}, {"id": "y", "text": "two"}, {"id": "x", "text": "3"}])
+    with pytest.raises(InputError, match=r"c.jsonl, line 3: duplicate passage id 'x'"):
+        build_web(tmp_path / "t", jsonl=[third], as_passages=True, progress=False)
+
+
+def test_resume_compares_each_input_beyond_its_first_64_kib(tmp_path):
+    from berds.corpora.build import HEAD_BYTES, build_identity, resume_problem
+
+    lines = [json.dumps({"id": f"d{i}", "text": f"document {i} " + "word " * 40}) + "\n" for i in range(600)]
+    full = "".join(lines)
+    assert len(full) > 2 * HEAD_BYTES
+    cut = int(len(full) * 0.8) + 7  # a download cut short, inside a record
+    path = tmp_path / "c.jsonl"
+    path.write_text(full[:cut])
+    with pytest.raises(InputError, match=r"c.jsonl, line \d+"):
+        build_web(tmp_path / "s", jsonl=[path], as_passages=True, shard_size=50, progress=False)
+    # Another corpus with the same first 64 KiB: resuming would mix the two.
+    path.write_text(full.replace("document 400 ", "document 4000 "))
+    with pytest.raises(InputError, match=r"cannot resume: .*c.jsonl is not the input the interrupted build read"):
+        build_web(tmp_path / "s", jsonl=[path], as_passages=True, shard_size=50, resume=True, progress=False)
+    # The completed download of the file the build read resumes to the store an uninterrupted build gives.
+    path.write_text(full)
+    store, report = build_web(tmp_path / "s", jsonl=[path], as_passages=True, shard_size=50, resume=True, progress=False)
+    assert report.passages_resumed > 0 and len(store) == 600
+    assert store.fingerprint == build_web(tmp_path / "ref", jsonl=[path], as_passages=True, progress=False)[0].fingerprint
+    # A checkpoint written before whole-input hashes: the head check still decides.
+    recorded = build_identity({"source": {"path": str(path)}})
+    assert recorded is not None
+    for entry in recorded["inputs"]:
+        del entry["sha256"]
+    path.write_text(full.replace("document 400 ", "document 4000 "))
+    assert resume_problem(recorded, build_identity({"source": {"path": str(path)}})) is None

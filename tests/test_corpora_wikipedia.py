@@ -210,3 +210,13 @@ def test_cli_wikipedia_build_then_show(tmp_path):
     assert result.exit_code == 0 and "Aaron ( or ; ) is a prophet" in result.output
     again = runner.invoke(app, ["corpus", "build", "wikipedia", "--dump", str(path), "--out", str(tmp_path / "w"), "-q"])
     assert again.exit_code != 0 and "already exists" in str(again.exception)
+
+
+@pytest.mark.parametrize("empty", ["<id></id>", "<id> </id>", "<id/>", ""])
+def test_a_page_with_an_empty_id_is_refused_by_title(tmp_path, empty):
+    # an empty id gave passage ids like "-0"; a malformed page is an error, as a missing <title> or a bad <ns>
+    bad = page("Nameless", 7, "'''Nameless''' has words.").replace("<ns>0</ns><id>7</id>", f"<ns>0</ns>{empty}")
+    path = tmp_path / "d.xml"
+    path.write_text(dump([page("Aaron", 12, AARON), bad]))
+    with pytest.raises(InputError, match=r"d.xml: page 'Nameless' has an empty or missing <id>"):
+        build_wikipedia(tmp_path / "w", dump=path, progress=False)

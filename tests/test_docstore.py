@@ -495,3 +495,74 @@ def test_cli_upgrade_then_info_verify(tmp_path):
     data.write_bytes(data.read_bytes().replace("naïve café".encode(), "Naïve café".encode()))
     damaged = runner.invoke(app, ["corpus", "info", "--verify", str(old)])
     assert damaged.exit_code != 0 and "fingerprint" in str(damaged.exception) and "rebuild it" in str(damaged.exception)
+
+
+def test_sibling_folders_berds_did_not_make_are_never_deleted(tmp_path):
+    out = tmp_path / "mydata"
+    building = tmp_path / "mydata.building"
+    building.mkdir()
+    (building / "notes.txt").write_text("mine")
+    with pytest.raises(InputError, match=r"mydata.building: is in the way of the build: .*\(notes.txt\)"):
+        PassageStoreWriter(out)
+    with pytest.raises(InputError, match="is in the way"):
+        PassageStoreWriter(out, resume=True)
+    (building / "data.mdb").write_bytes(b"not lmdb " * 100)  # a data.mdb is not enough: it must be berds' database
+    (building / "notes.txt").unlink()
+    with pytest.raises(InputError, match=r"is in the way .*data.mdb is not a berds build database"):
+        PassageStoreWriter(out)
+    assert (building / "data.mdb").read_bytes() == b"not lmdb " * 100
+    shutil.rmtree(building)
+    building.write_text("a file")
+    with pytest.raises(InputError, match=r"mydata.building: is in the way"):
+        PassageStoreWriter(out)
+    assert building.read_text() == "a file"
+    building.unlink()
+    # berds' own leftovers are replaced: an empty folder, and an interrupted build (without --resume)
+    building.mkdir()
+    write_passage_store(make_passages(3), out)
+    with pytest.raises(RuntimeError):
+        with PassageStoreWriter(tmp_path / "other", shard_size=2) as w:
+            w.add_many(make_passages(5))
+            raise RuntimeError("killed")
+    store = write_passage_store(make_passages(4), tmp_path / "other")
+    assert len(store) == 4 and not (tmp_path / "other.building").exists()
+    # --overwrite moves the old store aside under a name of its own: a user's mydata.old stays, file or folder
+    (tmp_path / "mydata.old").mkdir()
+    (tmp_path / "mydata.old" / "keep.txt").write_text("mine")
+    write_passage_store(make_passages(2, prefix="n"), out, overwrite=True)
+    (tmp_path / "mydata.old" / "keep.txt").unlink()
+    (tmp_path / "mydata.old").rmdir()
+    (tmp_path / "mydata.old").write_text("a file")
+    assert list(write_passage_store(make_passages(1, prefix="m"), out, overwrite=True).ids()) == ["m0"]
+    assert (tmp_path / "mydata.old").read_text() == "a file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mydata", "mydata.old", "other"]
+
+
+def test_a_manifest_with_fields_of_the_wrong_type_is_damage(tmp_path):
+    write_passage_store(make_passages(3), tmp_path / "s", metadata={"source": "wiki.xml"})
+    path = tmp_path / "s" / "manifest.json"
+    good = json.loads(path.read_text())
+    for key, value in [("files", "x"), ("groups", None), ("files", {"data.mdb": "12"}), ("passages", "3"),
+                       ("fingerprint", 7), ("metadata", "x")]:
+        path.write_text(json.dumps({**good, key: value}))
+        with pytest.raises(InputError, match=rf"manifest.json is damaged \('{key}' is .*rebuild it"):
+            PassageStore.open(tmp_path / "s")
+    path.write_text(json.dumps(good))
+    assert len(PassageStore.open(tmp_path / "s")) == 3
+
+
+def test_an_out_of_range_group_number_is_damage(tmp_path):
+    with PassageStoreWriter(tmp_path / "s") as w:
+        w.add(Passage(id="a", text="x"), group="q1")
+        w.add(Passage(id="b", text="y"), group="q2")
+        w.add(Passage(id="c", text="z"))
+    groups = tmp_path / "s" / "groups.npy"
+    raw = groups.read_bytes()
+    assert raw.endswith(struct.pack("<iii", 0, 1, -1))
+    groups.write_bytes(raw[:-12] + struct.pack("<iii", 0, 7, -5))  # same size: only the numbers can tell
+    store = PassageStore.open(tmp_path / "s")
+    assert store.group_of("a") == "q1"
+    for pid, number in (("b", 7), ("c", -5)):
+        with pytest.raises(InputError, match=rf"groups.npy: the passage store is damaged \(passage '{pid}', record \d, "
+                                             rf"has group number {number}; the store has 2 groups\).*rebuild"):
+            store.group_of(pid)

@@ -16,8 +16,8 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from berds.corpora.docstore import PassageStore, PassageStoreWriter, human_bytes, estimate_store_size
-from berds.errors import BerdsError
+from berds.corpora.docstore import DuplicatePassageIdError, PassageStore, PassageStoreWriter, human_bytes, estimate_store_size
+from berds.errors import BerdsError, InputError
 from berds.types import Passage
 
 
@@ -163,19 +163,26 @@ def check_disk_and_announce(out: Path, *, input_bytes: int, avg_passage_bytes: f
 
 
 HEAD_BYTES = 1 << 16
+_CHUNK = 1 << 20
 
 
 def _head_sha256(path: str | os.PathLike, nbytes: int) -> str:
+    """SHA-256 of the first ``nbytes`` bytes of ``path``, read in 1 MB chunks (memory stays flat)."""
     import hashlib
 
+    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        return hashlib.sha256(f.read(nbytes)).hexdigest()
+        while nbytes > 0 and (chunk := f.read(min(_CHUNK, nbytes))):
+            digest.update(chunk)
+            nbytes -= len(chunk)
+    return digest.hexdigest()
 
 
 def build_identity(metadata: dict | None) -> dict | None:
     """What a resumed build must share with the interrupted one: the same options, and inputs that begin
     with the same bytes (a completed download of a truncated file passes; another file does not —
-    resuming with it would mix two corpora in one store)."""
+    resuming with it would mix two corpora in one store). Each input's whole content is hashed as it is
+    when the build starts; the hash of its first 64 KiB is a fast first test."""
     source = (metadata or {}).get("source") or {}
     paths = source.get("paths") or ([source["path"]] if source.get("path") else [])
     if not paths:
@@ -184,8 +191,22 @@ def build_identity(metadata: dict | None) -> dict | None:
     for p in paths:
         size = Path(p).stat().st_size
         head = min(size, HEAD_BYTES)
-        inputs.append({"path": str(p), "bytes": size, "head_bytes": head, "head_sha256": _head_sha256(p, head)})
+        inputs.append({"path": str(p), "bytes": size, "head_bytes": head, "head_sha256": _head_sha256(p, head),
+                       "sha256": _head_sha256(p, size)})
     return {"kind": source.get("kind"), "inputs": inputs, "options": (metadata or {}).get("options")}
+
+
+def _same_start(was: dict, now: dict) -> bool:
+    """Whether the current input ``now`` begins with the bytes the interrupted build recorded in ``was``."""
+    if now["bytes"] < was["head_bytes"] or _head_sha256(now["path"], was["head_bytes"]) != was["head_sha256"]:
+        return False
+    if "sha256" not in was:  # a checkpoint written before whole-file hashes: the head check is all there is
+        return True
+    if now["bytes"] < was["bytes"]:
+        return False
+    if now["bytes"] == was["bytes"] and "sha256" in now:
+        return now["sha256"] == was["sha256"]
+    return _head_sha256(now["path"], was["bytes"]) == was["sha256"]
 
 
 def resume_problem(recorded: dict | None, current: dict | None) -> str | None:
@@ -198,7 +219,7 @@ def resume_problem(recorded: dict | None, current: dict | None) -> str | None:
     if len(old) != len(new):
         return f"the interrupted build read {len(old)} input files, this one {len(new)}"
     for was, now in zip(old, new):
-        if now["bytes"] < was["head_bytes"] or _head_sha256(now["path"], was["head_bytes"]) != was["head_sha256"]:
+        if not _same_start(was, now):
             return f"{now['path']} is not the input the interrupted build read ({was['path']}: other contents)"
     return None
 
@@ -214,11 +235,14 @@ def write_passages(
     metadata: dict | None = None,
     shard_size: int = 1_000_000,
     compression: str = "none",
+    locate: Callable[[], dict] | None = None,
 ) -> PassageStore:
     """Write ``(passage, group)`` pairs to a store at ``out``, filling ``report`` as it goes.
 
     With ``resume=True`` the finished shards of an interrupted build of ``out`` are kept and the first
     ``writer.resumed_passages`` items of ``stream`` (which must be deterministic) are skipped.
+    ``locate()`` (optional) says where the passage being added came from, as ``InputError`` keywords
+    (``path``, ``line``, ``record``, ``fix``): a repeated passage id is then reported there.
     """
     start = time.monotonic()
     identity = build_identity(metadata)
@@ -233,7 +257,13 @@ def write_passages(
             for _ in islice(iterator, skip):
                 pass
         for passage, group in iterator:
-            writer.add(passage, group=group)
+            try:
+                writer.add(passage, group=group)
+            except DuplicatePassageIdError as exc:
+                if locate is None:
+                    raise
+                where = {"fix": f"passage ids must be unique within a store ({out})", **locate()}
+                raise InputError(exc.what, **where) from None
             if progress is not None:
                 progress.update(report.documents_read, len(writer))
         report.passages_written = len(writer)

@@ -37,6 +37,7 @@ import json
 import os
 import shutil
 import struct
+import tempfile
 import threading
 import weakref
 import zlib
@@ -68,6 +69,7 @@ __all__ = [
     "PassageStoreWriter",
     "PassageStore",
     "PassageNotFoundError",
+    "DuplicatePassageIdError",
     "write_passage_store",
     "upgrade_passage_store",
     "load_passages_jsonl",
@@ -114,6 +116,14 @@ def _fingerprint_bytes(p: Passage, group: str | None) -> bytes:
 
 
 _new_passage = object.__new__
+
+
+class DuplicatePassageIdError(InputError):
+    """A passage id added twice; ``what`` is the message without the place, for builders that know the input line."""
+
+    def __init__(self, what: str, **where: Any):
+        super().__init__(what, **where)
+        self.what = what
 
 
 class DamagedRecordError(ValueError):
@@ -192,6 +202,27 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} TB"
 
 
+# What a build folder may hold: the database, its lock table, and what close() writes before the rename.
+_BUILD_FILES = {DATA_FILE, "lock.mdb", GROUPS_FILE, "manifest.json"}
+
+
+def _is_build_database(folder: Path) -> bool:
+    """Whether ``folder/data.mdb`` is an LMDB database with the writer's tables (passages, ids, meta)."""
+    if not (folder / DATA_FILE).is_file():
+        return False
+    try:
+        env = lmdb.open(str(folder), readonly=True, lock=False, max_dbs=3)
+    except lmdb.Error:
+        return False
+    try:
+        with env.begin() as txn:
+            return all(txn.get(name) is not None for name in (b"passages", b"ids", b"meta"))
+    except lmdb.Error:
+        return False
+    finally:
+        env.close()
+
+
 def _open_env(path: Path, *, write: bool) -> lmdb.Environment:
     if write:
         return lmdb.open(str(path), map_size=_MAP_SIZE, max_dbs=3, sync=False, metasync=False, meminit=False)
@@ -267,6 +298,7 @@ class PassageStoreWriter:
         self._txn_bytes = 0
         self._closed = False
 
+        self._check_building()
         resuming = resume and (self.building / DATA_FILE).is_file()
         if not resuming:
             if self.building.exists():
@@ -285,6 +317,24 @@ class PassageStoreWriter:
         if resuming:
             self._resume()
         self._txn = self._env.begin(write=True)
+
+    def _check_building(self) -> None:
+        """Refuse a ``<out>.building`` that berds did not make: it is deleted or resumed, and may hold someone's files."""
+        building = self.building
+        if not building.exists() and not building.is_symlink():
+            return
+        fix = "move it away or choose another --out"
+        if building.is_symlink() or not building.is_dir():
+            raise InputError("is in the way of the build: it is not a folder of an interrupted berds build",
+                             path=building, fix=fix)
+        entries = {p.name for p in building.iterdir()}
+        if not entries:
+            return  # an empty folder: nothing to lose
+        others = sorted(n for n in entries if n not in _BUILD_FILES and not n.startswith(".manifest.json."))
+        if others or not _is_build_database(building):
+            shown = ", ".join(others[:5]) if others else f"{DATA_FILE} is not a berds build database"
+            raise InputError(f"is in the way of the build: it is not a folder of an interrupted berds build "
+                             f"({shown})", path=building, fix=fix)
 
     # -- writing ------------------------------------------------------------------------------------
     def __enter__(self) -> "PassageStoreWriter":
@@ -321,7 +371,7 @@ class PassageStoreWriter:
         txn = self._txn
         if not txn.put(id_key, record, db=self._ids, overwrite=False):
             first = _REC.unpack(txn.get(id_key, db=self._ids))[0]
-            raise InputError(
+            raise DuplicatePassageIdError(
                 f"duplicate passage id {pid!r} (first added as passage number {first + 1})",
                 path=self.out, fix="passage ids must be unique within a store",
             )
@@ -454,12 +504,17 @@ class PassageStoreWriter:
         )
         write_json(self.building / "manifest.json", manifest)
         if self.out.exists():
-            old = self.out.with_name(self.out.name + ".old")
-            if old.exists():
-                shutil.rmtree(old)
+            # a folder of our own for the replaced store: a fixed "<out>.old" could be someone's
+            old_root = Path(tempfile.mkdtemp(dir=self.out.parent, prefix=self.out.name + ".old-"))
+            old = old_root / self.out.name
             os.replace(self.out, old)
-            os.replace(self.building, self.out)
-            shutil.rmtree(old)
+            try:
+                os.replace(self.building, self.out)
+            except OSError:
+                os.replace(old, self.out)  # put the old store back
+                old_root.rmdir()
+                raise
+            shutil.rmtree(old_root)
         else:
             self.out.parent.mkdir(parents=True, exist_ok=True)
             os.replace(self.building, self.out)
@@ -557,6 +612,10 @@ class PassageStore:
         if manifest.get("format") != STORE_FORMAT:
             raise InputError(f"passage store format {manifest.get('format')!r} is not supported (expected {STORE_FORMAT})",
                              path=path, fix="rebuild the store with this version of berds")
+        problem = _manifest_problem(manifest)
+        if problem:
+            hint = _rebuild_hint(path, manifest if isinstance(manifest.get("metadata") or {}, dict) else {})
+            raise InputError(f"manifest.json is damaged ({problem})", path=path, fix=hint)
         for name, size in manifest.get("files", {}).items():
             f = path / name
             if not f.is_file():
@@ -783,9 +842,16 @@ class PassageStore:
         record = self._find(pid)
         if record is None:
             raise self._missing(pid)
-        if self._record_groups is None or self._record_groups[record] < 0:
+        if self._record_groups is None:
             return None
-        return self._group_names[int(self._record_groups[record])]
+        g = int(self._record_groups[record]) if record < len(self._record_groups) else None
+        if g == -1:
+            return None
+        if g is None or not 0 <= g < len(self._group_names):  # read from groups.npy: damage, not a lookup miss
+            raise InputError(f"the passage store is damaged (passage {pid!r}, record {record}, has group number {g}; "
+                             f"the store has {len(self._group_names)} groups)", path=self.path / GROUPS_FILE,
+                             fix=_rebuild_hint(self.path, self.manifest))
+        return self._group_names[g]
 
     def info(self) -> dict[str, Any]:
         """Counts, sizes and identity of the store (what ``berds corpus info`` prints)."""
@@ -842,6 +908,24 @@ class PassageStore:
         if fingerprint.hexdigest() != self.fingerprint:
             raise self._damaged(ValueError("the passages do not match the manifest's fingerprint"))
         return {"passages": n, "fingerprint": self.fingerprint, "verified": True}
+
+
+def _manifest_problem(manifest: dict) -> str | None:
+    """What is wrong with the types of a store manifest's fields (None when they are right)."""
+    def count(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    if not count(manifest.get("passages")):
+        return f"'passages' is {manifest.get('passages')!r}, not a count"
+    if not isinstance(manifest.get("fingerprint"), str):
+        return f"'fingerprint' is {manifest.get('fingerprint')!r}, not a string"
+    for key in ("files", "groups"):
+        value = manifest.get(key, {})
+        if not isinstance(value, dict) or not all(isinstance(k, str) and count(v) for k, v in value.items()):
+            return f"{key!r} is {str(value)[:60]!r}, not a table of names and counts"
+    if not isinstance(manifest.get("metadata", {}), dict):
+        return f"'metadata' is {str(manifest.get('metadata'))[:60]!r}, not an object"
+    return None
 
 
 def _rebuild_hint(path: Path, manifest: dict) -> str:

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from berds.corpora.build import BuildProgress, BuildReport, check_disk_and_announce, write_passages
 from berds.corpora.docstore import PassageStore
@@ -93,8 +94,12 @@ def iter_jsonl_documents(
     *,
     fields: JsonlFields = JsonlFields(),
     html: bool = False,
+    position: dict | None = None,
 ) -> Iterator[Document]:
-    """Documents from jsonl files (see the module docstring for field detection)."""
+    """Documents from jsonl files (see the module docstring for field detection).
+
+    ``position`` (optional) is kept at the ``path`` and ``line`` of the document last yielded.
+    """
     seen_fields: dict[str, dict[str, str]] = {}
     for path in map(Path, paths):
         resolved: JsonlFields | None = None
@@ -120,6 +125,8 @@ def iter_jsonl_documents(
                 continue
             if report is not None:
                 report.documents_used += 1
+            if position is not None:
+                position["path"], position["line"] = path, line
             yield Document(id=doc_id, text=text, title=title, source=url or doc_id)
     if report is not None:
         report.extra["jsonl_fields"] = seen_fields
@@ -138,22 +145,90 @@ def _check_warc_magic(path: Path) -> None:
     try:
         with (gzip.open(path, "rb") if head == b"\x1f\x8b" else open(path, "rb")) as f:
             start = f.read(5)
-    except OSError as exc:
-        raise InputError(f"not a readable WARC file ({exc})", path=path, fix="pass .warc or .warc.gz files") from None
+    except (OSError, EOFError, zlib.error) as exc:  # EOFError: gzip cut short (click would call it a Ctrl-C)
+        raise InputError(f"truncated or not a gzip WARC ({exc})", path=path, fix="pass .warc or .warc.gz files") from None
     if start != b"WARC/":
         raise InputError(f"not a readable WARC file (starts with {start!r}, expected b'WARC/')", path=path,
                          fix="pass .warc or .warc.gz files; jsonl records go through --jsonl")
 
 
+_TRUNCATED_FIX = "is the file truncated? download it again"
+
+
+def _check_record_complete(record, n: int, path: Path) -> None:
+    """Read the rest of record ``n`` and refuse it when its block ends before its Content-Length."""
+    stream = record.raw_stream
+    declared = record.length
+    header = (record.rec_headers.get_header("Content-Length") or "").strip()
+    # warcio takes a missing or unreadable length as 0 (an empty block) or as "read to the end"
+    if not header.isdigit() or declared is None or not hasattr(stream, "limit"):
+        raise InputError(f"WARC record {n} has no valid Content-Length header (got {header!r})", path=path,
+                         fix=_TRUNCATED_FIX)
+    while stream.read(1 << 16):
+        pass
+    if stream.limit > 0:
+        url = record.rec_headers.get_header("WARC-Target-URI")
+        raise InputError(f"WARC record {n}{f' ({url})' if url else ''} ends after {declared - stream.limit:,} of the "
+                         f"{declared:,} bytes its Content-Length gives", path=path, fix=_TRUNCATED_FIX)
+
+
 def iter_warc_documents(paths: Sequence[str | os.PathLike], report: BuildReport | None = None, *,
                         raw_holder: list | None = None) -> Iterator[Document]:
-    """Documents from WARC files (``.warc`` or ``.warc.gz``): cleaned HTML / plain-text responses."""
+    """Documents from WARC files (``.warc`` or ``.warc.gz``): cleaned HTML / plain-text responses.
+
+    A record whose block is shorter than its Content-Length, a gzip stream that ends inside a record and a
+    record warcio cannot parse are errors naming the file and the record (1-based, counting every record).
+    """
     warcio = require("warcio.archiveiterator", extra="corpora", purpose="reading WARC files")
     seen: set[str] = set()
+
+    class _CheckedArchiveIterator(warcio.ArchiveIterator):
+        """Notes whether the last gzip member was whole: warcio ends quietly on a gzip stream cut short."""
+
+        cut_short = False
+
+        def close(self) -> None:
+            decompressor = self.reader.decompressor if self.reader is not None else None
+            if decompressor is not None and not decompressor.eof:
+                self.cut_short = True
+            super().close()
 
     def skip(reason: str) -> None:
         if report is not None:
             report.skip(reason)
+
+    def _warc_document(record) -> Document | None:
+        if record.rec_type != "response":
+            return None  # request / metadata / warcinfo records are not documents
+        if report is not None:
+            report.documents_read += 1
+        url = record.rec_headers.get_header("WARC-Target-URI") or ""
+        http = record.http_headers
+        status = http.get_statuscode() if http is not None else "200"
+        if status != "200":
+            skip(f"http status {status}")
+            return None
+        content_type = (http.get_header("Content-Type") if http is not None else "") or ""
+        mime = content_type.split(";")[0].strip().lower()
+        if mime not in HTML_TYPES and mime != "text/plain":
+            skip(f"content type {mime or 'missing'}")
+            return None
+        if url in seen:
+            skip("repeated url")
+            return None
+        seen.add(url)
+        body = record.content_stream().read()
+        text, _ = decode_html(body, content_type)
+        title = ""
+        if mime in HTML_TYPES:
+            page = clean_html(text, url=url)
+            text, title = page.text, page.title
+        if not text.split():
+            skip("no text after cleaning")
+            return None
+        if report is not None:
+            report.documents_used += 1
+        return Document(id=_url_id(url or record.rec_headers.get_header("WARC-Record-ID")), text=text, title=title, source=url)
 
     for path in map(Path, paths):
         if not path.is_file():
@@ -162,41 +237,35 @@ def iter_warc_documents(paths: Sequence[str | os.PathLike], report: BuildReport 
         with open(path, "rb") as raw:
             if raw_holder is not None:
                 raw_holder.append(raw)
+            n = 0
             try:
-                for record in warcio.ArchiveIterator(raw):
-                    if record.rec_type != "response":
-                        continue  # request / metadata / warcinfo records are not documents
-                    if report is not None:
-                        report.documents_read += 1
-                    url = record.rec_headers.get_header("WARC-Target-URI") or ""
-                    http = record.http_headers
-                    status = http.get_statuscode() if http is not None else "200"
-                    if status != "200":
-                        skip(f"http status {status}")
-                        continue
-                    content_type = (http.get_header("Content-Type") if http is not None else "") or ""
-                    mime = content_type.split(";")[0].strip().lower()
-                    if mime not in HTML_TYPES and mime != "text/plain":
-                        skip(f"content type {mime or 'missing'}")
-                        continue
-                    if url in seen:
-                        skip("repeated url")
-                        continue
-                    seen.add(url)
-                    body = record.content_stream().read()
-                    text, _ = decode_html(body, content_type)
-                    title = ""
-                    if mime in HTML_TYPES:
-                        page = clean_html(text, url=url)
-                        text, title = page.text, page.title
-                    if not text.split():
-                        skip("no text after cleaning")
-                        continue
-                    if report is not None:
-                        report.documents_used += 1
-                    yield Document(id=_url_id(url or record.rec_headers.get_header("WARC-Record-ID")), text=text, title=title, source=url)
+                records = _CheckedArchiveIterator(raw)
+                while True:
+                    n += 1
+                    try:
+                        record = next(records)
+                    except StopIteration:
+                        break
+                    except (AttributeError, TypeError, ValueError) as exc:  # warcio's parser on a malformed record
+                        raise InputError(f"WARC record {n} cannot be read ({type(exc).__name__}: {exc}); a response "
+                                         "record without a WARC-Target-URI header does this", path=path,
+                                         fix="repair or drop that record (warcio's `warcio check` helps)") from None
+                    doc = _warc_document(record)
+                    _check_record_complete(record, n, path)  # before its document is used: a cut body is no page
+                    if doc is not None:
+                        yield doc
+                # warcio ends quietly where a record's headers are cut off: bytes past the last whole record
+                if records.offset < os.fstat(raw.fileno()).st_size:
+                    raise InputError(f"the file ends inside WARC record {n} (its headers are cut off)", path=path,
+                                     fix=_TRUNCATED_FIX)
+                if records.cut_short:
+                    raise InputError(f"the gzip stream is cut short after WARC record {n - 1}", path=path,
+                                     fix=_TRUNCATED_FIX)
             except warcio.ArchiveLoadFailed as exc:
-                raise InputError(f"not a readable WARC file ({exc})", path=path, fix="pass .warc or .warc.gz files") from None
+                at = f" at WARC record {n}" if n > 1 else ""
+                raise InputError(f"not a readable WARC file{at} ({exc})", path=path, fix="pass .warc or .warc.gz files") from None
+            except (EOFError, zlib.error) as exc:
+                raise InputError(f"truncated or not a gzip WARC ({exc})", path=path, fix=_TRUNCATED_FIX) from None
 
 
 def build_web(
@@ -233,8 +302,17 @@ def build_web(
     check_disk_and_announce(out, input_bytes=total, avg_passage_bytes=620.0 if jsonl else 620.0 * 3,
                             console=Console(stderr=True) if progress else None, compression=compression)
     raw_holder: list = []
+    jsonl_at: dict = {}  # path and line of the record being written
+    locate: Callable[[], dict] | None = None
     if jsonl:
-        docs = iter_jsonl_documents(paths, report, fields=fields, html=html)
+        docs = iter_jsonl_documents(paths, report, fields=fields, html=html, position=jsonl_at)
+
+        def record_position() -> dict:  # a repeated id is reported at the record that repeats it
+            return {**jsonl_at, "fix": "passage ids must be unique within a store: give each record a unique id "
+                                       "(--id-field), or give input files distinct names (records without an id "
+                                       "are named <file stem>:<line>)"}
+
+        locate = record_position
     else:
         docs = iter_warc_documents(paths, report, raw_holder=raw_holder)
     if as_passages:
@@ -254,6 +332,6 @@ def build_web(
                 return done + (cur.tell() if cur is not None and not cur.closed else 0)
             bar.position = position
         store = write_passages(stream, out, report, progress=bar, overwrite=overwrite, resume=resume,
-                               metadata=metadata, shard_size=shard_size, compression=compression)
+                               metadata=metadata, shard_size=shard_size, compression=compression, locate=locate)
     report.input_bytes = total
     return store, report

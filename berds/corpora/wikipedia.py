@@ -158,8 +158,11 @@ def iter_dump_pages(path: str | os.PathLike, *, raw_holder: list | None = None) 
                             wikitext = rc.text or ""
             elem.clear()
             root.clear()  # drop references to finished pages: memory stays flat
-            if title is None or pid is None:
-                raise InputError(f"a <page> without <title> or <id> (after {title!r})", path=path)
+            if title is None:
+                raise InputError("a <page> without <title>", path=path, fix="is the dump damaged? download it again")
+            if pid is None or not pid.strip():  # an empty id would give passage ids like "-0"
+                raise InputError(f"page {title!r} has an empty or missing <id>", path=path,
+                                 fix="is the dump damaged? download it again")
             try:
                 namespace = int(ns) if ns is not None else 0
             except ValueError:
