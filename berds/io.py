@@ -11,6 +11,7 @@ import contextlib
 import gc
 import hashlib
 import json
+import math
 import os
 import platform
 import secrets
@@ -74,6 +75,18 @@ def write_json(path: PathLike, obj: Any) -> None:
     with atomic_write(path) as f:
         json.dump(obj, f, indent=2, ensure_ascii=False, sort_keys=False)
         f.write("\n")
+
+
+def finite_json(obj: Any) -> Any:
+    """``obj`` with every NaN or infinite float replaced by None: ``json`` writes those as ``NaN``/``Infinity``,
+    which is not JSON (jq and most other parsers refuse the file)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {k: finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_json(v) for v in obj]
+    return obj
 
 
 def read_json(path: PathLike) -> Any:
@@ -227,4 +240,8 @@ def new_manifest(kind: str, **fields: Any) -> dict[str, Any]:
 
 def home_dir() -> Path:
     """berds' home folder (caches, downloads, calibration): ``$BERDS_HOME`` or ``~/.cache/berds``."""
-    return Path(os.environ.get("BERDS_HOME", Path.home() / ".cache" / "berds"))
+    home = Path(os.environ.get("BERDS_HOME", Path.home() / ".cache" / "berds"))
+    if home.exists() and not home.is_dir():
+        raise InputError("is a file, but berds' home (BERDS_HOME) must be a folder", path=home,
+                         fix="point BERDS_HOME at a folder (or unset it for ~/.cache/berds)")
+    return home

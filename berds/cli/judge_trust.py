@@ -27,9 +27,9 @@ def register(app: typer.Typer) -> None:
 
 def _write_json(out: Optional[Path], payload: dict) -> None:
     if out is not None:
-        from berds.io import write_json
+        from berds.io import finite_json, write_json
 
-        write_json(out, payload)
+        write_json(out, finite_json(payload))  # (κ of a one-class file is NaN: written as null)
 
 
 def _options(items: List[str]) -> dict:

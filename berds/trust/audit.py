@@ -568,6 +568,8 @@ def audit(
     """
     from berds.trust.validate import classification_metrics, is_unparsed, judge_pairs, mcnemar_paired
 
+    if not 0.0 < float(alpha) < 1.0:  # (alpha >= 1 would "find" a bias in a variant that changed no answer)
+        raise BerdsError(f"--alpha must be between 0 and 1 (a significance level), got {alpha}")
     names = list(variants) if variants is not None else list(VARIANTS)
     for name in names:
         if name not in VARIANTS:
@@ -673,8 +675,11 @@ def variant_table(report: AuditReport) -> Any:
         if v.expectation == "negated":
             table.add_row(name, f"{v.yes_to_no}/{v.no_to_yes}", f"{v.mcnemar_answers.exact_p:.2g}",
                           "", "", "", "", "[red]yes[/]" if v.biased else "no")
-            notes.append(f"{v.name}: " + ("ignores negation" if v.biased else "respects negation")
-                         + f" ({v.negation_still_yes}/{v.negation_base_true_positives} true positives stay Yes)")
+            if not v.negation_base_true_positives:  # nothing to negate: no evidence either way
+                notes.append(f"{v.name}: not tested (the judge found no true positive to negate)")
+            else:
+                notes.append(f"{v.name}: " + ("ignores negation" if v.biased else "respects negation")
+                             + f" ({v.negation_still_yes}/{v.negation_base_true_positives} true positives stay Yes)")
             continue
         table.add_row(name, f"{v.yes_to_no}/{v.no_to_yes}", f"{v.mcnemar_answers.exact_p:.2g}",
                       f"{v.p_adjusted:.2g}", _signed(v.delta("accuracy")), _signed(v.delta("f1")),

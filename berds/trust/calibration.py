@@ -219,6 +219,9 @@ def _scored(verdicts: Sequence[Verdict], gold: np.ndarray, *, judge_id: str, pat
     return p, gold[keep]
 
 
+MAX_BINS = 1000  # reliability-diagram bins: far more than any labelled set fills
+
+
 def calibrate(
     labelled: Any,
     judge: Any,
@@ -244,7 +247,12 @@ def calibrate(
         raise BerdsError(f"unknown threshold objective {objective!r}; use one of {', '.join(OBJECTIVES)}")
     if strategy not in BIN_STRATEGIES:
         raise BerdsError(f"unknown binning {strategy!r}; use one of {', '.join(BIN_STRATEGIES)}")
+    if not isinstance(n_bins, int) or not 2 <= n_bins <= MAX_BINS:
+        raise BerdsError(f"--bins must be between 2 and {MAX_BINS}, got {n_bins!r}")
     gold = labelled.labels
+    if gold.all() or not gold.any():  # any threshold "fits" one class; it would be saved and used without a word
+        raise BerdsError(f"{labelled.path or 'the labelled file'}: every pair is labelled {int(gold[0]) if len(gold) else '-'}"
+                         " — a threshold can only be calibrated on pairs of both labels")
     verdicts = judge_pairs(judge, labelled.judge_pairs(), cache=cache, batch_size=batch_size, progress=progress,
                            description="judging dev pairs")
     p, g = _scored(verdicts, gold, judge_id=judge.id, path=labelled.path)

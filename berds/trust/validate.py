@@ -322,6 +322,9 @@ def compare_judges(gold: Any, rows: Sequence[JudgeValidity]) -> list[PairCompari
     return out
 
 
+MAX_BOOTSTRAP = 100_000  # resamples: more adds nothing to a 95% interval and costs memory per pair
+
+
 def validate(
     labelled: Any,
     judges: Sequence[Any] | Mapping[str, Any],
@@ -343,9 +346,14 @@ def validate(
     """
     if resample not in RESAMPLE_UNITS:
         raise BerdsError(f"resample must be one of {', '.join(RESAMPLE_UNITS)}, got {resample!r}")
+    if not isinstance(n_boot, int) or not 1 <= n_boot <= MAX_BOOTSTRAP:  # (each resample holds a pair count)
+        raise BerdsError(f"--bootstrap must be between 1 and {MAX_BOOTSTRAP:,} resamples, got {n_boot!r}")
     gold = labelled.labels
     questions = [p.question for p in labelled]
     groups = questions if resample == "questions" else None
+    if groups is not None and len(set(questions)) < 2:  # every resample would be the one question: a zero-width "interval"
+        raise BerdsError(f"--resample questions needs pairs of at least 2 questions; {labelled.path or 'the file'} "
+                         f"has {len(set(questions))} — resample pairs instead")
     named = list(judges.items()) if isinstance(judges, Mapping) else [
         (getattr(j, "name", None) or j.id, j) for j in judges]
     if not named and not annotators:

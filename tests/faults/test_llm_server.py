@@ -216,3 +216,14 @@ def test_the_server_needs_nothing_from_berds_evaluate(tmp_path):
     imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
     assert "berds.registry" in imported
     assert not [m for m in imported if m.startswith("berds.evaluate")], imported
+
+
+def test_a_lone_surrogate_is_a_400_not_a_model_failure(tiny_server):
+    # JSON may escape half a UTF-16 pair ("\ud800"): no tokenizer takes it, and it is the client's error
+    body = json.dumps({**CHAT, "messages": [{"role": "user", "content": "\ud800 hi"}]})
+    answer = requests.post(f"{tiny_server}/chat/completions", data=body, timeout=30,
+                           headers={"Content-Type": "application/json"})
+    assert answer.status_code == 400 and "lone surrogate" in assert_openai_error(answer.json())["message"]
+    paired = json.dumps({**CHAT, "messages": [{"role": "user", "content": "\U0001f642 hi"}]})  # escaped as a pair
+    assert requests.post(f"{tiny_server}/chat/completions", data=paired, timeout=60,
+                         headers={"Content-Type": "application/json"}).status_code == 200

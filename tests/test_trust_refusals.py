@@ -1,0 +1,93 @@
+"""Options and inputs the judge-trust commands, the embedded judge and berds' home refuse in one line (found by an
+adversarial probe: each used to give a zero-width interval, a vacuous verdict, a silently saved threshold, invalid
+JSON or a traceback)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from berds.errors import BerdsError, InputError
+from berds.trust.labels import LabelledPair, read_labelled_pairs, write_labelled_pairs
+from berds.types import Verdict
+from conftest import berds_cmd, subprocess_env
+
+
+class YesJudge:
+    id, prompt_version, name = "yes-to-all", "v1", "yes"
+
+    def judge(self, pairs):
+        return [Verdict(True, 1.0, "Yes") for _ in pairs]
+
+
+def labelled(tmp_path, *, questions: int, labels=lambda q, i: (q + i) % 3 == 0):
+    rows = [LabelledPair(f"question {q}?", f"{q}-{i}", f"document {q} {i}", f"perspective {i}", labels(q, i))
+            for q in range(questions) for i in range(4)]
+    path = tmp_path / f"pairs-{questions}.tsv"
+    write_labelled_pairs(path, rows)
+    return read_labelled_pairs(path)
+
+
+def test_question_resampling_needs_two_questions_and_the_bootstrap_is_bounded(tmp_path):
+    from berds.trust.validate import validate
+
+    with pytest.raises(BerdsError, match="--resample questions needs pairs of at least 2 questions; .* has 1"):
+        validate(labelled(tmp_path, questions=1), [YesJudge()], resample="questions", progress=False)
+    assert validate(labelled(tmp_path, questions=2), [YesJudge()], n_boot=50, resample="questions", progress=False)
+    with pytest.raises(BerdsError, match="--bootstrap must be between 1 and 100,000"):
+        validate(labelled(tmp_path, questions=2), [YesJudge()], n_boot=100_000_000, progress=False)
+
+
+def test_calibration_refuses_one_class_and_absurd_bins_and_a_folder_as_its_store(tmp_path):
+    from berds.judges.threshold import CalibrationStore
+    from berds.trust.calibration import calibrate
+
+    with pytest.raises(BerdsError, match="every pair is labelled 1 — a threshold can only be calibrated on pairs of both"):
+        calibrate(labelled(tmp_path, questions=2, labels=lambda q, i: True), YesJudge(), progress=False)
+    with pytest.raises(BerdsError, match="--bins must be between 2 and 1000"):
+        calibrate(labelled(tmp_path, questions=2), YesJudge(), n_bins=10_000_000, progress=False)
+    with pytest.raises(InputError, match="is a folder, but the calibration store is a JSON file"):
+        CalibrationStore(tmp_path)
+
+
+def test_audit_alpha_is_a_significance_level(tmp_path):
+    from berds.trust.audit import audit
+
+    with pytest.raises(BerdsError, match="--alpha must be between 0 and 1"):
+        audit(labelled(tmp_path, questions=2), YesJudge(), alpha=2.0, progress=False)
+
+
+def test_validate_out_is_strict_json_when_kappa_is_undefined(tmp_path):
+    # one class in the file: κ is NaN, which json writes as the non-JSON token NaN
+    path = tmp_path / "one-class.tsv"
+    write_labelled_pairs(path, [LabelledPair("q?", f"d{i}", f"doc {i}", "p", False) for i in range(6)])
+    out = tmp_path / "report.json"
+    env = subprocess_env()
+    done = subprocess.run(berds_cmd("judge", "validate", "--labels", str(path), "--judge", "judges_for_tests:OverlapJudge",
+                                    "--out", str(out), "--no-cache"), capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    text = out.read_text()
+    json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in --out JSON"))
+    assert "NaN" not in text
+
+
+@pytest.mark.parametrize("options, message", [({"batch_size": "abc"}, "batch_size must be a whole number"),
+                                              ({"batch_size": 0}, "batch_size must be a whole number"),
+                                              ({"device": "nosuch"}, "unknown device 'nosuch'")])
+def test_the_embedded_judge_refuses_bad_options_before_loading_anything(options, message):
+    from berds.judges.embedded import EmbeddedJudge
+
+    with pytest.raises(BerdsError, match=message):
+        EmbeddedJudge(version="v1", **options)
+
+
+def test_a_file_as_berds_home_is_refused_by_name(tmp_path, monkeypatch):
+    from berds.evaluate.cache import JudgementCache
+
+    home = tmp_path / "home-file"
+    home.write_text("not a folder")
+    monkeypatch.setenv("BERDS_HOME", str(home))
+    with pytest.raises(InputError, match="is a file, but berds' home \\(BERDS_HOME\\) must be a folder"):
+        JudgementCache()
