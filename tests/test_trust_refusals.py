@@ -91,3 +91,28 @@ def test_a_file_as_berds_home_is_refused_by_name(tmp_path, monkeypatch):
     monkeypatch.setenv("BERDS_HOME", str(home))
     with pytest.raises(InputError, match="is a file, but berds' home \\(BERDS_HOME\\) must be a folder"):
         JudgementCache()
+
+
+ROW = {"label": "bm25", "query": "supporting", "p": 60.0, "n": 35.0, "p_docs": 12, "n_docs": 7, "docs": 20,
+       "delta": 5 / 12, "questions": 4}
+
+
+@pytest.mark.parametrize("rows, message", [
+    ([], "has no rows"),
+    ([{k: v for k, v in ROW.items() if k != "docs"}], "'docs' must be whole numbers >= 0, got docs=None"),
+    ([{**ROW, "docs": "two"}], "'docs' must be whole numbers >= 0, got docs='two'"),
+    ([{**ROW, "p_docs": 25}], "p_docs=25 and n_docs=7 must be among its docs=20 judged documents"),
+    ([{**ROW, "docs": 0, "p_docs": 0, "n_docs": 0}], "must be among its docs=0 judged documents"),
+])
+def test_stance_correct_checks_every_row_of_the_result_before_judging(tmp_path, rows, message):
+    from berds.trust.stance_corrected import correct_sycophancy_file
+
+    saved = tmp_path / "syco.json"
+    saved.write_text(json.dumps({"analysis": "sycophancy", "version": 1, "k": 5, "rows": rows}))
+    class NeverJudge(YesJudge):
+        def judge(self, pairs):
+            raise AssertionError("judged before the rows were checked")
+
+    with pytest.raises(InputError, match=message) as info:
+        correct_sycophancy_file(str(saved), "unused.tsv", NeverJudge(), progress=False)
+    assert str(saved) in str(info.value)

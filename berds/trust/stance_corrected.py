@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from berds.errors import BerdsError
+from berds.errors import BerdsError, InputError
 
 # sycophancy's side names -> the stance of the perspective on that side (berds.trust.labels.STANCES)
 SIDE_STANCE = {"supporting": "support", "opposing": "oppose"}
@@ -134,6 +134,28 @@ class StanceCorrectedResult:
                 f"(Rogan–Gladen; rates from {self.labels.get('path', 'a labelled file')})", header, body)
 
 
+def check_sycophancy_rows(data: Mapping[str, Any], source: Any = None) -> list[dict[str, Any]]:
+    """The rows of a sycophancy result (its JSON), each checked: counts that are whole numbers >= 0, with p and n
+    documents among the run's ``docs`` (> 0). Refused with the row named, before any judging."""
+    rows = data.get("rows")
+    if not isinstance(rows, list) or not rows:
+        raise InputError("the sycophancy result has no rows (expected a non-empty list under 'rows')", path=source,
+                         fix="pass the JSON written by `berds analyze sycophancy`")
+    for i, row in enumerate(rows):
+        name = f"row {i + 1}" + (f" ({row.get('label')!r}, query {row.get('query')!r})" if isinstance(row, dict) else "")
+        if not isinstance(row, dict):
+            raise InputError(f"{name} is not an object", path=source)
+        counts = {key: row.get(key) for key in ("docs", "p_docs", "n_docs", "questions")}
+        bad = [key for key, v in counts.items() if isinstance(v, bool) or not isinstance(v, int) or v < 0]
+        if bad:
+            raise InputError(f"{name}: {', '.join(repr(k) for k in bad)} must be whole numbers >= 0, got "
+                             + ", ".join(f"{k}={counts[k]!r}" for k in bad), path=source)
+        if counts["docs"] == 0 or counts["p_docs"] > counts["docs"] or counts["n_docs"] > counts["docs"]:
+            raise InputError(f"{name}: p_docs={counts['p_docs']} and n_docs={counts['n_docs']} must be among its "
+                             f"docs={counts['docs']} judged documents (> 0)", path=source)
+    return rows
+
+
 def stance_corrected_sycophancy(
     sycophancy: Any,
     labelled: Any,
@@ -149,7 +171,7 @@ def stance_corrected_sycophancy(
     ``N`` is its ``docs`` (the run's judged documents, behind both p and n).
     """
     data = sycophancy.to_json() if hasattr(sycophancy, "to_json") else dict(sycophancy)
-    k, rows = int(data["k"]), list(data["rows"])
+    k, rows = int(data["k"]), list(check_sycophancy_rows(data))
     for row in rows:
         if "query" not in row:
             raise BerdsError("this sycophancy result was written by an earlier berds (rows per perspective side, not "
@@ -220,6 +242,7 @@ def correct_sycophancy_file(
     if not isinstance(result, SycophancyResult):
         raise InputError(f"is a {result.KIND} result, not a sycophancy result", path=result_path,
                          fix="pass the JSON written by `berds analyze sycophancy`")
+    check_sycophancy_rows(result.to_json(), result_path)  # before any judging
     labelled = read_labelled_pairs(labels_path)
     judge = build_judge(judge, judge_options)
     cache = JudgementCache(cache_path) if cache_path is not None else JudgementCache()
