@@ -69,6 +69,23 @@ def test_field_errors_name_the_file_and_line(tmp_path):
         list(iter_jsonl_documents([path]))
 
 
+def test_ids_and_fields_that_would_fall_back_silently_are_refused(tmp_path):
+    # a float id would be stored as "1.5" (NaN as "nan"); a mistyped --id-field gave FILE:LINE ids; an empty file
+    # built an empty store with exit 0
+    path = write_jsonl(tmp_path / "floats.jsonl", [{"id": 1, "text": "a b"}, {"id": 1.5, "text": "c d"}])
+    with pytest.raises(InputError, match=r"floats.jsonl, line 2: the id field 'id' must be a string or an integer, got float"):
+        list(iter_jsonl_documents([path]))
+    path = write_jsonl(tmp_path / "ids.jsonl", [{"doc": "d1", "text": "a b"}])
+    with pytest.raises(InputError, match=r"ids.jsonl, line 1: the id field 'docid' is not in the record.*--id-field"):
+        list(iter_jsonl_documents([path], fields=JsonlFields(id="docid")))
+    with pytest.raises(InputError, match=r"the title field 'titel' is not in the record.*--title-field"):
+        list(iter_jsonl_documents([path], fields=JsonlFields(title="titel")))
+    assert [d.id for d in iter_jsonl_documents([path], fields=JsonlFields(id="doc"))] == ["d1"]
+    (tmp_path / "empty.jsonl").write_text("\n\n")
+    with pytest.raises(InputError, match=r"empty.jsonl: holds no records"):
+        list(iter_jsonl_documents([tmp_path / "empty.jsonl"]))
+
+
 def test_html_records_use_the_shared_cleaner(tmp_path):
     path = write_jsonl(tmp_path / "h.jsonl", [{"id": "h1", "text": page_html("Page title", "Readable words here. " * 30)}])
     docs = list(iter_jsonl_documents([path], html=True))

@@ -29,6 +29,7 @@ from typing import Callable, Iterator, Sequence
 
 from berds.corpora.build import BuildProgress, BuildReport, check_disk_and_announce, write_passages
 from berds.corpora.docstore import PassageStore
+from berds.questions import record_id
 from berds.corpora.html import clean_html, decode_html
 from berds.corpora.split import DEFAULT_WORDS, Document, split_document
 from berds.errors import InputError
@@ -66,9 +67,10 @@ class JsonlFields:
                 f"no text field found; the record has {sorted(record)[:12]}, expected one of {list(TEXT_FIELDS)}",
                 path=path, line=line, fix="name the field with --text-field",
             )
-        if self.text is not None and self.text not in record:
-            raise InputError(f"the text field {self.text!r} is not in the record (it has {sorted(record)[:12]})",
-                             path=path, line=line, fix="check --text-field")
+        for role, name in (("text", self.text), ("title", self.title), ("url", self.url), ("id", self.id)):
+            if name and name not in record:  # a mistyped field would fall back silently (ids become FILE:LINE)
+                raise InputError(f"the {role} field {name!r} is not in the record (it has {sorted(record)[:12]})",
+                                 path=path, line=line, fix=f"check --{role}-field")
         return JsonlFields(text=text, title=pick(self.title, TITLE_FIELDS), url=pick(self.url, URL_FIELDS), id=pick(self.id, ID_FIELDS))
 
 
@@ -113,7 +115,8 @@ def iter_jsonl_documents(
             text = _str_field(record, resolved.text, path, line, required=True, numbers=False)  # type: ignore[arg-type]
             title = _str_field(record, resolved.title, path, line)  # type: ignore[arg-type]
             url = _str_field(record, resolved.url, path, line)  # type: ignore[arg-type]
-            doc_id = _str_field(record, resolved.id, path, line) if resolved.id else ""  # type: ignore[arg-type]
+            doc_id = (record_id(record[resolved.id], what=f"the id field {resolved.id!r}", path=path, line=line)
+                      if resolved.id and record.get(resolved.id) is not None else "")  # (a float id: refused, not "1.5")
             if not doc_id.strip():
                 doc_id = f"{path.stem}:{line}"
             if html:
@@ -128,6 +131,8 @@ def iter_jsonl_documents(
             if position is not None:
                 position["path"], position["line"] = path, line
             yield Document(id=doc_id, text=text, title=title, source=url or doc_id)
+        if resolved is None:  # (an empty tsv is refused too)
+            raise InputError("holds no records", path=path, fix="check the file (it is empty or only blank lines)")
     if report is not None:
         report.extra["jsonl_fields"] = seen_fields
 
