@@ -223,6 +223,41 @@ def _is_build_database(folder: Path) -> bool:
         env.close()
 
 
+def check_store_out(out: Path, *, overwrite: bool) -> None:
+    """The store writer's rules for ``out``, also checked by builders before any work: an existing store needs
+    ``overwrite``; a file or a non-empty folder that is not a store is never replaced."""
+    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+        return
+    if is_passage_store(out):
+        if not overwrite:
+            raise InputError("a passage store already exists here", path=out,
+                             fix="pass overwrite=True (CLI: --overwrite) to replace it, or choose another --out")
+        return
+    if overwrite:
+        raise InputError("exists and is not a passage store; refusing to overwrite it", path=out,
+                         fix="remove it yourself or choose another output folder")
+    raise InputError("exists and is not an empty folder or a passage store", path=out, fix="choose another output folder")
+
+
+def check_building_folder(building: Path) -> None:
+    """Refuse a ``<out>.building`` that berds did not make: the writer deletes or resumes it, and it may hold
+    someone's files."""
+    if not building.exists() and not building.is_symlink():
+        return
+    fix = "move it away or choose another --out"
+    if building.is_symlink() or not building.is_dir():
+        raise InputError("is in the way of the build: it is not a folder of an interrupted berds build",
+                         path=building, fix=fix)
+    entries = {p.name for p in building.iterdir()}
+    if not entries:
+        return  # an empty folder: nothing to lose
+    others = sorted(n for n in entries if n not in _BUILD_FILES and not n.startswith(".manifest.json."))
+    if others or not _is_build_database(building):
+        shown = ", ".join(others[:5]) if others else f"{DATA_FILE} is not a berds build database"
+        raise InputError(f"is in the way of the build: it is not a folder of an interrupted berds build "
+                         f"({shown})", path=building, fix=fix)
+
+
 def _open_env(path: Path, *, write: bool) -> lmdb.Environment:
     if write:
         return lmdb.open(str(path), map_size=_MAP_SIZE, max_dbs=3, sync=False, metasync=False, meminit=False)
@@ -272,22 +307,7 @@ class PassageStoreWriter:
         self.identity = identity  # inputs + options, kept in the checkpoint
         self.resume_check = resume_check  # recorded identity -> why it cannot resume (None: it can)
 
-        if self.out.exists() and not overwrite:
-            if is_passage_store(self.out):
-                raise InputError(
-                    "a passage store already exists here", path=self.out,
-                    fix="pass overwrite=True (CLI: --overwrite) to replace it, or choose another --out",
-                )
-            if self.out.is_file() or any(self.out.iterdir()):
-                raise InputError(
-                    "exists and is not an empty folder or a passage store", path=self.out,
-                    fix="choose another output folder",
-                )
-        if self.out.exists() and overwrite and not is_passage_store(self.out) and (self.out.is_file() or any(self.out.iterdir())):
-            raise InputError(
-                "exists and is not a passage store; refusing to overwrite it", path=self.out,
-                fix="remove it yourself or choose another output folder",
-            )
+        check_store_out(self.out, overwrite=overwrite)
 
         self._count = 0
         self._fingerprint = hashlib.sha256()
@@ -298,7 +318,7 @@ class PassageStoreWriter:
         self._txn_bytes = 0
         self._closed = False
 
-        self._check_building()
+        check_building_folder(self.building)
         resuming = resume and (self.building / DATA_FILE).is_file()
         if not resuming:
             if self.building.exists():
@@ -317,24 +337,6 @@ class PassageStoreWriter:
         if resuming:
             self._resume()
         self._txn = self._env.begin(write=True)
-
-    def _check_building(self) -> None:
-        """Refuse a ``<out>.building`` that berds did not make: it is deleted or resumed, and may hold someone's files."""
-        building = self.building
-        if not building.exists() and not building.is_symlink():
-            return
-        fix = "move it away or choose another --out"
-        if building.is_symlink() or not building.is_dir():
-            raise InputError("is in the way of the build: it is not a folder of an interrupted berds build",
-                             path=building, fix=fix)
-        entries = {p.name for p in building.iterdir()}
-        if not entries:
-            return  # an empty folder: nothing to lose
-        others = sorted(n for n in entries if n not in _BUILD_FILES and not n.startswith(".manifest.json."))
-        if others or not _is_build_database(building):
-            shown = ", ".join(others[:5]) if others else f"{DATA_FILE} is not a berds build database"
-            raise InputError(f"is in the way of the build: it is not a folder of an interrupted berds build "
-                             f"({shown})", path=building, fix=fix)
 
     # -- writing ------------------------------------------------------------------------------------
     def __enter__(self) -> "PassageStoreWriter":

@@ -2,10 +2,12 @@
 
 One cleaner for every HTML source (search result pages, WARC records, jsonl records holding HTML), so
 the same page gives the same passages whichever way it arrived. ``decode_html`` turns raw bytes into
-text using, in order, the HTTP charset, a ``<meta charset>`` declaration, strict UTF-8, then a
-statistical guess (charset-normalizer, which comes with requests) that prefers windows-1252 — the web's
-default for undeclared pages — whenever the detector finds it about as plausible as its own pick.
-``sniff_binary`` tells binary bodies served without a type from text (WHATWG MIME Sniffing).
+text using, in order, a byte-order mark, the HTTP charset, a ``<meta charset>`` declaration, strict UTF-8,
+then a statistical guess (charset-normalizer, which comes with requests) that prefers windows-1252 — the
+web's default for undeclared pages — whenever the detector finds it about as plausible as its own pick.
+Declared charsets follow the WHATWG encoding rules where Python's codecs differ: a name that is not a text
+encoding (``zlib``, ``base64``, ``rot13``, ``undefined``...) is ignored like an unknown one, and a
+``<meta>``-declared UTF-16 means UTF-8. ``sniff_binary`` tells binary bodies from text (WHATWG MIME Sniffing).
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from dataclasses import dataclass
 
 from berds.lazy import require
 
-CLEANER_VERSION = "readability+html2text/2"  # /2: undeclared Western pages decode as windows-1252  # bump when the output of clean_html changes (invalidates caches)
+# Bump when the text made from a body changes (invalidates cleaned-text caches). /2: undeclared Western pages
+# decode as windows-1252. /3: <meta> UTF-16 means UTF-8, a BOM wins, binary bodies typed as HTML give no text.
+CLEANER_VERSION = "readability+html2text/3"
 
 WESTERN_CHAOS_MARGIN = 0.1  # how much less "coherent" windows-1252 may look than the detector's best guess
 
@@ -32,13 +36,27 @@ class CleanedPage:
     text: str
 
 
+# Python text codecs no web charset label names (WHATWG): each would decode a page into something else or fail.
+_NOT_WEB_CODECS = {"undefined", "punycode", "idna", "unicode-escape", "raw-unicode-escape", "utf-7", "charmap"}
+_BOM_CODECS = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+
+
 def _codec(name: str | None) -> str | None:
+    """The codec a charset label names, or None when it names none or no text encoding (bytes-to-bytes
+    codecs such as zlib or base64 raise LookupError on ``bytes.decode``)."""
     if not name:
         return None
     try:
-        return codecs.lookup(name.strip()).name
+        info = codecs.lookup(name.strip())
     except LookupError:
         return None
+    if not getattr(info, "_is_text_encoding", True) or info.name in _NOT_WEB_CODECS:
+        return None
+    return info.name
+
+
+def _bom_codec(body: bytes) -> str | None:
+    return next((codec for bom, codec in _BOM_CODECS if body.startswith(bom)), None)
 
 
 def charset_from_content_type(content_type: str | None) -> str | None:
@@ -51,14 +69,19 @@ def charset_from_content_type(content_type: str | None) -> str | None:
 
 def decode_html(body: bytes, content_type: str | None = None) -> tuple[str, str]:
     """Decode a page body; returns ``(text, encoding_used)``. Never raises on odd bytes."""
+    bom = _bom_codec(body)
+    if bom:  # a byte-order mark outranks every declaration (WHATWG "decode")
+        return body.decode(bom, errors="replace"), bom
     candidates = [charset_from_content_type(content_type)]
     m = _META_CHARSET.search(body[:8192])
-    candidates.append(_codec(m.group(1).decode("ascii", "ignore")) if m else None)
+    meta = _codec(m.group(1).decode("ascii", "ignore")) if m else None
+    # A page that could be read to find its <meta> is ASCII-compatible, so a UTF-16 label there is wrong (WHATWG).
+    candidates.append("utf-8" if meta and meta.startswith("utf-16") else meta)
     for enc in candidates:
         if enc:
             try:
                 return body.decode(enc), enc
-            except UnicodeDecodeError:
+            except UnicodeError:
                 continue  # the declaration lies; fall through to detection
     try:
         return body.decode("utf-8"), "utf-8"
@@ -92,16 +115,19 @@ _MAGIC = (
 _BOMS = (b"\xef\xbb\xbf", b"\xfe\xff", b"\xff\xfe")
 # WHATWG's "binary data bytes": control characters that never occur in text.
 _BINARY_BYTES = bytes([*range(0x00, 0x09), 0x0B, *range(0x0E, 0x1B), *range(0x1C, 0x20)])
+HTML_TYPES = ("text/html", "application/xhtml+xml")
 
 
-def sniff_binary(body: bytes, mime: str = "") -> str | None:
-    """The type of a binary ``body`` served without a Content-Type (or as text/plain), else None.
+def sniff_binary(body: bytes, mime: str = "", *, charset: str | None = None) -> str | None:
+    """The type of a binary ``body`` served without a Content-Type, as text/plain or as HTML, else None.
 
-    Follows the WHATWG MIME Sniffing rules for such resources: a byte-order mark means text; a known magic
-    number names the format; any binary data byte in the first 1,445 bytes means application/octet-stream.
-    Bodies typed as HTML are trusted (a page may legitimately hold odd bytes deep inside).
+    Untyped and text/plain bodies follow the WHATWG MIME Sniffing rules: a byte-order mark means text; a known
+    magic number names the format; any binary data byte in the first 1,445 bytes means
+    application/octet-stream. Bodies typed as HTML are held to less (a page may hold odd control bytes): only
+    a magic number, or a NUL byte in the first KB unless a BOM or a ``charset`` of UTF-16/32 explains it.
     """
-    if mime and mime != "text/plain":
+    html = mime in HTML_TYPES
+    if mime and mime != "text/plain" and not html:
         return None
     head = body[:1445]
     if head.startswith(_BOMS):
@@ -109,6 +135,9 @@ def sniff_binary(body: bytes, mime: str = "") -> str | None:
     for magic, kind in _MAGIC:
         if head.startswith(magic):
             return kind
+    if html:
+        wide = (_codec(charset) or "").startswith(("utf-16", "utf-32"))
+        return "application/octet-stream" if b"\x00" in body[:1024] and not wide else None
     if any(b in _BINARY_BYTES for b in head):
         return "application/octet-stream"
     return None

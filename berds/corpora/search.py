@@ -20,30 +20,34 @@ Pieces:
   exponential backoff for timeouts / connection errors / 429 / 5xx (a ``Retry-After`` is waited for, up to
   ``max_retry_after``), and at most ``per_host`` requests at a time to any one host. The total deadline
   is checked after every socket read, so a server dripping its body cannot hold a build: the page is
-  recorded as failed ("timeout (over N s in total)") and a re-run skips it. A failed page never aborts
-  the build.
+  recorded as failed ("timeout (over N s in total)") and a re-run skips it. Redirects are followed here,
+  hop by hop, so the deadline covers them too and no hop waits longer than the time left. A failed page
+  never aborts the build. A failure caused by a limit (size, timeouts, Retry-After) records that limit; a
+  re-run with a more generous one fetches the page again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import random
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 from berds.corpora.build import BuildReport, RateColumn, write_passages
-from berds.corpora.docstore import PassageStore
-from berds.corpora.html import CLEANER_VERSION, CleanedPage, clean_html, decode_html, sniff_binary
+from berds.corpora.docstore import PassageStore, check_building_folder, check_store_out
+from berds.corpora.html import CLEANER_VERSION, CleanedPage, charset_from_content_type, clean_html, decode_html, sniff_binary
 from berds.corpora.split import DEFAULT_WORDS, Document, split_document
 from berds.errors import BerdsError, InputError
-from berds.io import atomic_write, read_json, write_json, write_jsonl
+from berds.io import atomic_write, check_writable, read_json, write_json, write_jsonl
 from berds.registry import Catalogue
 from berds.types import Passage, Question
 
@@ -186,7 +190,8 @@ def _sha256(data: bytes) -> str:
 
 @dataclass
 class PageRecord:
-    """What happened to one URL. ``ok`` pages have ``body_sha256``; failed ones a ``reason``."""
+    """What happened to one URL. ``ok`` pages have ``body_sha256``; failed ones a ``reason``, and ``limits``:
+    the fetch options the failure depended on (``{"max_bytes": 500}``; empty for an http 404)."""
 
     url: str
     ok: bool
@@ -198,6 +203,26 @@ class PageRecord:
     final_url: str = ""
     attempts: int = 0
     fetched_at: str = ""
+    limits: dict[str, float] = field(default_factory=dict)
+
+
+_DAMAGED_FIX = "delete this file (the next run fetches it again) or the whole cache folder"
+
+
+def _from_json(cls: type, data: Any, path: Path) -> Any:
+    """A cache record as ``cls``, or an InputError naming the file: a damaged record must not be a traceback."""
+    if not isinstance(data, dict):
+        raise InputError(f"a damaged cache record: expected a JSON object, got {type(data).__name__}", path=path,
+                         fix=_DAMAGED_FIX)
+    names = [f.name for f in fields(cls)]
+    unknown = [k for k in data if k not in names]
+    if unknown:
+        raise InputError(f"a damaged cache record: unexpected field {unknown[0]!r}", path=path, fix=_DAMAGED_FIX)
+    try:
+        return cls(**data)
+    except TypeError:
+        missing = next((f.name for f in fields(cls) if f.name not in data), "?")
+        raise InputError(f"a damaged cache record: missing field {missing!r}", path=path, fix=_DAMAGED_FIX) from None
 
 
 class SearchCache:
@@ -219,7 +244,11 @@ class SearchCache:
         path = self._fan(self.root / "search", key, ".json")
         if not path.is_file():
             return None
-        return [SearchResult(**r) for r in read_json(path)["results"]]
+        data = read_json(path)
+        results = data.get("results") if isinstance(data, dict) else None
+        if not isinstance(results, list):
+            raise InputError("a damaged cache record: no 'results' list", path=path, fix=_DAMAGED_FIX)
+        return [_from_json(SearchResult, r, path) for r in results]
 
     def put_search(self, key: str, provider: SearchProvider, query: str, results: list[SearchResult]) -> None:
         write_json(self._fan(self.root / "search", key, ".json"),
@@ -229,29 +258,48 @@ class SearchCache:
     # pages
     def get_page(self, url: str) -> PageRecord | None:
         path = self._fan(self.root / "pages", _sha256(url.encode("utf-8")), ".json")
-        return PageRecord(**read_json(path)) if path.is_file() else None
+        return _from_json(PageRecord, read_json(path), path) if path.is_file() else None
 
     def put_page(self, record: PageRecord, body: bytes | None = None) -> None:
         if body is not None:
             blob = self._fan(self.root / "blobs", record.body_sha256)
-            if not blob.exists():
+            if not blob.is_file() or blob.stat().st_size != len(body):  # absent, or a truncated copy
                 with atomic_write(blob, "wb") as f:
                     f.write(body)
         write_json(self._fan(self.root / "pages", _sha256(record.url.encode("utf-8")), ".json"), asdict(record))
 
+    def has_body(self, record: PageRecord) -> bool:
+        """Whether the body of an ok ``record`` is on disk at its full size (a cheap check; ``body`` hashes it)."""
+        blob = self._fan(self.root / "blobs", record.body_sha256)
+        return blob.is_file() and blob.stat().st_size == record.bytes
+
     def body(self, record: PageRecord) -> bytes:
-        return self._fan(self.root / "blobs", record.body_sha256).read_bytes()
+        blob = self._fan(self.root / "blobs", record.body_sha256)
+        try:
+            data = blob.read_bytes()
+        except FileNotFoundError:
+            raise InputError("a page body is missing from the search cache", path=blob,
+                             fix="run the build again (it fetches the page again)") from None
+        if _sha256(data) != record.body_sha256:
+            raise InputError("a damaged page body: its SHA-256 is not its name", path=blob, fix=_DAMAGED_FIX)
+        return data
 
     # cleaned text (deterministic from the body; cached because readability is the slow part)
     def cleaned(self, record: PageRecord) -> CleanedPage:
         version = _sha256(CLEANER_VERSION.encode())[:8]
         path = self._fan(self.root / "clean", record.body_sha256, f".{version}.json")
         if path.is_file():
-            return CleanedPage(**read_json(path))
+            try:
+                return _from_json(CleanedPage, read_json(path), path)
+            except InputError:
+                pass  # derived from the body: a damaged copy is simply made again
         body = self.body(record)
-        text, _ = decode_html(body, record.content_type)
         mime = record.content_type.split(";")[0].strip().lower()
-        page = CleanedPage("", text.strip()) if mime == "text/plain" else clean_html(text, url=record.final_url or record.url)
+        if sniff_binary(body, mime, charset=charset_from_content_type(record.content_type)):
+            page = CleanedPage("", "")  # a binary body an older berds cached as a page
+        else:
+            text, _ = decode_html(body, record.content_type)
+            page = CleanedPage("", text.strip()) if mime == "text/plain" else clean_html(text, url=record.final_url or record.url)
         write_json(path, asdict(page))
         return page
 
@@ -273,11 +321,43 @@ class FetchOptions:
     accepted_types: tuple[str, ...] = ACCEPTED_TYPES
     max_retry_after: float = 60.0  # longest Retry-After (429/503) waited for; longer ones fail the page now
 
+    def __post_init__(self) -> None:
+        # Checked here, not at use: per_host=0 hung for ever, read_timeout=0 ended in a requests traceback.
+        for name, (cli, low, above) in _OPTION_RANGES.items():
+            value = getattr(self, name)
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            seconds = isinstance(low, float)
+            ok = number and math.isfinite(value) and (value > low if above else value >= low) and \
+                (not seconds or value <= MAX_SECONDS)
+            if not ok:
+                allowed = (f"{'above' if above else 'at least'} {low:g} and at most {MAX_SECONDS:,.0f} seconds"
+                           if seconds else f"a whole number of at least {low}")
+                raise BerdsError(f"{cli} must be {allowed}, got {value!r}")
+
+
+MAX_SECONDS = 86_400.0  # a day: far above any sensible wait, and below what a socket timeout can hold
+# FetchOptions field -> (its name on the command line, the lowest value, whether the lowest is excluded).
+_OPTION_RANGES: dict[str, tuple[str, float, bool]] = {
+    "connect_timeout": ("--connect-timeout", 0.0, True), "read_timeout": ("--read-timeout", 0.0, True),
+    "total_timeout": ("--total-timeout", 0.0, True), "max_retry_after": ("--max-retry-after", 0.0, False),
+    "backoff": ("backoff", 0.0, False), "max_bytes": ("--max-bytes", 1, False), "retries": ("--retries", 0, False),
+    "concurrency": ("--concurrency", 1, False), "per_host": ("--per-host", 1, False),
+}
+
 
 class _Failure(Exception):
-    def __init__(self, reason: str, *, retry: bool, status: int | None = None, retry_after: float | None = None):
+    def __init__(self, reason: str, *, retry: bool, status: int | None = None, retry_after: float | None = None,
+                 limits: dict[str, float] | None = None):
         super().__init__(reason)
         self.reason, self.retry, self.status, self.retry_after = reason, retry, status, retry_after
+        self.limits = limits or {}
+
+
+def _limits_raised(record: PageRecord, options: FetchOptions) -> bool:
+    """Whether ``options`` are more generous than a limit a failure recorded (so the page may work now)."""
+    limits = record.limits if isinstance(record.limits, dict) else {}
+    return any(isinstance(value, (int, float)) and isinstance(getattr(options, name, None), (int, float))
+               and getattr(options, name) > value for name, value in limits.items())
 
 
 def retry_after_seconds(value: str | None) -> float | None:
@@ -312,12 +392,18 @@ def _read_body(r: Any, deadline: float, options: "FetchOptions") -> list[bytes]:
     for chunk in reader:
         size += len(chunk)
         if size > options.max_bytes:
-            raise _Failure(f"too large (> {options.max_bytes:,} bytes)", retry=False, status=200)
+            raise _Failure(f"too large (> {options.max_bytes:,} bytes)", retry=False, status=200,
+                           limits={"max_bytes": options.max_bytes})
         if time.monotonic() > deadline:
-            # Not retried: a page this slow is slow again; the failure is recorded, so a re-run skips it.
-            raise _Failure(f"timeout (over {options.total_timeout:g} s in total)", retry=False, status=200)
+            raise _total_timeout(options, status=200)
         chunks.append(chunk)
     return chunks
+
+
+def _total_timeout(options: FetchOptions, status: int | None = None) -> _Failure:
+    # Not retried: a page this slow is slow again; the failure is recorded, so a re-run skips it.
+    return _Failure(f"timeout (over {options.total_timeout:g} s in total)", retry=False, status=status,
+                    limits={"total_timeout": options.total_timeout})
 
 
 class PageFetcher:
@@ -329,6 +415,7 @@ class PageFetcher:
         self._local = threading.local()
         self._host_locks: dict[str, threading.Semaphore] = {}
         self._lock = threading.Lock()
+        self.refetched: Counter[str] = Counter()  # cached pages fetched again, by why
 
     def _session(self):
         import requests
@@ -347,14 +434,34 @@ class PageFetcher:
                 self._host_locks[host] = threading.Semaphore(self.options.per_host)
             return self._host_locks[host]
 
+    def _get(self, url: str, deadline: float):
+        """The final response for ``url``, following redirects hop by hop (as many as requests would) so the
+        total deadline covers them: checked before each hop, and no hop waits longer than the time left."""
+        import requests
+
+        o, session = self.options, self._session()
+        for _ in range(session.max_redirects + 1):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _total_timeout(o)
+            r = session.get(url, timeout=(min(o.connect_timeout, left), min(o.read_timeout, left)), stream=True,
+                            allow_redirects=False)
+            location = session.get_redirect_target(r)
+            if not location:
+                return r
+            r.close()
+            url = requests.utils.requote_uri(urljoin(r.url, location))
+        raise requests.exceptions.TooManyRedirects()
+
     def _download_once(self, url: str) -> tuple[bytes, str, int, str]:
         import requests
         import urllib3
 
         o = self.options
         deadline = time.monotonic() + o.total_timeout
+        timeout_limits = {"connect_timeout": o.connect_timeout, "read_timeout": o.read_timeout, "total_timeout": o.total_timeout}
         try:
-            with self._session().get(url, timeout=(o.connect_timeout, o.read_timeout), stream=True, allow_redirects=True) as r:
+            with self._get(url, deadline) as r:
                 if r.status_code == 429 or r.status_code >= 500:
                     raise _Failure(f"http {r.status_code}", retry=True, status=r.status_code,
                                    retry_after=retry_after_seconds(r.headers.get("Retry-After")))
@@ -366,14 +473,17 @@ class PageFetcher:
                     raise _Failure(f"content type {mime}", retry=False, status=200)
                 length = r.headers.get("Content-Length")
                 if length and length.isdigit() and int(length) > o.max_bytes:
-                    raise _Failure(f"too large ({int(length):,} bytes > {o.max_bytes:,})", retry=False, status=200)
+                    raise _Failure(f"too large ({int(length):,} bytes > {o.max_bytes:,})", retry=False, status=200,
+                                   limits={"max_bytes": o.max_bytes})
                 body = b"".join(_read_body(r, deadline, o))
-                sniffed = sniff_binary(body, mime)
+                sniffed = sniff_binary(body, mime, charset=charset_from_content_type(content_type))
                 if sniffed:
                     raise _Failure(f"content type {sniffed} (sniffed)", retry=False, status=200)
                 return body, content_type or "text/html", r.status_code, r.url
         except (requests.Timeout, urllib3.exceptions.ReadTimeoutError):
-            raise _Failure("timeout", retry=True) from None
+            if time.monotonic() >= deadline:  # the hop's timeout was cut to the time left
+                raise _total_timeout(o) from None
+            raise _Failure("timeout", retry=True, limits=timeout_limits) from None
         except (urllib3.exceptions.ProtocolError, urllib3.exceptions.DecodeError) as exc:  # from read1 (not wrapped by requests)
             raise _Failure(f"broken response ({type(exc).__name__})", retry=True) from None
         except requests.exceptions.TooManyRedirects:
@@ -382,7 +492,9 @@ class PageFetcher:
             raise _Failure(f"invalid url ({type(exc).__name__})", retry=False) from None
         except requests.ConnectionError as exc:
             if "timed out" in str(exc).lower():  # requests reports a read timeout mid-body as a ConnectionError
-                raise _Failure("timeout", retry=True) from None
+                if time.monotonic() >= deadline:
+                    raise _total_timeout(o) from None
+                raise _Failure("timeout", retry=True, limits=timeout_limits) from None
             raise _Failure(f"connection error ({type(exc).__name__})", retry=True) from None
         except requests.RequestException as exc:
             raise _Failure(f"request failed ({type(exc).__name__})", retry=False) from None
@@ -400,11 +512,13 @@ class PageFetcher:
             except _Failure as f:
                 if f.retry and f.retry_after is not None and f.retry_after > o.max_retry_after:
                     f.reason += f" (Retry-After {f.retry_after:g} s is over the {o.max_retry_after:g} s limit)"
+                    f.limits = {"max_retry_after": o.max_retry_after}
                 elif f.retry and attempt <= o.retries:
                     # The server's Retry-After when it sent one (bounded above), else exponential backoff.
                     time.sleep(f.retry_after if f.retry_after is not None else _retry_delay(attempt - 1, o.backoff))
                     continue
-                record = PageRecord(url=url, ok=False, reason=f.reason, http_status=f.status, attempts=attempt, fetched_at=now())
+                record = PageRecord(url=url, ok=False, reason=f.reason, http_status=f.status, attempts=attempt, fetched_at=now(),
+                                    limits=f.limits)
                 self.cache.put_page(record)
                 return record
             record = PageRecord(url=url, ok=True, http_status=status, content_type=content_type, body_sha256=_sha256(body),
@@ -418,7 +532,15 @@ class PageFetcher:
         todo: list[str] = []
         for url in dict.fromkeys(urls):
             cached = self.cache.get_page(url)
-            if cached is not None and (cached.ok or not retry_failed):
+            if cached is None:
+                todo.append(url)
+            elif cached.ok and not self.cache.has_body(cached):
+                self.refetched["body missing from the cache"] += 1  # deleted or truncated: fetch it again
+                todo.append(url)
+            elif not cached.ok and not retry_failed and _limits_raised(cached, self.options):
+                self.refetched["failed under a stricter limit"] += 1
+                todo.append(url)
+            elif cached.ok or not retry_failed:
                 records[url] = cached
             else:
                 todo.append(url)
@@ -512,6 +634,7 @@ def build_search_corpus(
 
     if top < 1:
         raise InputError(f"--top must be at least 1, got {top}")
+    check_out_folder(out, overwrite=overwrite)
     qs = _load_questions(questions, split, limit)
     if not qs:
         raise InputError("no questions to search for", path=str(questions) if isinstance(questions, (str, os.PathLike)) else None)
@@ -578,6 +701,8 @@ def build_search_corpus(
 
     report.extra.update({"questions": len(qs), "search requests made": searched, "pages downloaded now": downloaded,
                          "pages from cache": len(records) - downloaded})
+    for why, n in sorted(fetcher.refetched.items()):
+        report.extra[f"pages fetched again ({why})"] = n
 
     def with_empty_questions(pairs: Iterable[tuple[Passage, str]]) -> Iterable[tuple[Passage, str]]:
         """Pass passages through; afterwards, list questions that got none (their group will be absent)."""
@@ -602,6 +727,14 @@ def build_search_corpus(
     report.extra["failures listed in"] = str(out / "failures.jsonl")
     report.failures = [asdict(f) for f in failures]
     return store, report
+
+
+def check_out_folder(out: str | os.PathLike, *, overwrite: bool) -> None:
+    """Refuse, before any search or fetch, an ``out`` the store writer would refuse at the end."""
+    out = Path(out)
+    check_writable(out, folder=True)
+    check_store_out(out, overwrite=overwrite)
+    check_building_folder(out.with_name(out.name + ".building"))
 
 
 def _reason_class(reason: str) -> str:

@@ -30,7 +30,7 @@ from typing import Callable, Iterator, Sequence
 from berds.corpora.build import BuildProgress, BuildReport, check_disk_and_announce, write_passages
 from berds.corpora.docstore import PassageStore
 from berds.questions import record_id
-from berds.corpora.html import clean_html, decode_html
+from berds.corpora.html import HTML_TYPES, clean_html, decode_html
 from berds.corpora.split import DEFAULT_WORDS, Document, split_document
 from berds.errors import InputError
 from berds.io import iter_jsonl
@@ -41,7 +41,6 @@ TEXT_FIELDS = ("text", "raw_content", "contents", "content", "body")
 TITLE_FIELDS = ("title",)
 URL_FIELDS = ("url", "source")
 ID_FIELDS = ("id", "_id", "docid", "doc_id")
-HTML_TYPES = ("text/html", "application/xhtml+xml")
 
 
 @dataclass(frozen=True)
