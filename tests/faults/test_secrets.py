@@ -262,11 +262,12 @@ def test_a_cache_written_with_keys_in_its_judge_ids_is_rewritten_once_when_opene
     assert capsys.readouterr().err == ""
 
 
-class EchoingServer:
-    """Answers every POST by echoing the credentials it was sent (the Authorization header, decoded when Basic)
-    in its body: a 200 that is not JSON, a 401 with an OpenAI-style error, or a 400 in plain text."""
+class LocalServer:
+    """A threaded HTTP server on 127.0.0.1 whose handler answers POSTs with ``answer(handler)``."""
 
-    def __init__(self, mode: str):
+    def __init__(self):
+        outer = self
+
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
@@ -275,21 +276,14 @@ class EchoingServer:
 
             def do_POST(self):  # noqa: N802
                 self.rfile.read(int(self.headers["Content-Length"]))
-                auth = self.headers.get("Authorization") or ""
-                if auth.startswith("Basic "):
-                    auth = base64.b64decode(auth[6:]).decode()
-                status, body = {"html": (200, f"<html>login failed for token {auth}</html>"),
-                                "json": (401, json.dumps({"error": {"message": f"the key {auth} is not valid"}})),
-                                "text": (400, f"bad request from {auth}")}[mode]
-                data = body.encode()
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                outer.answer(self)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.httpd.server_address[1]
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def answer(self, handler: BaseHTTPRequestHandler) -> None:
+        raise NotImplementedError
 
     def __enter__(self):
         return self
@@ -297,6 +291,28 @@ class EchoingServer:
     def __exit__(self, *exc):
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class EchoingServer(LocalServer):
+    """Answers every POST by echoing the credentials it was sent (the Authorization header, decoded when Basic)
+    in its body: a 200 that is not JSON, a 401 with an OpenAI-style error, or a 400 in plain text."""
+
+    def __init__(self, mode: str):
+        self.mode = mode
+        super().__init__()
+
+    def answer(self, handler: BaseHTTPRequestHandler) -> None:
+        auth = handler.headers.get("Authorization") or ""
+        if auth.startswith("Basic "):
+            auth = base64.b64decode(auth[6:]).decode()
+        status, body = {"html": (200, f"<html>login failed for token {auth}</html>"),
+                        "json": (401, json.dumps({"error": {"message": f"the key {auth} is not valid"}})),
+                        "text": (400, f"bad request from {auth}")}[self.mode]
+        data = body.encode()
+        handler.send_response(status)
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
 
 
 @pytest.mark.network
@@ -330,44 +346,29 @@ def test_options_that_change_the_answers_key_the_cache():
     assert LLMJudge(plain).id == f"{plain.id}|parse=berds-study"  # the study's defaults keep earlier ids
 
 
-class DrippingServer:
+class DrippingServer(LocalServer):
     """Answers 200 with headers at once, then a body that arrives a byte every ``every`` seconds (each read well
     inside any read timeout) or that is ``size`` bytes long."""
 
     def __init__(self, *, every: float | None = None, size: int | None = None):
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+        self.every, self.size = every, size
+        super().__init__()
 
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):  # noqa: N802
-                self.rfile.read(int(self.headers["Content-Length"]))
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(size or 1000))
-                self.end_headers()
-                try:
-                    if size:
-                        self.wfile.write(b" " * size)
-                        return
-                    for _ in range(1000):
-                        self.wfile.write(b" ")
-                        self.wfile.flush()
-                        time.sleep(every)
-                except (BrokenPipeError, ConnectionResetError):  # the client gave up, as it should
-                    pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    def answer(self, handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(self.size or 1000))
+        handler.end_headers()
+        try:
+            if self.size:
+                handler.wfile.write(b" " * self.size)
+                return
+            for _ in range(1000):
+                handler.wfile.write(b" ")
+                handler.wfile.flush()
+                time.sleep(self.every)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up, as it should
+            pass
 
 
 @pytest.mark.network
