@@ -36,7 +36,7 @@ def test_question_resampling_needs_two_questions_and_the_bootstrap_is_bounded(tm
     with pytest.raises(BerdsError, match="--resample questions needs pairs of at least 2 questions; .* has 1"):
         validate(labelled(tmp_path, questions=1), [YesJudge()], resample="questions", progress=False)
     assert validate(labelled(tmp_path, questions=2), [YesJudge()], n_boot=50, resample="questions", progress=False)
-    with pytest.raises(BerdsError, match="--bootstrap must be between 1 and 100,000"):
+    with pytest.raises(BerdsError, match="--bootstrap must be between 0 and 100,000"):
         validate(labelled(tmp_path, questions=2), [YesJudge()], n_boot=100_000_000, progress=False)
 
 

@@ -346,8 +346,8 @@ def validate(
     """
     if resample not in RESAMPLE_UNITS:
         raise BerdsError(f"resample must be one of {', '.join(RESAMPLE_UNITS)}, got {resample!r}")
-    if not isinstance(n_boot, int) or not 1 <= n_boot <= MAX_BOOTSTRAP:  # (each resample holds a pair count)
-        raise BerdsError(f"--bootstrap must be between 1 and {MAX_BOOTSTRAP:,} resamples, got {n_boot!r}")
+    if not isinstance(n_boot, int) or not 0 <= n_boot <= MAX_BOOTSTRAP:  # (0: no intervals; each resample holds a count)
+        raise BerdsError(f"--bootstrap must be between 0 and {MAX_BOOTSTRAP:,} resamples, got {n_boot!r}")
     gold = labelled.labels
     questions = [p.question for p in labelled]
     groups = questions if resample == "questions" else None
