@@ -309,7 +309,9 @@ class ChatServer:
     def authorised(self, authorization: str | None) -> bool:
         if not self.api_key:
             return True
-        return hmac.compare_digest((authorization or "").encode(), f"Bearer {self.api_key}".encode())
+        scheme, _, token = (authorization or "").strip().partition(" ")
+        # the scheme is case-insensitive (RFC 9110); the token is compared in constant time
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.api_key.encode())
 
     def parse_chat_request(self, body: Any) -> _Job:
         """Validate an OpenAI chat-completions body; raise ``RequestError`` naming the bad parameter."""
@@ -379,6 +381,10 @@ class ChatServer:
             raise RequestError("missing or wrong API key (Authorization: Bearer ...)", status=401,
                                code="invalid_api_key")
         raw = await _read_body(request, self.limits.max_body_bytes, started + self.limits.request_timeout)
+        media = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
+        if media != "application/json":  # a web page can send text/plain across origins without asking: not JSON here
+            raise RequestError(f"the request's Content-Type is {media or 'missing'!r}; send application/json",
+                               status=415, code="unsupported_media_type")
         try:
             text = raw.decode("utf-8")
             body = json.loads(text)

@@ -227,3 +227,19 @@ def test_a_lone_surrogate_is_a_400_not_a_model_failure(tiny_server):
     paired = json.dumps({**CHAT, "messages": [{"role": "user", "content": "\U0001f642 hi"}]})  # escaped as a pair
     assert requests.post(f"{tiny_server}/chat/completions", data=paired, timeout=60,
                          headers={"Content-Type": "application/json"}).status_code == 200
+
+
+def test_only_json_is_taken_and_the_bearer_scheme_is_case_insensitive(tmp_path, monkeypatch):
+    # text/plain is what a web page may POST to a local server across origins without a preflight
+    monkeypatch.setenv("BERDS_SERVER_KEY", "right-key")
+    with served("llm_fixtures:SleepyLLM", "m", options=["delay=0"], log_dir=tmp_path,
+                extra_args=["--api-key-env", "BERDS_SERVER_KEY"]) as url:
+        plain = requests.post(f"{url}/chat/completions", data=json.dumps(CHAT), timeout=10,
+                              headers={"Authorization": "Bearer right-key", "Content-Type": "text/plain"})
+        assert plain.status_code == 415 and "send application/json" in assert_openai_error(plain.json())["message"]
+        lower = requests.post(f"{url}/chat/completions", json=CHAT, headers={"Authorization": "bearer right-key"},
+                              timeout=10)
+        assert lower.status_code == 200
+        wrong = requests.post(f"{url}/chat/completions", json=CHAT, headers={"Authorization": "Basic right-key"},
+                              timeout=10)
+        assert wrong.status_code == 401
