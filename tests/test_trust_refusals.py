@@ -116,3 +116,20 @@ def test_stance_correct_checks_every_row_of_the_result_before_judging(tmp_path, 
     with pytest.raises(InputError, match=message) as info:
         correct_sycophancy_file(str(saved), "unused.tsv", NeverJudge(), progress=False)
     assert str(saved) in str(info.value)
+
+
+def test_a_database_of_another_program_is_not_taken_for_a_judgement_cache(tmp_path):
+    import sqlite3
+
+    from berds.evaluate.cache import JudgementCache
+
+    other = tmp_path / "app.sqlite"
+    db = sqlite3.connect(other)
+    db.execute("CREATE TABLE users (name TEXT)")
+    db.commit()
+    db.close()
+    with pytest.raises(BerdsError, match="an SQLite database of another program \\(tables users\\)"):
+        JudgementCache(other)
+    assert {r[0] for r in sqlite3.connect(other).execute("SELECT name FROM sqlite_master")} == {"users"}
+    JudgementCache(tmp_path / "new.sqlite").close()  # a new file, and berds' own, still open
+    JudgementCache(tmp_path / "new.sqlite").close()

@@ -75,6 +75,12 @@ class JudgementCache:
         self._lock = threading.Lock()
         try:
             self._db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
+            tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if tables - {"meta", "judgements"}:  # another program's database: never add berds' tables to it
+                self._db.close()
+                raise BerdsError(f"{self.path}: an SQLite database of another program (tables "
+                                 f"{', '.join(sorted(tables)[:5])}), not a berds judgement cache — give --cache a "
+                                 "new file name or a file berds wrote")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(
