@@ -133,3 +133,14 @@ def test_a_database_of_another_program_is_not_taken_for_a_judgement_cache(tmp_pa
     assert {r[0] for r in sqlite3.connect(other).execute("SELECT name FROM sqlite_master")} == {"users"}
     JudgementCache(tmp_path / "new.sqlite").close()  # a new file, and berds' own, still open
     JudgementCache(tmp_path / "new.sqlite").close()
+
+
+def test_an_unknown_version_of_a_catalogue_judge_is_named_as_such():
+    # "embedded:v99" looked like module:attr and failed with "cannot import module 'embedded'"
+    from berds.errors import UnknownNameError
+    from berds.judges.catalogue import check_judge_name
+
+    with pytest.raises(UnknownNameError, match="unknown judge 'embedded:v99'. Did you mean 'embedded:v1'"):
+        check_judge_name("embedded:v99")
+    check_judge_name("embedded:v1")
+    check_judge_name("judges_for_tests:OverlapJudge")  # module:attr plug-ins still resolve

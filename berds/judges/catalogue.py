@@ -80,12 +80,13 @@ def check_judge_name(name: str) -> None:
         if not rest:
             raise BerdsError(f"judge {name!r} names no model: use nli:MODEL_NAME_OR_PATH")
         return
+    known = JUDGES.names() + [f"{b}:MODEL" for b in ("transformers", "vllm", "openai", "nli")]
+    if sep and name not in JUDGES.names() and any(n == prefix or n.startswith(prefix + ":") for n in JUDGES.names()):
+        raise UnknownNameError("judge", name, known)  # e.g. embedded:v99: a catalogue name, not module:attr
     try:
         JUDGES.spec(name)
     except UnknownNameError as exc:
-        raise UnknownNameError(
-            "judge", name, JUDGES.names() + [f"{b}:MODEL" for b in ("transformers", "vllm", "openai", "nli")]
-        ) from exc
+        raise UnknownNameError("judge", name, known) from exc
 
 
 def load_judge(name: str, **options: Any) -> Judge:
