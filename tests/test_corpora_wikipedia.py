@@ -220,3 +220,19 @@ def test_a_page_with_an_empty_id_is_refused_by_title(tmp_path, empty):
     path.write_text(dump([page("Aaron", 12, AARON), bad]))
     with pytest.raises(InputError, match=r"d.xml: page 'Nameless' has an empty or missing <id>"):
         build_wikipedia(tmp_path / "w", dump=path, progress=False)
+
+
+def test_tsv_errors_name_the_line_where_the_problem_is(tmp_path):
+    # the decoder runs a chunk ahead of the csv reader, and a quoted field may span lines: the line named must be
+    # the line of the bad byte, or where the bad record starts (was "near line 14965" and "line 4")
+    rows = ["id\ttext\ttitle\n"] + [f"{i}\tsome text number {i}\tTitle {i}\n" for i in range(1, 20000)]
+    data = "".join(rows).encode()
+    cut = data.index(b"\n15001\t") + 1
+    bad = tmp_path / "bad.tsv"
+    bad.write_bytes(data[:cut] + b"15001\tbad \xff byte\tT\n" + data[cut:])
+    with pytest.raises(InputError, match=r"bad.tsv, line 15002: not UTF-8 text"):
+        list(read_dpr_tsv(bad))
+    quote = tmp_path / "quote.tsv"
+    quote.write_text('id\ttext\ttitle\n1\t"an unbalanced quote\tT\n2\tok\tT\n3\tok\tT\n', encoding="utf-8")
+    with pytest.raises(InputError, match=r"quote.tsv, line 2: expected 3 tab-separated fields"):
+        list(read_dpr_tsv(quote))

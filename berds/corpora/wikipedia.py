@@ -81,15 +81,19 @@ def read_dpr_tsv(path: str | os.PathLike, report: BuildReport | None = None, *, 
                     fix="use DPR's psgs_w100.tsv format, or `berds corpus build web --jsonl` for other layouts",
                 )
             last_title = None
-            for row in reader:
+            while True:
+                start = reader.line_num + 1  # where the next record starts (a quoted field may span lines)
+                row = next(reader, None)
+                if row is None:
+                    break
                 if len(row) != 3:
                     raise InputError(
                         f"expected 3 tab-separated fields (id, text, title), got {len(row)}", path=path,
-                        line=reader.line_num, fix="quote fields containing tabs or newlines as DPR's tsv does",
+                        line=start, fix="quote fields containing tabs or newlines as DPR's tsv does",
                     )
                 pid, body, title = row
                 if not pid.strip():
-                    raise InputError("empty passage id", path=path, line=reader.line_num)
+                    raise InputError("empty passage id", path=path, line=start)
                 if report is not None:
                     report.input_bytes = raw.tell()
                     if title != last_title:
@@ -97,11 +101,28 @@ def read_dpr_tsv(path: str | os.PathLike, report: BuildReport | None = None, *, 
                         report.documents_used += 1
                         last_title = title
                 yield Passage(id=pid, text=body, title=title, source="")
-        except UnicodeDecodeError as exc:
-            raise InputError(f"not UTF-8 text (near line {reader.line_num + 1}: {exc.reason})", path=path,
+        except UnicodeDecodeError as exc:  # (decoding runs a chunk ahead of the reader: find the line in the bytes)
+            line = _line_of_bad_utf8(path)
+            raise InputError(f"not UTF-8 text ({exc.reason})", path=path, line=line,
                              fix="DPR's tsv is UTF-8; re-encode the file") from None
         except csv.Error as exc:
-            raise InputError(f"malformed tsv: {exc}", path=path, line=reader.line_num) from None
+            raise InputError(f"malformed tsv in the record starting here: {exc}", path=path, line=start) from None
+
+
+def _line_of_bad_utf8(path: Path) -> int | None:
+    """The line (1-based) holding the first byte sequence of ``path`` that is not UTF-8 (read again from the start)."""
+    import codecs
+
+    stream, raw = _open_text_stream(path)
+    decoder, line = codecs.getincrementaldecoder("utf-8")(), 1
+    with raw, stream:
+        while chunk := stream.read(1 << 20):
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as exc:
+                return line + chunk.count(b"\n", 0, max(exc.start, 0))
+            line += chunk.count(b"\n")
+    return None
 
 
 # --------------------------------------------------------------------------------- XML dumps
