@@ -566,3 +566,6 @@ def test_an_out_of_range_group_number_is_damage(tmp_path):
         with pytest.raises(InputError, match=rf"groups.npy: the passage store is damaged \(passage '{pid}', record \d, "
                                              rf"has group number {number}; the store has 2 groups\).*rebuild"):
             store.group_of(pid)
+    with pytest.raises(InputError, match=r"groups.npy: the passage store is damaged \(groups.npy holds 3 group numbers for "
+                                         r"3 passages, or numbers outside its 2 groups\)"):
+        store.group_numbers()  # (what BM25 indexing of a per-question corpus reads)

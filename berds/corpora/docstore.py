@@ -826,7 +826,12 @@ class PassageStore:
         """
         if self._record_groups is None:
             return np.full(self._count, -1, dtype=np.int32)
-        return np.asarray(self._record_groups, dtype=np.int32)
+        numbers = np.asarray(self._record_groups, dtype=np.int32)
+        if numbers.size != self._count or (numbers.size and not -1 <= numbers.min() <= numbers.max() < len(self._group_names)):
+            raise InputError(f"the passage store is damaged ({GROUPS_FILE} holds {numbers.size} group numbers for "
+                             f"{self._count} passages, or numbers outside its {len(self._group_names)} groups)",
+                             path=self.path / GROUPS_FILE, fix=_rebuild_hint(self.path, self.manifest))
+        return numbers
 
     def group_ids(self, group: str) -> list[str]:
         """Ids of the passages in ``group``, in store order."""
