@@ -236,3 +236,10 @@ def test_tsv_errors_name_the_line_where_the_problem_is(tmp_path):
     quote.write_text('id\ttext\ttitle\n1\t"an unbalanced quote\tT\n2\tok\tT\n3\tok\tT\n', encoding="utf-8")
     with pytest.raises(InputError, match=r"quote.tsv, line 2: expected 3 tab-separated fields"):
         list(read_dpr_tsv(quote))
+
+
+def test_a_repeated_id_in_a_dpr_tsv_names_its_line(tmp_path):
+    tsv = tmp_path / "dup.tsv"
+    tsv.write_text("id\ttext\ttitle\n1\tfirst text\tA\n2\tsecond text\tA\n1\tthird text\tB\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"dup.tsv, line 4: duplicate passage id '1' \(first added as passage number 1\)"):
+        build_wikipedia(dpr_tsv=tsv, out=tmp_path / "store", progress=False)

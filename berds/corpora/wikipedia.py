@@ -53,12 +53,14 @@ def _open_text_stream(path: Path) -> tuple[IO[bytes], IO[bytes]]:
 
 
 # --------------------------------------------------------------------------------- DPR tsv
-def read_dpr_tsv(path: str | os.PathLike, report: BuildReport | None = None, *, raw_holder: list | None = None) -> Iterator[Passage]:
+def read_dpr_tsv(path: str | os.PathLike, report: BuildReport | None = None, *, raw_holder: list | None = None,
+                 position: dict | None = None) -> Iterator[Passage]:
     """Passages of a DPR-format tsv (``id``, ``text``, ``title``; first line a header), in file order.
 
     Rows with a wrong number of fields, an empty id or a repeated header are errors naming the line.
     ``report`` (optional) counts articles: DPR passages of one article are consecutive, so a change of
-    title starts a new document.
+    title starts a new document. ``position`` (optional) is kept at the ``path`` and ``line`` of the passage
+    last yielded.
     """
     path = Path(path)
     if not path.is_file():
@@ -100,6 +102,8 @@ def read_dpr_tsv(path: str | os.PathLike, report: BuildReport | None = None, *, 
                         report.documents_read += 1
                         report.documents_used += 1
                         last_title = title
+                if position is not None:
+                    position["path"], position["line"] = path, start
                 yield Passage(id=pid, text=body, title=title, source="")
         except UnicodeDecodeError as exc:  # (decoding runs a chunk ahead of the reader: find the line in the bytes)
             line = _line_of_bad_utf8(path)
@@ -325,8 +329,11 @@ def build_wikipedia(
     check_disk_and_announce(out, input_bytes=size, avg_passage_bytes=per_passage, console=console if progress else None,
                             compression=compression)
     raw_holder: list = []
+    locate = None
     if dpr_tsv is not None:
-        stream = ((p, None) for p in read_dpr_tsv(source, report, raw_holder=raw_holder))
+        at: dict = {}  # path and line of the passage being written: a repeated id is reported there
+        stream = ((p, None) for p in read_dpr_tsv(source, report, raw_holder=raw_holder, position=at))
+        locate = lambda: {**at, "fix": "passage ids must be unique within a store"}  # noqa: E731
         options = {}
     else:
         id_fn = DprCounterIds() if id_scheme == "dpr" else doc_ids
@@ -339,6 +346,6 @@ def build_wikipedia(
     with BuildProgress(f"{kind}", total_bytes=size, enabled=progress) as bar:
         bar.position = lambda: raw_holder[0].tell() if raw_holder and not raw_holder[0].closed else size
         store = write_passages(stream, out, report, progress=bar, overwrite=overwrite, resume=resume,
-                               metadata=metadata, shard_size=shard_size, compression=compression)
+                               metadata=metadata, shard_size=shard_size, compression=compression, locate=locate)
     report.input_bytes = size
     return store, report
