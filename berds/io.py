@@ -89,6 +89,32 @@ def finite_json(obj: Any) -> Any:
     return obj
 
 
+class BodyTooLarge(Exception):
+    """A streamed HTTP body passed its size limit (``read_streamed_body``)."""
+
+
+class BodyTooSlow(Exception):
+    """A streamed HTTP body was still arriving at its deadline (``read_streamed_body``)."""
+
+
+def read_streamed_body(response: Any, *, deadline: float, limit: int) -> bytes:
+    """The body of a streamed ``requests`` response, checking the size cap and the deadline (a
+    ``time.monotonic()`` value) after every socket read: ``read1`` returns whatever one read gives, so a server
+    dripping a byte at a time (each byte inside the read timeout) is stopped at the deadline instead of hanging
+    on a 64 KB read. Raises ``BodyTooLarge`` past ``limit`` bytes and ``BodyTooSlow`` past the deadline."""
+    read1 = getattr(response.raw, "read1", None)
+    reader = iter(lambda: read1(65_536, decode_content=True), b"") if read1 else response.iter_content(65_536)
+    chunks, size = [], 0
+    for chunk in reader:
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(limit)
+        if time.monotonic() > deadline:
+            raise BodyTooSlow(deadline)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def read_json(path: PathLike) -> Any:
     path = Path(path)
     try:

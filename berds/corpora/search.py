@@ -47,7 +47,8 @@ from berds.corpora.docstore import PassageStore, check_building_folder, check_st
 from berds.corpora.html import CLEANER_VERSION, CleanedPage, charset_from_content_type, clean_html, decode_html, sniff_binary
 from berds.corpora.split import DEFAULT_WORDS, Document, split_document
 from berds.errors import BerdsError, InputError
-from berds.io import atomic_write, check_writable, read_json, write_json, write_jsonl
+from berds.io import (BodyTooLarge, BodyTooSlow, atomic_write, check_writable, read_json, read_streamed_body,
+                      write_json, write_jsonl)
 from berds.registry import Catalogue
 from berds.types import Passage, Question
 
@@ -382,24 +383,6 @@ def retry_after_seconds(value: str | None) -> float | None:
     return max(0.0, (when - _dt.datetime.now(_dt.timezone.utc)).total_seconds())
 
 
-def _read_body(r: Any, deadline: float, options: "FetchOptions") -> list[bytes]:
-    """The body of a streamed response, chunk by chunk, checking the size cap and the total deadline after
-    every socket read: ``read1`` returns whatever one read gives, so a server dripping a byte at a time
-    (each byte inside the read timeout) is stopped at the deadline instead of hanging on a 64 KB read."""
-    read1 = getattr(r.raw, "read1", None)
-    chunks, size = [], 0
-    reader = iter(lambda: read1(65_536, decode_content=True), b"") if read1 else r.iter_content(65_536)
-    for chunk in reader:
-        size += len(chunk)
-        if size > options.max_bytes:
-            raise _Failure(f"too large (> {options.max_bytes:,} bytes)", retry=False, status=200,
-                           limits={"max_bytes": options.max_bytes})
-        if time.monotonic() > deadline:
-            raise _total_timeout(options, status=200)
-        chunks.append(chunk)
-    return chunks
-
-
 def _total_timeout(options: FetchOptions, status: int | None = None) -> _Failure:
     # Not retried: a page this slow is slow again; the failure is recorded, so a re-run skips it.
     return _Failure(f"timeout (over {options.total_timeout:g} s in total)", retry=False, status=status,
@@ -459,7 +442,13 @@ class PageFetcher:
 
         o = self.options
         deadline = time.monotonic() + o.total_timeout
-        timeout_limits = {"connect_timeout": o.connect_timeout, "read_timeout": o.read_timeout, "total_timeout": o.total_timeout}
+
+        def timed_out() -> _Failure:  # the total deadline's failure when the hop's timeout was cut to the time left
+            if time.monotonic() >= deadline:
+                return _total_timeout(o)
+            return _Failure("timeout", retry=True, limits={"connect_timeout": o.connect_timeout,
+                                                           "read_timeout": o.read_timeout, "total_timeout": o.total_timeout})
+
         try:
             with self._get(url, deadline) as r:
                 if r.status_code == 429 or r.status_code >= 500:
@@ -475,15 +464,19 @@ class PageFetcher:
                 if length and length.isdigit() and int(length) > o.max_bytes:
                     raise _Failure(f"too large ({int(length):,} bytes > {o.max_bytes:,})", retry=False, status=200,
                                    limits={"max_bytes": o.max_bytes})
-                body = b"".join(_read_body(r, deadline, o))
+                try:
+                    body = read_streamed_body(r, deadline=deadline, limit=o.max_bytes)
+                except BodyTooLarge:
+                    raise _Failure(f"too large (> {o.max_bytes:,} bytes)", retry=False, status=200,
+                                   limits={"max_bytes": o.max_bytes}) from None
+                except BodyTooSlow:
+                    raise _total_timeout(o, status=200) from None
                 sniffed = sniff_binary(body, mime, charset=charset_from_content_type(content_type))
                 if sniffed:
                     raise _Failure(f"content type {sniffed} (sniffed)", retry=False, status=200)
                 return body, content_type or "text/html", r.status_code, r.url
         except (requests.Timeout, urllib3.exceptions.ReadTimeoutError):
-            if time.monotonic() >= deadline:  # the hop's timeout was cut to the time left
-                raise _total_timeout(o) from None
-            raise _Failure("timeout", retry=True, limits=timeout_limits) from None
+            raise timed_out() from None
         except (urllib3.exceptions.ProtocolError, urllib3.exceptions.DecodeError) as exc:  # from read1 (not wrapped by requests)
             raise _Failure(f"broken response ({type(exc).__name__})", retry=True) from None
         except requests.exceptions.TooManyRedirects:
@@ -492,9 +485,7 @@ class PageFetcher:
             raise _Failure(f"invalid url ({type(exc).__name__})", retry=False) from None
         except requests.ConnectionError as exc:
             if "timed out" in str(exc).lower():  # requests reports a read timeout mid-body as a ConnectionError
-                if time.monotonic() >= deadline:
-                    raise _total_timeout(o) from None
-                raise _Failure("timeout", retry=True, limits=timeout_limits) from None
+                raise timed_out() from None
             raise _Failure(f"connection error ({type(exc).__name__})", retry=True) from None
         except requests.RequestException as exc:
             raise _Failure(f"request failed ({type(exc).__name__})", retry=False) from None

@@ -25,6 +25,7 @@ from typing import Any, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from berds.errors import BerdsError
+from berds.io import BodyTooLarge, BodyTooSlow, read_streamed_body
 from berds.llm.base import PLAIN_ROLE, ContinuationScore, Generation, Prompt
 from berds.llm.secrets import redact_text, redact_url, url_credentials
 from berds.llm.shared import check_generation_options, generation_from_token_logprobs, normalise_prompts
@@ -351,11 +352,14 @@ class OpenAILLM:
                 deadline = time.monotonic() + self.timeout
                 with self._session().post(url, json=body, timeout=self.timeout, allow_redirects=False,
                                           stream=True) as response:
-                    data = _read_bounded(response, deadline, self.timeout, self.max_response_bytes, url)
+                    data = read_streamed_body(response, deadline=deadline, limit=self.max_response_bytes)
             except (requests.ConnectionError, requests.Timeout) as exc:
                 last = f"{type(exc).__name__}: {self._scrub(str(exc))[:200]}"
-            except _SlowAnswer as exc:
-                last = str(exc)
+            except BodyTooLarge:  # a server bug, not retried
+                raise BerdsError(f"POST {url}: the answer is over {self.max_response_bytes:,} bytes — not a chat "
+                                 "completion; check the server (or raise -o max_response_bytes=N)") from None
+            except BodyTooSlow:  # retried like a timeout
+                last = f"the answer was still arriving after the {self.timeout:g} s timeout"
             else:
                 text = data.decode(response.encoding or "utf-8", errors="replace")
                 if response.status_code not in RETRY_STATUSES:
@@ -414,28 +418,6 @@ def parse_retry_after(value: str | None) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
-
-
-class _SlowAnswer(Exception):
-    """An answer that took longer than the timeout in all (retried like a timeout)."""
-
-
-def _read_bounded(response: Any, deadline: float, timeout: float, limit: int, url: str) -> bytes:
-    """The body of a streamed response, refusing one over ``limit`` bytes (BerdsError: a server bug, not retried)
-    and one still arriving at ``deadline`` (a server dripping bytes, each inside the read timeout)."""
-    # read1 returns what one socket read gives (iter_content's 64 KB reads would wait for a dripping server to fill them)
-    read1 = getattr(response.raw, "read1", None)
-    reader = iter(lambda: read1(65_536, decode_content=True), b"") if read1 else response.iter_content(65_536)
-    chunks, size = [], 0
-    for chunk in reader:
-        size += len(chunk)
-        if size > limit:
-            raise BerdsError(f"POST {url}: the answer is over {limit:,} bytes — not a chat completion; check the "
-                             "server (or raise -o max_response_bytes=N)")
-        if time.monotonic() > deadline:
-            raise _SlowAnswer(f"the answer was still arriving after the {timeout:g} s timeout")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _parse_json_or_text(text: str) -> Any:
