@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from berds.errors import BerdsError, InputError
 from berds.io import new_manifest, read_json, write_json
-from berds.runs import one_token
+from berds.runs import fields_intact, one_token
 
 INDEX_META = "meta.json"
 BUILDING_MARKER = ".building.json"  # settings of a build in progress; removed when meta.json is written
@@ -244,12 +244,10 @@ def write_id(f: Any, pid: str, *, source: Any = None) -> None:
 def write_id_batch(f: Any, ids: Sequence[bytes], *, source: Any = None) -> None:
     """``write_id`` for a batch of ids given as UTF-8 bytes: one check and one write."""
     if ids:
-        text = b"\n".join(ids).decode("utf-8")
-        parts = text.split()  # ids without whitespace: exactly the ids, and only the separators gone
-        if len(parts) != len(ids) or sum(map(len, parts)) != len(text) - len(ids) + 1:
+        text = b"\n".join(ids).decode("utf-8") + "\n"
+        if not fields_intact(text, len(ids), 1):  # (one C-level split for the batch)
             check_row_ids([pid.decode("utf-8") for pid in ids], source=source)
         f.write(text)
-        f.write("\n")
 
 
 def write_ids(path: str | os.PathLike, ids: Iterable[str]) -> None:
