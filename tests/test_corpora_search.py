@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -20,6 +20,7 @@ from berds.corpora.search import (
 )
 from berds.errors import BerdsError
 from berds.types import Question
+from http_fixtures import QuietServer
 
 pytestmark = pytest.mark.network
 
@@ -96,17 +97,6 @@ class Site(BaseHTTPRequestHandler):
         if name == "empty":
             return self._send(200, b"<html><body></body></html>", "text/html")
         return self._send(404, b"", "text/plain")
-
-
-class QuietServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address):
-        # The client gives up on the slow page by design; its broken pipe is expected, not a test failure.
-        import sys
-
-        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
-            super().handle_error(request, client_address)
 
 
 @pytest.fixture()

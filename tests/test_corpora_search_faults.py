@@ -6,7 +6,6 @@ import codecs
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -15,6 +14,7 @@ from berds.corpora.html import decode_html, sniff_binary
 from berds.corpora.search import FetchOptions, PageFetcher, SearchCache, SearchResult, build_search_corpus
 from berds.errors import BerdsError, InputError
 from berds.types import Passage, Question
+from http_fixtures import PageHandler, QuietServer
 
 pytestmark = pytest.mark.network
 
@@ -30,22 +30,8 @@ BINARY = {
 }
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class Handler(PageHandler):
     log: list[str] = []
-
-    def log_message(self, *args):  # keep test output clean
-        pass
-
-    def _send(self, status: int, body: bytes, content_type: str | None = "text/html", **headers: str) -> None:
-        self.send_response(status)
-        if content_type:
-            self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        for k, v in headers.items():
-            self.send_header(k.replace("_", "-"), v)
-        self.end_headers()
-        self.wfile.write(body)
 
     def do_POST(self):  # noqa: N802 (http.server's name): a search API answering every query with /page
         Handler.log.append(f"POST {self.path}")
@@ -100,16 +86,6 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(3)
             return self._send(200, PAGE)
         return self._send(404, b"", "text/plain")
-
-
-class QuietServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address):
-        import sys
-
-        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
-            super().handle_error(request, client_address)
 
 
 @pytest.fixture()

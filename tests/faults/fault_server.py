@@ -19,7 +19,8 @@ import email.utils
 import os
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from http_fixtures import PageHandler, QuietServer
 
 DRIP_INTERVAL = 0.05
 LATIN1_TEXT = ("Le caf\u00e9 co\u00fbte tr\u00e8s cher \u00e0 Z\u00fcrich, o\u00f9 les \u00e9l\u00e8ves "
@@ -29,23 +30,9 @@ LATIN1_PAGE = ("<html><head><title>D\u00e9bat</title></head><body><article><p>" 
 PNG = b"\x89PNG\r\n\x1a\n" + os.urandom(3000)
 
 
-class FaultHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class FaultHandler(PageHandler):
     log: list[tuple[float, str]] = []
     calls: dict[str, int] = {}
-
-    def log_message(self, *args):  # keep test output clean
-        pass
-
-    def _send(self, status: int, body: bytes, content_type: str | None, **headers: str) -> None:
-        self.send_response(status)
-        if content_type:
-            self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        for k, v in headers.items():
-            self.send_header(k.replace("_", "-"), v)
-        self.end_headers()
-        self.wfile.write(body)
 
     def do_GET(self):  # noqa: N802 (http.server's name)
         path = self.path
@@ -88,16 +75,6 @@ class FaultHandler(BaseHTTPRequestHandler):
                 self._send(200, LATIN1_PAGE, "text/html; charset=iso-8859-1")
         else:
             self._send(404, b"", "text/plain")
-
-
-class QuietServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address):
-        import sys
-
-        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
-            super().handle_error(request, client_address)
 
 
 def start() -> tuple[QuietServer, str]:

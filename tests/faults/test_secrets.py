@@ -23,12 +23,10 @@ OPENAI_KEY = "sk-openai-ONLY-FOR-api-openai-com-0001"
 SECRET = "KEY-s3cr3t-5f1e9a77"
 
 
-class RecordingServer:
-    """An OpenAI-compatible endpoint that answers every chat completion with "Yes" (with logprobs) and
-    records each request's Authorization header; ``require`` makes it answer 401 to any other header."""
+class LocalServer:
+    """A threaded HTTP server on 127.0.0.1 whose handler answers POSTs with ``answer(handler)``."""
 
-    def __init__(self, require: str | None = None, redirect_to: str | None = None):
-        self.authorizations: list[str | None] = []
+    def __init__(self):
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -39,37 +37,14 @@ class RecordingServer:
 
             def do_POST(self):  # noqa: N802
                 self.rfile.read(int(self.headers["Content-Length"]))
-                auth = self.headers.get("Authorization")
-                outer.authorizations.append(auth)
-                if redirect_to is not None:
-                    self.send_response(307)
-                    self.send_header("Location", redirect_to)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                if require is not None and auth != require:
-                    status, payload = 401, {"error": {"message": "wrong credentials"}}
-                else:
-                    status, payload = 200, {"choices": [{"index": 0, "finish_reason": "stop",
-                                                         "message": {"role": "assistant", "content": "Yes"},
-                                                         "logprobs": {"content": [{"token": "Yes", "logprob": -0.1,
-                                                                                   "top_logprobs": [
-                                                                                       {"token": "Yes", "logprob": -0.1},
-                                                                                       {"token": "No", "logprob": -2.4}]}]}}]}
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                outer.answer(self)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.httpd.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}/v1"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
-    def url_with(self, userinfo: str) -> str:
-        return f"http://{userinfo}@127.0.0.1:{self.port}/v1"
+    def answer(self, handler: BaseHTTPRequestHandler) -> None:
+        raise NotImplementedError
 
     def __enter__(self):
         return self
@@ -77,6 +52,45 @@ class RecordingServer:
     def __exit__(self, *exc):
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class RecordingServer(LocalServer):
+    """An OpenAI-compatible endpoint that answers every chat completion with "Yes" (with logprobs) and
+    records each request's Authorization header; ``require`` makes it answer 401 to any other header."""
+
+    def __init__(self, require: str | None = None, redirect_to: str | None = None):
+        self.authorizations: list[str | None] = []
+        self.require, self.redirect_to = require, redirect_to
+        super().__init__()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+
+    def answer(self, handler: BaseHTTPRequestHandler) -> None:
+        auth = handler.headers.get("Authorization")
+        self.authorizations.append(auth)
+        if self.redirect_to is not None:
+            handler.send_response(307)
+            handler.send_header("Location", self.redirect_to)
+            handler.send_header("Content-Length", "0")
+            handler.end_headers()
+            return
+        if self.require is not None and auth != self.require:
+            status, payload = 401, {"error": {"message": "wrong credentials"}}
+        else:
+            status, payload = 200, {"choices": [{"index": 0, "finish_reason": "stop",
+                                                 "message": {"role": "assistant", "content": "Yes"},
+                                                 "logprobs": {"content": [{"token": "Yes", "logprob": -0.1,
+                                                                           "top_logprobs": [
+                                                                               {"token": "Yes", "logprob": -0.1},
+                                                                               {"token": "No", "logprob": -2.4}]}]}}]}
+        data = json.dumps(payload).encode()
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+
+    def url_with(self, userinfo: str) -> str:
+        return f"http://{userinfo}@127.0.0.1:{self.port}/v1"
 
 
 def basic(user: str, password: str) -> str:
@@ -260,37 +274,6 @@ def test_a_cache_written_with_keys_in_its_judge_ids_is_rewritten_once_when_opene
     with JudgementCache(path) as c:
         assert len(c.judges()) == 3
     assert capsys.readouterr().err == ""
-
-
-class LocalServer:
-    """A threaded HTTP server on 127.0.0.1 whose handler answers POSTs with ``answer(handler)``."""
-
-    def __init__(self):
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):  # noqa: N802
-                self.rfile.read(int(self.headers["Content-Length"]))
-                outer.answer(self)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def answer(self, handler: BaseHTTPRequestHandler) -> None:
-        raise NotImplementedError
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 class EchoingServer(LocalServer):
