@@ -273,7 +273,7 @@ def evaluate_run(
             keys[qid] = (pds, sds)
         stats = JudgeStats(pairs=sum(map(len, wanted.values())))
 
-        rows: dict[bytes, dict[bytes, tuple[int, float | None, str | None, str | None]]] = {pd: {} for pd in wanted}
+        rows: dict[bytes, dict[bytes, tuple[int, float | None, str | None]]] = {pd: {} for pd in wanted}
         if cache is not None and overwrite != "always":
             rows = cache.lookup(judge.id, judge.prompt_version, wanted, with_raw=False)
         stats.cached = sum(len(found) for found in rows.values())
@@ -294,8 +294,7 @@ def evaluate_run(
         bs = batch_size or int(getattr(judge, "batch_size", 0) or 64) * 4
         answered = runner(judge, missing, cache, batch_size=bs, progress=progress, description=f"judging {run.name or 'run'}")
         for (perspective, passage), v in answered.items():
-            rows[digest(perspective)][digest(passage)] = (
-                int(bool(v.label)), v.p_yes, v.raw, json.dumps(v.detail) if v.detail else None)
+            rows[digest(perspective)][digest(passage)] = (int(bool(v.label)), v.p_yes, json.dumps(v.detail) if v.detail else None)
         stats.judged = len(missing)
         stats.seconds = time.perf_counter() - started
 
@@ -308,8 +307,8 @@ def evaluate_run(
             py = np.full((len(pds), depth), np.nan)
             if sds and pds:
                 n = len(sds)
-                # (label, p_yes, raw, detail) per pair, perspective by perspective, then one column per field
-                labels, probs, _, details = zip(*[row for pd in pds for row in map(rows[pd].__getitem__, sds)])
+                # (label, p_yes, detail) per pair, perspective by perspective, then one column per field
+                labels, probs, details = zip(*[row for pd in pds for row in map(rows[pd].__getitem__, sds)])
                 s[:, :n] = np.array(labels, dtype=bool).reshape(len(pds), n)
                 py[:, :n] = np.array(probs, dtype=float).reshape(len(pds), n)  # (None becomes NaN)
                 if any(details):
