@@ -83,6 +83,9 @@ def test_eval_and_analysis_tables(tmp_path, runs, headers):
         "report": ["report", *runs, "--judge", JUDGE, "--k", "5", "--cache", cache, "--out", str(tmp_path / "rep"),
                    "-q"],
         "cache info": ["cache", "info", "--cache", cache],
+        "eval --measure": ["eval", *runs, "--judge", JUDGE, "--k", "5,10", "--cache", cache, "-q", "--out",
+                           str(tmp_path / "measured"), "--measure", "alpha_nDCG@10", "--measure", "ERR_IA@10",
+                           "--measure", "StRecall@10"],
     }
     for what, args in commands.items():
         check(run_80(args, headers), headers, what)
