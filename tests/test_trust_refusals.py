@@ -144,3 +144,25 @@ def test_an_unknown_version_of_a_catalogue_judge_is_named_as_such():
         check_judge_name("embedded:v99")
     check_judge_name("embedded:v1")
     check_judge_name("judges_for_tests:OverlapJudge")  # module:attr plug-ins still resolve
+
+
+def test_pairs_listed_twice_are_counted_and_named(tmp_path):
+    # the study's own dev file repeats 6 pairs: every row counts (as in the study), and the commands say so
+    rows = [LabelledPair("q?", "a", "doc a", "p", True), LabelledPair("q?", "b", "doc b", "p", False),
+            LabelledPair("q?", "a2", "doc a", "p", False),  # line 4: line 2's pair, labelled the other way
+            LabelledPair("q2?", "b2", "doc b", "p", False)]  # line 5: line 3's pair again, same label
+    path = tmp_path / "twice.tsv"
+    write_labelled_pairs(path, rows)
+    pairs = read_labelled_pairs(path)
+    assert pairs.repeats() == {"repeated_rows": 2, "conflicting_pairs": 1, "example_lines": [2, 4]}
+    assert read_labelled_pairs(write_labelled_pairs(tmp_path / "once.tsv", rows[:2]) and tmp_path / "once.tsv"
+                               ).repeats_note() is None
+    out = tmp_path / "report.json"
+    done = subprocess.run(berds_cmd("judge", "validate", "--labels", str(path), "--judge", "judges_for_tests:OverlapJudge",
+                                    "--out", str(out), "--no-cache", "--bootstrap", "0"),
+                          capture_output=True, text=True, env=subprocess_env(COLUMNS="200"))
+    assert done.returncode == 0, done.stderr
+    assert "lists 2 row(s) whose (perspective, document) pair appears on an earlier line, 1 of them labelled both 0 " \
+           "and 1 (e.g. lines 2, 4)" in " ".join(done.stdout.split())  # (rich wraps the line)
+    report = json.loads(out.read_text())
+    assert report["labels"]["n"] == 4 and report["labels"]["repeats"]["conflicting_pairs"] == 1

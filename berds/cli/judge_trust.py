@@ -32,6 +32,15 @@ def _write_json(out: Optional[Path], payload: dict) -> None:
         write_json(out, finite_json(payload))  # (κ of a one-class file is NaN: written as null)
 
 
+def _note_repeats(labels: Path, console) -> None:
+    """Say when the labelled file lists a pair twice (or labels it both ways); the measures count every row."""
+    from berds.trust.labels import read_labelled_pairs
+
+    note = read_labelled_pairs(labels).repeats_note()
+    if note:
+        console.print(note, style="yellow", highlight=False)
+
+
 def _options(items: List[str]) -> dict:
     from berds.registry import parse_options
 
@@ -73,6 +82,7 @@ def validate_command(
     if markdown:
         console.print(markdown_table(report), highlight=False, markup=False, soft_wrap=True)
     _write_json(out, report.to_json())
+    _note_repeats(labels, console)
     console.print(f"{report.n} labelled pairs from {labels} ({100 * report.gold_positive_share:.1f}% positive), "
                   f"{len(report.judges)} judge(s)" + (f" → {out}" if out else ""), highlight=False)
 
@@ -112,6 +122,7 @@ def audit_command(
         console.print("stance: no pair has a known stance — add a 'stance' column (support/oppose) to compare "
                       "supporting and opposing perspectives", highlight=False)
     _write_json(out, report.to_json())
+    _note_repeats(labels, console)
     found = report.biases_found
     console.print(("biases found: " + ", ".join(found)) if found else "no bias found at this significance level",
                   highlight=False)
@@ -147,6 +158,7 @@ def calibrate_command(
     console.print(reliability_rich_table(result))
     console.print(threshold_rich_table(result))
     _write_json(out, result.to_json())
+    _note_repeats(labels, console)
     where = f"stored in {result.store_path} — use --judge calibrated:{judge}" if result.store_path else "not stored (--no-save)"
     console.print(f"threshold {result.threshold.threshold:.4f} for {result.judge_id}: {where}", highlight=False)
 
@@ -178,5 +190,7 @@ def stance_correct_command(
         table.add_column(col, justify="left" if col in ("setting", "perspective") else "right")
     for row in body:
         table.add_row(*row)
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    _note_repeats(labels, console)
     _write_json(out, {"analysis": result.KIND, "version": 1, **result.to_json()})

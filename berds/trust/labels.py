@@ -25,7 +25,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -98,6 +98,31 @@ class LabelledSet:
 
     def subset(self, indices: Iterable[int]) -> "LabelledSet":
         return LabelledSet(tuple(self.pairs[i] for i in indices), self.path, self.sha256)
+
+    def repeats(self) -> dict[str, Any]:
+        """Pairs the file lists more than once: the same (perspective, document) the judge sees, whatever the
+        question or id. ``{"repeated_rows": rows beyond each pair's first, "conflicting_pairs": pairs labelled
+        both 0 and 1, "example_lines": the lines of the first conflicting (else repeated) pair}``. Every row still
+        counts in every measure (a study's file may repeat pairs on purpose); the commands only say so."""
+        lines: dict[tuple[str, str], list[LabelledPair]] = {}
+        for p in self.pairs:
+            lines.setdefault((p.perspective, p.document), []).append(p)
+        repeated = [rows for rows in lines.values() if len(rows) > 1]
+        conflicting = [rows for rows in repeated if len({p.label for p in rows}) > 1]
+        example = (conflicting or repeated or [[]])[0]
+        return {"repeated_rows": sum(len(rows) - 1 for rows in repeated), "conflicting_pairs": len(conflicting),
+                "example_lines": [p.line for p in example]}
+
+    def repeats_note(self) -> str | None:
+        """One line for the commands to print when ``repeats`` found any (None when every pair is listed once)."""
+        found = self.repeats()
+        if not found["repeated_rows"]:
+            return None
+        conflict = (f", {found['conflicting_pairs']} of them labelled both 0 and 1" if found["conflicting_pairs"]
+                    else "")
+        return (f"note: {self.path or 'the labelled file'} lists {found['repeated_rows']} row(s) whose (perspective, "
+                f"document) pair appears on an earlier line{conflict} (e.g. lines "
+                f"{', '.join(map(str, found['example_lines']))}); every row is counted as it stands")
 
     def with_inferred_stances(self) -> "LabelledSet":
         """A copy where pairs without a stance get one from ``infer_stances`` (``negation-cue``) when it decides."""

@@ -269,11 +269,13 @@ class ValidationReport:
     seed: int
     resample: str = "pairs"
     questions: int = 0
+    repeats: dict[str, Any] = field(default_factory=dict)  # LabelledSet.repeats(): pairs the file lists twice
 
     def to_json(self) -> dict[str, Any]:
         return {
             "labels": {"path": self.labels_path, "sha256": self.labels_sha256, "n": self.n,
-                       "gold_positive_share": self.gold_positive_share, "questions": self.questions},
+                       "gold_positive_share": self.gold_positive_share, "questions": self.questions,
+                       "repeats": self.repeats},
             "bootstrap": {"samples": self.n_boot, "seed": self.seed, "interval": "percentile 95%",
                           "resample": self.resample},
             "judges": [j.to_json() for j in self.judges],
@@ -369,7 +371,7 @@ def validate(
         rows.append(score_predictions(f"column:{column}", gold, annotator_labels(labelled, column), n_boot=n_boot,
                                       seed=seed, groups=groups))
     return ValidationReport(labelled.path, labelled.sha256, len(labelled), float(gold.mean()), rows,
-                            compare_judges(gold, rows), n_boot, seed, resample, len(set(questions)))
+                            compare_judges(gold, rows), n_boot, seed, resample, len(set(questions)), labelled.repeats())
 
 
 def validate_files(
