@@ -190,6 +190,8 @@ def test_rerank_command_with_any_name_and_the_list(tmp_path, minilm, capsys):
     assert code == 0, err
     back = load_run(tmp_path / "mmr")
     assert back.manifest["rerank"]["lambda"] == 0.99 and back.manifest["rerank"]["embedded_now"] == 0
+    assert back.manifest["rerank"]["top"] is None  # no --top: the summary says what that means
+    assert "all reranked" in out and "None" not in out, out
     code, out, err = run_cli("rerankers", "list")
     assert code == 0 and all(name in out for name in BUILT_IN)
     code, out, err = run_cli("check-reranker", "mmr", "-o", "lam=0.5", "--model", minilm)

@@ -118,8 +118,8 @@ def rerank_command(
     info = reranked.manifest.get("rerank", {})
     rows = [["reranker", reranker.name], ["method", str(info.get("method"))]]
     for key in ("lambda", "diversity", "encoder", "normalisation", "depth", "top", "embedded_now"):
-        if key in info:
-            rows.append([key, str(info[key])])
+        if key in info:  # (top None: every reranked passage is kept)
+            rows.append([key, "all reranked" if key == "top" and info[key] is None else str(info[key])])
     empty = [q for q in before.questions if not before.hits[q]]
     rows += [["questions", str(len(reranked.questions))], ["questions whose top 10 changed", str(moved)]]
     if empty:  # kept empty (nothing to rerank); eval scores them only with --allow-short
