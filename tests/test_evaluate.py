@@ -123,6 +123,17 @@ def test_cache_is_keyed_by_judge_and_prompt(tmp_path):
     assert cache.judges() == [("judge-a", "v1", 1)]
 
 
+def test_starting_the_default_cache_is_said_once(capsys):
+    from berds.evaluate.cache import default_cache_path
+
+    with JudgementCache():  # $BERDS_HOME is this test's own folder, with no cache in it yet
+        pass
+    assert f"starting the default judgement cache at {default_cache_path()}" in capsys.readouterr().err
+    with JudgementCache():
+        pass
+    assert capsys.readouterr().err == ""
+
+
 def test_lazy_judge_is_not_built_when_everything_is_cached(tmp_path, tiny_run):
     cache = JudgementCache(tmp_path / "c.sqlite")
     evaluate_run(tiny_run, OverlapJudge(), ks=(3,), cache=cache, progress=False)

@@ -71,6 +71,11 @@ class JudgementCache:
 
     def __init__(self, path: str | Path | None = None, *, timeout: float = 120.0):
         self.path = Path(path) if path is not None else default_cache_path()
+        if path is None and not self.path.exists():  # (an explicit --cache says so in the CLI's option check)
+            import sys
+
+            print(f"note: starting the default judgement cache at {self.path}; verdicts are kept there and reused "
+                  "(--cache FILE for another, --no-cache for none)", file=sys.stderr)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         try:
