@@ -250,12 +250,18 @@ def test_a_duplicate_id_names_the_input_file_and_line(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     first = write_jsonl(tmp_path / "a" / "data.jsonl", [{"text": "hello world"}])
-    second = write_jsonl(tmp_path / "b" / "data.jsonl", [{"text": "other words"}])  # also "data:1" (stem:line)
-    with pytest.raises(InputError, match=r"b/data.jsonl, line 1: duplicate passage id 'data:1-0' .*--id-field"):
-        build_web(tmp_path / "s", jsonl=[first, second], progress=False)
-    third = write_jsonl(tmp_path / "c.jsonl", [{"id": "x", "text": "one"}, {"id": "y", "text": "two"}, {"id": "x", "text": "3"}])
-    with pytest.raises(InputError, match=r"c.jsonl, line 3: duplicate passage id 'x'"):
-        build_web(tmp_path / "t", jsonl=[third], as_passages=True, progress=False)
+    second = write_jsonl(tmp_path / "b" / "data.jsonl", [{"text": "other words"}])
+    third = write_jsonl(tmp_path / "c.jsonl", [{"text": "third"}])
+    # records without ids are "<stem>:<line>", and where two files share a stem, "<folder>/<stem>:<line>"
+    build_web(tmp_path / "s", jsonl=[first, second, third], progress=False)
+    from berds.corpora.docstore import PassageStore
+
+    assert sorted(PassageStore.open(tmp_path / "s").ids()) == ["a/data:1-0", "b/data:1-0", "c:1-0"]
+    with pytest.raises(InputError, match=r"a/data.jsonl, line 1: duplicate passage id 'a/data:1-0' .*--id-field"):
+        build_web(tmp_path / "s2", jsonl=[first, second, first], progress=False)
+    fourth = write_jsonl(tmp_path / "d.jsonl", [{"id": "x", "text": "one"}, {"id": "y", "text": "two"}, {"id": "x", "text": "3"}])
+    with pytest.raises(InputError, match=r"d.jsonl, line 3: duplicate passage id 'x'"):
+        build_web(tmp_path / "t", jsonl=[fourth], as_passages=True, progress=False)
 
 
 def test_resume_compares_each_input_beyond_its_first_64_kib(tmp_path):

@@ -6,7 +6,8 @@ candidates tried in order, and an explicit option wins over all of them (``Jsonl
     text   text, raw_content (CCNet), contents (Sphere / pyserini), content, body
     title  title
     url    url, source
-    id     id, _id, docid, doc_id          (missing: "<file stem>:<line>")
+    id     id, _id, docid, doc_id          (missing: "<file stem>:<line>"; "<folder>/<stem>:<line>" where
+                                           two input files share a stem)
 
 Auto-detection looks at the first record of each file; a later record lacking the detected text field
 is an error naming the line. Records whose text is HTML go through the shared cleaner with ``html=True``.
@@ -102,7 +103,9 @@ def iter_jsonl_documents(
     ``position`` (optional) is kept at the ``path`` and ``line`` of the document last yielded.
     """
     seen_fields: dict[str, dict[str, str]] = {}
-    for path in map(Path, paths):
+    paths = [Path(p) for p in paths]
+    prefixes = auto_id_prefixes(paths)
+    for path, prefix in zip(paths, prefixes):
         resolved: JsonlFields | None = None
         for line, record in iter_jsonl(path):
             if resolved is None:
@@ -117,7 +120,7 @@ def iter_jsonl_documents(
             doc_id = (record_id(record[resolved.id], what=f"the id field {resolved.id!r}", path=path, line=line)
                       if resolved.id and record.get(resolved.id) is not None else "")  # (a float id: refused, not "1.5")
             if not doc_id.strip():
-                doc_id = f"{path.stem}:{line}"
+                doc_id = f"{prefix}:{line}"
             if html:
                 page = clean_html(text, url=url)
                 text, title = page.text, title or page.title
@@ -134,6 +137,24 @@ def iter_jsonl_documents(
             raise InputError("holds no records", path=path, fix="check the file (it is empty or only blank lines)")
     if report is not None:
         report.extra["jsonl_fields"] = seen_fields
+
+
+def auto_id_prefixes(paths: Sequence[Path]) -> list[str]:
+    """What names a record without an id (``<prefix>:<line>``): the file's stem, or where two inputs share a
+    stem (``a/data.jsonl``, ``b/data.jsonl``), its path from their nearest common folder without the suffix
+    (``a/data``, ``b/data``), so their records do not collide. The same file given twice gets one prefix (its
+    records are then duplicates, and refused as such)."""
+    stems = [p.stem for p in paths]
+    out = list(stems)
+    for stem in {s for s in stems if stems.count(s) > 1}:
+        idx = [i for i, s in enumerate(stems) if s == stem]
+        resolved = [paths[i].resolve() for i in idx]
+        if len(set(resolved)) < 2:
+            continue
+        common = Path(os.path.commonpath([r.parent for r in resolved]))
+        for i, r in zip(idx, resolved):
+            out[i] = (r.parent.relative_to(common) / r.stem).as_posix()
+    return out
 
 
 def _url_id(url: str) -> str:
@@ -313,8 +334,7 @@ def build_web(
 
         def record_position() -> dict:  # a repeated id is reported at the record that repeats it
             return {**jsonl_at, "fix": "passage ids must be unique within a store: give each record a unique id "
-                                       "(--id-field), or give input files distinct names (records without an id "
-                                       "are named <file stem>:<line>)"}
+                                       "(--id-field); records without an id are named <file stem>:<line>)"}
 
         locate = record_position
     else:
