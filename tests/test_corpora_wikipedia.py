@@ -141,6 +141,15 @@ def test_malformed_dumps_are_named_errors(tmp_path):
         list(iter_dump_pages(fake))
 
 
+def test_a_page_listed_twice_in_a_dump_is_named(tmp_path):
+    twice = tmp_path / "twice.xml"
+    twice.write_text(dump([page("Aaron", 12, AARON), page("Other", 20, "Some words here."), page("Aaron", 12, AARON)]))
+    with pytest.raises(InputError, match=r"twice.xml, record 'page 12 \(Aaron\)': duplicate passage id '12-0'"):
+        build_wikipedia(tmp_path / "store", dump=twice, progress=False)
+    _, report = build_wikipedia(tmp_path / "numbered", dump=twice, id_scheme="dpr", progress=False)  # the way out it names
+    assert report.passages_written == 3  # Aaron (one passage) twice, Other once
+
+
 def test_resume_after_a_truncated_dump(tmp_path):
     pages = [page(f"Article {i}", 100 + i, " ".join(f"w{i}x{j}" for j in range(150))) for i in range(40)]
     full = tmp_path / "full.xml"

@@ -338,8 +338,18 @@ def build_wikipedia(
     else:
         id_fn = DprCounterIds() if id_scheme == "dpr" else doc_ids
         docs = iter_dump_documents(source, report, keep_lists=keep_lists, workers=workers, raw_holder=raw_holder)
-        stream = ((p, None) for d in docs for p in split_document(
-            d, words_per_passage=words_per_passage, title_in_text=title_in_text, passage_id=id_fn))
+        page: dict = {}  # the page being split: a repeated id (a page listed twice) is reported by its id and title
+
+        def passages_of_pages() -> Iterator[tuple[Passage, None]]:
+            for d in docs:
+                page["record"] = f"page {d.id} ({d.title})"
+                for p in split_document(d, words_per_passage=words_per_passage, title_in_text=title_in_text,
+                                        passage_id=id_fn):
+                    yield p, None
+
+        stream = passages_of_pages()
+        locate = lambda: {"path": source, **page, "fix": "passage ids must be unique within a store: is a page "  # noqa: E731
+                          "listed twice in the dump? (--ids dpr numbers passages instead)"}
         options = {"words_per_passage": words_per_passage, "title_in_text": title_in_text, "id_scheme": id_scheme,
                    "keep_lists": keep_lists}
     metadata = {"source": {"kind": kind, "path": str(source.resolve()), "bytes": size}, "options": options}
