@@ -88,7 +88,20 @@ def test_eval_and_analysis_tables(tmp_path, runs, headers):
                            "--measure", "StRecall@10"],
     }
     for what, args in commands.items():
-        check(run_80(args, headers), headers, what)
+        output = run_80(args, headers)
+        check(output, headers, what)
+
+
+def test_cache_info_keeps_a_long_judge_id_on_one_line(tmp_path, headers):
+    from berds.evaluate.cache import JudgementCache
+    from berds.types import JudgePair, Verdict
+
+    judge_id = "embedded:v2-minilm-l6-dcde3ec3c6+stance-ac28ba6746"  # the shipped judge's id: 50 characters
+    with JudgementCache(tmp_path / "c.sqlite") as cache:
+        cache.put_many(judge_id, "embedded-cross-encoder-v2", [JudgePair("p", "passage")], [Verdict(True, 0.9, "")])
+    output = run_80(["cache", "info", "--cache", str(tmp_path / "c.sqlite")], headers)
+    check(output, headers, "cache info")
+    assert judge_id in output and "embedded-cross-encoder-v2" in output, output  # (copied from here into scripts)
 
 
 def test_judge_trust_tables(tmp_path, runs, headers):

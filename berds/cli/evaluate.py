@@ -172,8 +172,9 @@ def cache_info(cache: Optional[Path] = typer.Option(None, "--cache", help="Cache
                          fix="check --cache (or $BERDS_HOME); `berds eval` creates the cache when it first judges")
     with JudgementCache(path) as c:
         table = Table(title=f"judgement cache {c.path}")
-        for col in ("judge id", "prompt version", "verdicts"):
-            table.add_column(col, overflow="fold")
+        # the prompt version under its judge id: side by side, a judge id (50+ characters) was cut at 80 columns
+        table.add_column("judge id\n  prompt version", overflow="fold")
+        table.add_column("verdicts", justify="right")
         for judge_id, prompt, n in c.judges():
-            table.add_row(judge_id, prompt, f"{n:,}")
+            table.add_row(f"{judge_id}\n  {prompt}", f"{n:,}")
         Console().print(table)
