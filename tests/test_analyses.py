@@ -112,6 +112,11 @@ def test_stance_files(tmp_path):
     hand.write_text('{"id": "q1", "supporting": 2}\n')
     with pytest.raises(InputError, match="line 1, record 'q1': 'supporting' must be 0, 1 or null"):
         read_stances(hand)
+    # 1.0 equals 1 but is no index: it used to end 'analyze leaning' in a numpy IndexError traceback
+    for bad in ('"supporting": 1.0', '"supporting": true', '"supporting": 1, "opposing": 0.0'):
+        hand.write_text('{"id": "q1", %s}\n' % bad)
+        with pytest.raises(InputError, match="line 1, record 'q1': '(supporting|opposing)' must be"):
+            read_stances(hand)
     hand.write_text('{"id": "q3", "supporting": 0}\n')
     with pytest.raises(InputError, match="3 perspectives; stances need exactly 2"):
         read_stances(hand, {q.id: q for q in QUESTIONS})

@@ -204,10 +204,11 @@ def read_stances(path: str | Path, questions: Mapping[str, Question] | None = No
             raise InputError("record has no 'supporting' (0 or 1: which perspective supports the question)",
                              path=path, line=line, record=qid)
         sup = rec["supporting"]
-        if sup is not None and (isinstance(sup, bool) or sup not in (0, 1)):
+        # an index into the perspectives: 1.0 or true would pass ``in (0, 1)`` and break numpy indexing later
+        if sup is not None and (type(sup) is not int or sup not in (0, 1)):
             raise InputError(f"'supporting' must be 0, 1 or null, got {sup!r}", path=path, line=line, record=qid)
         opp = rec.get("opposing", None if sup is None else 1 - sup)
-        if sup is not None and opp != 1 - sup:
+        if sup is not None and (type(opp) is not int or opp != 1 - sup):
             raise InputError(f"'opposing' must be the other perspective ({1 - sup}), got {opp!r}", path=path,
                              line=line, record=qid)
         status = rec.get("status") or ("given" if sup is not None else "unparsed")
