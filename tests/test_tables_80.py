@@ -118,6 +118,21 @@ def test_judge_trust_tables(tmp_path, runs, headers):
         check(run_80(args, headers), headers, what)
 
 
+def test_stance_corrected_sycophancy_table(tmp_path, headers):
+    from berds.evaluate.analyses.results import save_result
+    from berds.evaluate.analyses.sycophancy import SycophancyResult
+    from judge_trust_fixtures import write_demo_subset
+
+    saved = save_result(SycophancyResult(5, [
+        {"label": "minilm-mmr0.75", "query": q, "p": 60.0, "n": 35.0, "p_docs": 12, "n_docs": 7, "docs": 20,
+         "delta": 5 / 12, "questions": 4} for q in ("supporting", "opposing")]), tmp_path / "syco.json")
+    output = run_80(["judge", "stance-correct", "--sycophancy", str(saved), "--labels",
+                     str(write_demo_subset(tmp_path / "pairs.tsv")), "--judge", JUDGE, "--bootstrap", "20", "--cache",
+                     str(tmp_path / "c.sqlite"), "-q"], headers)
+    check(output, headers, "judge stance-correct")
+    assert "12/7/20" in output and "sensitivity/specificity" in output, output
+
+
 def test_catalogue_and_setup_tables(tmp_path, headers):
     for args in (["judges", "list"], ["retrievers", "list"], ["encoders", "list"], ["llm", "list"], ["rerankers", "list"],
                  ["engine", "info", "--engine", "local"], ["check-retriever", "word-overlap"]):

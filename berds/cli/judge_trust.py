@@ -187,10 +187,11 @@ def stance_correct_command(
     title, header, body = result.table()
     table = Table(title=title)
     for col in header:
-        table.add_column(col, justify="left" if col in ("setting", "perspective") else "right")
+        table.add_column(col, justify="left" if col in ("setting", "query") else "right")
     for row in body:
         table.add_row(*row)
     console = Console()
     console.print(table)
+    console.print(result.rates_note(), highlight=False)
     _note_repeats(labels, console)
     _write_json(out, {"analysis": result.KIND, "version": 1, **result.to_json()})

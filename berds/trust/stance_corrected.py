@@ -121,17 +121,23 @@ class StanceCorrectedResult:
     def table(self) -> tuple[str, list[str], list[list[str]]]:
         from berds.evaluate.analyses.common import pct
 
-        header = ["setting", "query", "p docs", "n docs", "documents", "Δ %", "Δ corrected %", "95% interval"]
+        # (six columns and the judge's rates under the table: eight side by side were cut at 80 columns)
+        header = ["setting", "query", "docs p/n/all", "Δ %", "Δ corrected %", "95% interval"]
         body = []
         for r in self.rows:
             lo, hi = r["delta_corrected_ci95"]
-            body.append([r["label"], r["query"], str(r["p_docs"]), str(r["n_docs"]), str(r["docs"]), pct(r["delta"]),
+            body.append([r["label"], r["query"], f"{r['p_docs']}/{r['n_docs']}/{r['docs']}", pct(r["delta"]),
                          pct(r["delta_corrected"]), f"[{pct(lo)}, {pct(hi)}]"])
-        sup, opp = self.rates["support"], self.rates["oppose"]
-        body.append(["judge sens/spec %", "", f"supporting {pct(sup.sensitivity)}/{pct(sup.specificity)}",
-                     f"opposing {pct(opp.sensitivity)}/{pct(opp.specificity)}", "", "", "", ""])
         return (f"Retriever sycophancy at k={self.k}, corrected for the judge's per-stance errors "
                 f"(Rogan–Gladen; rates from {self.labels.get('path', 'a labelled file')})", header, body)
+
+    def rates_note(self) -> str:
+        """The judge's sensitivity/specificity per stance, which the correction used (printed under the table)."""
+        from berds.evaluate.analyses.common import pct
+
+        sup, opp = self.rates["support"], self.rates["oppose"]
+        return (f"judge sensitivity/specificity %: supporting perspectives {pct(sup.sensitivity)}/"
+                f"{pct(sup.specificity)}, opposing {pct(opp.sensitivity)}/{pct(opp.specificity)}")
 
 
 def check_sycophancy_rows(data: Mapping[str, Any], source: Any = None) -> list[dict[str, Any]]:
