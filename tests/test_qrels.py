@@ -103,3 +103,24 @@ def test_bad_measures_and_judgement_files(tmp_path):
     (tmp_path / "empty-dir").mkdir()
     with pytest.raises(InputError, match="holds no judgements.jsonl"):
         read_judgements(tmp_path / "empty-dir")
+
+
+def test_judgement_values_that_int_would_bend_and_non_utf8_bytes_are_refused(tmp_path):
+    # int() turned a label of 0.9 into rel 0 and a perspective of -1 into subtopic 0, written without a word;
+    # a non-UTF-8 byte was a UnicodeDecodeError traceback
+    good = '{"qid": "q1", "docid": "d1", "rank": 1, "perspective": 0, "label": 1}\n'
+    path = tmp_path / "judgements.jsonl"
+    for bad, why in (('"perspective": -1', "'perspective' must be an index"), ('"perspective": 0.9', "'perspective'"),
+                     ('"label": 0.9', "'label' must be 0 or 1"), ('"label": 2', "'label' must be 0 or 1"),
+                     ('"rank": 0', "'rank' must be an integer >= 1")):
+        key = bad.split(":")[0]
+        record = json.loads(good)
+        record[json.loads(key)] = json.loads(bad.split(":", 1)[1])
+        path.write_text(good + json.dumps(record) + "\n")
+        with pytest.raises(InputError, match=f"judgements.jsonl, line 2: not a judgement record .*{why}"):
+            read_judgements(path)
+    path.write_bytes(good.encode() + b'{"qid": "q\xff"}\n')
+    with pytest.raises(InputError, match="judgements.jsonl, line 2: not UTF-8"):
+        read_judgements(path)
+    path.write_text(good.replace('"label": 1', '"label": true'))
+    assert read_judgements(path)[0] == [("q1", "1", "d1", 1)]

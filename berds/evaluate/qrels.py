@@ -55,21 +55,23 @@ def read_judgements(path: str | Path) -> tuple[list[QrelRow], list[RunRow]]:
         path = found[0]
     if not path.is_file():
         raise InputError("no such judgements file or evaluation folder", path=path)
-    text = path.read_text(encoding="utf-8")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError("not UTF-8 text", path=path, line=data.count(b"\n", 0, exc.start) + 1,
+                         fix="pass the judgements.jsonl `berds eval` wrote") from None
     lines = [line for line in text.splitlines() if line.strip()]
     try:  # one C-level parse of the whole file; on any error, parse line by line to name the bad line
         records = json.loads("[" + ",".join(lines) + "]")
-        fields = [(str(r["qid"]), str(r["docid"]), int(r["rank"]), str(int(r["perspective"]) + 1), int(r["label"]))
-                  for r in records]
+        fields = [_judgement_fields(r) for r in records]
     except (ValueError, KeyError, TypeError):
         fields = []
         for line_number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
             try:
-                r = json.loads(line)
-                fields.append((str(r["qid"]), str(r["docid"]), int(r["rank"]), str(int(r["perspective"]) + 1),
-                               int(r["label"])))
+                fields.append(_judgement_fields(json.loads(line)))
             except (ValueError, KeyError, TypeError) as exc:
                 raise InputError(f"not a judgement record ({type(exc).__name__}: {exc})", path=path, line=line_number,
                                  fix='expected {"qid", "docid", "rank", "perspective", "label"} as berds eval writes'
@@ -83,6 +85,19 @@ def read_judgements(path: str | Path) -> tuple[list[QrelRow], list[RunRow]]:
     if not labels:
         raise InputError("holds no judgements", path=path)
     return ([(q, s, d, r) for (q, s, d), r in labels.items()], [(q, d, rank) for (q, rank), d in ranks.items()])
+
+
+def _judgement_fields(r: Mapping[str, Any]) -> tuple[str, str, int, str, int]:
+    """``(qid, docid, rank, subtopic, rel)`` of one judgements.jsonl record; int() would quietly turn a label of 0.9
+    into 0 and a perspective of -1 into subtopic 0, so anything but berds' own values is refused."""
+    rank, perspective, label = r["rank"], r["perspective"], r["label"]
+    if type(rank) is not int or rank < 1:
+        raise ValueError(f"'rank' must be an integer >= 1, got {rank!r}")
+    if type(perspective) is not int or perspective < 0:
+        raise ValueError(f"'perspective' must be an index >= 0, got {perspective!r}")
+    if label not in (0, 1) or isinstance(label, float):
+        raise ValueError(f"'label' must be 0 or 1, got {label!r}")
+    return str(r["qid"]), str(r["docid"]), rank, str(perspective + 1), int(label)
 
 
 def qrels_from_judgements(judgements: Iterable[Any]) -> tuple[list[QrelRow], list[RunRow]]:
