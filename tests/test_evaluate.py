@@ -391,3 +391,26 @@ def test_a_perspective_shared_by_questions_is_judged_once_per_passage_and_no_mor
     again = evaluate_run(run, judge, ks=(3,), cache=cache, progress=False)
     assert judge.pairs == [] and again.stats.cached == len(needed)
     assert {q: m.tolist() for q, m in again.support.items()} == {q: m.tolist() for q, m in first.support.items()}
+
+
+class DetailedJudge:
+    """Verdicts with every kind of detail: a transcript that mentions the word, a parsed flag, the unparsed flag."""
+
+    id, prompt_version, batch_size = "detailed", "v1", 8
+
+    def judge(self, pairs):
+        details = [{"debate": {"critic": "an answer left unparsed here was re-asked"}}, {"unparsed": False}, None,
+                   {"unparsed": True, "debate": {"critic": "no answer"}}, {"seed": 1}]
+        return [Verdict(i % 2 == 0, 0.5, "x", details[hash(p.passage) % 5]) for i, p in enumerate(pairs)]
+
+
+def test_unparsed_answers_are_counted_exactly_from_cached_details(tmp_path):
+    run = make_run(n_questions=3, depth=6)
+    cache = JudgementCache(tmp_path / "c.sqlite")
+    fresh = evaluate_run(run, DetailedJudge(), ks=(5,), progress=False, cache=cache, allow_unparsed=True)
+    cached = evaluate_run(run, DetailedJudge(), ks=(5,), progress=False, cache=cache, allow_unparsed=True)
+    assert cached.stats.judged == 0 and fresh.stats.judged > 0
+    from berds.evaluate.evaluation import pairs_for_run
+
+    expected = sum(hash(p.passage) % 5 == 3 for rows in pairs_for_run(run, 5).values() for row in rows for p in row)
+    assert 0 < expected == cached.stats.unparsed == fresh.stats.unparsed

@@ -312,7 +312,9 @@ def evaluate_run(
                 s[:, :n] = np.array(labels, dtype=bool).reshape(len(pds), n)
                 py[:, :n] = np.array(probs, dtype=float).reshape(len(pds), n)  # (None becomes NaN)
                 if any(details):
-                    stats.unparsed += sum(1 for d in details if d and json.loads(d).get("unparsed"))
+                    # (only a detail that mentions the key is parsed: a debate judge stores its whole transcript
+                    # there, and parsing 175k transcripts took longer than the rest of a cached evaluation)
+                    stats.unparsed += sum(1 for d in details if d and "unparsed" in d and json.loads(d).get("unparsed"))
                 stats.verdicts += len(pds) * n
             support[qid], p_yes[qid] = s, py
             per_question[qid] = question_metrics(s, ks)
