@@ -131,3 +131,31 @@ def test_report_command_with_analyses_only(tmp_path):
     bad.write_text(json.dumps({"analysis": "nonsense"}))
     result = CliRunner().invoke(app, ["report", "--analysis", str(bad), "--out", str(tmp_path / "r2")])
     assert result.exit_code != 0 and "not a berds analysis result" in str(result.exception)
+
+
+LEAN_ROW = {"run": "a", "questions": 3, "supporting only": 1, "opposing only": 1, "both": 1, "neither": 0, "no_stance": 0}
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"analysis": "leaning", "k": 5, "rows": ["x"]}, "row 1 is not an object"),
+    ({"analysis": "leaning", "k": 5, "rows": [{"run": "a"}]}, "row 1: 'questions' must be a count \\(missing\\)"),
+    ({"analysis": "leaning", "k": 5, "rows": [{**LEAN_ROW, "questions": "3"}]}, "'questions' must be a count"),
+    ({"analysis": "leaning", "k": 5, "rows": []}, "leaning result has no rows"),
+    ({"analysis": "leaning", "k": -5, "rows": [LEAN_ROW]}, "'k' must be a positive integer, got -5"),
+    ({"analysis": "coverage", "depth": 5, "rows": [{"run": "a", "questions": 3, "mrecall": float("nan"),
+                                                    "perspective_recall": 1.0}]}, "'mrecall' must be a share"),
+    ({"analysis": "docs-needed", "depth": 5, "rows": [{"run": "a", "dataset": "all", "questions": 1, "covered": 1,
+                                                       "covered_share": 1.0, "mean": "x", "median": None}]},
+     "'mean' must be a number or null"),
+    ({"analysis": "sycophancy", "k": 5, "rows": [{"label": "a", "query": "question", "p": 1.0, "n": 1.0}]},
+     "'delta' must be a number or null \\(missing\\)"),
+])
+def test_report_refuses_a_damaged_analysis_result_by_row_and_field(tmp_path, data, message):
+    # these ended `berds report --analysis` in a KeyError / TypeError / format traceback, or printed nan as a share
+    from berds.errors import InputError
+    from berds.evaluate.analyses.results import load_result
+
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError, match=f"bad.json: .*{message}"):
+        load_result(path)

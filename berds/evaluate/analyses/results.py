@@ -5,6 +5,7 @@ This module imports every analysis; the analyses themselves import only ``common
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,60 @@ def load_result(path: str | Path) -> Any:
         raise InputError(f"not a berds analysis result (analysis={kind!r})", path=path,
                          fix=f"pass a JSON written by `berds analyze` ({', '.join(kinds)})")
     try:
-        return kinds[kind].from_json(data)
+        result = kinds[kind].from_json(data)
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"malformed {kind} result ({type(exc).__name__}: {exc})", path=path) from None
+    check_rows(result, path)
+    return result
+
+
+def _count(v: Any) -> bool:
+    return type(v) is int and v >= 0
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _share(v: Any) -> bool:
+    return _number(v) and 0 <= v <= 1
+
+
+def _maybe(check: Any) -> Any:
+    return lambda v: v is None or check(v)
+
+
+# What each row of a result holds; the tables and figures index and format these fields (a hand-edited or
+# damaged file used to end `berds report` in a KeyError or format traceback, or print NaN as a share).
+ROW_FIELDS: dict[str, dict[str, tuple[Any, str]]] = {
+    "leaning": {"run": (lambda v: isinstance(v, str), "text"), "questions": (_count, "a count"),
+                **{c: (_count, "a count") for c in ("supporting only", "opposing only", "both", "neither", "no_stance")}},
+    "coverage": {"run": (lambda v: isinstance(v, str), "text"), "questions": (_count, "a count"),
+                 "mrecall": (_share, "a share in [0, 1]"), "perspective_recall": (_share, "a share in [0, 1]")},
+    "docs-needed": {"run": (lambda v: isinstance(v, str), "text"), "dataset": (lambda v: isinstance(v, str), "text"),
+                    "questions": (_count, "a count"), "covered": (_count, "a count"),
+                    "covered_share": (_share, "a share in [0, 1]"), "mean": (_maybe(_number), "a number or null"),
+                    "median": (_maybe(_number), "a number or null")},
+    "sycophancy": {"label": (lambda v: isinstance(v, str), "text"),
+                   "query": (lambda v: v in ("question", "supporting", "opposing"), "question, supporting or opposing"),
+                   "p": (_maybe(_number), "a number or null"), "n": (_maybe(_number), "a number or null"),
+                   "delta": (_maybe(_number), "a number or null")},  # its counts: stance_corrected.check_sycophancy_rows
+}
+
+
+def check_rows(result: Any, path: str | Path) -> None:
+    """Refuse a result whose cut-off or rows are not what ``berds analyze`` writes, naming the row and field."""
+    size = "depth" if hasattr(result, "depth") else "k"
+    if not _count(getattr(result, size)) or getattr(result, size) < 1:
+        raise InputError(f"malformed {result.KIND} result: {size!r} must be a positive integer, "
+                         f"got {getattr(result, size)!r}", path=path)
+    if not result.rows:
+        raise InputError(f"{result.KIND} result has no rows", path=path, fix="run `berds analyze` again")
+    for i, row in enumerate(result.rows, start=1):
+        if not isinstance(row, dict):
+            raise InputError(f"malformed {result.KIND} result: row {i} is not an object", path=path)
+        for key, (ok, expected) in ROW_FIELDS[result.KIND].items():
+            if key not in row or not ok(row[key]):
+                got = f"got {row[key]!r}" if key in row else "missing"
+                raise InputError(f"malformed {result.KIND} result: row {i}: {key!r} must be {expected} ({got})",
+                                 path=path)
