@@ -167,9 +167,10 @@ class JudgementCache:
         """Cached rows for many pairs at once — the bulk path ``evaluate_run`` uses.
 
         ``wanted`` maps a perspective digest to the passage digests wanted with it; returns
-        ``{perspective digest: {passage digest: (label, p_yes, detail JSON, raw)}}`` for the pairs found, the
-        rows being ``(label, p_yes, detail JSON)`` without ``raw`` unless ``with_raw`` (metrics never need the
-        judge's text, and a column fewer is 10% of the read). One query per perspective reads every verdict
+        ``{perspective digest: {passage digest: (label, p_yes, detail JSON, raw)}}`` for the pairs found.
+        Without ``with_raw`` — what metrics read — rows are ``(label, p_yes, detail JSON)``, with no ``raw`` (a
+        column fewer is 10% of the read) and the detail only where it mentions ``unparsed`` (the one thing metrics
+        ask of it; a debate judge keeps whole transcripts there, which are then not read into Python). One query per perspective reads every verdict
         cached for it (a perspective belongs to one question, so these are the passages some run retrieved for
         that question: a few hundred at most in practice), in one read snapshot; measured 2x faster than
         ``passage IN (...)`` lists or a joined temp table, and level with one bulk SELECT of the same verdicts
@@ -192,7 +193,8 @@ class JudgementCache:
                                       if passage in want}
                     else:
                         out[persp] = {passage: (label, p_yes, detail) for passage, label, p_yes, detail
-                                      in cur.execute(f"SELECT passage, label, p_yes, detail {where}", key)
+                                      in cur.execute("SELECT passage, label, p_yes, "
+                                                     f"iif(instr(detail, 'unparsed'), detail, NULL) {where}", key)
                                       if passage in want}
             finally:
                 cur.execute("COMMIT")
