@@ -125,3 +125,32 @@ def test_report_marks_a_significant_difference(tmp_path):
     bad_all = next(r for r in rows if r[0] == "bad" and r[1] == "all")
     # twelve questions each gain MRecall@5 = 1: exact p = 2/4096, significant after Holm
     assert good_all[3] == "100.0*" and bad_all[3] == "0.0"
+
+
+def test_compare_fits_80_columns_takes_a_k_list_and_says_when_questions_differ(tmp_path):
+    # the ten-column table cut every header word at 80 columns ('metri c', 'signi fican t'), --k 5,10 was refused
+    # (every other command takes comma lists), and runs with different questions were compared on the shared ones
+    # without a word on screen
+    import re
+
+    from typer.testing import CliRunner
+
+    from berds.cli import app
+
+    a = save_run(make_run(n_questions=3, depth=10, name="bm25"), tmp_path / "bm25")
+    b = save_run(shuffled(make_run(n_questions=2, depth=10), "minilm-mmr0.75"), tmp_path / "minilm-mmr0.75")
+    result = CliRunner().invoke(app, ["compare", str(a), str(b), "--judge", "judges_for_tests:OverlapJudge", "--k",
+                                      "5,10", "--resamples", "200", "--cache", str(tmp_path / "j.sqlite"), "-q"],
+                                env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    header = " ".join(line for line in lines if line.startswith("┃"))
+    for word in ("run", "metric", "baseline", "points", "[CI]", "Holm"):
+        assert re.search(rf"(^|\s){re.escape(word)}(\s|$)", header.replace("┃", " ")), (word, result.output)
+    assert "MRecall@10" in result.output and "Prec@5" in result.output
+    assert "note: minilm-mmr0.75: compared on the 2 questions it shares with bm25" in result.output
+    result = CliRunner().invoke(app, ["compare", str(a), str(b), "--judge", "judges_for_tests:OverlapJudge",
+                                      "--alpha", "1.5", "--cache", str(tmp_path / "none.sqlite")])
+    assert result.exit_code != 0 and "alpha must be between 0 and 1" in str(result.exception)
+    assert not (tmp_path / "none.sqlite").exists()  # refused before any judging

@@ -10,7 +10,8 @@ from typing import Any, List, Optional
 import typer
 
 from berds.cli.analysis import _console, _print_table as _table  # one table style for every command
-from berds.cli.options import JUDGE_REQUIRED_HELP, cache_file_callback, out_folder_callback, require_judge
+from berds.cli.options import (JUDGE_REQUIRED_HELP, K_HELP, cache_file_callback, ks_callback, out_folder_callback, parse_ks,
+                               require_judge)
 
 rerankers_app = typer.Typer(help="Rerankers: list what is available.", no_args_is_help=True)
 study_app = typer.Typer(help="Studies that combine retrieval, reranking and judging.", no_args_is_help=True)
@@ -166,7 +167,7 @@ def check_reranker_command(
 def compare_command(
     runs: List[Path] = typer.Argument(..., help="Run folders or BERDS jsonl files; the first is the baseline."),
     judge: Optional[str] = typer.Option(None, "--judge", "-j", help=JUDGE_REQUIRED_HELP),
-    k: List[int] = typer.Option([5], "--k", help="Cut-offs; repeat for several."),
+    k: List[str] = typer.Option(["5"], "--k", metavar="K", callback=ks_callback, help=K_HELP),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Label or path of the baseline run (default: the first)."),
     resamples: int = typer.Option(10000, "--resamples", min=100, help="Bootstrap and permutation resamples."),
     alpha: float = typer.Option(0.05, "--alpha", help="Significance level (after Holm's correction)."),
@@ -182,11 +183,13 @@ def compare_command(
     from berds.evaluate.compare import compare_paths
     from berds.registry import parse_options
 
-    result = compare_paths([str(r) for r in runs], judge, ks=k, baseline=baseline, n_resamples=resamples,
+    result = compare_paths([str(r) for r in runs], judge, ks=parse_ks(k), baseline=baseline, n_resamples=resamples,
                            alpha=alpha, seed=seed, judge_options=parse_options(judge_option), cache_path=cache,
                            allow_short=allow_short, progress=not quiet)
-    title, header, rows = result.table()
+    title, header, rows = result.table(narrow=True)
     _table(title, header, rows)
+    for line in result.notes:  # e.g. runs compared on the questions they share: never silently fewer
+        _console().print(f"[yellow]note:[/] {line}", highlight=False)
     if out is not None:
         from berds.evaluate.report import write_compare
 

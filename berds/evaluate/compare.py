@@ -71,7 +71,16 @@ class CompareResult:
                 "interval": "bootstrap of the mean difference (scipy.stats.bootstrap)",
                 "notes": self.notes, "comparisons": [asdict(c) for c in self.comparisons]}
 
-    def table(self) -> tuple[str, list[str], list[list[str]]]:
+    def table(self, *, narrow: bool = False) -> tuple[str, list[str], list[list[str]]]:
+        """Title, header, rows; ``narrow``: seven columns that fit an 80-column terminal (ten cut header words)."""
+        if narrow:
+            header = ["run", "metric", "n", "baseline %", "run %", "Δ points [CI]", "p / Holm"]
+            rows = [[c.run, c.metric.replace("mrecall", "MRecall").replace("precision", "Prec"), str(c.questions),
+                     f"{100 * c.baseline_mean:.1f}", f"{100 * c.run_mean:.1f}",
+                     f"{100 * c.difference:+.1f} [{100 * c.ci_low:+.1f}, {100 * c.ci_high:+.1f}]",
+                     f"{c.p_value:.4f} / {c.p_holm:.4f}" + ("*" if c.significant else "")] for c in self.comparisons]
+            return (f"paired comparison against {self.baseline} (judge {self.judge_id}); {100 * self.confidence:g}% "
+                    f"CI; p: permutation test / Holm-corrected; *: significant at α={self.alpha:g}", header, rows)
         header = ["run", "metric", "questions", "baseline %", "run %", "Δ (points)", f"{100 * self.confidence:g}% CI",
                   "p", "p (Holm)", f"significant (α={self.alpha:g})"]
         rows = [[c.run, c.metric, str(c.questions), f"{100 * c.baseline_mean:.1f}", f"{100 * c.run_mean:.1f}",
@@ -211,6 +220,9 @@ def compare_paths(run_paths: Sequence[str | Path], judge: str | Any, *, ks: Sequ
 
     if len(run_paths) < 2:
         raise BerdsError("compare needs at least two runs: the baseline and one more")
+    alpha = options.get("alpha", 0.05)
+    if not 0 < alpha < 1:  # before judging, which can take hours
+        raise BerdsError(f"alpha must be between 0 and 1, got {alpha}")
     ks = tuple(sorted({int(k) for k in ks}))
     if not ks or ks[0] < 1:
         raise BerdsError(f"--k values must be positive integers, got {list(ks)}")
