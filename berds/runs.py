@@ -151,8 +151,10 @@ def save_run(run: Run, out_dir: str | Path, *, overwrite: bool = False) -> Path:
         trec_sha256=sha256_file(out / TREC),  # ... and to this TREC file, written from the same ranking
         # a ranking that repeats passages on purpose (the study's expansion merge): read back as it is
         **({DUPLICATES_KEY: "kept"} if repeats else {}),
+        # the fields set above come from this run: a loaded run's manifest holds its own (load, subset, save)
         **{k: v for k, v in run.manifest.items()
-           if k not in ("kind", "created", "versions", "ctxs_sha256", "trec_sha256", "empty_questions", DUPLICATES_KEY)},
+           if k not in ("kind", "created", "versions", "name", "questions", "min_depth", "max_depth", "ctxs_sha256",
+                        "trec_sha256", "empty_questions", DUPLICATES_KEY)},
     )
     write_json(out / MANIFEST, manifest)  # written last: its presence marks a complete run
     return out

@@ -219,3 +219,15 @@ def test_a_passage_listed_twice_is_refused_deduped_or_kept(tmp_path):
         read_ctxs_jsonl(p)
     assert [h.passage.id for h in read_ctxs_jsonl(p, duplicates="dedupe").hits["q"]] == ["a", "b", "c"]
     assert [h.passage.id for h in read_ctxs_jsonl(p, duplicates="keep").hits["q"]] == ["a", "b", "a", "c"]
+
+
+def test_a_loaded_run_saves_again_with_its_own_counts(tmp_path, tiny_run):
+    # A loaded manifest holds name/questions/depths; saving a subset of it (what `study diversify
+    # --expanded-run FOLDER` does) crashed with "new_manifest() got multiple values for keyword argument 'name'".
+    back = load_run(save_run(tiny_run, tmp_path / "run"))
+    first = next(iter(back.questions))
+    part = Run({first: back.questions[first]}, {first: back.hits[first][:2]}, back.manifest, "part")
+    manifest = json.loads((save_run(part, tmp_path / "part") / "manifest.json").read_text())
+    assert manifest["name"] == "part" and manifest["questions"] == 1 and manifest["max_depth"] == 2
+    assert manifest["retriever"] == {"name": "hand-made"}
+    assert len(load_run(tmp_path / "part")) == 1
