@@ -426,3 +426,21 @@ def test_da_without_a_question_set_reads_questions_from_the_answers_file(tmp_pat
     float_id = write_jsonl(tmp_path / "c.jsonl", [{"id": 1.5, "answer": "x", "question": "q"}])
     with pytest.raises(InputError, match="c.jsonl, line 1: answer 'id' must be a string or an integer"):
         read_answers(float_id)
+
+
+def test_the_answers_table_with_every_column_fits_80_columns(tmp_path):
+    # P.D., D.A. and the agreement with labels in one table cut the header 'unparsed' to 'unpar…' at 80 columns
+    from rich.console import Console
+
+    from berds.answers.evaluation import AnswerEvalResult
+
+    summary = {"answers": 120, "mean_answer_words": 250.0, "pd": 123.45, "pd_mean": 41.15, "pd_length_adjusted": 99.99,
+               "da": 0.5, "da_unparsed": 3, "da_agreement": {"n": 120, "accuracy": 0.9, "precision": 1.0, "recall": 0.8,
+                                                             "f1": 0.89}}
+    result = AnswerEvalResult(tmp_path / "model-answers.jsonl", "transformers:x", [], summary, {})
+    console = Console(width=80, record=True, file=open("/dev/null", "w"))
+    console.print(answers_table([result]))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80, text
+    assert "…" not in text and " unparsed " in text and "len-adj" in text
+    assert "D.A. vs labels, model-answers.jsonl: accuracy 0.90, F1 0.89 (n=120)" in text

@@ -526,7 +526,12 @@ def answers_table(results: Sequence[AnswerEvalResult]) -> Any:
 
     metrics = [m for m in METRICS if any(m in r.summary or f"{m}_mean" in r.summary for r in results)]
     models = sorted({r.model for r in results})
-    table = Table(title="DebateQA answer metrics" + (f"\n[dim]evaluator: {models[0]}[/]" if len(models) == 1 else ""))
+    labelled = [r for r in results if "da_agreement" in r.summary and "da" in metrics]
+    # the agreement with human labels goes under the table: as a ninth column it cut 'unparsed' at 80 columns
+    caption = "\n".join(f"D.A. vs labels, {r.path.name}: accuracy {r.summary['da_agreement']['accuracy']:.2f}, "
+                        f"F1 {r.summary['da_agreement']['f1']:.2f} (n={r.summary['da_agreement']['n']})" for r in labelled)
+    table = Table(title="DebateQA answer metrics" + (f"\n[dim]evaluator: {models[0]}[/]" if len(models) == 1 else ""),
+                  caption=caption or None)
     table.add_column("answers", overflow="fold")
     if len(models) > 1:
         table.add_column("evaluator", overflow="fold")
@@ -535,12 +540,9 @@ def answers_table(results: Sequence[AnswerEvalResult]) -> Any:
     if "pd" in metrics:
         for col in ("P.D. ↓", "P.D./n ↓", "P.D. len-adj ↓"):
             table.add_column(col, justify="right")
-    labelled = any("da_agreement" in r.summary for r in results)
     if "da" in metrics:
         table.add_column("D.A. ↑", justify="right")
         table.add_column("unparsed", justify="right")
-        if labelled:
-            table.add_column("vs labels: acc / F1", justify="right")
     for r in results:
         s = r.summary
         row = [r.path.name] + ([r.model] if len(models) > 1 else []) + [str(s["answers"]), f"{s['mean_answer_words']:.0f}"]
@@ -548,8 +550,5 @@ def answers_table(results: Sequence[AnswerEvalResult]) -> Any:
             row += [f"{s['pd']:.2f}", f"{s['pd_mean']:.2f}", f"{s['pd_length_adjusted']:.2f}"]
         if "da" in metrics:
             row += [f"{100 * s['da']:.1f}%", str(s["da_unparsed"])]
-            if labelled:
-                a = s.get("da_agreement")
-                row.append(f"{a['accuracy']:.2f} / {a['f1']:.2f} (n={a['n']})" if a else "")
         table.add_row(*row)
     return table
