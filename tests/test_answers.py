@@ -201,6 +201,13 @@ def test_length_adjustment_removes_a_power_law_length_effect():
     adjusted = [m * f for m, f in zip(pd_means, fit["factors"])]
     assert max(adjusted) / min(adjusted) < 1.15  # only the wiggle is left
     assert length_adjust([1.0, 2.0], [5, 10])["factors"] == [1.0, 1.0]  # too few to fit: unchanged
+    # one P.D./n for every answer: no correlation (was NaN with a numpy RuntimeWarning, and NaN in metrics.json)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        flat = length_adjust([2.0, 2.0, 2.0, 2.0], [5, 10, 20, 40])
+    assert flat["pearson_log_length"] is None and flat["factors"] == [1.0] * 4
 
 
 def test_openai_backend_scores_through_berds_llm_serve(tiny_mistral, files, tmp_path):

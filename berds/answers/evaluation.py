@@ -276,10 +276,11 @@ def length_adjust(pd_means: Sequence[float], lengths: Sequence[int]) -> dict[str
 
     y = np.log(np.asarray(pd_means, dtype=float))
     x = np.log(np.maximum(1, np.asarray(lengths, dtype=float)))
-    if len(y) < 3 or float(np.std(x)) == 0.0:
+    # equal P.D./n everywhere has no correlation to speak of (np.corrcoef warns and gives NaN, which json writes)
+    if len(y) < 3 or float(np.std(x)) == 0.0 or float(np.std(y)) == 0.0:
         return {"slope": 0.0, "n": int(len(y)), "pearson_log_length": None, "pearson_log_length_adjusted": None,
                 "mean_log_words": float(x.mean()) if len(x) else 0.0, "factors": [1.0] * len(y),
-                "note": "too few answers or one length only: no adjustment"}
+                "note": "too few answers, one length only or one P.D./n only: no adjustment"}
     slope, intercept = np.polyfit(x, y, 1)
     adjusted = y - slope * (x - x.mean())
     return {
