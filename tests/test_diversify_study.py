@@ -153,3 +153,32 @@ def test_study_command_on_the_shipped_demo_run(tmp_path):
     saved = json.loads((tmp_path / "study" / "study.json").read_text())
     assert [r["lam"] for r in saved["tuning"]["mmr"]["rows"][1:]] == [0.5, 0.99]  # the --grid replaced the default
     assert len([p for p in saved["tradeoff"] if p["setting"] == "mmr"]) == 2
+
+
+class _NeverJudge:
+    """Fails the test if anything is judged: the refusals below must come first."""
+
+    id = "never"
+
+    def judge(self, pairs, **_):
+        raise AssertionError("judged before the input was checked")
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"grids": {"mmR": [0.5]}}, "grid is given for 'mmR'"),  # was ignored: the default grid ran instead
+    ({"grids": {"dpp": [0.5]}}, "grid is given for 'dpp'"),  # a strategy not asked for
+    ({"select": "mrecall@3"}, "unknown --select metric 'mrecall@3'"),  # was found after tuning the first strategy
+])
+def test_study_refuses_a_stray_grid_or_select_before_judging(options, message):
+    run = load_run(DEMO_DIR / "run.ctxs.jsonl")
+    dev, test = split_questions(run, 0.5)
+    with pytest.raises(BerdsError, match=message):
+        study_diversify(test, dev, _NeverJudge(), encoder=LettersEncoder(), strategies=["mmr"], depth=20, **options)
+
+
+def test_tune_refuses_an_unknown_select_before_judging():
+    from berds.studies.tuning import tune_mmr
+
+    run = load_run(DEMO_DIR / "run.ctxs.jsonl")
+    with pytest.raises(BerdsError, match="unknown --select metric 'MRecall@5'"):
+        tune_mmr(run, _NeverJudge(), lambdas=[0.5], select="MRecall@5", encoder=LettersEncoder(), depth=20)

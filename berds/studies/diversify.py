@@ -141,10 +141,11 @@ def study_diversify(
     from berds.evaluate.evaluation import evaluate_run
     from berds.rerank.catalogue import RERANKERS, load_reranker
     from berds.rerank.embeddings import MemoEncoder
-    from berds.studies.tuning import CLOSER_TO_ORIGINAL, tune_reranker
+    from berds.studies.tuning import CLOSER_TO_ORIGINAL, check_select, tune_reranker
 
     ks = tuple(sorted({int(k) for k in ks}))
     select = select or f"mrecall@{ks[0]}"
+    check_select(select, ks)
     if tradeoff_split not in ("dev", "test"):
         raise BerdsError(f"tradeoff_split must be 'dev' or 'test', got {tradeoff_split!r}")
     overlap = set(test_run.questions) & set(dev_run.questions)
@@ -154,6 +155,9 @@ def study_diversify(
     strategies = list(strategies or DEFAULT_STRATEGIES)
     for name in strategies:
         RERANKERS.spec(name)  # unknown names fail now, with suggestions, before any judging
+    if stray := sorted(set(grids or {}) - set(strategies)):  # a misspelt name would leave the default grid in use
+        raise BerdsError(f"a grid is given for {', '.join(map(repr, stray))}, which this study does not run "
+                         f"(strategies: {', '.join(strategies)}) — check the name after --grid, or add it with -s")
     notes: list[str] = []
     if sum(x is not None for x in (expansions, llm, aspects)) > 1:
         raise BerdsError("give one source of perspectives for xquad/pm2: expansions, llm or aspects='oracle'")

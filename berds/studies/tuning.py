@@ -57,6 +57,13 @@ def choose_value(rows: Sequence[Mapping[str, Any]], select: str, key: str = "lam
     return float(best[key])
 
 
+def check_select(select: str, ks: Sequence[int]) -> None:
+    """Refuse a ``select`` metric the tuning will not compute, before any judging (the grid can take hours)."""
+    metrics = [f"{m}@{k}" for k in ks for m in ("mrecall", "precision")]
+    if select not in metrics:
+        raise BerdsError(f"unknown --select metric {select!r}; use one of {', '.join(metrics)}")
+
+
 def choose_lambda(rows: Sequence[Mapping[str, Any]], select: str) -> float:
     """The λ with the best ``select`` metric; ties go to the larger λ (closer to the original ranking)."""
     return choose_value(rows, select, "lambda")
@@ -96,6 +103,7 @@ def tune_reranker(
         raise BerdsError(f"give at least one value of {parameter}")
     ks = tuple(sorted({int(k) for k in ks}))
     select = select or f"mrecall@{ks[0]}"
+    check_select(select, ks)
 
     def averages(r: Run) -> dict[str, float]:
         result = evaluate_run(r, judge, ks, cache=judgement_cache, allow_short=allow_short,
@@ -149,6 +157,8 @@ def tune_mmr(
             raise BerdsError(f"λ must be between 0 and 1, got {lam}")
     if not list(lambdas):
         raise BerdsError("give at least one λ (--lambdas 0.5,0.75,0.9,0.95,0.99)")
+    if select is not None:  # before the encoder loads
+        check_select(select, sorted({int(k) for k in ks}))
     encoder = encoder if encoder is not None else load_encoder()
 
     def make(lam: float) -> MMRReranker:
