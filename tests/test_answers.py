@@ -451,3 +451,18 @@ def test_the_answers_table_with_every_column_fits_80_columns(tmp_path):
     assert max(len(line) for line in text.splitlines()) <= 80, text
     assert "…" not in text and " unparsed " in text and "len-adj" in text
     assert "D.A. vs labels, model-answers.jsonl: accuracy 0.90, F1 0.89 (n=120)" in text
+
+
+def test_answers_eval_reads_the_files_before_loading_the_model(tmp_path, monkeypatch):
+    # the CLI loaded the evaluator first: a mistyped or broken answers file waited for a 7B model to load (or,
+    # here, was hidden behind the backend's missing-key error)
+    from typer.testing import CliRunner
+
+    from berds.cli import app
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"id": "q1", "answer": "x", "question": "Q?"}\n\xff\n')
+    for path, message in ((tmp_path / "nope.jsonl", "nope.jsonl: file not found"), (bad, "bad.jsonl, line 2: not UTF-8")):
+        result = CliRunner().invoke(app, ["answers", "eval", str(path), "--model", "openai:x", "--metric", "da", "-q"])
+        assert result.exit_code != 0 and message in str(result.exception), result.output

@@ -388,11 +388,13 @@ def evaluate_answers(
     questions: str | Path | Sequence[Question] | None = None,
     split: str = "test",
     options: AnswerEvalOptions | None = None,
+    llm_options: Mapping[str, Any] | None = None,
     **changes: Any,
 ) -> list[AnswerEvalResult]:
     """Score every answers file with the chosen metrics; one result per file.
 
-    ``llm`` is an LLM backend or a ``BACKEND:MODEL`` name (``berds.llm.load_llm_by_name``); ``questions`` a
+    ``llm`` is an LLM backend or a ``BACKEND:MODEL`` name (``berds.llm.load_llm_by_name``, with ``llm_options``),
+    loaded after the files are read; ``questions`` a
     question source (``berds.questions.load_questions``) or a list of ``Question``. P.D. needs gold
     perspectives; D.A. needs only the question text (from the answers file when no questions are given).
     The P.D. length adjustment is fitted over all files together, so the files' adjusted values compare.
@@ -414,7 +416,7 @@ def evaluate_answers(
     if isinstance(llm, str):
         from berds.llm import load_llm_by_name
 
-        llm = load_llm_by_name(llm)
+        llm = load_llm_by_name(llm, **dict(llm_options or {}))
     cache = JudgementCache(opts.cache_path or _default_cache()) if opts.use_cache else None
     results: list[AnswerEvalResult] = []
     try:

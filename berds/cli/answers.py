@@ -45,7 +45,6 @@ def answers_eval(
         evaluate_answers,
         write_answer_outputs,
     )
-    from berds.llm import load_llm_by_name
     from berds.registry import parse_options
 
     options = AnswerEvalOptions(metrics=tuple(metric), pd_prompt=pd_prompt, template=template, da_prompt=da_prompt,
@@ -57,8 +56,9 @@ def answers_eval(
 
         raise BerdsError("two answers files would write to the same output folder "
                          f"({', '.join(str(t) for t in targets if targets.count(t) > 1)}) — give them different names")
-    llm = load_llm_by_name(model, **parse_options(model_option))
-    results = evaluate_answers(answers, llm, questions=questions, split=split, options=options)
+    # the model loads inside, after every answers file is read: a typo'd or broken file fails in seconds
+    results = evaluate_answers(answers, model, questions=questions, split=split, options=options,
+                               llm_options=parse_options(model_option))
     console = Console()
     console.print(answers_table(results))
     for r in results:
