@@ -246,3 +246,39 @@ def test_hits_from_store_attaches_texts_and_ranks_only_when_needed(tmp_path):
         hits_from_store(store, [[("d1", float("nan"))]])
     with pytest.raises(KeyError):
         hits_from_store(store, [[("nope", 1.0)]])
+
+
+class _IndexedRetriever(FixedRetriever):
+    """FixedRetriever whose provenance names the corpus its index was built from."""
+
+    fingerprint = "corpus-a"
+
+    def provenance(self):
+        return {"corpus": {"path": "corpus", "passages": 12, "fingerprint": self.fingerprint}}
+
+
+def test_a_partial_run_of_another_corpus_is_not_resumed(tmp_path):
+    # Same retriever, options, k and questions, but the index at the same path was rebuilt over another corpus
+    # between the stop and the restart: the old hits must not be mixed into the new run.
+    with pytest.raises(RuntimeError, match="killed"):
+        retrieve(_IndexedRetriever(flavour="boom-after-first"), QUESTIONS, k=2, out=tmp_path / "run", batch_size=2,
+                 progress=False)
+    rebuilt = _IndexedRetriever()
+    rebuilt.fingerprint = "corpus-b"
+    run = retrieve(rebuilt, QUESTIONS, k=2, out=tmp_path / "run", batch_size=2, progress=False)
+    assert rebuilt.calls[0] == ["q0", "q1"] and run.manifest["timing"]["resumed"] == 0
+    # the same corpus still resumes
+    with pytest.raises(RuntimeError, match="killed"):
+        retrieve(_IndexedRetriever(flavour="boom-after-first"), QUESTIONS, k=2, out=tmp_path / "run2", batch_size=2,
+                 progress=False)
+    same = _IndexedRetriever()
+    assert retrieve(same, QUESTIONS, k=2, out=tmp_path / "run2", batch_size=2, progress=False).manifest["timing"]["resumed"] == 2
+
+
+def test_a_hit_holding_an_id_instead_of_a_passage_is_named():
+    # Hit("p1", 1.0) builds (Hit does not check its passage); the contract check ended in an AttributeError
+    from berds.retrievers.base import contract_problems
+
+    problems = contract_problems(QUESTIONS[:1], [[Hit("p1", 2.0), Hit("p2", 1.0)]], 2)
+    assert problems == ["question 'q0': a Hit holds a str where a berds.types.Passage belongs "
+                        "(Hit(Passage(id, text, title), score))"]

@@ -26,7 +26,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 from berds.errors import BerdsError
 from berds.io import no_gc
-from berds.types import Hit, Question, rank_hits
+from berds.types import Hit, Passage, Question, rank_hits
 
 
 @runtime_checkable
@@ -120,6 +120,9 @@ def _list_problems(where: str, hits: Sequence[Any], k: int, *, allow_duplicates:
     for h in hits:
         if not isinstance(h, Hit):
             return [f"{where}: expected berds.types.Hit items, got {type(h).__name__}"]
+        if not isinstance(h.passage, Passage):  # Hit(passage_id, score) builds: its fields are not checked
+            return [f"{where}: a Hit holds a {type(h.passage).__name__} where a berds.types.Passage belongs "
+                    "(Hit(Passage(id, text, title), score))"]
         pid, score = h.passage.id, float(h.score)
         if pid in seen:
             duplicate = True

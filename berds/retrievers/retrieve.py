@@ -87,8 +87,11 @@ def retrieve(
         provenance = provenance_of(retriever)
         # the question texts too: a question edited between a stopped run and its resumption is retrieved again
         texts = sha256_text("\n".join(json.dumps([q.id, q.text], ensure_ascii=False) for q in questions))
+        # and what the retriever says it searches (corpus fingerprint, index, encoder): an index rebuilt at the
+        # same path between a stop and a restart would otherwise mix its hits with the old index's in one run
         identity = _jsonable({"retriever": spec_name or provenance["class"], "options": _persistable(options), "k": k,
-                              "questions": question_source["ids_sha256"], "question_texts": texts})
+                              "questions": question_source["ids_sha256"], "question_texts": texts,
+                              "provenance": provenance})
         done: dict[str, list[Hit]] = {}
         if out_dir is not None:
             done = _read_partial(out_dir / PARTIAL, identity, progress)
