@@ -187,6 +187,18 @@ def tiny_llm(tiny_mistral):
     return TransformersLLM(str(tiny_mistral), batch_size=8, device="cpu").load()
 
 
+def test_transformers_backend_on_cuda_without_a_gpu_is_one_line(tiny_mistral):
+    # was torch's AssertionError "Torch not compiled with CUDA enabled", a traceback from inside torch
+    import torch
+
+    from berds.llm.transformers_backend import TransformersLLM
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible here")
+    with pytest.raises(BerdsError, match="device 'cuda' asked for, but torch sees no CUDA GPU"):
+        TransformersLLM(str(tiny_mistral), device="cuda").load()
+
+
 def first_step_logprobs(llm, prompt):
     """Log-softmax of the next-token logits after ``prompt``, by a plain forward pass."""
     import torch

@@ -542,6 +542,18 @@ def test_nli_judge_thresholds_p_entail_of_premise_passage_hypothesis_perspective
     assert strict.id != judge.id  # a new threshold never reuses cached verdicts
 
 
+def test_nli_judge_on_cuda_without_a_gpu_is_one_line(tiny_nli):
+    # was torch's AssertionError "Torch not compiled with CUDA enabled", a traceback from inside torch
+    import torch
+
+    from berds.judges.catalogue import load_judge
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible here")
+    with pytest.raises(BerdsError, match="device 'cuda' asked for, but torch sees no CUDA GPU"):
+        load_judge(f"nli:{tiny_nli}", device="cuda").judge([JudgePair("birds sing", "birds sing")])
+
+
 def test_nli_entailment_label_comes_from_id2label():
     from berds.judges.nli import entailment_index
 

@@ -73,6 +73,10 @@ class NLIJudge:
         tokenizer = _load_or_explain(transformers.AutoTokenizer.from_pretrained, self.model_name, where, "tokenizer",
                                      revision=self.revision)
         device = self.requested_device or ("cuda" if torch.cuda.is_available() else "cpu")
+        if device.startswith("cuda"):  # one line, not torch's "not compiled with CUDA" assertion
+            from berds.indexes.encoders import check_device
+
+            check_device(device)
         if getattr(config, "is_encoder_decoder", False):
             model = _load_or_explain(transformers.AutoModelForSeq2SeqLM.from_pretrained, self.model_name, where,
                                      "seq2seq NLI model", revision=self.revision)

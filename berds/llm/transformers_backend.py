@@ -106,6 +106,10 @@ class TransformersLLM:
             require("gguf", extra="llm", purpose=f"loading the GGUF file {self.gguf_file}")
 
         device = self.requested_device or ("cuda" if torch.cuda.is_available() else "cpu")
+        if device.startswith("cuda"):  # one line, not torch's "not compiled with CUDA" assertion
+            from berds.indexes.encoders import check_device
+
+            check_device(device)
         on_gpu = device == "auto" or device.startswith("cuda")
         dtype = self.requested_dtype
         dtype = ("bfloat16" if on_gpu else "float32") if dtype == "auto" else _DTYPES[dtype]
