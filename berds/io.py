@@ -8,6 +8,7 @@ new one, never half of one.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import hashlib
 import json
@@ -32,12 +33,29 @@ def atomic_write(path: PathLike, mode: str = "w", encoding: str | None = "utf-8"
 
     Use as ``with atomic_write(p) as f: f.write(...)``. On an exception the temporary file is removed
     and the target is untouched. A new file gets the usual mode for the umask (0644 under umask 022);
-    a replaced file keeps the permissions it had.
+    a replaced file keeps the permissions it had. A symbolic link keeps pointing where it did (the file it
+    names is replaced), and something that is not a file (``/dev/stdout``, a pipe, a device) is written to
+    directly: renaming over it would replace the device itself (as root, ``--out /dev/full`` did).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     binary = "b" in mode
-    fd, tmp = _create_temp(path)
+    try:
+        target = os.stat(path)  # (follows links)
+    except (FileNotFoundError, NotADirectoryError):
+        target = None
+    if target is not None and not stat.S_ISREG(target.st_mode):
+        if stat.S_ISDIR(target.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "is a folder, not a file", str(path))
+        with open(path, mode, encoding=None if binary else encoding) as f:
+            yield f
+        return
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd, tmp = _create_temp(path)
+    except OSError as exc:  # named by the file the user asked for, not by the temporary name
+        raise OSError(exc.errno, f"{exc.strerror} (a temporary file beside it could not be made)", str(path)) from None
     try:
         with os.fdopen(fd, mode, encoding=None if binary else encoding) as f:
             yield f

@@ -125,3 +125,17 @@ def test_every_cache_file_option_refuses_a_missing_folder_and_says_when_it_start
     said = " ".join(done.stderr.split())
     assert "note: no cache at" in said and "yet: a new, empty one will be started there" in said
     assert "no such run folder or file" in said  # (then the run is looked for)
+
+
+def test_a_file_the_system_refuses_is_one_line_naming_it(tmp_path):
+    from pathlib import Path
+
+    from conftest import subprocess_env
+
+    labels = Path(__file__).resolve().parents[1] / "berds" / "data" / "demo" / "labelled_pairs.tsv"
+    out = "/proc/berds-report.json"  # nothing can be created in /proc, not even by root
+    done = subprocess.run(berds_cmd("judge", "validate", "--labels", str(labels), "--judge", "demo-gold", "--no-cache",
+                                    "--bootstrap", "0", "-q", "--out", out),
+                          capture_output=True, text=True, env=subprocess_env(COLUMNS="200"), timeout=120)
+    assert done.returncode in (1, 2), done.stderr  # 2: refused up front (not root); 1: refused by the system
+    assert "Traceback" not in done.stderr and "error:" in done.stderr and out in done.stderr, done.stderr

@@ -111,6 +111,16 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(code or 0)
     except typer.Abort:
         _interrupted(args)
+    except OSError as exc:
+        # The system refused a file (disk full, read-only, no permission): one line naming it, not a traceback.
+        # Anything else (a socket error inside a library: no errno, no file) stays a traceback to report.
+        if exc.errno is None and exc.filename is None:
+            raise
+        from rich.console import Console
+
+        where = f"{exc.filename}: " if exc.filename is not None else ""
+        Console(stderr=True).print(f"[bold red]error:[/] {where}{exc.strerror or exc}", highlight=False, soft_wrap=True)
+        sys.exit(1)
     except Exception as exc:
         # Usage errors (bad option value, missing argument, unknown command): typer >= 0.2x raises its own
         # vendored click exceptions (typer.TyperException subclasses), older typer raises click's.

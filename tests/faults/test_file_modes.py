@@ -71,3 +71,27 @@ def test_a_replaced_file_keeps_its_permissions(tmp_path):
     finally:
         os.umask(old)
     assert mode(target) == 0o640 and target.read_text().startswith('{\n  "new"')
+
+
+def test_a_link_keeps_pointing_and_a_pipe_is_written_not_replaced(tmp_path):
+    import threading
+
+    real = tmp_path / "real.txt"
+    real.write_text("old")
+    link = tmp_path / "link.txt"
+    link.symlink_to(real)
+    write_text(link, "new")
+    assert link.is_symlink() and real.read_text() == "new"  # the link was not swapped for a file
+    # something that is not a file (a pipe here; /dev/full or /dev/stdout for a user) is written to, never renamed
+    # over: as root, renaming a temp file onto --out /dev/full replaced the device
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo).read()), daemon=True)
+    reader.start()
+    write_text(fifo, "through the pipe")
+    reader.join(timeout=10)
+    assert got == ["through the pipe"] and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    with pytest.raises(IsADirectoryError):
+        write_text(tmp_path, "x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.txt", "pipe", "real.txt"]  # no temp files left
