@@ -154,3 +154,31 @@ def test_compare_fits_80_columns_takes_a_k_list_and_says_when_questions_differ(t
                                       "--alpha", "1.5", "--cache", str(tmp_path / "none.sqlite")])
     assert result.exit_code != 0 and "alpha must be between 0 and 1" in str(result.exception)
     assert not (tmp_path / "none.sqlite").exists()  # refused before any judging
+
+
+def test_runs_of_two_question_sets_sharing_ids_are_refused_before_judging(tmp_path):
+    from dataclasses import replace
+
+    from berds.evaluate.analyses.coverage import analyze_coverage
+    from berds.evaluate.compare import compare_paths
+
+    a = make_run(n_questions=2, name="set-a")
+    b = make_run(n_questions=2, name="set-b")
+    b.questions["q1"] = replace(b.questions["q1"], text="Should homework be abolished?")  # another set's "q1"
+    paths = [save_run(a, tmp_path / "a"), save_run(b, tmp_path / "b")]
+
+    class NeverJudge:  # nothing may be judged: the check comes first
+        id, prompt_version = "never", "v1"
+
+        def judge(self, pairs):
+            raise AssertionError("judged before the question sets were checked")
+
+    message = r"question 'q1' is not the same question in runs 'set-a' and 'set-b' \(the texts differ"
+    with pytest.raises(BerdsError, match=message):
+        compare_paths(paths, NeverJudge(), ks=(5,), cache_path=tmp_path / "c.sqlite")
+    with pytest.raises(BerdsError, match=message):
+        analyze_coverage([str(p) for p in paths], NeverJudge(), depth=5, cache_path=str(tmp_path / "c.sqlite"))
+    c = make_run(n_questions=2, name="set-c")
+    c.questions["q0"] = replace(c.questions["q0"], perspectives=("bike lanes make streets safer",))
+    with pytest.raises(BerdsError, match=r"question 'q0' is not the same question .* \(the gold perspectives differ"):
+        compare_paths([paths[0], save_run(c, tmp_path / "c")], NeverJudge(), ks=(5,), cache_path=tmp_path / "c.sqlite")

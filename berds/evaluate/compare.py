@@ -215,7 +215,7 @@ def compare_paths(run_paths: Sequence[str | Path], judge: str | Any, *, ks: Sequ
                   cache_path: str | Path | None = None, allow_short: bool = False, progress: bool = False,
                   **options: Any) -> CompareResult:
     """``berds compare``: judge the runs (through the cache) and compare them with the baseline."""
-    from berds.evaluate.analyses.common import judge_runs, run_labels
+    from berds.evaluate.analyses.common import check_same_question_per_id, judge_runs, run_labels
     from berds.runs import load_run
 
     if len(run_paths) < 2:
@@ -228,6 +228,7 @@ def compare_paths(run_paths: Sequence[str | Path], judge: str | Any, *, ks: Sequ
         raise BerdsError(f"--k values must be positive integers, got {list(ks)}")
     runs = [load_run(p) for p in run_paths]
     labels = run_labels(runs, run_paths)
+    check_same_question_per_id(runs, labels)
     index = resolve_baseline(baseline, labels, run_paths)
     results = judge_runs(runs, judge, ks[-1], judge_options=judge_options, cache_path=cache_path,
                          allow_short=allow_short, progress=progress)

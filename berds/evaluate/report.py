@@ -299,6 +299,10 @@ def build_report(
             raise BerdsError("reporting runs needs a judge: --judge NAME")
         depth = max(ks[-1], curve_depth or ks[-1])
         runs = [load_run(p, allow_empty=allow_short) for p in run_paths]
+        if baseline is not None:  # (compared question by question)
+            from berds.evaluate.analyses.common import check_same_question_per_id
+
+            check_same_question_per_id(runs, run_labels(runs, run_paths))
         results = judge_runs(runs, judge, depth, judge_options=judge_options, cache_path=cache_path,
                              allow_short=allow_short, allow_unparsed=allow_unparsed, progress=progress)
         labels = run_labels(runs, run_paths)

@@ -86,6 +86,21 @@ def pct(x: float | None) -> str:
     return "n/a" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{100 * x:.1f}"
 
 
+def check_same_question_per_id(runs: Sequence[Run], labels: Sequence[str]) -> None:
+    """Runs are paired question by question on ids: an id two runs share must be the same question there (text
+    and gold perspectives). Runs of two question sets that both number their questions q0, q1, ... were paired
+    without a word. Checked before any judging."""
+    seen: dict[str, tuple[str, Any]] = {}  # qid -> (label of the first run with it, its question)
+    for label, run in zip(labels, runs):
+        for qid, q in run.questions.items():
+            first = seen.setdefault(qid, (label, q))
+            if (first[1].text, tuple(first[1].perspectives)) != (q.text, tuple(q.perspectives)):
+                what = "texts" if first[1].text != q.text else "gold perspectives"
+                raise BerdsError(f"question {qid!r} is not the same question in runs {first[0]!r} and {label!r} (the "
+                                 f"{what} differ): these runs come from different question sets, and results are "
+                                 "paired by question id — compare runs of one question set")
+
+
 def same_questions(labels: Sequence[str], supports: Sequence[Supports]) -> list[str]:
     """The question ids shared by all runs, in the first run's order; differing sets are an error."""
     first = list(supports[0])

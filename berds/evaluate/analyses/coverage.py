@@ -77,11 +77,12 @@ def analyze_coverage(run_paths: Sequence[str], judge: str | Any, *, depth: int =
                      judge_options: Mapping[str, Any] | None = None, cache_path: str | None = None,
                      allow_short: bool = False, allow_unparsed: bool = False, progress: bool = False) -> CoverageResult:
     """``berds analyze coverage``: judge the top ``depth`` of each run and measure the union's coverage."""
-    from berds.evaluate.analyses.common import judge_runs, run_labels
+    from berds.evaluate.analyses.common import check_same_question_per_id, judge_runs, run_labels
     from berds.runs import load_run
 
     runs = [load_run(p, allow_empty=allow_short) for p in run_paths]
+    labels = run_labels(runs, run_paths)
+    check_same_question_per_id(runs, labels)  # (the union is taken question by question)
     results = judge_runs(runs, judge, depth, judge_options=judge_options, cache_path=cache_path,
                          allow_short=allow_short, allow_unparsed=allow_unparsed, progress=progress)
-    labels = run_labels(runs, run_paths)
     return coverage({lab: res.support for lab, res in zip(labels, results)}, depth)
