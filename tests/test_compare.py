@@ -101,8 +101,14 @@ def test_compare_command_and_report_baseline(tmp_path, capsys):
                              "--cache", cache, "--baseline", "base", "--out", str(tmp_path / "report"), "-q")
     assert code == 0, err
     md = (tmp_path / "report" / "report.md").read_text()
-    assert "paired comparison against base" in md and "Holm" in md
+    assert "paired comparison against base" in md and "Holm" in md and "Note:" not in md
     assert (tmp_path / "report" / "compare.csv").exists()
+    fewer = Run({q: base.questions[q] for q in ("q0", "q1")}, {q: base.hits[q] for q in ("q0", "q1")}, name="fewer")
+    code, out, err = run_cli("report", str(a), str(save_run(fewer, tmp_path / "fewer")), "--judge",
+                             "judges_for_tests:OverlapJudge", "--k", "5", "--cache", cache, "--baseline", "base",
+                             "--out", str(tmp_path / "report2"), "-q")
+    assert code == 0, err  # the note on the questions compared reaches the report, not only compare.json
+    assert "Note: fewer: compared on the 2 questions it shares with base." in (tmp_path / "report2" / "report.md").read_text()
     with pytest.raises(SystemExit) as exc:
         main(["compare", str(a), "--judge", "judges_for_tests:OverlapJudge"])
     assert exc.value.code == 2 and "at least two runs" in capsys.readouterr().err

@@ -331,7 +331,8 @@ def build_report(
             c_title, c_header, c_rows = compared.table()
             md += ["", f"`*`: differs from `{compared.baseline}` at α={compared.alpha:g} (paired permutation test "
                    "over questions, Holm-corrected per metric).", "", f"### {c_title}", "",
-                   markdown_table(c_header, c_rows)]
+                   markdown_table(c_header, c_rows),
+                   *(["", *(f"Note: {note}." for note in compared.notes)] if compared.notes else [])]
         curve_k = curve_depth or ks[-1]
         curves = {label: mrecall_curve({q: m[:, :curve_k] for q, m in res.support.items()}, curve_k)
                   for label, res in zip(labels, results)}
