@@ -98,6 +98,29 @@ def test_get_engine_names_and_errors():
         get_engine("local", address="ray://head:10001")
 
 
+@pytest.mark.parametrize("option", [{"cpus_per_worker": float("nan")}, {"cpus_per_worker": float("inf")},
+                                    {"gpus_per_worker": float("nan")}])
+def test_ray_engine_refuses_sizes_no_worker_could_have(option):
+    # nan ended `berds engine info` in a ValueError traceback; inf sized a pool whose actors could never start
+    pytest.importorskip("ray")
+    with pytest.raises(BerdsError, match="must be a finite number >= 0"):
+        get_engine("ray", **option)
+
+
+def test_ray_engine_refuses_a_gcs_address_nothing_answers():
+    # ray.init("HOST:PORT") retried a dead address for many minutes without a word
+    import socket
+
+    pytest.importorskip("ray")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again below: nothing listens there
+    started = time.perf_counter()
+    with pytest.raises(BerdsError, match=f"cannot reach the Ray cluster at '127.0.0.1:{port}'"):
+        get_engine("ray", address=f"127.0.0.1:{port}").connect()
+    assert time.perf_counter() - started < 10
+
+
 def test_local_engine_builds_once_per_recipe_and_keeps_order():
     engine = get_engine("local")
     CountingDoubler.builds = 0
@@ -362,6 +385,17 @@ def test_ray_replaces_a_hung_worker_and_fails_a_batch_that_always_hangs(ray_engi
 def test_ray_refuses_gpu_workers_on_a_cluster_without_gpus(ray_engine):
     with pytest.raises(BerdsError, match="ask for 1 GPU each but the Ray cluster has 0 GPUs"):
         ray_engine.workers_for(JudgeRecipe("mistral-berds").recipe())
+
+
+@ray_mark
+def test_ray_refuses_workers_larger_than_the_cluster(ray_engine):
+    # an actor asking for 3 CPUs on a 2-CPU instance waited for ever
+    ray_engine.cpus_per_worker = 3.0
+    try:
+        with pytest.raises(BerdsError, match="ask for 3 CPU each but the Ray cluster has 2 CPUs"):
+            ray_engine.workers_for(None)
+    finally:
+        ray_engine.cpus_per_worker = 1.0
 
 
 @ray_mark

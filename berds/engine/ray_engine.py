@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import os
 import time
 from collections import deque
@@ -74,6 +75,23 @@ class BatchWorker:
             "peak_rss_bytes": peak_rss_bytes(),
             "attempt": attempt,
         }
+
+
+def _check_reachable(address: str | None, timeout: float = 10.0) -> None:
+    """A bare ``HOST:PORT`` (a GCS address) that nothing answers is refused here: ``ray.init`` retries it for many
+    minutes in silence. ``ray://`` addresses time out by themselves; ``auto`` and ``None`` need no probe."""
+    import re
+    import socket
+
+    found = re.fullmatch(r"([^:/\s]+|\[[0-9a-fA-F:]+\]):(\d+)", address or "")
+    if not found:
+        return
+    host, port = found.group(1).strip("[]"), int(found.group(2))
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        raise BerdsError(f"cannot reach the Ray cluster at {address!r}: {exc} — check the head's address and port "
+                         "(`ray status` on the head), or pass --address ray://HEAD:10001") from None
 
 
 def _node_ip() -> str:
@@ -154,8 +172,10 @@ class RayEngine:
             raise BerdsError("in_flight_per_worker and max_batch_attempts must be at least 1")
         if batch_timeout is not None and not batch_timeout > 0:
             raise BerdsError(f"batch_timeout must be a positive number of seconds (or None), got {batch_timeout!r}")
-        if cpus_per_worker < 0 or (gpus_per_worker is not None and gpus_per_worker < 0):
-            raise BerdsError("cpus_per_worker and gpus_per_worker must not be negative")
+        for label, value in (("cpus_per_worker", cpus_per_worker), ("gpus_per_worker", gpus_per_worker)):
+            # nan, inf: no actor could ever be placed (a hang), or a ValueError traceback sizing the pool
+            if value is not None and not 0 <= float(value) < math.inf:
+                raise BerdsError(f"{label} must be a finite number >= 0, got {value!r}")
         self._ray = ray
         self._owns_ray = False
         self._connected = False
@@ -187,6 +207,7 @@ class RayEngine:
             return self
         ray = self._ray
         if not ray.is_initialized():
+            _check_reachable(self.address)
             try:
                 ray.init(**self._init_options)
             except (ConnectionError, TimeoutError, RuntimeError, ValueError) as exc:
@@ -232,7 +253,11 @@ class RayEngine:
                 raise BerdsError(f"{what} for {gpus_each:g} GPU each but the Ray cluster has {gpus:g} GPUs "
                                  "— add GPU nodes, or run on CPUs (gpus_per_worker=0, device cpu)")
             return max(1, int(gpus // gpus_each))
-        cpus = float(resources.get("CPU", 1.0))
+        cpus = float(resources.get("CPU", 0.0))  # a cluster without CPUs lists none
+        if self.cpus_per_worker > cpus:  # the actors would wait for ever for CPUs the cluster lacks
+            what = f"{recipe.label!r} workers ask" if recipe is not None else "workers ask"
+            raise BerdsError(f"{what} for {self.cpus_per_worker:g} CPU each but the Ray cluster has {cpus:g} CPUs "
+                             "— lower --cpus-per-worker, or add nodes")
         if self.cpus_per_worker == 0:
             return max(1, int(cpus))
         return max(1, int(cpus // self.cpus_per_worker))
