@@ -82,6 +82,19 @@ class Handler(PageHandler):
             return self._send(302, b"", None, Location="/loop")
         if name == "to-stall":
             return self._send(302, b"", None, Location="/stall")
+        if name == "drip-headers":  # status line and headers a few bytes at a time, each pause within the read timeout
+            head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nX-Slow: " + b"z" * 200 + b"\r\n"
+                    b"Content-Length: " + str(len(PAGE)).encode() + b"\r\n\r\n")
+            try:
+                for i in range(0, len(head), 4):
+                    self.wfile.write(head[i:i + 4])
+                    self.wfile.flush()
+                    time.sleep(0.05)  # 60+ pieces: 3+ s in all
+                self.wfile.write(PAGE)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            self.close_connection = True
+            return None
         if name == "stall":  # headers only after 3 s: each hop's read timeout must be cut to the time left
             time.sleep(3)
             return self._send(200, PAGE)
@@ -344,6 +357,16 @@ def test_a_hop_waits_no_longer_than_the_time_left(server, tmp_path):
     record, _, _ = fetch(f"{server}/to-stall", tmp_path / "cache", total_timeout=0.8, read_timeout=10)
     assert time.monotonic() - start < 2
     assert record.reason == "timeout (over 0.8 s in total)"
+
+
+def test_the_total_timeout_covers_headers_that_drip_in(server, tmp_path):
+    # each piece arrives well within the read timeout, but the whole status line and headers take 3+ s
+    start = time.monotonic()
+    record, _, _ = fetch(f"{server}/drip-headers", tmp_path / "cache", total_timeout=0.8, read_timeout=2)
+    assert time.monotonic() - start < 2
+    assert record.reason == "timeout (over 0.8 s in total)" and not record.ok
+    record, _, _ = fetch(f"{server}/drip-headers", tmp_path / "cache2", total_timeout=10, read_timeout=2)
+    assert record.ok  # given the time, the same page is read whole
 
 
 def test_redirects_resolve_relative_locations_and_stop_at_the_limit(server, tmp_path):

@@ -19,7 +19,8 @@ Pieces:
   bodies without a type, or typed text/plain, are sniffed and binary ones refused), retries with
   exponential backoff for timeouts / connection errors / 429 / 5xx (a ``Retry-After`` is waited for, up to
   ``max_retry_after``), and at most ``per_host`` requests at a time to any one host. The total deadline
-  is checked after every socket read, so a server dripping its body cannot hold a build: the page is
+  is checked after every socket read, and a watchdog shuts the connection down when it passes (a server
+  dripping its headers is inside one requests call), so a slow server cannot hold a build: the page is
   recorded as failed ("timeout (over N s in total)") and a re-run skips it. Redirects are followed here,
   hop by hop, so the deadline covers them too and no hop waits longer than the time left. A failed page
   never aborts the build. A failure caused by a limit (size, timeouts, Retry-After) records that limit; a
@@ -389,6 +390,64 @@ def _total_timeout(options: FetchOptions, status: int | None = None) -> _Failure
                     limits={"total_timeout": options.total_timeout})
 
 
+class _Watchdog:
+    """Calls ``cut`` after ``seconds`` unless cancelled first; ``fired`` is set before it cuts, so a read that
+    ends because of the cut can tell."""
+
+    def __init__(self, seconds: float, cut: Any) -> None:
+        self.fired = threading.Event()
+        self._cut = cut
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        self.fired.set()
+        self._cut()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+def _cuttable_adapter():
+    """A requests adapter that remembers the connections it opens, so ``cut_connections`` can shut their sockets
+    down from another thread (a blocked read then returns at once). Connections made through a proxy are not
+    tracked, nor a TLS handshake still in progress (its socket is not yet the connection's)."""
+    import socket
+    import weakref
+
+    from requests.adapters import HTTPAdapter
+    from urllib3.connection import HTTPConnection, HTTPSConnection
+    from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+    opened: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+    def tracked(pool_class: type, connection_class: type) -> type:
+        def connect(self) -> None:
+            opened.add(self)
+            connection_class.connect(self)
+
+        tracked_connection = type(f"Tracked{connection_class.__name__}", (connection_class,), {"connect": connect})
+        return type(f"Tracked{pool_class.__name__}", (pool_class,), {"ConnectionCls": tracked_connection})
+
+    class CuttableAdapter(HTTPAdapter):
+        def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+            super().init_poolmanager(*args, **kwargs)
+            self.poolmanager.pool_classes_by_scheme = {"http": tracked(HTTPConnectionPool, HTTPConnection),
+                                                       "https": tracked(HTTPSConnectionPool, HTTPSConnection)}
+
+        def cut_connections(self) -> None:
+            for connection in list(opened):
+                sock = getattr(connection, "sock", None)
+                if sock is not None:
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:  # already closed
+                        pass
+
+    return CuttableAdapter()
+
+
 class PageFetcher:
     """Download URLs into a ``SearchCache`` concurrently; every URL ends with a ``PageRecord``."""
 
@@ -408,7 +467,17 @@ class PageFetcher:
             s = self._local.session = requests.Session()
             s.headers["User-Agent"] = self.options.user_agent
             s.headers["Accept"] = "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.1"
+            self._local.adapter = adapter = _cuttable_adapter()
+            s.mount("http://", adapter)
+            s.mount("https://", adapter)
         return s
+
+    def _watchdog(self, deadline: float) -> "_Watchdog":
+        """Cuts this thread's connections at ``deadline``. requests reads a response's status line and headers in
+        one call that no timeout bounds as a whole: a server sending them a few bytes at a time, each piece within
+        the read timeout, held a fetch as long as it liked. Cutting the socket ends that read at once."""
+        self._session()
+        return _Watchdog(max(deadline - time.monotonic(), 0.0), self._local.adapter.cut_connections)
 
     def _host_slot(self, url: str) -> threading.Semaphore:
         host = urlsplit(url).netloc.lower()
@@ -449,6 +518,7 @@ class PageFetcher:
             return _Failure("timeout", retry=True, limits={"connect_timeout": o.connect_timeout,
                                                            "read_timeout": o.read_timeout, "total_timeout": o.total_timeout})
 
+        watchdog = self._watchdog(deadline)
         try:
             with self._get(url, deadline) as r:
                 if r.status_code == 429 or r.status_code >= 500:
@@ -471,6 +541,8 @@ class PageFetcher:
                                    limits={"max_bytes": o.max_bytes}) from None
                 except BodyTooSlow:
                     raise _total_timeout(o, status=200) from None
+                if watchdog.fired.is_set():  # whatever was read when the connection was cut is not the page
+                    raise _total_timeout(o, status=200)
                 sniffed = sniff_binary(body, mime, charset=charset_from_content_type(content_type))
                 if sniffed:
                     raise _Failure(f"content type {sniffed} (sniffed)", retry=False, status=200)
@@ -478,17 +550,22 @@ class PageFetcher:
         except (requests.Timeout, urllib3.exceptions.ReadTimeoutError):
             raise timed_out() from None
         except (urllib3.exceptions.ProtocolError, urllib3.exceptions.DecodeError) as exc:  # from read1 (not wrapped by requests)
+            if time.monotonic() >= deadline:  # the watchdog cut the connection
+                raise _total_timeout(o) from None
             raise _Failure(f"broken response ({type(exc).__name__})", retry=True) from None
         except requests.exceptions.TooManyRedirects:
             raise _Failure("too many redirects", retry=False) from None
         except (requests.exceptions.InvalidURL, requests.exceptions.MissingSchema, requests.exceptions.InvalidSchema) as exc:
             raise _Failure(f"invalid url ({type(exc).__name__})", retry=False) from None
         except requests.ConnectionError as exc:
-            if "timed out" in str(exc).lower():  # requests reports a read timeout mid-body as a ConnectionError
+            # (requests reports a read timeout mid-body as a ConnectionError; a cut connection is one too)
+            if "timed out" in str(exc).lower() or time.monotonic() >= deadline:
                 raise timed_out() from None
             raise _Failure(f"connection error ({type(exc).__name__})", retry=True) from None
         except requests.RequestException as exc:
             raise _Failure(f"request failed ({type(exc).__name__})", retry=False) from None
+        finally:
+            watchdog.cancel()
 
     def fetch(self, url: str) -> PageRecord:
         """Download one URL (with retries) and store the outcome in the cache."""
