@@ -9,6 +9,8 @@ pro/con perspectives per question, standing in for an LLM's), merged round-robin
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -153,6 +155,9 @@ def test_study_command_on_the_shipped_demo_run(tmp_path):
     saved = json.loads((tmp_path / "study" / "study.json").read_text())
     assert [r["lam"] for r in saved["tuning"]["mmr"]["rows"][1:]] == [0.5, 0.99]  # the --grid replaced the default
     assert len([p for p in saved["tradeoff"] if p["setting"] == "mmr"]) == 2
+    # the embeddings went to the default cache the help names (they were kept in memory only: a rerun after
+    # Ctrl-C embedded everything again)
+    assert (Path(os.environ["BERDS_HOME"]) / "embeddings.sqlite").is_file()
 
 
 class _NeverJudge:
@@ -182,3 +187,21 @@ def test_tune_refuses_an_unknown_select_before_judging():
     run = load_run(DEMO_DIR / "run.ctxs.jsonl")
     with pytest.raises(BerdsError, match="unknown --select metric 'MRecall@5'"):
         tune_mmr(run, _NeverJudge(), lambdas=[0.5], select="MRecall@5", encoder=LettersEncoder(), depth=20)
+
+
+def test_a_second_study_into_the_same_out_is_refused_or_replaces_the_first_whole(tmp_path):
+    # A study into a folder holding one replaced its tables and left the earlier study's runs beside the new
+    # ones (runs/dpp from a study that no longer lists dpp); now it is refused unless overwrite, which clears them.
+    from berds.studies.diversify import study_diversify_paths
+
+    common = dict(split_dev=0.5, encoder=LettersEncoder(), cache_path=tmp_path / "j.sqlite", depth=20,
+                  n_resamples=200)
+    out = tmp_path / "study"
+    study_diversify_paths(DEMO_DIR / "run.ctxs.jsonl", out, "demo-gold", strategies=["mmr", "dpp"],
+                          grids={"mmr": [0.5], "dpp": [0.5]}, **common)
+    assert {p.name for p in (out / "runs").iterdir()} == {"mmr", "dpp"}
+    with pytest.raises(BerdsError, match="already holds a study"):
+        study_diversify_paths(DEMO_DIR / "run.ctxs.jsonl", out, _NeverJudge(), strategies=["mmr"], **common)
+    study_diversify_paths(DEMO_DIR / "run.ctxs.jsonl", out, "demo-gold", strategies=["mmr"], grids={"mmr": [0.9]},
+                          overwrite=True, **common)
+    assert {p.name for p in (out / "runs").iterdir()} == {"mmr"}

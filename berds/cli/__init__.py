@@ -57,6 +57,7 @@ KEPT_ON_INTERRUPT = {
     "retrieve": "finished batches are kept in OUT/.partial.jsonl; run the same command again to carry on",
     "corpus": "finished shards and fetched pages are kept; run the same command with --resume to carry on",
     "tune": "the judgement and embedding caches keep every finished batch; run the same command again",
+    "study": "the judgement and embedding caches keep every finished batch; run the same command again",
     "rerank": "the embedding cache keeps every finished batch; run the same command again",
     "analyze": "the judgement cache keeps every answered batch; run the same command again",
     "report": "the judgement cache keeps every answered batch; run the same command again",

@@ -223,12 +223,14 @@ def study_diversify_command(
     cache: Optional[Path] = typer.Option(None, "--cache", callback=cache_file_callback, help="Judgement cache file."),
     embedding_cache: Optional[Path] = typer.Option(None, "--embedding-cache", help="Embedding cache file (default: $BERDS_HOME/embeddings.sqlite)."),
     allow_short: bool = typer.Option(False, "--allow-short", help="Score questions with fewer than k passages, or none: missing ranks count as unsupported."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a study already in --out (its reranked runs too)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Tune every strategy on dev, report test MRecall/Precision with intervals and significance, plot the trade-off."""
     judge = require_judge(judge)
     from berds.errors import BerdsError
     from berds.registry import parse_options
+    from berds.rerank.embeddings import default_embedding_cache_path
     from berds.studies.diversify import study_diversify_paths
 
     grids = {}
@@ -245,8 +247,9 @@ def study_diversify_command(
         expansions=expansions, llm=llm, aspects=aspects, expanded_run=expanded_run, expanded_dev_run=expanded_dev_run, model=model,
         pooling=pooling, depth=depth, ks=k, select=select, grids=grids or None, tradeoff_split=tradeoff_split,
         n_resamples=resamples, seed=seed,
-        judge_options=parse_options(judge_option), cache_path=cache, embedding_cache=embedding_cache,
-        allow_short=allow_short, progress=not quiet)
+        judge_options=parse_options(judge_option), cache_path=cache,
+        embedding_cache=embedding_cache or default_embedding_cache_path(),  # as the help says (None: no cache)
+        allow_short=allow_short, overwrite=overwrite, progress=not quiet)
     for line in result.notes:
         _console().print(f"[yellow]note:[/] {line}", highlight=False)
     title, header, rows = result.table(detail=False)

@@ -279,14 +279,38 @@ def plot_tradeoff(points: Sequence[Mapping[str, Any]], path: str | Path, *, k: i
     return _save(fig, path)
 
 
+def _slug(label: str) -> str:
+    return label.replace(" (oracle aspects)", "-oracle").replace(" ", "").replace("+", "-")
+
+
+def check_study_out(out: str | Path, *, overwrite: bool = False) -> None:
+    """Refuse, before any work, an ``out`` that holds a study, unless ``overwrite``."""
+    if (Path(out) / "study.json").exists() and not overwrite:
+        raise BerdsError(f"{out} already holds a study — choose another --out or pass --overwrite")
+
+
 def write_study(study: DiversifyStudy, out: str | Path, *, base_dev: Mapping[str, float] | None = None) -> dict[str, Path]:
-    """Write results.md/.csv, comparison.md/.csv, study.json, tradeoff.png and the reranked test runs."""
+    """Write results.md/.csv, comparison.md/.csv, study.json, tradeoff.png and the reranked test runs.
+
+    The runs of an earlier study in ``out`` whose settings this one lacks are removed: left there, they would
+    read as this study's."""
+    import json
+    import shutil
+
     from berds.evaluate.report import write_table
     from berds.io import write_json
     from berds.runs import save_run
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    if (out / "study.json").is_file():
+        try:
+            earlier = {_slug(r["label"]) for r in json.loads((out / "study.json").read_text(encoding="utf-8"))["rows"][1:]}
+        except (OSError, ValueError, KeyError, TypeError):
+            earlier = set()
+        for slug in earlier - {_slug(r.label) for r in study.rows[1:]}:
+            if (out / "runs" / slug / "manifest.json").is_file():
+                shutil.rmtree(out / "runs" / slug)
     title, header, body = study.table()
     files = {f"results.{k}": v for k, v in write_table(out / "results", header, body, title=title).items()}
     c_title, c_header, c_rows = study.comparison.table()
@@ -297,8 +321,7 @@ def write_study(study: DiversifyStudy, out: str | Path, *, base_dev: Mapping[str
     files["tradeoff.png"] = plot_tradeoff(study.tradeoff, out / "tradeoff.png", k=study.ks[0], chosen=chosen,
                                           base=base_dev)
     for row in study.rows[1:]:
-        slug = row.label.replace(" (oracle aspects)", "-oracle").replace(" ", "").replace("+", "-")
-        files[f"run:{row.label}"] = save_run(row.run, out / "runs" / slug, overwrite=True)
+        files[f"run:{row.label}"] = save_run(row.run, out / "runs" / _slug(row.label), overwrite=True)
     study.files = files
     return files
 
@@ -318,9 +341,11 @@ def study_diversify_paths(
     judge_options: Mapping[str, Any] | None = None,
     cache_path: str | Path | None = None,
     embedding_cache: str | Path | None = None,
+    overwrite: bool = False,
     **options: Any,
 ) -> DiversifyStudy:
-    """``berds study diversify``: load and split the runs, build the judge and encoder, run, write ``out``."""
+    """``berds study diversify``: load and split the runs, build the judge and encoder, run, write ``out`` (a study
+    already there is refused unless ``overwrite``). ``embedding_cache=None`` keeps embeddings in memory only."""
     from berds.evaluate.analyses.common import build_judge
     from berds.evaluate.cache import JudgementCache
     from berds.evaluate.evaluation import evaluate_run
@@ -329,6 +354,7 @@ def study_diversify_paths(
 
     if (dev_run is None) == (split_dev is None):
         raise BerdsError("give the dev questions: either --dev-run DEV_RUN, or --split-dev SHARE to split RUN")
+    check_study_out(out, overwrite=overwrite)
     test = load_run(run)
     notes = []
     if dev_run is not None:
