@@ -205,3 +205,19 @@ def test_a_second_study_into_the_same_out_is_refused_or_replaces_the_first_whole
     study_diversify_paths(DEMO_DIR / "run.ctxs.jsonl", out, "demo-gold", strategies=["mmr"], grids={"mmr": [0.9]},
                           overwrite=True, **common)
     assert {p.name for p in (out / "runs").iterdir()} == {"mmr"}
+
+
+def test_study_with_allow_short_takes_a_question_that_got_no_passages(tmp_path):
+    # it was refused on load with "... or pass --allow-short", although --allow-short was given
+    from berds.studies.diversify import study_diversify_paths
+
+    records = [json.loads(line) for line in (DEMO_DIR / "run.ctxs.jsonl").read_text().splitlines()]
+    records[0]["ctxs"] = []
+    run = tmp_path / "short.jsonl"
+    run.write_text("".join(json.dumps(r) + "\n" for r in records))
+    common = dict(split_dev=0.5, encoder=LettersEncoder(), cache_path=tmp_path / "j.sqlite", depth=20,
+                  n_resamples=200, strategies=["mmr"], grids={"mmr": [0.5]})
+    with pytest.raises(BerdsError, match="'ctxs' is empty"):
+        study_diversify_paths(run, tmp_path / "refused", "demo-gold", **common)
+    study = study_diversify_paths(run, tmp_path / "study", "demo-gold", allow_short=True, **common)
+    assert len(study.dev_questions) + len(study.test_questions) == 12

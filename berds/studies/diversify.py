@@ -350,11 +350,15 @@ def study_diversify_paths(
     from berds.evaluate.cache import JudgementCache
     from berds.evaluate.evaluation import evaluate_run
     from berds.rerank.embeddings import DEFAULT_MODEL, DEFAULT_POOLING, EmbeddingCache, load_encoder
-    from berds.runs import load_run
+    from berds.runs import load_run as load_any_run
 
     if (dev_run is None) == (split_dev is None):
         raise BerdsError("give the dev questions: either --dev-run DEV_RUN, or --split-dev SHARE to split RUN")
     check_study_out(out, overwrite=overwrite)
+
+    def load_run(path: Any) -> Run:  # --allow-short takes questions that got no passages, as eval and tune do
+        return load_any_run(path, allow_empty=bool(options.get("allow_short")))
+
     test = load_run(run)
     notes = []
     if dev_run is not None:
