@@ -145,7 +145,10 @@ def check_retriever(retriever: Any, *, k: int = 3, options: dict[str, Any] | Non
             _run_checks(built, on_tiny, corpus, k, report)
         finally:
             if built is not retriever and callable(getattr(built, "close", None)):
-                built.close()
+                try:
+                    built.close()
+                except Exception as exc:  # a plug-in's exception is a failed check, as in search()
+                    report.checks.append(Check("close", "fail", f"close() raised {type(exc).__name__}: {exc}"))
     return report
 
 
@@ -171,7 +174,8 @@ def _build(retriever: Any, corpus: Path, options: dict[str, Any], report: Contra
             spec = RETRIEVERS.spec(retriever)
             factory, target = import_object(spec.loader), retriever
             options = {**spec.options, **options}
-        on_tiny = "corpus" not in options and "index" not in options and accepts_option(factory, "corpus")
+        ready = hasattr(factory, "search") and not inspect.isclass(factory)  # module:attr naming an instance
+        on_tiny = not ready and "corpus" not in options and "index" not in options and accepts_option(factory, "corpus")
         if on_tiny:
             options["corpus"] = str(corpus)
         built = load_retriever(target, **options) if isinstance(target, str) else factory(**options)
@@ -184,7 +188,8 @@ def _build(retriever: Any, corpus: Path, options: dict[str, Any], report: Contra
     if not isinstance(getattr(built, "name", None), str) or not callable(getattr(built, "search", None)):
         report.checks.append(Check("builds", "fail", f"got {type(built).__name__}, which lacks `name` or `search`"))
         return None, False
-    how = f"built with corpus={corpus.name}" if on_tiny else "built without the tiny corpus (factory takes no `corpus`)"
+    how = (f"built with corpus={corpus.name}" if on_tiny else "a ready instance, checked as it is" if ready
+           else "built without the tiny corpus (factory takes no `corpus`)")
     report.checks.append(Check("builds", "pass", how))
     return built, on_tiny
 

@@ -282,3 +282,21 @@ def test_a_hit_holding_an_id_instead_of_a_passage_is_named():
     problems = contract_problems(QUESTIONS[:1], [[Hit("p1", 2.0), Hit("p2", 1.0)]], 2)
     assert problems == ["question 'q0': a Hit holds a str where a berds.types.Passage belongs "
                         "(Hit(Passage(id, text, title), score))"]
+
+
+READY = FixedRetriever()  # a ready instance named by module:attr
+
+
+class _CloseRaises(FixedRetriever):
+    def close(self):
+        raise OSError("close failed")
+
+
+def test_contract_check_of_a_ready_instance_by_name_and_of_a_close_that_raises():
+    # module:attr naming an instance failed "builds" (it was handed corpus=, which an instance cannot take);
+    # a close() that raised ended the checker in a traceback instead of a failed check
+    report = check_retriever(f"{__name__}:READY")
+    assert report.ok, report.summary()
+    assert report.checks[0].detail == "a ready instance, checked as it is"
+    report = check_retriever(f"{__name__}:_CloseRaises")
+    assert [(c.name, c.detail) for c in report.failures] == [("close", "close() raised OSError: close failed")]
