@@ -15,6 +15,7 @@ Ids are always strings. All types are frozen dataclasses; constructors validate 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -122,6 +123,8 @@ class Hit:
             self.__post_init__()
 
     def __post_init__(self) -> None:
+        if isinstance(self.score, numbers.Real) and not isinstance(self.score, (int, float)):
+            self.__dict__["score"] = float(self.score)  # a numpy scalar (float32 from FAISS or torch): a plain float
         if not isinstance(self.score, (int, float)) or isinstance(self.score, bool) or math.isnan(self.score):
             raise ValueError(f"score of passage {self.passage.id!r} must be a number, got {self.score!r}")
 

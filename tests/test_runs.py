@@ -231,3 +231,15 @@ def test_a_loaded_run_saves_again_with_its_own_counts(tmp_path, tiny_run):
     assert manifest["name"] == "part" and manifest["questions"] == 1 and manifest["max_depth"] == 2
     assert manifest["retriever"] == {"name": "hand-made"}
     assert len(load_run(tmp_path / "part")) == 1
+
+
+def test_a_numpy_score_is_taken_as_a_plain_float(tmp_path):
+    # Hit(p, np.float32(...)) (scores from FAISS or torch) was refused as "must be a number, got np.float32(2.0)"
+    import numpy as np
+
+    hits = [Hit(Passage("a", "x"), np.float32(2.0)), Hit(Passage("b", "y"), np.int64(1))]
+    assert [(type(h.score), h.score) for h in hits] == [(float, 2.0), (float, 1.0)]
+    run = Run({"q": Question("q", "why?", ("p",))}, {"q": hits}, {}, "np")
+    assert [h.score for h in load_run(save_run(run, tmp_path / "run")).hits["q"]] == [2.0, 1.0]
+    with pytest.raises(ValueError, match="must be a number"):
+        Hit(Passage("a", "x"), np.float32("nan"))
