@@ -18,6 +18,7 @@ import platform
 import secrets
 import stat
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator, Mapping
@@ -131,6 +132,76 @@ def read_streamed_body(response: Any, *, deadline: float, limit: int) -> bytes:
             raise BodyTooSlow(deadline)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def cuttable_session() -> Any:
+    """A ``requests.Session`` whose connections ``cut_at_deadline`` can shut down from another thread. requests
+    reads a response's status line and headers in one call that no timeout bounds as a whole (its read timeout
+    bounds each socket read): a server sending them a few bytes at a time held a request as long as it liked.
+    Shutting the socket down ends that read at once. Connections through a proxy are not tracked, nor a TLS
+    handshake still in progress (its socket is not yet the connection's)."""
+    import socket
+    import weakref
+
+    import requests
+    from requests.adapters import HTTPAdapter
+    from urllib3.connection import HTTPConnection, HTTPSConnection
+    from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+    opened: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+    def tracked(pool_class: type, connection_class: type) -> type:
+        def connect(self: Any) -> None:
+            opened.add(self)
+            connection_class.connect(self)
+
+        connection = type(f"Tracked{connection_class.__name__}", (connection_class,), {"connect": connect})
+        return type(f"Tracked{pool_class.__name__}", (pool_class,), {"ConnectionCls": connection})
+
+    class CuttableAdapter(HTTPAdapter):
+        def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+            super().init_poolmanager(*args, **kwargs)
+            self.poolmanager.pool_classes_by_scheme = {"http": tracked(HTTPConnectionPool, HTTPConnection),
+                                                       "https": tracked(HTTPSConnectionPool, HTTPSConnection)}
+
+    def cut() -> None:
+        for connection in list(opened):
+            sock = getattr(connection, "sock", None)
+            if sock is not None:
+                with contextlib.suppress(OSError):  # (already closed)
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    session = requests.Session()
+    adapter = CuttableAdapter()
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    session.cut_connections = cut  # type: ignore[attr-defined]
+    return session
+
+
+class Watchdog:
+    """Calls ``cut`` after ``seconds`` unless cancelled first. ``fired`` is set before it cuts, so a read that
+    ended because of the cut can tell that what it read is not the whole answer."""
+
+    def __init__(self, seconds: float, cut: Any) -> None:
+        self.fired = threading.Event()
+        self._cut = cut
+        self._timer = threading.Timer(max(seconds, 0.0), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        self.fired.set()
+        self._cut()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+def cut_at_deadline(session: Any, deadline: float) -> Watchdog:
+    """A ``Watchdog`` that shuts down every connection of ``session`` (a ``cuttable_session``, used by one thread
+    at a time) at ``deadline`` (a ``time.monotonic()`` value). Cancel it when the request is done."""
+    return Watchdog(deadline - time.monotonic(), session.cut_connections)
 
 
 def read_json(path: PathLike) -> Any:

@@ -48,7 +48,8 @@ from berds.corpora.docstore import PassageStore, check_building_folder, check_st
 from berds.corpora.html import CLEANER_VERSION, CleanedPage, charset_from_content_type, clean_html, decode_html, sniff_binary
 from berds.corpora.split import DEFAULT_WORDS, Document, split_document
 from berds.errors import BerdsError, InputError
-from berds.io import (BodyTooLarge, BodyTooSlow, atomic_write, check_writable, read_json, read_streamed_body,
+from berds.io import (BodyTooLarge, BodyTooSlow, atomic_write, check_writable, cut_at_deadline, cuttable_session,
+                      read_json, read_streamed_body,
                       write_json, write_jsonl)
 from berds.registry import Catalogue
 from berds.types import Passage, Question
@@ -390,64 +391,6 @@ def _total_timeout(options: FetchOptions, status: int | None = None) -> _Failure
                     limits={"total_timeout": options.total_timeout})
 
 
-class _Watchdog:
-    """Calls ``cut`` after ``seconds`` unless cancelled first; ``fired`` is set before it cuts, so a read that
-    ends because of the cut can tell."""
-
-    def __init__(self, seconds: float, cut: Any) -> None:
-        self.fired = threading.Event()
-        self._cut = cut
-        self._timer = threading.Timer(seconds, self._fire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def _fire(self) -> None:
-        self.fired.set()
-        self._cut()
-
-    def cancel(self) -> None:
-        self._timer.cancel()
-
-
-def _cuttable_adapter():
-    """A requests adapter that remembers the connections it opens, so ``cut_connections`` can shut their sockets
-    down from another thread (a blocked read then returns at once). Connections made through a proxy are not
-    tracked, nor a TLS handshake still in progress (its socket is not yet the connection's)."""
-    import socket
-    import weakref
-
-    from requests.adapters import HTTPAdapter
-    from urllib3.connection import HTTPConnection, HTTPSConnection
-    from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
-
-    opened: "weakref.WeakSet[Any]" = weakref.WeakSet()
-
-    def tracked(pool_class: type, connection_class: type) -> type:
-        def connect(self) -> None:
-            opened.add(self)
-            connection_class.connect(self)
-
-        tracked_connection = type(f"Tracked{connection_class.__name__}", (connection_class,), {"connect": connect})
-        return type(f"Tracked{pool_class.__name__}", (pool_class,), {"ConnectionCls": tracked_connection})
-
-    class CuttableAdapter(HTTPAdapter):
-        def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-            super().init_poolmanager(*args, **kwargs)
-            self.poolmanager.pool_classes_by_scheme = {"http": tracked(HTTPConnectionPool, HTTPConnection),
-                                                       "https": tracked(HTTPSConnectionPool, HTTPSConnection)}
-
-        def cut_connections(self) -> None:
-            for connection in list(opened):
-                sock = getattr(connection, "sock", None)
-                if sock is not None:
-                    try:
-                        sock.shutdown(socket.SHUT_RDWR)
-                    except OSError:  # already closed
-                        pass
-
-    return CuttableAdapter()
-
-
 class PageFetcher:
     """Download URLs into a ``SearchCache`` concurrently; every URL ends with a ``PageRecord``."""
 
@@ -460,24 +403,12 @@ class PageFetcher:
         self.refetched: Counter[str] = Counter()  # cached pages fetched again, by why
 
     def _session(self):
-        import requests
-
         s = getattr(self._local, "session", None)
         if s is None:
-            s = self._local.session = requests.Session()
+            s = self._local.session = cuttable_session()  # (cut at the total deadline: see _download_once)
             s.headers["User-Agent"] = self.options.user_agent
             s.headers["Accept"] = "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.1"
-            self._local.adapter = adapter = _cuttable_adapter()
-            s.mount("http://", adapter)
-            s.mount("https://", adapter)
         return s
-
-    def _watchdog(self, deadline: float) -> "_Watchdog":
-        """Cuts this thread's connections at ``deadline``. requests reads a response's status line and headers in
-        one call that no timeout bounds as a whole: a server sending them a few bytes at a time, each piece within
-        the read timeout, held a fetch as long as it liked. Cutting the socket ends that read at once."""
-        self._session()
-        return _Watchdog(max(deadline - time.monotonic(), 0.0), self._local.adapter.cut_connections)
 
     def _host_slot(self, url: str) -> threading.Semaphore:
         host = urlsplit(url).netloc.lower()
@@ -518,7 +449,9 @@ class PageFetcher:
             return _Failure("timeout", retry=True, limits={"connect_timeout": o.connect_timeout,
                                                            "read_timeout": o.read_timeout, "total_timeout": o.total_timeout})
 
-        watchdog = self._watchdog(deadline)
+        # (a server dripping its status line and headers is inside one requests call that no read timeout
+        # bounds as a whole: the watchdog cuts the connection at the deadline)
+        watchdog = cut_at_deadline(self._session(), deadline)
         try:
             with self._get(url, deadline) as r:
                 if r.status_code == 429 or r.status_code >= 500:

@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from berds.errors import BerdsError
-from berds.io import BodyTooLarge, BodyTooSlow, read_streamed_body
+from berds.io import BodyTooLarge, BodyTooSlow, cut_at_deadline, cuttable_session, read_streamed_body
 from berds.llm.base import PLAIN_ROLE, ContinuationScore, Generation, Prompt
 from berds.llm.secrets import redact_text, redact_url, url_credentials
 from berds.llm.shared import check_generation_options, generation_from_token_logprobs, normalise_prompts
@@ -319,9 +319,7 @@ class OpenAILLM:
     def _session(self) -> Any:
         session = getattr(self._local, "session", None)
         if session is None:
-            import requests
-
-            session = requests.Session()
+            session = cuttable_session()  # (cut at the timeout: see _post)
             session.headers["Content-Type"] = "application/json"
             if self._api_key:
                 session.headers["Authorization"] = f"Bearer {self._api_key}"
@@ -338,6 +336,7 @@ class OpenAILLM:
         or when ``stop`` is set because another request of the same batch failed.
         """
         import requests
+        import urllib3
 
         stop = stop or threading.Event()
         url = url or self.url
@@ -349,11 +348,25 @@ class OpenAILLM:
             try:
                 # No redirects: a key must not follow a 30x to another host. Streamed, so the whole answer is
                 # bounded in time and size (requests' timeout bounds each socket read, not the request).
+                # A watchdog cuts the connection at the deadline: a server dripping its status line and headers
+                # is inside one requests call that no read timeout bounds as a whole.
                 deadline = time.monotonic() + self.timeout
-                with self._session().post(url, json=body, timeout=self.timeout, allow_redirects=False,
-                                          stream=True) as response:
-                    data = read_streamed_body(response, deadline=deadline, limit=self.max_response_bytes)
-            except (requests.ConnectionError, requests.Timeout) as exc:
+                watchdog = cut_at_deadline(self._session(), deadline)
+                try:
+                    with self._session().post(url, json=body, timeout=self.timeout, allow_redirects=False,
+                                              stream=True) as response:
+                        data = read_streamed_body(response, deadline=deadline, limit=self.max_response_bytes)
+                except Exception:
+                    if watchdog.fired.is_set():  # the read failed because the connection was cut
+                        raise BodyTooSlow(deadline) from None
+                    raise
+                finally:
+                    watchdog.cancel()
+                if watchdog.fired.is_set():  # what was read before the cut is not the whole answer
+                    raise BodyTooSlow(deadline)
+            except (requests.ConnectionError, requests.Timeout, urllib3.exceptions.HTTPError) as exc:
+                # (urllib3's errors come from reading the body, which requests does not wrap: a server that
+                # closes mid-answer)
                 last = f"{type(exc).__name__}: {self._scrub(str(exc))[:200]}"
             except BodyTooLarge:  # a server bug, not retried
                 raise BerdsError(f"POST {url}: the answer is over {self.max_response_bytes:,} bytes — not a chat "

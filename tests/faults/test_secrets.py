@@ -331,13 +331,25 @@ def test_options_that_change_the_answers_key_the_cache():
 
 class DrippingServer(LocalServer):
     """Answers 200 with headers at once, then a body that arrives a byte every ``every`` seconds (each read well
-    inside any read timeout) or that is ``size`` bytes long."""
+    inside any read timeout) or that is ``size`` bytes long; with ``headers_every``, the status line and headers
+    themselves arrive a few bytes at a time."""
 
-    def __init__(self, *, every: float | None = None, size: int | None = None):
-        self.every, self.size = every, size
+    def __init__(self, *, every: float | None = None, size: int | None = None, headers_every: float | None = None):
+        self.every, self.size, self.headers_every = every, size, headers_every
         super().__init__()
 
     def answer(self, handler: BaseHTTPRequestHandler) -> None:
+        if self.headers_every:
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Slow: " + b"z" * 400 + b"\r\n\r\n"
+            try:
+                for i in range(0, len(head), 4):
+                    handler.wfile.write(head[i:i + 4])
+                    handler.wfile.flush()
+                    time.sleep(self.headers_every)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            handler.close_connection = True
+            return
         handler.send_response(200)
         handler.send_header("Content-Type", "application/json")
         handler.send_header("Content-Length", str(self.size or 1000))
@@ -345,6 +357,10 @@ class DrippingServer(LocalServer):
         try:
             if self.size:
                 handler.wfile.write(b" " * self.size)
+                return
+            if self.every is None:  # neither: 10 bytes of the promised 1000, then the connection closes
+                handler.wfile.write(b" " * 10)
+                handler.close_connection = True
                 return
             for _ in range(1000):
                 handler.wfile.write(b" ")
@@ -365,6 +381,16 @@ def test_a_whole_answer_is_bounded_in_time_and_size():
         with pytest.raises(BerdsError, match="still arriving after the 1 s timeout"):
             llm.generate([user_prompt("Hello?")], max_new_tokens=4, temperature=0.0, top_logprobs=0)
         assert time.monotonic() - started < 5
+    with DrippingServer(headers_every=0.05) as server:  # 100 pieces of headers, 5 s: the timeout cuts them at 1 s
+        llm = OpenAILLM("m", base_url=f"http://127.0.0.1:{server.port}/v1", timeout=1.0, max_retries=0)
+        started = time.monotonic()
+        with pytest.raises(BerdsError, match="still arriving after the 1 s timeout"):
+            llm.generate([user_prompt("Hello?")], max_new_tokens=4, temperature=0.0, top_logprobs=0)
+        assert time.monotonic() - started < 3
+    with DrippingServer() as server:  # an answer cut short is retried, then named (it was a urllib3 traceback)
+        llm = OpenAILLM("m", base_url=f"http://127.0.0.1:{server.port}/v1", max_retries=1, backoff_base=0.01)
+        with pytest.raises(BerdsError, match="failed after 2 attempts; last answer: ProtocolError"):
+            llm.generate([user_prompt("Hello?")], max_new_tokens=4, temperature=0.0, top_logprobs=0)
     with DrippingServer(size=3_000_000) as server:
         llm = OpenAILLM("m", base_url=f"http://127.0.0.1:{server.port}/v1", max_response_bytes=1_000_000, max_retries=0)
         with pytest.raises(BerdsError, match="over 1,000,000 bytes"):
