@@ -263,6 +263,16 @@ def test_retrieve_command_with_expand_file(tmp_path, expansions_file):
     bad = CliRunner().invoke(app, ["retrieve", "-r", "analysis_fixtures:OverlapRetriever", "-o", f"corpus={corpus}",
                                    "--questions", str(questions), "--expand", "llm", "--out", str(tmp_path / "x")])
     assert bad.exit_code != 0 and "--llm BACKEND:MODEL" in str(bad.exception)
+    # --expansions without --expand made a plain run, as if expanded; flags of the other source were ignored
+    for extra, message in ((["--expansions", str(expansions_file)], "--expansions given without --expand"),
+                           (["--expand", "file", "--expansions", str(expansions_file), "--llm", "openai:x"],
+                            "--llm and --llm-option are for --expand llm"),
+                           (["--expand", "llm", "--llm", "openai:x", "--expansions", str(expansions_file)],
+                            "--expansions is for --expand file")):
+        bad = CliRunner().invoke(app, ["retrieve", "-r", "analysis_fixtures:OverlapRetriever", "-o", f"corpus={corpus}",
+                                       "--questions", str(questions), "--out", str(tmp_path / "y"), *extra])
+        assert bad.exit_code != 0 and message in str(bad.exception), bad.output
+        assert not (tmp_path / "y" / "manifest.json").exists()
 
 
 # ------------------------------------------------------------------------------------ real backends

@@ -177,6 +177,12 @@ def retrieve_command(
 
     options = _options(option)
     options.update({k_: v for k_, v in (("index", index), ("corpus", corpus), ("device", device)) if v is not None})
+    stray = [flag for flag, value in (("--expansions", expansions), ("--llm", llm), ("--llm-option", llm_option)) if value]
+    if expand is None and stray:  # else the run is made without expansion, looking like the one asked for
+        from berds.errors import BerdsError
+
+        raise BerdsError(f"{', '.join(stray)} given without --expand — add --expand file (with --expansions) or "
+                         "--expand llm (with --llm)")
     if expand is not None:  # wrap the retriever; the perspectives used are kept in the run folder
         from berds.retrievers.expansion import expansion_options
 

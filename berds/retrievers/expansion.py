@@ -582,10 +582,14 @@ def expanded_retriever(
     if expand == "file":
         if expansions is None:
             raise BerdsError("--expand file needs --expansions FILE (a jsonl of {id, question, expansions})")
+        if llm is not None or llm_options:  # an LLM that would not be asked anything
+            raise BerdsError("--llm and --llm-option are for --expand llm; --expand file reads --expansions only")
         expander: Any = FileExpander(expansions)
     elif expand == "llm":
         if llm is None:
             raise BerdsError("--expand llm needs --llm BACKEND:MODEL (e.g. openai:gpt-4, transformers:/path)")
+        if expansions is not None:  # a file that would not be read
+            raise BerdsError("--expansions is for --expand file; --expand llm writes the perspectives with --llm")
         model = load_llm_by_name(llm, **dict(llm_options or {})) if isinstance(llm, str) else llm
         expander = LLMExpander(model, n=n, on_error=on_error, prompt=prompt)
     else:
