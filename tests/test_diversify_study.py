@@ -221,3 +221,21 @@ def test_study_with_allow_short_takes_a_question_that_got_no_passages(tmp_path):
         study_diversify_paths(run, tmp_path / "refused", "demo-gold", **common)
     study = study_diversify_paths(run, tmp_path / "study", "demo-gold", allow_short=True, **common)
     assert len(study.dev_questions) + len(study.test_questions) == 12
+
+
+def test_an_expansion_run_of_other_questions_is_refused_before_judging():
+    # its dev and test parts were empty: the study judged the base run, then tuned on nothing and ended in
+    # "unknown --select metric 'mrecall@5'; use one of " (an empty list)
+    from berds.studies.diversify import subset
+    from berds.studies.tuning import tune_reranker
+
+    run = load_run(DEMO_DIR / "run.ctxs.jsonl")
+    dev, test = split_questions(run, 0.5)
+    nothing = subset(run, [], "test")
+    with pytest.raises(BerdsError, match="the expansion run has no test questions"):
+        study_diversify(test, dev, _NeverJudge(), encoder=LettersEncoder(), strategies=["mmr"],
+                        expanded_test_run=nothing, expanded_dev_run=dev)
+    with pytest.raises(BerdsError, match="an expanded test run needs its dev run too"):
+        study_diversify(test, dev, _NeverJudge(), encoder=LettersEncoder(), strategies=["mmr"], expanded_test_run=test)
+    with pytest.raises(BerdsError, match="has no questions to tune"):
+        tune_reranker(nothing, _NeverJudge(), lambda v: None, [0.5])

@@ -158,6 +158,12 @@ def study_diversify(
     if stray := sorted(set(grids or {}) - set(strategies)):  # a misspelt name would leave the default grid in use
         raise BerdsError(f"a grid is given for {', '.join(map(repr, stray))}, which this study does not run "
                          f"(strategies: {', '.join(strategies)}) — check the name after --grid, or add it with -s")
+    if expanded_test_run is not None and expanded_dev_run is None:
+        raise BerdsError("an expanded test run needs its dev run too (or split one run with --split-dev)")
+    for label, part in (("test", expanded_test_run), ("dev", expanded_dev_run)):
+        if part is not None and not part.questions:  # tuning on nothing ended in a misleading --select error
+            raise BerdsError(f"the expansion run has no {label} questions (none of its question ids are among the "
+                             f"{label} split's) — give the expansion run of the same questions")
     notes: list[str] = []
     if sum(x is not None for x in (expansions, llm, aspects)) > 1:
         raise BerdsError("give one source of perspectives for xquad/pm2: expansions, llm or aspects='oracle'")
@@ -235,8 +241,6 @@ def study_diversify(
         oracle = aspects == "oracle" and name in ASPECT_STRATEGIES
         study_one(f"{name} (oracle aspects)" if oracle else name, name, dev_run, test_run)
     if expanded_test_run is not None:
-        if expanded_dev_run is None:
-            raise BerdsError("an expanded test run needs its dev run too (or split one run with --split-dev)")
         if set(expanded_test_run.questions) != set(test_run.questions):
             notes.append("the expansion run's test questions differ from the base run's; compared on shared ones")
         ev = evaluate(expanded_test_run)

@@ -101,6 +101,8 @@ def tune_reranker(
     values = sorted({float(x) for x in values})
     if not values:
         raise BerdsError(f"give at least one value of {parameter}")
+    if not run.questions:
+        raise BerdsError(f"run {run.name!r} has no questions to tune {parameter} on")
     ks = tuple(sorted({int(k) for k in ks}))
     select = select or f"mrecall@{ks[0]}"
     check_select(select, ks)
