@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
 
-from berds.errors import MissingExtraError
+from berds.errors import BerdsError, MissingExtraError
 
 
 def require(module: str, *, extra: str, purpose: str = "") -> ModuleType:
@@ -60,3 +60,17 @@ def quiet_model_loading() -> Iterator[None]:
             hub.enable_progress_bars()
         else:
             hub.disable_progress_bars()
+
+
+def check_device(device: str) -> None:
+    """A one-line error for a device torch cannot use (instead of a CUDA assertion deep in torch)."""
+    torch = require("torch", extra="dense", purpose="dense encoders")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise BerdsError(f"device {device!r} asked for, but torch sees no CUDA GPU here — use --device cpu "
+                             "(or install a CUDA build of torch on a GPU machine)")
+        index = int(device.split(":")[1]) if ":" in device else 0
+        if index >= torch.cuda.device_count():
+            raise BerdsError(f"device {device!r} asked for, but only {torch.cuda.device_count()} GPU(s) are visible")
+    elif device not in ("cpu", "mps"):
+        raise BerdsError(f"unknown device {device!r}; use cpu, cuda or cuda:N")

@@ -39,7 +39,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from berds.errors import BerdsError, InputError
-from berds.lazy import quiet_model_loading, require
+from berds.lazy import check_device, quiet_model_loading, require
 from berds.registry import Catalogue, Spec
 
 BACKENDS = ("transformers", "sentence-transformers")
@@ -365,20 +365,6 @@ class Encoder:
 
     def close(self) -> None:
         self._loaded.clear()
-
-
-def check_device(device: str) -> None:
-    """A one-line error for a device torch cannot use (instead of a CUDA assertion deep in torch)."""
-    torch = require("torch", extra="dense", purpose="dense encoders")
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise BerdsError(f"device {device!r} asked for, but torch sees no CUDA GPU here — use --device cpu "
-                             "(or install a CUDA build of torch on a GPU machine)")
-        index = int(device.split(":")[1]) if ":" in device else 0
-        if index >= torch.cuda.device_count():
-            raise BerdsError(f"device {device!r} asked for, but only {torch.cuda.device_count()} GPU(s) are visible")
-    elif device not in ("cpu", "mps"):
-        raise BerdsError(f"unknown device {device!r}; use cpu, cuda or cuda:N")
 
 
 def pool(output: Any, attention_mask: Any, pooling: str) -> Any:

@@ -74,7 +74,7 @@ class NLIJudge:
                                      revision=self.revision)
         device = self.requested_device or ("cuda" if torch.cuda.is_available() else "cpu")
         if device.startswith("cuda"):  # one line, not torch's "not compiled with CUDA" assertion
-            from berds.indexes.encoders import check_device
+            from berds.lazy import check_device
 
             check_device(device)
         if getattr(config, "is_encoder_decoder", False):

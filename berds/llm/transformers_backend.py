@@ -107,7 +107,7 @@ class TransformersLLM:
 
         device = self.requested_device or ("cuda" if torch.cuda.is_available() else "cpu")
         if device.startswith("cuda"):  # one line, not torch's "not compiled with CUDA" assertion
-            from berds.indexes.encoders import check_device
+            from berds.lazy import check_device
 
             check_device(device)
         on_gpu = device == "auto" or device.startswith("cuda")
