@@ -1,5 +1,6 @@
 """berds eval: judging through the cache, overwrite policies, outputs, CLI errors, kill-and-resume."""
 
+import hashlib
 import json
 import signal
 import sqlite3
@@ -414,3 +415,55 @@ def test_unparsed_answers_are_counted_exactly_from_cached_details(tmp_path):
 
     expected = sum(hash(p.passage) % 5 == 3 for rows in pairs_for_run(run, 5).values() for row in rows for p in row)
     assert 0 < expected == cached.stats.unparsed == fresh.stats.unparsed
+
+
+class HashJudge:
+    """Yes for about a third of pairs, P(Yes) from the pair's hash (None for some), 'unparsed' for a few."""
+
+    id, prompt_version, batch_size = "hash-judge", "v1", 8
+
+    def judge(self, pairs):
+        out = []
+        for p in pairs:
+            h = int.from_bytes(hashlib.sha256((p.perspective + "|" + p.passage).encode()).digest()[:4], "big")
+            out.append(Verdict(h % 3 == 0, None if h % 7 == 0 else (h % 1000) / 1000, "x",
+                               {"unparsed": True} if h % 11 == 0 else None))
+        return out
+
+
+def test_verdicts_land_at_their_ranks_whatever_the_cache_holds(tmp_path):
+    """The matrices equal a pair-by-pair judging of each question, with the cache empty, partly filled, shared
+    with another run's verdicts for the same perspectives, and with a passage listed twice in one ranking."""
+    import dataclasses
+
+    from berds.evaluate.evaluation import pairs_for_run
+
+    run = make_run(n_questions=4, depth=8)
+    other = make_run(n_questions=4, depth=8, name="other")
+    for qid, hits in other.hits.items():  # same perspectives, other passages: the cache holds both runs' verdicts
+        other.hits[qid] = [Hit(dataclasses.replace(h.passage, id=f"o-{h.passage.id}", text=h.passage.text + " (other)"),
+                               h.score) for h in hits]
+    twice = Run(dict(run.questions), {q: [*hits[:3], hits[1], *hits[3:7]] for q, hits in run.hits.items()}, name="twice")
+
+    def expected(r, k):
+        judge = HashJudge()
+        support, probs, unparsed = {}, {}, 0
+        for qid, rows in pairs_for_run(r, k).items():
+            verdicts = [[judge.judge([p])[0] for p in row] for row in rows]
+            support[qid] = np.array([[v.label for v in row] for row in verdicts])
+            probs[qid] = np.array([[np.nan if v.p_yes is None else v.p_yes for v in row] for row in verdicts])
+            unparsed += sum(bool(v.detail) for row in verdicts for v in row)
+        return support, probs, unparsed
+
+    cache = JudgementCache(tmp_path / "c.sqlite")
+    half = make_run(n_questions=2, depth=5)  # fills part of the cache first
+    evaluate_run(half, HashJudge(), ks=(5,), progress=False, cache=cache, allow_unparsed=True)
+    evaluate_run(other, HashJudge(), ks=(8,), progress=False, cache=cache, allow_unparsed=True)
+    for r, k in ((run, 8), (run, 8), (twice, 8)):  # partly cached, then fully cached; then a repeated passage
+        got = evaluate_run(r, HashJudge(), ks=(k,), progress=False, cache=cache, allow_unparsed=True, duplicates="keep")
+        support, probs, unparsed = expected(r, k)
+        for qid in r.questions:
+            assert (got.support[qid] == support[qid]).all(), qid
+            np.testing.assert_array_equal(got.p_yes[qid], probs[qid])
+        assert got.stats.unparsed == unparsed and got.stats.verdicts == sum(m.size for m in support.values())
+    assert got.stats.judged == 0 and got.stats.cached == got.stats.pairs

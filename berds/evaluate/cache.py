@@ -162,40 +162,32 @@ class JudgementCache:
 
     # -- lookups ---------------------------------------------------------------------------------
 
-    def lookup(self, judge_id: str, prompt_version: str, wanted: Mapping[bytes, Iterable[bytes]], *,
-               with_raw: bool = True) -> dict[bytes, dict[bytes, tuple]]:
-        """Cached rows for many pairs at once — the bulk path ``evaluate_run`` uses.
+    def lookup(self, judge_id: str, prompt_version: str, perspectives: Iterable[bytes], *, with_raw: bool = True
+               ) -> dict[bytes, tuple[tuple, ...]]:
+        """Every verdict cached for each perspective digest, as columns — the bulk path ``evaluate_run`` uses.
 
-        ``wanted`` maps a perspective digest to the passage digests wanted with it; returns
-        ``{perspective digest: {passage digest: (label, p_yes, detail JSON, raw)}}`` for the pairs found.
-        Without ``with_raw`` — what metrics read — rows are ``(label, p_yes, detail JSON)``, with no ``raw`` (a
-        column fewer is 10% of the read) and the detail only where it mentions ``unparsed`` (the one thing metrics
-        ask of it; a debate judge keeps whole transcripts there, which are then not read into Python). One query per perspective reads every verdict
-        cached for it (a perspective belongs to one question, so these are the passages some run retrieved for
-        that question: a few hundred at most in practice), in one read snapshot; measured 2x faster than
-        ``passage IN (...)`` lists or a joined temp table, and level with one bulk SELECT of the same verdicts
-        (benchmarks/bench_eval_cache.py). Rows of passages not wanted are dropped as they are read: a cache
-        shared by several runs holds them.
+        Returns ``{perspective digest: (passage digests, labels, p_yes values, detail JSONs[, raws])}`` (empty
+        tuples where nothing is cached); ``raw``, the judge's text, only ``with_raw``. Without it — what metrics
+        read — a detail is returned only where it mentions ``unparsed`` (the one thing metrics ask of it; a debate
+        judge keeps whole transcripts there, which are then not read into Python). One query per perspective (a
+        perspective belongs to one question, so these are the passages runs retrieved for that question: a few
+        hundred at most in practice), in one read snapshot; rows come back as columns without a Python step per
+        row, so the caller can place a question's verdicts with numpy (benchmarks/bench_eval_cache.py: level with
+        one bulk SELECT of the same verdicts). Rows of passages the caller did not ask for (another run's) are
+        returned too: the caller's positions of its passages skip them.
         """
-        out: dict[bytes, dict[bytes, tuple]] = {}
-        where = "FROM judgements WHERE judge=? AND prompt=? AND perspective=?"
+        detail = "detail, raw" if with_raw else "iif(instr(detail, 'unparsed'), detail, NULL)"
+        query = f"SELECT passage, label, p_yes, {detail} FROM judgements WHERE judge=? AND prompt=? AND perspective=?"
+        width = 5 if with_raw else 4
+        out: dict[bytes, tuple[tuple, ...]] = {}
         with self._lock:
             cur = self._db.cursor()
             cur.execute("BEGIN")  # one read snapshot for the whole lookup
             try:
-                for persp, passages in wanted.items():
-                    want = passages if isinstance(passages, (set, dict)) else set(passages)
-                    key = (judge_id, prompt_version, persp)
-                    # (unpacking each row into a new tuple is cheaper than slicing it: level with the bulk read)
-                    if with_raw:
-                        out[persp] = {passage: (label, p_yes, detail, raw) for passage, label, p_yes, detail, raw
-                                      in cur.execute(f"SELECT passage, label, p_yes, detail, raw {where}", key)
-                                      if passage in want}
-                    else:
-                        out[persp] = {passage: (label, p_yes, detail) for passage, label, p_yes, detail
-                                      in cur.execute("SELECT passage, label, p_yes, "
-                                                     f"iif(instr(detail, 'unparsed'), detail, NULL) {where}", key)
-                                      if passage in want}
+                for persp in perspectives:
+                    if persp not in out:
+                        rows = cur.execute(query, (judge_id, prompt_version, persp)).fetchall()
+                        out[persp] = tuple(zip(*rows)) if rows else ((),) * width
             finally:
                 cur.execute("COMMIT")
         return out
@@ -206,10 +198,9 @@ class JudgementCache:
             return []
         digest = Digests()
         keys = [(digest(p.perspective), digest(p.passage)) for p in pairs]
-        wanted: dict[bytes, list[bytes]] = {}
-        for persp, passage in keys:
-            wanted.setdefault(persp, []).append(passage)
-        found = self.lookup(judge_id, prompt_version, wanted)
+        found = {persp: dict(zip(passages, zip(labels, p_yes, details, raws)))
+                 for persp, (passages, labels, p_yes, details, raws)
+                 in self.lookup(judge_id, prompt_version, (persp for persp, _ in keys)).items()}
         return [None if (row := found[persp].get(passage)) is None else row_verdict(row) for persp, passage in keys]
 
     def put_many(

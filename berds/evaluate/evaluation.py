@@ -18,6 +18,7 @@ import hashlib
 import json
 import re
 import time
+from operator import attrgetter
 from json.encoder import encode_basestring as json_string  # json.dumps(str, ensure_ascii=False), without its layers
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -136,6 +137,9 @@ class EvalResult:
         }
 
 
+passage_of = attrgetter("passage")  # Hit -> Passage, without a Python step per hit
+
+
 def question_texts(run: Run, depth: int, *, title_position: str = "after", allow_short: bool = False
                    ) -> dict[str, tuple[tuple[str, ...], list[str]]]:
     """``qid -> (perspectives, texts of the top depth passages as the judge sees them)``."""
@@ -152,7 +156,7 @@ def question_texts(run: Run, depth: int, *, title_position: str = "after", allow
                 path=source or run.name or None, line=question_line(source, qid), record=qid,
                 fix="use a smaller --k, retrieve more passages, or pass --allow-short to score missing ranks as unsupported",
             )
-        out[qid] = (tuple(q.perspectives), Passage.judge_texts([h.passage for h in hits], title_position))
+        out[qid] = (tuple(q.perspectives), Passage.judge_texts(map(passage_of, hits), title_position))
     return out
 
 
@@ -234,6 +238,57 @@ def as_options(options: "EvalOptions | Sequence[int] | None", changes: Mapping[s
     return base.but(**changes) if changes else base
 
 
+NO_VERDICTS: tuple[tuple, ...] = ((), (), (), ())  # a perspective with nothing cached, as columns
+
+
+def verdict_matrices(pds: Sequence[bytes], sds: Sequence[bytes], depth: int, found: Mapping[bytes, tuple[tuple, ...]]
+                     ) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """One question's support and P(Yes) matrices (perspectives x ``depth`` ranks; ranks past a short question's
+    last passage stay unsupported and NaN) and its count of unparsed answers, from each perspective's verdicts as
+    columns (``found``, as ``JudgementCache.lookup`` gives them); None when some pair has no verdict there. Each
+    perspective's verdicts are placed at their passages' ranks with numpy, not one Python step per pair;
+    verdicts of passages not ranked here (another run's, in a shared cache) are skipped."""
+    m, n = len(pds), len(sds)
+    s = np.zeros((m, depth), dtype=bool)
+    py = np.full((m, depth), np.nan)
+    if not (m and n):
+        return s, py, 0
+    rank = dict(zip(sds, range(n)))  # (a passage listed twice: its last rank; the others copied below)
+    columns = [found.get(pd, NO_VERDICTS) for pd in pds]
+    # Rows come sorted by passage digest, so when the same passages are cached for every perspective (the usual
+    # case) one set of positions serves them all and each field is placed for the whole question at once.
+    together = all(c[0] == columns[0][0] for c in columns[1:])
+    groups = [(slice(None), columns)] if together else [(i, [c]) for i, c in enumerate(columns)]
+    unparsed_at: np.ndarray | None = None
+    for rows, group in groups:
+        at = list(map(rank.get, group[0][0]))
+        keep = [k for k, j in enumerate(at) if j is not None] if None in at else None  # (other runs' passages)
+        if keep is not None:
+            at = [at[k] for k in keep]
+        if len(at) < len(rank):
+            return None
+        at = np.array(at, dtype=np.intp)  # (once, for both fields)
+        labels = np.array([c[1] for c in group], dtype=bool)
+        probs = np.array([c[2] for c in group], dtype=float)  # (None becomes NaN)
+        if keep is not None:
+            labels, probs = labels[:, keep], probs[:, keep]
+        s[rows, at] = labels if together else labels[0]
+        py[rows, at] = probs if together else probs[0]
+        for i, c in (enumerate(group) if together else [(rows, group[0])]):
+            if any(c[3]):  # (only a detail that mentions the key is parsed: a debate judge keeps transcripts there)
+                if unparsed_at is None:
+                    unparsed_at = np.zeros((m, n), dtype=bool)
+                flags = [bool(d and "unparsed" in d and json.loads(d).get("unparsed")) for d in c[3]]
+                unparsed_at[i, at] = [flags[k] for k in keep] if keep is not None else flags
+    if len(rank) < n:  # a passage listed twice (duplicates kept on purpose): every rank holds its verdicts
+        for j, sd in enumerate(sds):
+            if rank[sd] != j:
+                s[:, j], py[:, j] = s[:, rank[sd]], py[:, rank[sd]]
+                if unparsed_at is not None:
+                    unparsed_at[:, j] = unparsed_at[:, rank[sd]]
+    return s, py, 0 if unparsed_at is None else int(unparsed_at.sum())
+
+
 def evaluate_run(
     run: Run,
     judge: Any,
@@ -273,16 +328,22 @@ def evaluate_run(
             keys[qid] = (pds, sds)
         stats = JudgeStats(pairs=sum(map(len, wanted.values())))
 
-        rows: dict[bytes, dict[bytes, tuple[int, float | None, str | None]]] = {pd: {} for pd in wanted}
+        # The cached verdicts of each perspective, as columns: (passage digests, labels, p_yes, detail JSONs),
+        # placed in each question's matrices (None where a pair has no verdict yet)
+        found: dict[bytes, tuple[tuple, ...]] = {}
         if cache is not None and overwrite != "always":
-            rows = cache.lookup(judge.id, judge.prompt_version, wanted, with_raw=False)
-        stats.cached = sum(len(found) for found in rows.values())
+            found = cache.lookup(judge.id, judge.prompt_version, wanted, with_raw=False)
+        matrices = {qid: verdict_matrices(pds, sds, depth, found) for qid, (pds, sds) in keys.items()}
         missing: list[JudgePair] = []
-        if stats.cached < stats.pairs:  # (a fully cached evaluation skips this walk over every pair)
+        if all(placed is not None for placed in matrices.values()):
+            stats.cached = stats.pairs
+        else:  # (a fully cached evaluation skips these walks over every pair)
+            stats.cached = sum(sum(map(wanted[pd].__contains__, columns[0])) for pd, columns in found.items())
+            have = {pd: set(columns[0]) for pd, columns in found.items()}
             texts = {d: t for qid, (perspectives, passages) in grid.items()
                      for d, t in zip((*keys[qid][0], *keys[qid][1]), (*perspectives, *passages))}
             missing = [JudgePair(perspective=texts[pd], passage=texts[sd])
-                       for pd, sds in wanted.items() for sd in sds if sd not in rows[pd]]
+                       for pd, sds in wanted.items() for sd in sds if sd not in have.get(pd, ())]
     if missing and overwrite == "never":
         raise BerdsError(
             f"{len(missing)} of {stats.pairs} pairs are not in the judgement cache for judge {judge.id!r} and "
@@ -293,29 +354,30 @@ def evaluate_run(
         runner = judge_runner or judge_missing
         bs = batch_size or int(getattr(judge, "batch_size", 0) or 64) * 4
         answered = runner(judge, missing, cache, batch_size=bs, progress=progress, description=f"judging {run.name or 'run'}")
+        added: dict[bytes, list[tuple]] = {}
         for (perspective, passage), v in answered.items():
-            rows[digest(perspective)][digest(passage)] = (int(bool(v.label)), v.p_yes, json.dumps(v.detail) if v.detail else None)
+            added.setdefault(digest(perspective), []).append(
+                (digest(passage), int(bool(v.label)), v.p_yes, json.dumps(v.detail) if v.detail else None))
+        for pd, rows in added.items():  # appended to the perspective's columns
+            found[pd] = tuple(old + new for old, new in zip(found.get(pd, NO_VERDICTS), zip(*rows)))
         stats.judged = len(missing)
         stats.seconds = time.perf_counter() - started
+        with no_gc():
+            for qid, placed in matrices.items():
+                if placed is None:
+                    pds, sds = keys[qid]
+                    matrices[qid] = placed = verdict_matrices(pds, sds, depth, found)
+                    if placed is None:
+                        raise BerdsError(f"question {qid!r}: some pairs have no verdict after judging — the judge "
+                                         "runner returned fewer verdicts than it was given")
 
     with no_gc():
         support: dict[str, np.ndarray] = {}
         p_yes: dict[str, np.ndarray] = {}
         per_question: dict[str, dict[str, float]] = {}
-        for qid, (pds, sds) in keys.items():
-            s = np.zeros((len(pds), depth), dtype=bool)  # ranks past a short question's last passage stay unsupported
-            py = np.full((len(pds), depth), np.nan)
-            if sds and pds:
-                n = len(sds)
-                # (label, p_yes, detail) per pair, perspective by perspective, then one column per field
-                labels, probs, details = zip(*[row for pd in pds for row in map(rows[pd].__getitem__, sds)])
-                s[:, :n] = np.array(labels, dtype=bool).reshape(len(pds), n)
-                py[:, :n] = np.array(probs, dtype=float).reshape(len(pds), n)  # (None becomes NaN)
-                if any(details):
-                    # (only a detail that mentions the key is parsed: a debate judge stores its whole transcript
-                    # there, and parsing 175k transcripts took longer than the rest of a cached evaluation)
-                    stats.unparsed += sum(1 for d in details if d and "unparsed" in d and json.loads(d).get("unparsed"))
-                stats.verdicts += len(pds) * n
+        for qid, (s, py, unparsed) in matrices.items():
+            stats.unparsed += unparsed
+            stats.verdicts += len(keys[qid][0]) * len(keys[qid][1])
             support[qid], p_yes[qid] = s, py
             per_question[qid] = question_metrics(s, ks)
     datasets = {qid: q.dataset for qid, q in run.questions.items()}
