@@ -300,3 +300,14 @@ def test_contract_check_of_a_ready_instance_by_name_and_of_a_close_that_raises()
     assert report.checks[0].detail == "a ready instance, checked as it is"
     report = check_retriever(f"{__name__}:_CloseRaises")
     assert [(c.name, c.detail) for c in report.failures] == [("close", "close() raised OSError: close failed")]
+
+
+def test_a_retriever_whose_close_raises_keeps_its_run(tmp_path, capsys):
+    # the hits were found and the partial file held them, but close() raised before the run was saved: each rerun
+    # resumed, finished, and failed the same way
+    from berds.types import Question
+
+    questions = [Question("q1", "first?", ("a", "b")), Question("q2", "second?", ("c", "d"))]
+    run = retrieve(f"{__name__}:_CloseRaises", questions, k=3, out=tmp_path / "run", progress=False)
+    assert load_run(tmp_path / "run").hits.keys() == run.hits.keys() == {"q1", "q2"}
+    assert "failed to close (OSError: close failed); its hits are kept" in " ".join(capsys.readouterr().err.split())

@@ -83,6 +83,7 @@ def retrieve(
     retriever = load_retriever(retriever, **dict(options or {}))
     if batch_size is None:
         batch_size = int(getattr(retriever, "search_batch_size", 32))
+    retrieved = False
     try:
         provenance = provenance_of(retriever)
         # the question texts too: a question edited between a stopped run and its resumption is retrieved again
@@ -114,9 +115,17 @@ def retrieve(
                     partial.commit()  # a finished batch survives kill -9 (it sat in a write buffer before)
                     bar.advance(task, len(batch))
         seconds = time.perf_counter() - started
+        retrieved = True
     finally:
         if own and callable(getattr(retriever, "close", None)):
-            retriever.close()
+            try:
+                retriever.close()
+            except Exception as exc:  # a retriever failing to let go of its files must not cost the hits it found
+                if retrieved:  # (else the error that stopped the retrieval is the one to report)
+                    from rich.console import Console
+
+                    Console(stderr=True).print(f"[yellow]warning:[/] retriever {retriever.name!r} failed to close "
+                                               f"({type(exc).__name__}: {exc}); its hits are kept", highlight=False)
 
     manifest = {
         "retriever": {**({"spec": spec_name} if spec_name else {}), "options": _jsonable(_persistable(options)),
