@@ -467,3 +467,30 @@ def test_verdicts_land_at_their_ranks_whatever_the_cache_holds(tmp_path):
             np.testing.assert_array_equal(got.p_yes[qid], probs[qid])
         assert got.stats.unparsed == unparsed and got.stats.verdicts == sum(m.size for m in support.values())
     assert got.stats.judged == 0 and got.stats.cached == got.stats.pairs
+
+
+def test_a_judge_runner_that_leaves_a_pair_out_is_refused_even_when_it_answers_a_cached_one(tmp_path):
+    """A runner's verdict for a pair it was not given (already cached) neither replaces the cached verdict nor
+    stands in for a pair it left out: that rank was left unsupported with no error."""
+    from berds.evaluate.evaluation import pairs_for_run
+    from berds.evaluate.judging import judge_missing
+
+    run = make_run(n_questions=1, depth=4)
+    cache = JudgementCache(tmp_path / "c.sqlite")
+    first = evaluate_run(run, HashJudge(), ks=(2,), progress=False, cache=cache, allow_unparsed=True)  # ranks 1-2
+    cached = pairs_for_run(run, 2)["q0"][0][0]
+
+    def runner(judge, pairs, cache, *, leave_out=True, **kw):
+        out = judge_missing(judge, pairs, cache, **kw)
+        if leave_out:
+            del out[next(iter(out))]
+        out[(cached.perspective, cached.passage)] = Verdict(not first.support["q0"][0, 0], 0.123)
+        return out
+
+    with pytest.raises(BerdsError, match="answered 3 of the 4 pairs"):
+        evaluate_run(run, HashJudge(), ks=(4,), progress=False, cache=cache, allow_unparsed=True, judge_runner=runner)
+    cache = JudgementCache(tmp_path / "c2.sqlite")
+    evaluate_run(run, HashJudge(), ks=(2,), progress=False, cache=cache, allow_unparsed=True)
+    got = evaluate_run(run, HashJudge(), ks=(4,), progress=False, cache=cache, allow_unparsed=True,
+                       judge_runner=lambda *a, **kw: runner(*a, leave_out=False, **kw))
+    assert got.support["q0"][0, 0] == first.support["q0"][0, 0] and got.p_yes["q0"][0, 0] != 0.123

@@ -335,6 +335,7 @@ def evaluate_run(
             found = cache.lookup(judge.id, judge.prompt_version, wanted, with_raw=False)
         matrices = {qid: verdict_matrices(pds, sds, depth, found) for qid, (pds, sds) in keys.items()}
         missing: list[JudgePair] = []
+        have: dict[bytes, set[bytes]] = {}
         if all(placed is not None for placed in matrices.values()):
             stats.cached = stats.pairs
         else:  # (a fully cached evaluation skips these walks over every pair)
@@ -356,8 +357,15 @@ def evaluate_run(
         answered = runner(judge, missing, cache, batch_size=bs, progress=progress, description=f"judging {run.name or 'run'}")
         added: dict[bytes, list[tuple]] = {}
         for (perspective, passage), v in answered.items():
-            added.setdefault(digest(perspective), []).append(
-                (digest(passage), int(bool(v.label)), v.p_yes, json.dumps(v.detail) if v.detail else None))
+            pd, sd = digest(perspective), digest(passage)
+            # Only the pairs asked for are added: a verdict for a pair already cached (or never asked) would sit
+            # in the columns beside the cached row, be placed over it in some questions and not others, and make
+            # up the count of a pair the runner left out, whose rank would then stay unsupported without a word
+            if sd in wanted.get(pd, ()) and sd not in have.get(pd, ()):
+                added.setdefault(pd, []).append((sd, int(bool(v.label)), v.p_yes, json.dumps(v.detail) if v.detail else None))
+        if sum(map(len, added.values())) < len(missing):
+            raise BerdsError(f"the judge runner answered {sum(map(len, added.values()))} of the {len(missing)} pairs it "
+                             f"was given for judge {judge.id!r} — every pair needs a verdict")
         for pd, rows in added.items():  # appended to the perspective's columns
             found[pd] = tuple(old + new for old, new in zip(found.get(pd, NO_VERDICTS), zip(*rows)))
         stats.judged = len(missing)
