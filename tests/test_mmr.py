@@ -359,6 +359,18 @@ def test_rerank_and_tune_commands(tmp_path, minilm_path, capsys):
                              "--cache", str(tmp_path / "j.sqlite"), "--out", str(tmp_path / "tuned"), "-q")
     assert code == 0, err
     assert "chosen λ" in out
+    never = {"0.5": 0.0, "0.9": 0.0}  # a grid that every λ scores alike is said to be a tie, not a choice
+    from berds.studies.tuning import TuneResult
+
+    assert TuneResult([{"lambda": None, "mrecall@3": 0.5}, *({"lambda": float(lam), "mrecall@3": v} for lam, v in
+                                                          never.items())], 0.9, "mrecall@3", "j", (3,), {}).tied
+    assert not TuneResult([{"lambda": 0.5, "mrecall@3": 0.5}, {"lambda": 0.9, "mrecall@3": 0.0}], 0.5, "mrecall@3",
+                          "j", (3,), {}).tied
+    code, out, err = run_cli("tune", "mmr", str(run_dir), "--judge", "judges_for_tests:OverlapJudge", "-o",
+                             "threshold=2", "--lambdas", "0.5,0.9", "--k", "3", "--model", minilm_path,
+                             "--embedding-cache", cache, "--cache", str(tmp_path / "j.sqlite"), "--out",
+                             str(tmp_path / "tied"), "-q")  # (threshold 2: no passage supports anything)
+    assert code == 0 and "every λ scored the same mrecall@3" in " ".join(out.split()), err
     chosen = lambda_from_manifest(tmp_path / "tuned")
     code, out, err = run_cli("rerank", "mmr", str(run_dir), "--lambda-from", str(tmp_path / "tuned"), "--model",
                              minilm_path, "--embedding-cache", cache, "--out", str(tmp_path / "mmr"), "-q")

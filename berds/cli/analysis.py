@@ -127,6 +127,9 @@ def tune_mmr_command(
                  header, rows)
     print_judge_warning(result.judge_id)
     _console().print(f"chosen λ = {result.chosen:g}", highlight=False)
+    if result.tied:
+        _console().print(f"[yellow]note:[/] every λ scored the same {result.select}: the choice is the tie rule's "
+                         "(the larger λ), not the data's", highlight=False)
     _print_written(paths)
 
 

@@ -34,6 +34,13 @@ class TuneResult:
     parameter: str = "lambda"
     method: str = "mmr"
 
+    @property
+    def tied(self) -> bool:
+        """Every value tried scored the same on ``select``: the data told the values apart by nothing, and the
+        choice is the tie rule's (e.g. a dev run whose questions all got no passages)."""
+        scores = {round(float(r[self.select]), 12) for r in self.rows if r.get(self.parameter) is not None}
+        return len([r for r in self.rows if r.get(self.parameter) is not None]) > 1 and len(scores) == 1
+
     def to_json(self) -> dict[str, Any]:
         out = {"method": self.method, "parameter": self.parameter, "select": self.select, "chosen": self.chosen,
                "judge": self.judge_id, "ks": list(self.ks), "rows": self.rows}
