@@ -186,15 +186,24 @@ class Watchdog:
     def __init__(self, seconds: float, cut: Any) -> None:
         self.fired = threading.Event()
         self._cut = cut
+        self._lock = threading.Lock()
+        self._cancelled = False
         self._timer = threading.Timer(max(seconds, 0.0), self._fire)
         self._timer.daemon = True
         self._timer.start()
 
     def _fire(self) -> None:
-        self.fired.set()
-        self._cut()
+        with self._lock:
+            if not self._cancelled:
+                self.fired.set()
+                self._cut()
 
     def cancel(self) -> None:
+        """Once this returns nothing is cut any more (a cut under way is waited for): a timer already past its
+        wait when the request ended would otherwise cut the connections later, under the next request on the
+        reused keep-alive connection."""
+        with self._lock:
+            self._cancelled = True
         self._timer.cancel()
 
 

@@ -83,3 +83,25 @@ def test_a_retry_after_beyond_the_limit_fails_the_page_now(server, tmp_path):
 def test_retry_after_values(header, low, high):
     got = retry_after_seconds(header)
     assert got == low if low is None else low <= got <= high
+
+
+def test_a_watchdog_cancelled_while_it_fires_has_cut_before_cancel_returns():
+    """Once ``cancel()`` has returned nothing is cut any more: a timer already past its wait when the request
+    finished cut the connections later, under the next request on the reused keep-alive connection. Here the cut
+    is slowed to stand for a timer thread waiting for the GIL between its wake-up and its cut."""
+    import threading
+
+    from berds.io import Watchdog
+
+    order: list[str] = []
+    watchdog = Watchdog(0.0, lambda: (time.sleep(0.2), order.append("cut")))
+    assert watchdog.fired.wait(2)
+    watchdog.cancel()
+    order.append("next request")
+    time.sleep(0.3)
+    assert order == ["cut", "next request"]
+    # and one cancelled before its time never cuts
+    late = Watchdog(0.05, lambda: order.append("late cut"))
+    late.cancel()
+    time.sleep(0.1)
+    assert "late cut" not in order and not late.fired.is_set() and threading.active_count() < 50
