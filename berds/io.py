@@ -15,6 +15,7 @@ import json
 import math
 import os
 import platform
+import re
 import secrets
 import stat
 import sys
@@ -40,6 +41,17 @@ def atomic_write(path: PathLike, mode: str = "w", encoding: str | None = "utf-8"
     """
     path = Path(path)
     binary = "b" in mode
+    descriptor = _descriptor_named(path)
+    if descriptor is not None:
+        # /dev/stdout, /dev/fd/N, /proc/self/fd/N name a descriptor this process holds, not a place: written
+        # through it. When stdout was redirected to a file the link resolves to that file, and renaming over it
+        # replaced the file (`>> log` lost the log, and what was printed around the --out went nowhere)
+        for stream in (sys.stdout, sys.stderr):  # (what was printed before comes before)
+            with contextlib.suppress(Exception):
+                stream.flush()
+        with os.fdopen(os.dup(descriptor), mode, encoding=None if binary else encoding) as f:
+            yield f
+        return
     try:
         target = os.stat(path)  # (follows links)
     except (FileNotFoundError, NotADirectoryError):
@@ -50,26 +62,62 @@ def atomic_write(path: PathLike, mode: str = "w", encoding: str | None = "utf-8"
         with open(path, mode, encoding=None if binary else encoding) as f:
             yield f
         return
+    given = str(path)  # (what errors name: the file the user asked for, not a link's target or the temporary name)
     if path.is_symlink():
         path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         fd, tmp = _create_temp(path)
-    except OSError as exc:  # named by the file the user asked for, not by the temporary name
-        raise OSError(exc.errno, f"{exc.strerror} (a temporary file beside it could not be made)", str(path)) from None
+    except OSError as exc:
+        beside = "it" if str(path) == given else path
+        raise OSError(exc.errno, f"{exc.strerror} (a temporary file beside {beside} could not be made)", given) from None
     try:
         with os.fdopen(fd, mode, encoding=None if binary else encoding) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-            if os.chmod in os.supports_fd:
-                with contextlib.suppress(FileNotFoundError):  # keep a replaced file's permissions
-                    os.chmod(f.fileno(), stat.S_IMODE(os.stat(path).st_mode))
-        os.replace(tmp, path)
+            try:
+                yield f
+            except OSError as exc:
+                # a write the system refused (disk full, quota, file too large, I/O error) carries no file name
+                if exc.filename is None and exc.errno in _WRITE_REFUSED:
+                    raise OSError(exc.errno, exc.strerror, given) from None
+                raise
+            try:
+                f.flush()
+                os.fsync(f.fileno())
+                if os.chmod in os.supports_fd:
+                    with contextlib.suppress(FileNotFoundError):  # keep a replaced file's permissions
+                        os.chmod(f.fileno(), stat.S_IMODE(os.stat(path).st_mode))
+            except OSError as exc:  # (the disk filling up shows here when the body was small enough to buffer)
+                raise OSError(exc.errno, exc.strerror, given) from None
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, given) from None
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+_WRITE_REFUSED = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG, errno.EIO, errno.EROFS}
+
+
+def _descriptor_named(path: Path) -> int | None:
+    """N when ``path`` is, or links to, one of this process's open descriptors (``/dev/stdout``, ``/dev/fd/N``,
+    ``/proc/self/fd/N``), else None."""
+    own = re.compile(rf"/proc/(?:self|thread-self|{os.getpid()})/fd/(\d+)")
+    name = os.path.abspath(path)
+    for _ in range(40):  # (links followed one at a time: the last one, into /proc, names the descriptor's file)
+        name = os.path.join(os.path.realpath(os.path.dirname(name)), os.path.basename(name))
+        found = own.fullmatch(name)
+        if found:
+            with contextlib.suppress(OSError):
+                os.fstat(int(found.group(1)))
+                return int(found.group(1))
+            return None
+        if not os.path.islink(name):
+            return None
+        name = os.path.join(os.path.dirname(name), os.readlink(name))
+    return None
 
 
 def _create_temp(path: Path) -> tuple[int, str]:

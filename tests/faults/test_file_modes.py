@@ -95,3 +95,46 @@ def test_a_link_keeps_pointing_and_a_pipe_is_written_not_replaced(tmp_path):
     with pytest.raises(IsADirectoryError):
         write_text(tmp_path, "x")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.txt", "pipe", "real.txt"]  # no temp files left
+
+
+def test_stdout_redirected_to_a_file_is_written_through_not_replaced(tmp_path):
+    """/dev/stdout (here its target, /proc/self/fd/1: a test never writes under /dev) resolves to the file stdout
+    was redirected to; that file was replaced by a rename, so `>> log` lost the log and what was printed around
+    the --out went to the replaced file, nowhere."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "log.txt"
+    log.write_text("earlier line\n")
+    code = ("from berds.io import write_text\nprint('before', flush=True)\n"
+            "write_text('/proc/self/fd/1', 'the output\\n')\nprint('after')")
+    with open(log, "a") as out:
+        subprocess.run([sys.executable, "-c", code], stdout=out, check=True, timeout=60)
+    assert log.read_text() == "earlier line\nbefore\nthe output\nafter\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.txt"]
+
+
+def test_a_write_the_system_refuses_names_the_users_file(tmp_path, monkeypatch):
+    """A full disk shows in a write, flush or fsync with no file name: the CLI's one 'error:' line then named no
+    file. Such errors now name the --out given (a link's own name, not its target or the temporary file)."""
+    import errno
+
+    real = tmp_path / "real.json"
+    link = tmp_path / "out.json"
+    link.symlink_to(real.name)
+    with pytest.raises(OSError) as refused:
+        with atomic_write(link) as f:
+            raise OSError(errno.ENOSPC, "No space left on device")  # (as f.write raises it)
+    assert refused.value.filename == str(link) and refused.value.errno == errno.ENOSPC
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError) as refused:
+        write_text(link, "small enough to be buffered")
+    assert refused.value.filename == str(link)
+    with pytest.raises(ValueError):  # anything else passes unchanged
+        with atomic_write(link) as f:
+            raise ValueError("not a write")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"] and not real.exists()
