@@ -288,6 +288,9 @@ def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False, duplica
         return _read_ctxs_jsonl(Path(path), allow_empty_ctxs, duplicates, require_perspectives)
 
 
+NO_QUESTION_TEXT = "(question on line {line})"  # the text of a record that has none (the exchange format)
+
+
 def _read_ctxs_jsonl(path: Path, allow_empty_ctxs: bool, duplicates: str, require_perspectives: bool) -> Run:
     questions: list[Question] = []
     hits: list[list[Hit]] = []
@@ -304,7 +307,7 @@ def _read_ctxs_jsonl(path: Path, allow_empty_ctxs: bool, duplicates: str, requir
                 {"id", "qid"} & rec.keys() and {"question", "text", "query"} & rec.keys()):
             # the original exchange format needs only perspectives + ctxs: the line number stands in
             rec = {**rec, "id": rec.get("id", rec.get("qid", f"line-{line}")),
-                   "question": rec.get("question", rec.get("text", rec.get("query", f"(question on line {line})")))}
+                   "question": rec.get("question", rec.get("text", rec.get("query", NO_QUESTION_TEXT.format(line=line))))}
             exchange_only += 1
         q = parse_question(rec, path=path, line=line, dataset=str(rec.get("dataset", "")),
                            require_perspectives=require_perspectives)

@@ -188,3 +188,39 @@ def test_runs_of_two_question_sets_sharing_ids_are_refused_before_judging(tmp_pa
     c.questions["q0"] = replace(c.questions["q0"], perspectives=("bike lanes make streets safer",))
     with pytest.raises(BerdsError, match=r"question 'q0' is not the same question .* \(the gold perspectives differ"):
         compare_paths([paths[0], save_run(c, tmp_path / "c")], NeverJudge(), ks=(5,), cache_path=tmp_path / "c.sqlite")
+
+
+def test_runs_of_one_question_set_are_paired_whatever_their_query_text(tmp_path):
+    """The check refused runs of one question set: the sycophancy study's runs (queried with the question, the
+    supporting or the opposing perspective, perspectives listed supporting first), exchange-format files without
+    question texts (given one numbered by line) in another line order, and texts differing in case or spacing."""
+    import json
+    from dataclasses import replace
+
+    from berds.evaluate.analyses.common import check_same_question_per_id
+    from berds.evaluate.analyses.stance import Stance
+    from berds.evaluate.analyses.sycophancy import perspective_queries
+    from berds.runs import load_run
+    from berds.types import Run
+
+    base = make_run(n_questions=3, depth=4)
+    stances = {"q0": Stance("q0", 1, 0, "ok"), "q2": Stance("q2", 0, 1, "ok")}
+    study = []
+    for query in ("question", "supporting", "opposing"):
+        asked = perspective_queries(list(base.questions.values()), stances, query)
+        study.append(Run({q.id: q for q in asked}, {q.id: base.hits[q.id] for q in asked}, name=f"query-{query}"))
+    check_same_question_per_id(study, [r.name for r in study])
+    check_same_question_per_id([base, study[0]], ["base", "query-question"])  # (per-question metrics: any order)
+    with pytest.raises(BerdsError, match="lists its gold perspectives in another order"):  # (coverage: row by row)
+        check_same_question_per_id([base, study[0]], ["base", "query-question"], ordered=True)
+    spaced = Run({q: replace(x, text=f"  {x.text.upper()} ") for q, x in base.questions.items()}, base.hits, name="s")
+    check_same_question_per_id([base, spaced], ["base", "s"], ordered=True)
+
+    records = [{"id": f"q{i}", "perspectives": [f"p{i}a", f"p{i}b"], "ctxs": [{"id": f"d{i}", "text": "t", "score": 1.0}]}
+               for i in range(3)]
+    for name, order in (("a", records), ("b", records[::-1])):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in order))
+    check_same_question_per_id([load_run(tmp_path / "a.jsonl"), load_run(tmp_path / "b.jsonl")], ["a", "b"])
+    other = replace(base.questions["q1"], text="Should homework be abolished?")  # still refused: another set's q1
+    with pytest.raises(BerdsError, match="the texts differ"):
+        check_same_question_per_id([base, Run({"q1": other}, {"q1": base.hits["q1"]})], ["base", "other"])

@@ -12,6 +12,7 @@ Each analysis result is a dataclass with ``KIND``, ``to_json()``, ``from_json()`
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -86,16 +87,38 @@ def pct(x: float | None) -> str:
     return "n/a" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{100 * x:.1f}"
 
 
-def check_same_question_per_id(runs: Sequence[Run], labels: Sequence[str]) -> None:
+def check_same_question_per_id(runs: Sequence[Run], labels: Sequence[str], *, ordered: bool = False) -> None:
     """Runs are paired question by question on ids: an id two runs share must be the same question there (text
     and gold perspectives). Runs of two question sets that both number their questions q0, q1, ... were paired
-    without a word. Checked before any judging."""
+    without a word. Checked before any judging.
+
+    The gold perspectives, which every metric is measured against, must be the same, in the same order only when
+    ``ordered`` (coverage unites support matrices row by row; per-question metrics do not depend on the order:
+    the sycophancy study's runs list them supporting first). A run's question text is its query, so texts are
+    compared without case or spacing, and not where one is a perspective of the question (a sycophancy run
+    queried with it) or a file gave none (``NO_QUESTION_TEXT``, numbered by line, so it differs for the same
+    question in two files)."""
+    from berds.runs import NO_QUESTION_TEXT
+
+    none = re.compile(re.escape(NO_QUESTION_TEXT).replace(re.escape("{line}"), r"\d+"))
+
+    def text(q: Any) -> str | None:
+        return None if q.text in q.perspectives or none.fullmatch(q.text) else " ".join(q.text.split()).casefold()
+
+    def gold(q: Any) -> tuple[str, ...]:
+        return tuple(q.perspectives) if ordered else tuple(sorted(q.perspectives))
+
     seen: dict[str, tuple[str, Any]] = {}  # qid -> (label of the first run with it, its question)
     for label, run in zip(labels, runs):
         for qid, q in run.questions.items():
             first = seen.setdefault(qid, (label, q))
-            if (first[1].text, tuple(first[1].perspectives)) != (q.text, tuple(q.perspectives)):
-                what = "texts" if first[1].text != q.text else "gold perspectives"
+            texts = text(first[1]), text(q)
+            if gold(first[1]) != gold(q) and sorted(first[1].perspectives) == sorted(q.perspectives):
+                raise BerdsError(f"question {qid!r} lists its gold perspectives in another order in runs {first[0]!r} "
+                                 f"and {label!r}, and their coverage is united perspective by perspective — use "
+                                 "runs whose questions list them in one order")
+            if gold(first[1]) != gold(q) or (None not in texts and texts[0] != texts[1]):
+                what = "gold perspectives" if gold(first[1]) != gold(q) else "texts"
                 raise BerdsError(f"question {qid!r} is not the same question in runs {first[0]!r} and {label!r} (the "
                                  f"{what} differ): these runs come from different question sets, and results are "
                                  "paired by question id — compare runs of one question set")
