@@ -6,6 +6,7 @@ import signal
 import sqlite3
 import subprocess
 import time
+import zlib
 
 import numpy as np
 import pytest
@@ -394,6 +395,10 @@ def test_a_perspective_shared_by_questions_is_judged_once_per_passage_and_no_mor
     assert {q: m.tolist() for q, m in again.support.items()} == {q: m.tolist() for q, m in first.support.items()}
 
 
+def kind(text: str) -> int:  # 0..4, the same in every process (hash() of a str is not)
+    return zlib.crc32(text.encode()) % 5
+
+
 class DetailedJudge:
     """Verdicts with every kind of detail: a transcript that mentions the word, a parsed flag, the unparsed flag."""
 
@@ -402,7 +407,7 @@ class DetailedJudge:
     def judge(self, pairs):
         details = [{"debate": {"critic": "an answer left unparsed here was re-asked"}}, {"unparsed": False}, None,
                    {"unparsed": True, "debate": {"critic": "no answer"}}, {"seed": 1}]
-        return [Verdict(i % 2 == 0, 0.5, "x", details[hash(p.passage) % 5]) for i, p in enumerate(pairs)]
+        return [Verdict(i % 2 == 0, 0.5, "x", details[kind(p.passage)]) for i, p in enumerate(pairs)]
 
 
 def test_unparsed_answers_are_counted_exactly_from_cached_details(tmp_path):
@@ -413,7 +418,7 @@ def test_unparsed_answers_are_counted_exactly_from_cached_details(tmp_path):
     assert cached.stats.judged == 0 and fresh.stats.judged > 0
     from berds.evaluate.evaluation import pairs_for_run
 
-    expected = sum(hash(p.passage) % 5 == 3 for rows in pairs_for_run(run, 5).values() for row in rows for p in row)
+    expected = sum(kind(p.passage) == 3 for rows in pairs_for_run(run, 5).values() for row in rows for p in row)
     assert 0 < expected == cached.stats.unparsed == fresh.stats.unparsed
 
 
@@ -494,3 +499,13 @@ def test_a_judge_runner_that_leaves_a_pair_out_is_refused_even_when_it_answers_a
     got = evaluate_run(run, HashJudge(), ks=(4,), progress=False, cache=cache, allow_unparsed=True,
                        judge_runner=lambda *a, **kw: runner(*a, leave_out=False, **kw))
     assert got.support["q0"][0, 0] == first.support["q0"][0, 0] and got.p_yes["q0"][0, 0] != 0.123
+
+
+def test_judge_text_digests_are_the_digests_of_the_judge_texts():
+    # the evaluation hashes each passage as its judge text is built; the key must stay sha256(judge_text)
+    from berds.evaluate.cache import judge_text_digests, text_digest
+
+    passages = [Passage("a", "plain text"), Passage("b", "text", title="Title"), Passage("c", "text", title=""),
+                Passage("d", "tëxt ☃", title="T", title_field=False), Passage("e", "x", title="Ünïcode")]
+    for position in ("after", "before", "none"):
+        assert judge_text_digests(passages, position) == [text_digest(p.judge_text(position)) for p in passages]

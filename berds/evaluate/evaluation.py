@@ -28,7 +28,7 @@ import numpy as np
 
 from berds.errors import BerdsError, InputError
 from berds.io import check_writable, no_gc
-from berds.evaluate.cache import Digests, JudgementCache, text_digests
+from berds.evaluate.cache import Digests, JudgementCache, judge_text_digests
 from berds.evaluate.judging import judge_missing
 from berds.evaluate.metrics import aggregate, question_metrics
 from berds.runs import run_stem
@@ -140,10 +140,9 @@ class EvalResult:
 passage_of = attrgetter("passage")  # Hit -> Passage, without a Python step per hit
 
 
-def question_texts(run: Run, depth: int, *, title_position: str = "after", allow_short: bool = False
-                   ) -> dict[str, tuple[tuple[str, ...], list[str]]]:
-    """``qid -> (perspectives, texts of the top depth passages as the judge sees them)``."""
-    out: dict[str, tuple[tuple[str, ...], list[str]]] = {}
+def question_passages(run: Run, depth: int, *, allow_short: bool = False) -> dict[str, tuple[tuple[str, ...], list[Passage]]]:
+    """``qid -> (perspectives, the top depth passages)``; a question with fewer is refused unless ``allow_short``."""
+    out: dict[str, tuple[tuple[str, ...], list[Passage]]] = {}
     for qid, q in run.questions.items():
         hits = run.hits[qid][:depth]
         if len(hits) < depth and not allow_short:
@@ -156,8 +155,15 @@ def question_texts(run: Run, depth: int, *, title_position: str = "after", allow
                 path=source or run.name or None, line=question_line(source, qid), record=qid,
                 fix="use a smaller --k, retrieve more passages, or pass --allow-short to score missing ranks as unsupported",
             )
-        out[qid] = (tuple(q.perspectives), Passage.judge_texts(map(passage_of, hits), title_position))
+        out[qid] = (tuple(q.perspectives), list(map(passage_of, hits)))
     return out
+
+
+def question_texts(run: Run, depth: int, *, title_position: str = "after", allow_short: bool = False
+                   ) -> dict[str, tuple[tuple[str, ...], list[str]]]:
+    """``qid -> (perspectives, texts of the top depth passages as the judge sees them)``."""
+    return {qid: (perspectives, Passage.judge_texts(passages, title_position))
+            for qid, (perspectives, passages) in question_passages(run, depth, allow_short=allow_short).items()}
 
 
 def pairs_for_run(run: Run, depth: int, *, title_position: str = "after", allow_short: bool = False
@@ -313,14 +319,15 @@ def evaluate_run(
     # The cyclic GC is paused while hundreds of thousands of small acyclic objects (digests, rows, matrices) are
     # made (berds.io.no_gc), but not while a judge runs: a model may make cyclic garbage for hours.
     with no_gc():
-        grid = question_texts(run, depth, title_position=title_position, allow_short=allow_short)
-        # Each distinct text is hashed once; verdicts are keyed by (perspective digest, passage digest).
+        grid = question_passages(run, depth, allow_short=allow_short)
+        # Verdicts are keyed by (perspective digest, passage digest): each perspective is hashed once, each passage
+        # as its judge text is built (passages rarely repeat across questions: looking a long text up in a memo
+        # costs as much as hashing it, and building the texts first cost a fifth more)
         digest = Digests()
         wanted: dict[bytes, dict[bytes, None]] = {}
         keys: dict[str, tuple[list[bytes], list[bytes]]] = {}
         for qid, (perspectives, passages) in grid.items():
-            # (passages rarely repeat across questions: looking a long text up in the memo costs as much as hashing it)
-            pds, sds = [digest(t) for t in perspectives], text_digests(passages)
+            pds, sds = [digest(t) for t in perspectives], judge_text_digests(passages, title_position)
             ranked = dict.fromkeys(sds)  # shared by the question's perspectives (wanted is only read), copied on merge
             for pd in pds:
                 have = wanted.get(pd)
@@ -342,7 +349,8 @@ def evaluate_run(
             stats.cached = sum(sum(map(wanted[pd].__contains__, columns[0])) for pd, columns in found.items())
             have = {pd: set(columns[0]) for pd, columns in found.items()}
             texts = {d: t for qid, (perspectives, passages) in grid.items()
-                     for d, t in zip((*keys[qid][0], *keys[qid][1]), (*perspectives, *passages))}
+                     for d, t in zip((*keys[qid][0], *keys[qid][1]),
+                                     (*perspectives, *Passage.judge_texts(passages, title_position)))}
             missing = [JudgePair(perspective=texts[pd], passage=texts[sd])
                        for pd, sds in wanted.items() for sd in sds if sd not in have.get(pd, ())]
     if missing and overwrite == "never":
