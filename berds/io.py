@@ -40,7 +40,7 @@ def atomic_write(path: PathLike, mode: str = "w", encoding: str | None = "utf-8"
     directly: renaming over it would replace the device itself (as root, ``--out /dev/full`` did).
     """
     path = Path(path)
-    binary = "b" in mode
+    text_encoding = None if "b" in mode else encoding
     descriptor = _descriptor_named(path)
     if descriptor is not None:
         # /dev/stdout, /dev/fd/N, /proc/self/fd/N name a descriptor this process holds, not a place: written
@@ -49,7 +49,7 @@ def atomic_write(path: PathLike, mode: str = "w", encoding: str | None = "utf-8"
         for stream in (sys.stdout, sys.stderr):  # (what was printed before comes before)
             with contextlib.suppress(Exception):
                 stream.flush()
-        with os.fdopen(os.dup(descriptor), mode, encoding=None if binary else encoding) as f:
+        with os.fdopen(os.dup(descriptor), mode, encoding=text_encoding) as f:
             yield f
         return
     try:
@@ -59,10 +59,14 @@ def atomic_write(path: PathLike, mode: str = "w", encoding: str | None = "utf-8"
     if target is not None and not stat.S_ISREG(target.st_mode):
         if stat.S_ISDIR(target.st_mode):
             raise IsADirectoryError(errno.EISDIR, "is a folder, not a file", str(path))
-        with open(path, mode, encoding=None if binary else encoding) as f:
+        with open(path, mode, encoding=text_encoding) as f:
             yield f
         return
     given = str(path)  # (what errors name: the file the user asked for, not a link's target or the temporary name)
+
+    def named(exc: OSError) -> OSError:
+        return OSError(exc.errno, exc.strerror, given)
+
     if path.is_symlink():
         path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -72,13 +76,13 @@ def atomic_write(path: PathLike, mode: str = "w", encoding: str | None = "utf-8"
         beside = "it" if str(path) == given else path
         raise OSError(exc.errno, f"{exc.strerror} (a temporary file beside {beside} could not be made)", given) from None
     try:
-        with os.fdopen(fd, mode, encoding=None if binary else encoding) as f:
+        with os.fdopen(fd, mode, encoding=text_encoding) as f:
             try:
                 yield f
             except OSError as exc:
                 # a write the system refused (disk full, quota, file too large, I/O error) carries no file name
                 if exc.filename is None and exc.errno in _WRITE_REFUSED:
-                    raise OSError(exc.errno, exc.strerror, given) from None
+                    raise named(exc) from None
                 raise
             try:
                 f.flush()
@@ -87,11 +91,11 @@ def atomic_write(path: PathLike, mode: str = "w", encoding: str | None = "utf-8"
                     with contextlib.suppress(FileNotFoundError):  # keep a replaced file's permissions
                         os.chmod(f.fileno(), stat.S_IMODE(os.stat(path).st_mode))
             except OSError as exc:  # (the disk filling up shows here when the body was small enough to buffer)
-                raise OSError(exc.errno, exc.strerror, given) from None
+                raise named(exc) from None
         try:
             os.replace(tmp, path)
         except OSError as exc:
-            raise OSError(exc.errno, exc.strerror, given) from None
+            raise named(exc) from None
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

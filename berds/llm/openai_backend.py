@@ -351,9 +351,10 @@ class OpenAILLM:
                 # A watchdog cuts the connection at the deadline: a server dripping its status line and headers
                 # is inside one requests call that no read timeout bounds as a whole.
                 deadline = time.monotonic() + self.timeout
-                watchdog = cut_at_deadline(self._session(), deadline)
+                session = self._session()
+                watchdog = cut_at_deadline(session, deadline)
                 try:
-                    with self._session().post(url, json=body, timeout=self.timeout, allow_redirects=False,
+                    with session.post(url, json=body, timeout=self.timeout, allow_redirects=False,
                                               stream=True) as response:
                         data = read_streamed_body(response, deadline=deadline, limit=self.max_response_bytes)
                 except Exception:
