@@ -46,6 +46,10 @@ def load_result(path: str | Path) -> Any:
     return result
 
 
+def _text(v: Any) -> bool:
+    return isinstance(v, str)
+
+
 def _count(v: Any) -> bool:
     return type(v) is int and v >= 0
 
@@ -65,15 +69,15 @@ def _maybe(check: Any) -> Any:
 # What each row of a result holds; the tables and figures index and format these fields (a hand-edited or
 # damaged file used to end `berds report` in a KeyError or format traceback, or print NaN as a share).
 ROW_FIELDS: dict[str, dict[str, tuple[Any, str]]] = {
-    "leaning": {"run": (lambda v: isinstance(v, str), "text"), "questions": (_count, "a count"),
+    "leaning": {"run": (_text, "text"), "questions": (_count, "a count"),
                 **{c: (_count, "a count") for c in ("supporting only", "opposing only", "both", "neither", "no_stance")}},
-    "coverage": {"run": (lambda v: isinstance(v, str), "text"), "questions": (_count, "a count"),
+    "coverage": {"run": (_text, "text"), "questions": (_count, "a count"),
                  "mrecall": (_share, "a share in [0, 1]"), "perspective_recall": (_share, "a share in [0, 1]")},
-    "docs-needed": {"run": (lambda v: isinstance(v, str), "text"), "dataset": (lambda v: isinstance(v, str), "text"),
+    "docs-needed": {"run": (_text, "text"), "dataset": (_text, "text"),
                     "questions": (_count, "a count"), "covered": (_count, "a count"),
                     "covered_share": (_share, "a share in [0, 1]"), "mean": (_maybe(_number), "a number or null"),
                     "median": (_maybe(_number), "a number or null")},
-    "sycophancy": {"label": (lambda v: isinstance(v, str), "text"),
+    "sycophancy": {"label": (_text, "text"),
                    "query": (lambda v: v in ("question", "supporting", "opposing"), "question, supporting or opposing"),
                    "p": (_maybe(_number), "a number or null"), "n": (_maybe(_number), "a number or null"),
                    "delta": (_maybe(_number), "a number or null")},  # its counts: stance_corrected.check_sycophancy_rows
