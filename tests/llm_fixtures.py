@@ -5,6 +5,8 @@
   like Mistral-7B-Instruct-v0.2's — rejects ``system`` messages. Tokens use sentencepiece's ``▁`` word
   marker, and both ``"▁Yes"`` and ``"Yes"`` exist, so two ids decode to one string (as in real vocabularies).
 * ``build_tiny_lora(base, folder)``: a random (non-zero) LoRA adapter on that model, saved with peft.
+* ``build_tiny_nli(folder)`` / ``build_tiny_t5_nli(folder)``: random-weight NLI models (a BERT classifier with
+  MNLI labels; a T5 answering "1"/"0") for the ``nli:`` judge.
 
 Use them from a test module with ``from llm_fixtures import tiny_mistral, tiny_lora  # noqa: F401``.
 """
@@ -92,6 +94,57 @@ def build_tiny_lora(base: str | Path, folder: str | Path, *, seed: int = 1) -> P
             if "lora_" in name:
                 param.normal_(0.0, 0.3)
     peft_model.save_pretrained(folder)
+    return folder
+
+
+def build_tiny_nli(folder: str | Path) -> Path:
+    """A random-weight BERT-style sequence classifier with MNLI-style labels, and its tokenizer."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast
+
+    folder = Path(folder)
+    words = "cats dogs are great loyal pets fish need clean water birds sing the a not".split()
+    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]"] + words)}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]",
+                                        cls_token="[CLS]", sep_token="[SEP]")
+    tokenizer.save_pretrained(folder)
+    config = BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=64, num_labels=3,
+                        id2label={0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"},
+                        label2id={"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2})
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(config)
+    with torch.no_grad():
+        model.classifier.weight.normal_(0.0, 2.0)
+    model.save_pretrained(folder)
+    return folder
+
+
+def build_tiny_t5_nli(folder: str | Path) -> Path:
+    """A random-weight T5 (encoder-decoder) with a word tokenizer that has the TRUE-style answer words "1"/"0"."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, T5Config, T5ForConditionalGeneration
+
+    folder = Path(folder)
+    words = "premise hypothesis : cats dogs are great loyal pets fish need clean water birds sing 1 0".split()
+    vocab = {w: i for i, w in enumerate(["<pad>", "</s>", "<unk>"] + words)}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>",
+                            unk_token="<unk>").save_pretrained(folder)
+    config = T5Config(vocab_size=len(vocab), d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2,
+                      decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+    torch.manual_seed(0)
+    model = T5ForConditionalGeneration(config)
+    with torch.no_grad():
+        model.lm_head.weight.normal_(0.0, 2.0)
+    model.save_pretrained(folder)
     return folder
 
 

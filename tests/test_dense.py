@@ -260,3 +260,24 @@ def test_an_id_holding_whitespace_is_refused_before_any_passage_is_encoded(tmp_p
     with pytest.raises(InputError, match="passage id 'two words' holds whitespace") as info:
         build_dense_index(tmp_path / "store", tmp_path / "idx", encoder=spec, progress=False)
     assert encoded == [] and info.value.record == "two words"
+
+
+def test_a_half_precision_checkpoint_runs_in_float32_unless_a_dtype_is_asked_for(tmp_path, bert):
+    """transformers 5 keeps a float16 checkpoint in float16 when no dtype is passed (4.x made it float32), so
+    the same encoder gave other vectors under the two versions; berds asks for float32 itself."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    half = tmp_path / "half"
+    AutoModel.from_pretrained(bert, dtype=torch.float32).half().save_pretrained(half)
+    AutoTokenizer.from_pretrained(bert).save_pretrained(half)
+    for backend, pooling in (("transformers", "mean"), ("sentence-transformers", "model")):
+        spec = EncoderSpec(name="half", model=str(half), pooling=pooling, max_length=32, backend=backend)
+        encoder = load_encoder(spec)
+        vectors = encoder.encode_queries(["apple river storm"])
+        model = encoder._load("query")[0]
+        assert next(model.parameters()).dtype == torch.float32, backend
+        assert vectors.dtype == np.float32
+        asked = load_encoder(spec, dtype="bfloat16")
+        asked.encode_queries(["apple river storm"])
+        assert next(asked._load("query")[0].parameters()).dtype == torch.bfloat16, backend

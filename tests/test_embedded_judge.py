@@ -104,6 +104,21 @@ def test_bad_model_folder_and_threshold_are_clear_errors(tmp_path):
         EmbeddedJudge(version="v1", threshold=2)
 
 
+def test_the_encoder_loads_in_float32_from_a_half_precision_folder(tmp_path):
+    """transformers 5 keeps a float16 copy in float16 when asked nothing; the judge's head and threshold
+    were fitted on float32, so the judge asks for float32 itself."""
+    pytest.importorskip("transformers")
+    import torch
+    from transformers import AutoModel
+
+    from berds.judges.embedded import load_local_encoder
+    from retrieval_fixtures import tiny_bert
+
+    folder = tiny_bert(tmp_path / "bert")
+    AutoModel.from_pretrained(folder).half().save_pretrained(folder)
+    assert load_local_encoder(folder)[1].dtype == torch.float32
+
+
 # ------------------------------------------------------------------------------------------ the real judge
 
 BIRTH_CONTROL = "Access to birth control is beneficial for society."

@@ -20,7 +20,7 @@ from berds.judges.llm_judge import LLMJudge, parse_answer
 from berds.judges.prompts import ONE_SHOT, PLAIN, PLAIN_ONE_SHOT, STUDY_PROMPT_DIR, ZERO_SHOT, split_chat
 from berds.llm.base import Generation
 from berds.types import Hit, JudgePair, Passage, Question, Run
-from llm_fixtures import tiny_mistral  # noqa: F401  (session fixture)
+from llm_fixtures import build_tiny_nli, build_tiny_t5_nli, tiny_mistral  # noqa: F401  (session fixture)
 
 FIXTURES = Path(__file__).parent / "study_fixtures"
 
@@ -492,30 +492,7 @@ def test_hub_names_are_the_studys(monkeypatch, tmp_path):
 @pytest.fixture(scope="module")
 def tiny_nli(tmp_path_factory):
     """A random-weight BERT-style sequence classifier with MNLI-style labels, and its tokenizer."""
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors
-    from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast
-
-    folder = tmp_path_factory.mktemp("tiny-nli")
-    words = "cats dogs are great loyal pets fish need clean water birds sing the a not".split()
-    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]"] + words)}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    backend.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]",
-                                        cls_token="[CLS]", sep_token="[SEP]")
-    tokenizer.save_pretrained(folder)
-    config = BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=64, num_labels=3,
-                        id2label={0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"},
-                        label2id={"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2})
-    torch.manual_seed(0)
-    model = BertForSequenceClassification(config)
-    with torch.no_grad():
-        model.classifier.weight.normal_(0.0, 2.0)
-    model.save_pretrained(folder)
-    return folder
+    return build_tiny_nli(tmp_path_factory.mktemp("tiny-nli"))
 
 
 def test_nli_judge_thresholds_p_entail_of_premise_passage_hypothesis_perspective(tiny_nli):
@@ -567,28 +544,34 @@ def test_nli_entailment_label_comes_from_id2label():
         check_judge_name("nli:")
 
 
+def test_nli_judge_runs_in_float32_whatever_the_checkpoint_stores_unless_asked(tiny_nli, tmp_path):
+    """A float16 checkpoint stayed float16 under transformers 5 (float32 under 4.x): verdicts changed with the
+    library version. berds loads float32 by default; a half dtype is asked for by name and enters the id."""
+    import shutil
+
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    from berds.judges.catalogue import load_judge
+
+    half = tmp_path / "half"
+    shutil.copytree(tiny_nli, half)
+    AutoModelForSequenceClassification.from_pretrained(tiny_nli).half().save_pretrained(half)
+    pairs = [JudgePair("cats are great pets", "cats are great pets the")]
+    default = load_judge(f"nli:{half}")
+    default.judge(pairs)
+    assert default._model.dtype == torch.float32 and "dtype" not in default.id
+    asked = load_judge(f"nli:{half}", dtype="bfloat16")
+    asked.judge(pairs)
+    assert asked._model.dtype == torch.bfloat16 and asked.id.endswith("|dtype=bfloat16")
+    with pytest.raises(BerdsError, match="unknown dtype 'int8'"):
+        load_judge(f"nli:{half}", dtype="int8")
+
+
 @pytest.fixture(scope="module")
 def tiny_t5_nli(tmp_path_factory):
     """A random-weight T5 (encoder-decoder) with a word tokenizer that has the TRUE-style answer words "1"/"0"."""
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, T5Config, T5ForConditionalGeneration
-
-    folder = tmp_path_factory.mktemp("tiny-t5-nli")
-    words = "premise hypothesis : cats dogs are great loyal pets fish need clean water birds sing 1 0".split()
-    vocab = {w: i for i, w in enumerate(["<pad>", "</s>", "<unk>"] + words)}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>",
-                            unk_token="<unk>").save_pretrained(folder)
-    config = T5Config(vocab_size=len(vocab), d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2,
-                      decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
-    torch.manual_seed(0)
-    model = T5ForConditionalGeneration(config)
-    with torch.no_grad():
-        model.lm_head.weight.normal_(0.0, 2.0)
-    model.save_pretrained(folder)
-    return folder
+    return build_tiny_t5_nli(tmp_path_factory.mktemp("tiny-t5-nli"))
 
 
 def test_nli_judge_on_a_seq2seq_model_reads_p_of_1_against_0(tiny_t5_nli):

@@ -250,7 +250,10 @@ class Encoder:
 
     Models load lazily (the passage model only when passages are encoded, so searching an index
     never loads DPR's context encoder). ``device`` is ``cpu``, ``cuda``, ``cuda:1``...; ``dtype``
-    ``float16``/``bfloat16`` halves GPU memory (vectors are returned as float32 either way).
+    ``float16``/``bfloat16`` halves GPU memory (vectors are returned as float32 either way). Without a
+    ``dtype`` the weights run in float32, whatever the checkpoint stores (transformers 5 would otherwise
+    keep a half-precision checkpoint in half precision, so the same command would give other vectors
+    under transformers 4 and 5).
     """
 
     def __init__(self, spec: EncoderSpec, *, device: str = "cpu", batch_size: int = 32, dtype: str | None = None):
@@ -277,15 +280,15 @@ class Encoder:
                                option="--encoder-option model=PATH")
         torch = require("torch", extra="dense", purpose="dense encoders")
         check_device(self.device)
-        dtype = getattr(torch, self.dtype) if self.dtype else None
+        dtype = getattr(torch, self.dtype or "float32")
         try:
             # (transformers' "Loading weights" bar would otherwise print into berds' own)
             with quiet_model_loading():
                 if spec.backend == "sentence-transformers":
                     st = require("sentence_transformers", extra="dense", purpose=f"encoder {spec.name}")
-                    kwargs = {"model_kwargs": {"torch_dtype": dtype}} if dtype else {}
                     model = st.SentenceTransformer(name, device=self.device, revision=revision,
-                                                   trust_remote_code=spec.trust_remote_code, **kwargs)
+                                                   trust_remote_code=spec.trust_remote_code,
+                                                   model_kwargs={"dtype": dtype})
                     model.max_seq_length = spec.max_length
                     if spec.append_eos:
                         model.tokenizer.padding_side = "right"  # NV-Embed-v2's recipe: EOS appended, right padding
@@ -299,7 +302,7 @@ class Encoder:
                     tokenizer = transformers.AutoTokenizer.from_pretrained(name, revision=revision,
                                                                            trust_remote_code=spec.trust_remote_code)
                     model = model_cls.from_pretrained(name, revision=revision, trust_remote_code=spec.trust_remote_code,
-                                                      **({"dtype": dtype} if dtype else {}))
+                                                      dtype=dtype)
                     model.eval().to(self.device)
                     pair = (model, tokenizer)
         except OSError as exc:

@@ -203,10 +203,13 @@ def load_local_encoder(path: Any) -> tuple[Any, Any]:
     """The tokenizer and transformer of a local MiniLM-style folder (no download), with transformers'
     per-load "Loading weights" bar silenced for this load only; a broken folder is an ``InputError``."""
     transformers = require("transformers", extra="dense", purpose="the embedded judge")
+    torch = require("torch", extra="dense", purpose="the embedded judge")
     try:
         with quiet_model_loading():
             tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-            model = transformers.AutoModel.from_pretrained(str(path), local_files_only=True)
+            # float32 whatever the folder stores: transformers 5 would keep a float16 copy in float16, and the
+            # judge's head and threshold were fitted on float32 features.
+            model = transformers.AutoModel.from_pretrained(str(path), local_files_only=True, dtype=torch.float32)
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot load the encoder: {exc}", path=path,
                          fix="point model= at an intact sentence-transformers model folder") from None

@@ -10,8 +10,10 @@ P(entailment) >= ``threshold`` (default 0.5, ``-o threshold=``). Two kinds of tr
   is ``premise: P hypothesis: H`` (``-o seq2seq_format=``), and P(entail) is the first decoder step's
   probability of ``entail_token`` ("1") renormalised against ``other_token`` ("0").
 
-The model loads on first use; the id names model, revision and threshold, so cached verdicts of another
-threshold or model are never reused.
+The model loads on first use, in float32 unless ``-o dtype=bfloat16``/``float16`` (half precision halves
+GPU memory for the 11B T5; the checkpoint's own dtype is never used silently, since transformers 5 would
+keep it and change verdicts between versions). The id names model, revision, threshold and a non-float32
+dtype, so cached verdicts of another threshold, model or precision are never reused.
 """
 
 from __future__ import annotations
@@ -33,14 +35,19 @@ class NLIJudge:
     def __init__(self, model: str, *, threshold: float = DEFAULT_THRESHOLD, revision: str | None = None,
                  device: str | None = None, batch_size: int = 16, max_length: int = 512,
                  entail_label: str | None = None, seq2seq_format: str = DEFAULT_SEQ2SEQ_FORMAT,
-                 entail_token: str = "1", other_token: str = "0", name: str | None = None):
+                 entail_token: str = "1", other_token: str = "0", name: str | None = None,
+                 dtype: str = "float32"):
         from berds.llm.shared import model_identity
+        from berds.llm.transformers_backend import _DTYPES
 
         threshold = float(threshold)
         if not 0.0 <= threshold <= 1.0:
             raise BerdsError(f"nli threshold must be in [0, 1], got {threshold!r}")
         if not isinstance(batch_size, int) or batch_size < 1:
             raise BerdsError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if dtype not in _DTYPES:
+            raise BerdsError(f"unknown dtype {dtype!r}; use {', '.join(sorted(set(_DTYPES.values())))}")
+        self.dtype = _DTYPES[dtype]
         self.model_name = str(model)
         self.threshold = threshold
         self.revision = revision
@@ -51,7 +58,8 @@ class NLIJudge:
         self.seq2seq_format = seq2seq_format
         self.entail_token, self.other_token = entail_token, other_token
         self.id = (model_identity("nli", self.model_name, revision=revision)
-                   + f"|threshold={threshold:g}" + (f"|entail_label={entail_label}" if entail_label else ""))
+                   + f"|threshold={threshold:g}" + (f"|entail_label={entail_label}" if entail_label else "")
+                   + (f"|dtype={self.dtype}" if self.dtype != "float32" else ""))
         self.name = name or f"nli:{self.model_name}"
         self.prompt_version = PROMPT_VERSION
         self._model: Any = None
@@ -79,12 +87,12 @@ class NLIJudge:
             check_device(device)
         if getattr(config, "is_encoder_decoder", False):
             model = _load_or_explain(transformers.AutoModelForSeq2SeqLM.from_pretrained, self.model_name, where,
-                                     "seq2seq NLI model", revision=self.revision)
+                                     "seq2seq NLI model", revision=self.revision, dtype=getattr(torch, self.dtype))
             self.kind = "seq2seq"
             self._label_ids = [self._single_token(tokenizer, t) for t in (self.entail_token, self.other_token)]
         else:
             model = _load_or_explain(transformers.AutoModelForSequenceClassification.from_pretrained, self.model_name,
-                                     where, "NLI classifier", revision=self.revision)
+                                     where, "NLI classifier", revision=self.revision, dtype=getattr(torch, self.dtype))
             self.kind = "classification"
             self._entail_index = entailment_index(config.id2label, self.entail_label, self.model_name)
         model.to(device).eval()
