@@ -1,0 +1,253 @@
+"""berds' GPU code paths against their CPU twins, side by side in one process, plus GPU throughput.
+
+Every check runs the same berds object twice, ``device="cpu"`` and ``device=DEVICE``, on the same inputs,
+and compares what comes back (texts, verdicts, P(Yes), vectors). Models are the tiny random-weight ones the
+tests build (tests/llm_fixtures.py, tests/retrieval_fixtures.py), so nothing is downloaded; ``--minilm``
+adds the embedded judge and the MiniLM encoder on a real all-MiniLM-L6-v2 folder.
+
+    python benchmarks/gpu_check.py [--minilm PATH] [--out gpu_check.json]
+
+Exit status 1 when any parity check fails (a section that raises counts as failed). Not part of the test
+suite: CI has no GPU. Needs torch with CUDA, transformers, peft and (for --minilm) sentence-transformers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+PROMPTS = [
+    [{"role": "user", "content": "Should cities build bike lanes? Yes or No"}],
+    [{"role": "user", "content": "Are school uniforms good for students?"}],
+    [{"role": "user", "content": "Should taxes be raised or lowered?"}],
+    [{"role": "user", "content": "Hello world, is this safer?"}],
+    [{"role": "user", "content": "Do vaccines work? Answer Yes or No."}],
+    [{"role": "user", "content": "Bike lanes make streets safer and help shops. Yes?"}],
+]
+PERSPECTIVE_PAIRS = [
+    ("Bike lanes make streets safer.", "Cities that built bike lanes saw fewer crashes."),
+    ("School uniforms help students.", "Uniforms cost families money and limit expression."),
+    ("Taxes should be raised.", "Raising taxes would fund schools and roads."),
+    ("Vaccines work.", "The recipe calls for two cups of flour."),
+]
+
+RESULTS: dict[str, dict] = {}
+DEVICE = "cuda"  # --device cpu: a dry run of this script on a machine without a GPU (CPU against CPU)
+
+
+def section(name):
+    """Run one check; record its figures, or the error that stopped it (as a failed check)."""
+    def wrap(fn):
+        def run(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                figures = fn(*args, **kwargs)
+            except Exception as exc:  # a GPU check must report every section, not stop at the first
+                figures = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
+                           "traceback": traceback.format_exc().splitlines()[-6:]}
+            figures["seconds"] = round(time.perf_counter() - started, 2)
+            RESULTS[name] = figures
+            print(f"[{'ok' if figures.get('ok') else 'FAILED'}] {name}: "
+                  + json.dumps({k: v for k, v in figures.items() if k != "traceback"}), flush=True)
+        return run
+    return wrap
+
+
+def max_logprob_gap(a, b) -> float:
+    gaps = [abs(x.first_token_logprobs[t] - y.first_token_logprobs[t])
+            for x, y in zip(a, b) for t in x.first_token_logprobs.keys() & y.first_token_logprobs.keys()]
+    return float(max(gaps)) if gaps else 0.0
+
+
+@section("transformers LLM: cuda float32 vs cpu float32 (greedy texts, first-token log-probs, score)")
+def check_llm(model: Path, adapter: Path):
+    from berds.llm.transformers_backend import TransformersLLM
+
+    cpu = TransformersLLM(str(model), device="cpu", batch_size=8)
+    gpu = TransformersLLM(str(model), device=DEVICE, dtype="float32", batch_size=8)
+    gpu_single = TransformersLLM(str(model), device=DEVICE, dtype="float32", batch_size=1)
+    a = cpu.generate(PROMPTS, max_new_tokens=8, top_logprobs=5)
+    b = gpu.generate(PROMPTS, max_new_tokens=8, top_logprobs=5)
+    c = gpu_single.generate(PROMPTS, max_new_tokens=8, top_logprobs=5)
+    texts = [x.text for x in a] == [x.text for x in b]
+    batch_invariant = [x.text for x in b] == [x.text for x in c]
+    gap = max_logprob_gap(a, b)
+    continuations = ["Yes", "No, it is not", "maybe", "Yes", "No", "the streets"]
+    sa, sb = cpu.score(PROMPTS, continuations), gpu.score(PROMPTS, continuations)
+    score_gap = max(abs(x - y) for u, v in zip(sa, sb) for x, y in zip(u.logprobs, v.logprobs))
+    lora_cpu = TransformersLLM(str(model), adapter=str(adapter), device="cpu", batch_size=8)
+    lora_gpu = TransformersLLM(str(model), adapter=str(adapter), device=DEVICE, dtype="float32", batch_size=8)
+    la, lb = (x.generate(PROMPTS, max_new_tokens=8, top_logprobs=5) for x in (lora_cpu, lora_gpu))
+    lora_texts = [x.text for x in la] == [x.text for x in lb]
+    lora_changes = [x.text for x in la] != [x.text for x in a]
+    bf16 = TransformersLLM(str(model), device=DEVICE, batch_size=8)  # dtype auto: bfloat16 on a GPU
+    d = bf16.generate(PROMPTS, max_new_tokens=8, top_logprobs=5)
+    ok = (texts and batch_invariant and gap < 1e-3 and score_gap < 1e-3 and lora_texts and lora_changes
+          and (bf16.load().dtype == "bfloat16" or DEVICE == "cpu") and gpu.load().device == DEVICE)
+    return {"ok": ok, "texts_equal": texts, "gpu_batch1_equals_batch8": batch_invariant,
+            "max_first_token_logprob_gap": gap, "max_score_logprob_gap": float(score_gap),
+            "lora_texts_equal": lora_texts, "lora_changes_the_answers": lora_changes,
+            "auto_dtype_on_gpu": bf16.dtype, "bf16_texts_equal_fp32": sum(x.text == y.text for x, y in zip(a, d)),
+            "of": len(PROMPTS)}
+
+
+@section("study judge (LLMJudge, zero-shot prompt) on the transformers backend: cuda vs cpu verdicts")
+def check_llm_judge(model: Path):
+    from berds.judges.llm_judge import LLMJudge
+    from berds.llm.transformers_backend import TransformersLLM
+    from berds.types import JudgePair
+
+    pairs = [JudgePair(perspective=p, passage=d) for p, d in PERSPECTIVE_PAIRS]
+    cpu = LLMJudge(TransformersLLM(str(model), device="cpu", batch_size=8), top_logprobs=5, max_new_tokens=3)
+    gpu = LLMJudge(TransformersLLM(str(model), device=DEVICE, dtype="float32", batch_size=8), top_logprobs=5,
+                   max_new_tokens=3)
+    a, b = cpu.judge(pairs), gpu.judge(pairs)
+    same = [(x.label, x.raw) for x in a] == [(y.label, y.raw) for y in b]
+    gap = max((abs(x.p_yes - y.p_yes) for x, y in zip(a, b) if x.p_yes is not None and y.p_yes is not None),
+              default=0.0)
+    return {"ok": same and gap < 1e-3, "labels_and_answers_equal": same, "max_p_yes_gap": float(gap),
+            "pairs": len(pairs), "same_judge_id": cpu.id == gpu.id}
+
+
+@section("nli: judges (BERT classifier, T5 seq2seq): cuda vs cpu P(entail)")
+def check_nli(bert_nli: Path, t5_nli: Path):
+    from berds.judges.nli import NLIJudge
+    from berds.types import JudgePair
+
+    pairs = [JudgePair("cats are great pets", "cats are great pets the"), JudgePair("fish need clean water", "dogs sing"),
+             JudgePair("birds sing", "birds not sing the a")] * 7
+    out = {}
+    ok = True
+    for name, folder in (("bert", bert_nli), ("t5", t5_nli)):
+        a = NLIJudge(str(folder), device="cpu", batch_size=4).judge(pairs)
+        b = NLIJudge(str(folder), device=DEVICE, batch_size=4).judge(pairs)
+        gap = max(abs(x.p_yes - y.p_yes) for x, y in zip(a, b))
+        same = [x.label for x in a] == [y.label for y in b]
+        out[f"{name}_max_p_gap"], out[f"{name}_labels_equal"] = float(gap), same
+        ok = ok and same and gap < 1e-4
+    return {"ok": ok, **out}
+
+
+@section("dense encoder (tiny BERT, transformers backend): cuda vs cpu vectors")
+def check_encoder(bert: Path):
+    from berds.indexes.encoders import EncoderSpec, load_encoder
+    from berds.types import Passage
+
+    spec = EncoderSpec(name="tiny-bert", model=str(bert), pooling="mean", max_length=32)
+    texts = ["apple river storm", "market harbor bridge kiwi", "storm"] * 20
+    passages = [Passage(f"p{i}", t, title="river") for i, t in enumerate(texts)]
+    a = load_encoder(spec, device="cpu").encode_passages(passages)
+    b = load_encoder(spec, device=DEVICE, batch_size=7).encode_passages(passages)
+    h = load_encoder(spec, device=DEVICE, dtype="float16").encode_passages(passages)
+    cos = (h * b).sum(1) / np.linalg.norm(h, axis=1) / np.linalg.norm(b, axis=1)
+    gap = float(np.abs(a - b).max())
+    return {"ok": gap < 1e-4 and a.dtype == b.dtype == np.float32 and float(cos.min()) > 0.99,
+            "max_abs_gap_fp32": gap, "min_cosine_fp16_vs_fp32": float(cos.min()), "vectors": len(texts)}
+
+
+def demo_pairs():
+    from berds.trust.labels import read_labelled_pairs
+
+    return read_labelled_pairs(ROOT / "berds" / "data" / "demo" / "labelled_pairs.tsv").judge_pairs()
+
+
+@section("MiniLM encoder (sentence-transformers backend): cuda vs cpu vectors")
+def check_minilm_encoder(minilm: Path):
+    from berds.indexes.encoders import encoder_spec, load_encoder
+
+    spec = encoder_spec("minilm", model=str(minilm))
+    texts = [p.passage for p in demo_pairs()[:200]]
+    a = load_encoder(spec, device="cpu").encode_queries(texts)
+    b = load_encoder(spec, device=DEVICE).encode_queries(texts)
+    gap = float(np.abs(a - b).max())
+    return {"ok": gap < 1e-4, "max_abs_gap": gap, "texts": len(texts)}
+
+
+@section("embedded judge v2 and v1: cuda vs cpu on the 650 demo labelled pairs, and throughput")
+def check_embedded(minilm: Path, repeats: int):
+    import torch
+
+    from berds.judges.embedded import EmbeddedJudge
+
+    pairs = demo_pairs()
+    out = {"pairs": len(pairs)}
+    ok = True
+    for version in ("v2", "v1"):
+        cpu = EmbeddedJudge(version=version, model=minilm, device="cpu")
+        gpu = EmbeddedJudge(version=version, model=minilm, device=DEVICE)
+        a, b = cpu.scores(pairs), gpu.scores(pairs)
+        gap = float(np.abs(a - b).max())
+        flips = int(((a >= cpu.threshold) != (b >= gpu.threshold)).sum())
+        near = int((np.abs(a - cpu.threshold) < 1e-4).sum())  # a flip only counts as a fault away from the threshold
+        out[f"{version}_max_p_yes_gap"], out[f"{version}_label_flips"] = gap, flips
+        out[f"{version}_same_id"] = cpu.id == gpu.id
+        ok = ok and gap < 1e-4 and flips <= near and cpu.id == gpu.id
+    many = pairs * repeats
+    for device in ("cpu", DEVICE):
+        for batch in ((32, 256) if device == DEVICE else (32,)):
+            judge = EmbeddedJudge(model=minilm, device=device, batch_size=batch)
+            judge.scores(many[:64])  # load and warm up
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            started = time.perf_counter()
+            judge.scores(many)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            out[f"v2_pairs_per_s_{device}_batch{batch}"] = round(len(many) / (time.perf_counter() - started), 1)
+    out["timed_pairs"] = len(many)
+    out["cpu_threads"] = torch.get_num_threads()
+    return {"ok": ok, **out}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minilm", type=Path, help="an all-MiniLM-L6-v2 folder (embedded judge, MiniLM encoder)")
+    parser.add_argument("--repeats", type=int, default=4, help="times the 650 demo pairs are judged for timing")
+    parser.add_argument("--out", type=Path, help="write every figure here as JSON")
+    parser.add_argument("--device", default="cuda", help="the device under test (cpu: a dry run of the script)")
+    args = parser.parse_args()
+    global DEVICE
+    DEVICE = args.device
+
+    import torch
+    import transformers
+
+    if DEVICE.startswith("cuda") and not torch.cuda.is_available():
+        print("no CUDA GPU visible: this script compares GPU paths with CPU ones", file=sys.stderr)
+        return 2
+    from llm_fixtures import build_tiny_lora, build_tiny_mistral, build_tiny_nli, build_tiny_t5_nli
+    from retrieval_fixtures import tiny_bert
+
+    RESULTS["machine"] = {"ok": True, "gpu": torch.cuda.get_device_name(0) if DEVICE != "cpu" else "none (dry run)", "torch": torch.__version__,
+                          "transformers": transformers.__version__, "python": sys.version.split()[0]}
+    print(RESULTS["machine"], flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        model = build_tiny_mistral(tmp / "mistral")
+        adapter = build_tiny_lora(model, tmp / "lora")
+        check_llm(model, adapter)
+        check_llm_judge(model)
+        check_nli(build_tiny_nli(tmp / "nli"), build_tiny_t5_nli(tmp / "t5"))
+        check_encoder(tiny_bert(tmp / "bert"))
+        if args.minilm:
+            check_minilm_encoder(args.minilm)
+            check_embedded(args.minilm, args.repeats)
+    failed = [name for name, figures in RESULTS.items() if not figures.get("ok")]
+    if args.out:
+        args.out.write_text(json.dumps(RESULTS, indent=2) + "\n")
+    print(f"\n{len(RESULTS) - len(failed)} of {len(RESULTS)} passed" + (f"; FAILED: {failed}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
