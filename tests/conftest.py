@@ -10,6 +10,12 @@ from pathlib import Path
 import pytest
 
 TESTS_DIR = Path(__file__).parent
+
+# The suite is the CPU suite CI runs: on a GPU machine, models that pick "cuda when available" would run there in
+# bfloat16 and answer otherwise than the CPU references the tests compare with. GPUs are hidden from the tests
+# (and their subprocesses) unless BERDS_TEST_GPU=1; benchmarks/gpu_check.py is the GPU-against-CPU check.
+if os.environ.get("BERDS_TEST_GPU") != "1":
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
 if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))
 
