@@ -32,3 +32,14 @@ def test_judge_and_llm_options_are_checked():
         load_judge("demo-gold", bogus=1)
     with pytest.raises(BerdsError, match=r"LLM backend 'openai' does not take option\(s\) 'bogus'"):
         load_judge("openai:some-model", base_url="http://127.0.0.1:1/v1", bogus=1)
+
+
+def test_a_list_option_with_an_empty_item_is_refused_not_shortened():
+    """``--lambdas 0.5,,0.9`` used to run with two λ: the missing value went unnoticed."""
+    from berds.cli.options import parse_floats, parse_ks
+
+    with pytest.raises(BerdsError, match=r"empty item in the list '0.5,,0.9'"):
+        parse_floats(["0.5,,0.9"], option="--lambdas")
+    with pytest.raises(BerdsError, match="empty item"):
+        parse_ks(["5,10,"])
+    assert parse_ks([" 5 , 10 ", "20"]) == [5, 10, 20]

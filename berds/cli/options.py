@@ -17,12 +17,21 @@ ALLOW_SHORT_HELP = ("Score questions with fewer than k passages, or none: missin
 
 
 def split_values(values: Iterable[Any] | str | None) -> list[str]:
-    """Repeated values and comma lists flattened: ``["5,10", "20"]`` -> ``["5", "10", "20"]``."""
+    """Repeated values and comma lists flattened: ``["5,10", "20"]`` -> ``["5", "10", "20"]``. An empty item
+    inside a list (``0.5,,0.9``, ``5,10,``) is refused: it is more often a value left out than a stray comma."""
+    from berds.errors import BerdsError
+
     if values is None:
         return []
     if isinstance(values, str):
         values = [values]
-    return [part.strip() for v in values for part in str(v).split(",") if part.strip()]
+    out = []
+    for v in values:
+        parts = [part.strip() for part in str(v).split(",")]
+        if len(parts) > 1 and "" in parts:
+            raise BerdsError(f"empty item in the list {str(v)!r}: separate values with single commas, like 5,10")
+        out.extend(part for part in parts if part)
+    return out
 
 
 def parse_ks(values: Iterable[Any] | str | None, *, option: str = "--k") -> list[int]:
