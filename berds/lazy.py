@@ -67,8 +67,8 @@ def check_device(device: str) -> None:
     torch = require("torch", extra="dense", purpose="dense encoders")
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise BerdsError(f"device {device!r} asked for, but torch sees no CUDA GPU here — use --device cpu "
-                             "(or install a CUDA build of torch on a GPU machine)")
+            raise BerdsError(f"device {device!r} asked for, but torch sees no CUDA GPU here — ask for device cpu "
+                             "(--device cpu, or -o device=cpu for a judge; or install a CUDA build of torch on a GPU machine)")
         index = int(device.split(":")[1]) if ":" in device else 0
         if index >= torch.cuda.device_count():
             raise BerdsError(f"device {device!r} asked for, but only {torch.cuda.device_count()} GPU(s) are visible")

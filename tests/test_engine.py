@@ -406,6 +406,8 @@ def test_engine_describes_the_ray_cluster(ray_engine):
     from berds.engine import info_table
 
     assert info_table(info).row_count == 2  # the node and the total
+    assert "— 2 workers of 1 CPU" in info_table(info).title
+    assert "— 1 worker of 2 CPU" in info_table({**info, "workers": 1, "cpus_per_worker": 2.0}).title  # not "1 workers"
 
 
 JVM_THEN_RAY = """

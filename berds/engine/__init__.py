@@ -86,7 +86,8 @@ def info_table(info: dict[str, Any]) -> Any:
             table.add_column(col, justify="right")
         table.add_row(str(info.get("pid")), str(info.get("cpus")), str(info.get("workers")))
         return table
-    table = Table(title=f"engine: ray {info['ray_version']} at {info['address']} — {info['workers']} workers "
+    workers = f"{info['workers']} worker" + ("" if info['workers'] == 1 else "s")
+    table = Table(title=f"engine: ray {info['ray_version']} at {info['address']} — {workers} "
                         f"of {info['cpus_per_worker']:g} CPU / {info['gpus_per_worker']:g} GPU")
     for col in ("node", "alive", "CPUs", "GPUs", "memory GiB", "object store GiB"):
         table.add_column(col, justify="left" if col == "node" else "right")

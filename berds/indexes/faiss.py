@@ -128,7 +128,7 @@ def _to_device(index: Any, device: str) -> Any:
     faiss = _faiss()
     if not gpu_available():
         raise BerdsError(f"device {device!r} asked for, but this FAISS has no GPU support — pip install 'berds[gpu]' "
-                         "(faiss-gpu) or use --device cpu")
+                         "(faiss-gpu) or ask for device cpu (--device cpu)")
     if isinstance(index, faiss.IndexHNSW):
         return index  # FAISS has no GPU HNSW: same index, searched on CPU
     gpu_id = int(device.split(":")[1]) if ":" in device else 0
