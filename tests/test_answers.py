@@ -466,3 +466,16 @@ def test_answers_eval_reads_the_files_before_loading_the_model(tmp_path, monkeyp
     for path, message in ((tmp_path / "nope.jsonl", "nope.jsonl: file not found"), (bad, "bad.jsonl, line 2: not UTF-8")):
         result = CliRunner().invoke(app, ["answers", "eval", str(path), "--model", "openai:x", "--metric", "da", "-q"])
         assert result.exit_code != 0 and message in str(result.exception), result.output
+
+
+def test_output_folders_keep_every_dot_of_the_name_but_the_suffixes(tmp_path):
+    """``model.v1.jsonl`` and ``model.v2.jsonl`` were both ``model``: two versions of one model's answers could
+    not be evaluated together."""
+    from berds.answers.evaluation import answers_output_dir, answers_stem
+
+    assert answers_stem(Path("model.v1.jsonl")) == "model.v1"
+    assert answers_stem(Path("answers.jsonl.gz")) == "answers"
+    assert answers_stem(Path(".jsonl")) == ".jsonl"
+    one, two = (answers_output_dir(tmp_path / f"model.v{i}.jsonl", tmp_path / "out", 2) for i in (1, 2))
+    assert one != two and one.name == "model.v1"
+    assert answers_output_dir(tmp_path / "model.v1.jsonl", None, 1) == tmp_path / "model.v1.answers-eval"

@@ -516,11 +516,21 @@ def write_answer_outputs(result: AnswerEvalResult, out_dir: str | Path) -> dict[
     return paths
 
 
+def answers_stem(path: Path) -> str:
+    """The file name without its answers-file suffixes (``.jsonl``, ``.json``, ``.gz``): ``model.v1.jsonl`` ->
+    ``model.v1``. (Cutting at the first dot made ``model.v1`` and ``model.v2`` the same output folder.)"""
+    name = path.name
+    for suffix in (".gz", ".jsonl", ".json"):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            name = name[: -len(suffix)]
+    return name
+
+
 def answers_output_dir(path: Path, out: str | Path | None, n_files: int) -> Path:
     """``--out`` (a sub-folder per file when several), else ``ANSWERS.answers-eval/`` beside the file."""
     if out is not None:
-        return Path(out) / path.name.split(".")[0] if n_files > 1 else Path(out)
-    return path.with_name(path.name.split(".")[0] + ".answers-eval")
+        return Path(out) / answers_stem(path) if n_files > 1 else Path(out)
+    return path.with_name(answers_stem(path) + ".answers-eval")
 
 
 def answers_table(results: Sequence[AnswerEvalResult]) -> Any:
