@@ -252,3 +252,30 @@ def test_a_repeated_id_in_a_dpr_tsv_names_its_line(tmp_path):
     tsv.write_text("id\ttext\ttitle\n1\tfirst text\tA\n2\tsecond text\tA\n1\tthird text\tB\n", encoding="utf-8")
     with pytest.raises(InputError, match=r"dup.tsv, line 4: duplicate passage id '1' \(first added as passage number 1\)"):
         build_wikipedia(dpr_tsv=tsv, out=tmp_path / "store", progress=False)
+
+
+@pytest.mark.parametrize("suffix, compress", [(".gz", "gzip"), (".bz2", "bz2")])
+def test_a_cut_or_fake_compressed_dpr_tsv_is_a_named_error(tmp_path, suffix, compress):
+    # a cut .gz raised EOFError, which the CLI reported as Ctrl-C (exit 130); a tsv named .gz, a traceback
+    import gzip
+    import subprocess
+    import sys
+
+    rows = "id\ttext\ttitle\n" + "".join(f"{i}\t{'word%d ' % i * 60}\tT{i}\n" for i in range(1, 2000))
+    packed = (gzip if compress == "gzip" else bz2).compress(rows.encode())
+    cut, fake = tmp_path / f"cut.tsv{suffix}", tmp_path / f"fake.tsv{suffix}"
+    cut.write_bytes(packed[: len(packed) // 2])
+    fake.write_text(rows)
+    for path in (cut, fake):
+        with pytest.raises(InputError, match=rf"{path.name}: cannot read the tsv .*is the file truncated"):
+            build_wikipedia(tmp_path / f"w-{path.name}", dpr_tsv=path, progress=False)
+    done = subprocess.run([sys.executable, "-m", "berds", "corpus", "build", "wikipedia", "--dpr-tsv", str(cut),
+                           "--out", str(tmp_path / "cli"), "-q"], capture_output=True, text=True)
+    assert done.returncode == 2 and f"error: {cut}: cannot read the tsv" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and "Ctrl-C" not in done.stderr
+
+
+def test_a_dpr_tsv_with_a_byte_order_mark_is_read(tmp_path):
+    path = tmp_path / "bom.tsv"
+    path.write_bytes(b"\xef\xbb\xbfid\ttext\ttitle\n1\tsome text\tT\n")
+    assert list(read_dpr_tsv(path)) == [Passage("1", "some text", "T")]

@@ -19,6 +19,7 @@ import gzip
 import os
 import re
 import sys
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterator
@@ -71,7 +72,8 @@ def read_dpr_tsv(path: str | os.PathLike, report: BuildReport | None = None, *, 
         raw_holder.append(raw)
     import io
 
-    with io.TextIOWrapper(stream, encoding="utf-8", newline="") as text:
+    # utf-8-sig: a byte-order mark some editors add would otherwise spoil the header's first name
+    with io.TextIOWrapper(stream, encoding="utf-8-sig", newline="") as text:
         reader = csv.reader(text, delimiter="\t")
         try:
             header = next(reader, None)
@@ -111,6 +113,9 @@ def read_dpr_tsv(path: str | os.PathLike, report: BuildReport | None = None, *, 
                              fix="DPR's tsv is UTF-8; re-encode the file") from None
         except csv.Error as exc:
             raise InputError(f"malformed tsv in the record starting here: {exc}", path=path, line=start) from None
+        except (EOFError, OSError, zlib.error) as exc:  # a cut .gz/.bz2 raises EOFError, which read as Ctrl-C
+            raise InputError(f"cannot read the tsv ({exc})", path=path,
+                             fix="is the file truncated or not really bz2/gzip? download it again") from None
 
 
 def _line_of_bad_utf8(path: Path) -> int | None:
