@@ -291,3 +291,14 @@ def test_resume_compares_each_input_beyond_its_first_64_kib(tmp_path):
         del entry["sha256"]
     path.write_text(full.replace("document 400 ", "document 4000 "))
     assert resume_problem(recorded, build_identity({"source": {"path": str(path)}})) is None
+
+
+@pytest.mark.parametrize("kind", ["gzip", "bz2"])
+def test_a_compressed_jsonl_is_named_as_compressed(tmp_path, kind):
+    # the error was "not UTF-8 text ... re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+    import importlib
+
+    shard = tmp_path / "shard.json.gz"
+    shard.write_bytes(importlib.import_module(kind).compress(b'{"id": "a", "text": "some words"}\n'))
+    with pytest.raises(InputError, match=rf"shard.json.gz: is {kind}-compressed; jsonl input must be plain text"):
+        build_web(tmp_path / "s", jsonl=[shard], progress=False)
