@@ -328,3 +328,19 @@ def test_recorded_perspectives_survive_a_resumed_run_but_not_a_fresh_one(tmp_pat
     (run_dir / PARTIAL).unlink()  # a fresh run in the same folder starts a new record
     expansion_options("x", {}, expand="file", expansions=expansions_file, record_to=record)
     assert not record.exists()
+
+
+def test_an_expansions_file_of_another_question_set_is_refused_by_its_question_text(tmp_path):
+    """Ids alone paired a file of another set that also numbers its questions q1, q2, ... without a word."""
+    from berds.retrievers.expansion import FileExpander
+
+    path = tmp_path / "e.jsonl"
+    path.write_text(json.dumps({"id": "q1", "question": "Should  school uniforms be REQUIRED?",
+                                "expansions": [{"name": "a", "text": "Uniforms help."}]}) + "\n")
+    same = Question("q1", "Should school uniforms be required?", ("x",))
+    assert FileExpander(path).expand([same])["q1"][0].text == "Uniforms help."  # case and spacing do not count
+    other = Question("q1", "Should sugary drinks be taxed?", ("x",))
+    with pytest.raises(InputError, match="written for another question: 'Should  school uniforms be REQUIRED"):
+        FileExpander(path).expand([other])
+    path.write_text(json.dumps({"id": "q1", "expansions": ["Uniforms help."]}) + "\n")
+    assert FileExpander(path).expand([other])["q1"][0].text == "Uniforms help."  # no question given: ids only

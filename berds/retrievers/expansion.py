@@ -302,10 +302,16 @@ def parse_expansions(output: str, *, qid: str | None = None) -> list[Expansion]:
 
 def read_expansions(path: str | Path) -> dict[str, list[Expansion]]:
     """``qid -> [Expansion]`` from a jsonl of ``{"id", "question", "expansions": [{"name", "text"}]}``."""
+    return read_expansions_and_questions(path)[0]
+
+
+def read_expansions_and_questions(path: str | Path) -> tuple[dict[str, list[Expansion]], dict[str, str]]:
+    """``read_expansions`` and, for records that give one, ``qid -> question text`` (to check the pairing)."""
     from berds.io import iter_jsonl
 
     path = Path(path)
     out: dict[str, list[Expansion]] = {}
+    texts: dict[str, str] = {}
     for line, rec in iter_jsonl(path):
         qid = rec.get("id")
         if qid is None:
@@ -327,9 +333,11 @@ def read_expansions(path: str | Path) -> dict[str, list[Expansion]]:
         if qid in out:
             raise InputError("duplicate question id", path=path, line=line, record=qid)
         out[qid] = exps
+        if isinstance(rec.get("question"), str) and rec["question"].strip():
+            texts[qid] = rec["question"]
     if not out:
         raise InputError("holds no expansions", path=path)
-    return out
+    return out, texts
 
 
 def write_expansions(path: str | Path, questions: Sequence[Question], expansions: Mapping[str, Sequence[Expansion]]) -> int:
@@ -362,7 +370,7 @@ class FileExpander:
         from berds.io import sha256_file
 
         self.path = Path(path)
-        self.expansions = read_expansions(self.path)
+        self.expansions, self.question_texts = read_expansions_and_questions(self.path)
         self.sha256 = sha256_file(self.path)
 
     def expand(self, questions: Sequence[Question]) -> dict[str, list[Expansion]]:
@@ -372,6 +380,18 @@ class FileExpander:
                 f"no expansions for {len(missing)} question(s), e.g. {', '.join(map(repr, missing[:3]))}",
                 path=self.path, fix="expand those questions (--expand llm) or use an expansions file for this question set",
             )
+        # Ids are matched first; where the file names its question, it must be this one (without case or spacing):
+        # two question sets that both number their questions q0, q1, ... would otherwise mix silently.
+        def plain(text: str) -> str:
+            return " ".join(text.split()).casefold()
+
+        for q in questions:
+            given = self.question_texts.get(q.id)
+            if given is not None and plain(given) != plain(q.text):
+                raise InputError(
+                    f"the expansions for question {q.id!r} were written for another question: {given[:80]!r}, "
+                    f"not {q.text[:80]!r}", path=self.path,
+                    fix="use the expansions file written for this question set (ids are matched, then question texts)")
         return {q.id: list(self.expansions[q.id]) for q in questions}
 
     def provenance(self) -> dict[str, Any]:
