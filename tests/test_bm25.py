@@ -304,3 +304,23 @@ def test_ids_the_index_or_run_files_cannot_carry_are_refused_by_name(tmp_path, b
     with pytest.raises(InputError, match="passage id of 40,000 bytes .*at most 32,766 bytes"):
         bm25_index.build_bm25_index(tmp_path / "long", tmp_path / "i2", progress=False)
     assert not (tmp_path / "i2" / "meta.json").exists()
+
+
+@pytest.mark.java
+def test_a_build_killed_after_lucene_is_in_place_but_before_meta_json_is_rebuilt(tmp_path, monkeypatch):
+    # the rerun's rename of lucene.partial onto the left lucene/ failed ("Directory not empty") on every rerun
+    write_passage_store(TOY, tmp_path / "store")
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # stands for kill -9 between the rename and meta.json
+
+    with monkeypatch.context() as m:
+        m.setattr(bm25_index, "finish_index_folder", killed)
+        with pytest.raises(KeyboardInterrupt):
+            bm25_index.build_bm25_index(tmp_path / "store", tmp_path / "index", contents="text", progress=False)
+    assert (tmp_path / "index" / "lucene").is_dir() and not (tmp_path / "index" / "meta.json").exists()
+    with pytest.raises(InputError, match="unfinished index"):
+        read_index_meta(tmp_path / "index", "bm25")
+    meta = bm25_index.build_bm25_index(tmp_path / "store", tmp_path / "index", contents="text", progress=False)
+    assert meta["documents"] == 4 and read_index_meta(tmp_path / "index", "bm25")["documents"] == 4
+    assert not (tmp_path / "index" / "lucene.partial").exists()

@@ -390,8 +390,11 @@ def build_bm25_index(
     from berds.java import autoclass, jvm_info, lucene_bridge
 
     partial = out / (LUCENE_DIR + ".partial")
-    if partial.exists():  # a Lucene build cannot resume mid-way: start that part over
-        shutil.rmtree(partial)
+    # A Lucene build cannot resume mid-way: start that part over. A build killed after its rename but before
+    # meta.json also left lucene/, onto which the rename below failed ("Directory not empty") on every rerun.
+    for leftover in (partial, out / LUCENE_DIR):
+        if leftover.exists():
+            shutil.rmtree(leftover)
     grouped = bool(store.groups())
     terms = _GroupTermsWriter(LuceneAnalyzer()) if grouped else None
     threads = int(threads or os.cpu_count() or 1)
