@@ -311,3 +311,27 @@ def test_a_retriever_whose_close_raises_keeps_its_run(tmp_path, capsys):
     run = retrieve(f"{__name__}:_CloseRaises", questions, k=3, out=tmp_path / "run", progress=False)
     assert load_run(tmp_path / "run").hits.keys() == run.hits.keys() == {"q1", "q2"}
     assert "failed to close (OSError: close failed); its hits are kept" in " ".join(capsys.readouterr().err.split())
+
+
+def test_tart_and_mmr_embeddings_run_in_float32_from_a_half_precision_checkpoint(tmp_path):
+    """transformers 5 keeps a float16 checkpoint in float16 when no dtype is passed (4.x: float32), so scores
+    changed with the library version; TART and the MMR sentence encoder ask for float32 unless told otherwise."""
+    import numpy as np
+    import torch
+
+    from berds.rerank.embeddings import SentenceEncoder
+    from berds.retrievers.tart import TartScorer, enc_t5_class
+    from retrieval_fixtures import tiny_bert, tiny_t5_classifier
+
+    t5 = tiny_t5_classifier(tmp_path / "t5")
+    enc_t5_class().from_pretrained(t5).half().save_pretrained(t5)
+    assert next(TartScorer(str(t5)).model.parameters()).dtype == torch.float32
+    assert next(TartScorer(str(t5), dtype="bfloat16").model.parameters()).dtype == torch.bfloat16
+
+    from transformers import AutoModel
+
+    bert = tiny_bert(tmp_path / "bert")
+    AutoModel.from_pretrained(bert).half().save_pretrained(bert)
+    encoder = SentenceEncoder(str(bert), pooling="cls", device="cpu")
+    vectors = encoder.encode(["apple river storm"])
+    assert vectors.dtype == np.float32 and next(encoder._load().parameters()).dtype == torch.float32

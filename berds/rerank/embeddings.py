@@ -72,9 +72,12 @@ class SentenceEncoder:
         if self._model is not None:
             return self._model
         st = require("sentence_transformers", extra="dense", purpose="passage embeddings for MMR")
+        torch = require("torch", extra="dense", purpose="passage embeddings for MMR")
         try:
             with quiet_model_loading():  # (its "Loading weights" bar would print into the rerank's progress)
-                model = st.SentenceTransformer(self.model_name, device=self.device, revision=self.revision)
+                # float32 whatever the checkpoint stores: transformers 5 keeps a half-precision one as it is
+                model = st.SentenceTransformer(self.model_name, device=self.device, revision=self.revision,
+                                               model_kwargs={"dtype": torch.float32})
         except OSError as exc:
             from berds.llm.shared import download_command
 

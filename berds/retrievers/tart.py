@@ -73,8 +73,9 @@ class TartScorer:
         check_device(device)
         try:
             self.tokenizer = transformers.T5Tokenizer.from_pretrained(model, revision=revision)
-            kwargs = {"dtype": getattr(torch, dtype)} if dtype else {}
-            self.model = enc_t5_class().from_pretrained(model, revision=revision, **kwargs).eval().to(device)
+            # float32 unless a dtype is named: transformers 5 would keep a half-precision checkpoint as it is
+            self.model = enc_t5_class().from_pretrained(model, revision=revision,
+                                                        dtype=getattr(torch, dtype or "float32")).eval().to(device)
         except OSError as exc:
             raise BerdsError(f"cannot load the TART model {model!r}: {str(exc).splitlines()[0]} — "
                              "pass a local folder with --option model=PATH, or make the model reachable") from None
