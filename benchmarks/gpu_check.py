@@ -155,6 +155,23 @@ def check_encoder(bert: Path):
             "max_abs_gap_fp32": gap, "min_cosine_fp16_vs_fp32": float(cos.min()), "vectors": len(texts)}
 
 
+@section("TART scorer (tiny EncT5) and the MMR sentence encoder (tiny BERT): cuda vs cpu")
+def check_tart_and_mmr_encoder(t5: Path, bert: Path):
+    from berds.rerank.embeddings import SentenceEncoder
+    from berds.retrievers.tart import TartScorer
+
+    passages = ["apple river storm", "market harbor bridge kiwi", "storm", "river kiwi apple market"] * 5
+    a = np.array(TartScorer(str(t5), device="cpu").score("apple storm", passages))
+    b = np.array(TartScorer(str(t5), device=DEVICE, batch_size=3).score("apple storm", passages))
+    tart_gap = float(np.abs(a - b).max())
+    same_order = list(np.argsort(-a, kind="stable")) == list(np.argsort(-b, kind="stable"))
+    u = SentenceEncoder(str(bert), pooling="cls", device="cpu").encode(passages)
+    v = SentenceEncoder(str(bert), pooling="cls", device=DEVICE).encode(passages)
+    mmr_gap = float(np.abs(u - v).max())
+    return {"ok": tart_gap < 1e-5 and same_order and mmr_gap < 1e-4, "tart_max_p_gap": tart_gap,
+            "tart_same_order": same_order, "mmr_encoder_max_abs_gap": mmr_gap, "passages": len(passages)}
+
+
 def demo_pairs():
     from berds.trust.labels import read_labelled_pairs
 
@@ -226,7 +243,7 @@ def main() -> int:
         print("no CUDA GPU visible: this script compares GPU paths with CPU ones", file=sys.stderr)
         return 2
     from llm_fixtures import build_tiny_lora, build_tiny_mistral, build_tiny_nli, build_tiny_t5_nli
-    from retrieval_fixtures import tiny_bert
+    from retrieval_fixtures import tiny_bert, tiny_t5_classifier
 
     RESULTS["machine"] = {"ok": True, "gpu": torch.cuda.get_device_name(0) if DEVICE != "cpu" else "none (dry run)", "torch": torch.__version__,
                           "transformers": transformers.__version__, "python": sys.version.split()[0]}
@@ -239,6 +256,7 @@ def main() -> int:
         check_llm_judge(model)
         check_nli(build_tiny_nli(tmp / "nli"), build_tiny_t5_nli(tmp / "t5"))
         check_encoder(tiny_bert(tmp / "bert"))
+        check_tart_and_mmr_encoder(tiny_t5_classifier(tmp / "t5-tart"), tmp / "bert")
         if args.minilm:
             check_minilm_encoder(args.minilm)
             check_embedded(args.minilm, args.repeats)
