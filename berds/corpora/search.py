@@ -101,6 +101,9 @@ class SerperProvider:
     The key comes from ``api_key`` or ``$SERPER_API_KEY``; ``base_url`` (or ``$SERPER_BASE_URL``) lets tests
     and proxies point elsewhere. The key is checked only when a request is actually made, so a fully
     cached build runs without one. A rejected key (401/403) stops the build; 429/5xx/timeouts are retried.
+    The answer is bounded like a page fetch: ``timeout`` covers all of it (a watchdog cuts a server dripping its
+    headers), ``max_response_bytes`` its size (decompressed). Redirects are not followed (the key would go along),
+    and the key is removed from any server text shown or written to ``failures.jsonl``.
     """
 
     name = "serper"
@@ -109,21 +112,42 @@ class SerperProvider:
     MAX_RETRY_AFTER = 60.0  # longest Retry-After waited for
 
     def __init__(self, *, api_key: str | None = None, base_url: str | None = None, gl: str = "us", hl: str = "en",
-                 timeout: float = 30.0, retries: int = 3, backoff: float = 1.0):
+                 timeout: float = 30.0, retries: int = 3, backoff: float = 1.0,
+                 max_response_bytes: int = 10_000_000):
         self.api_key = api_key if api_key is not None else os.environ.get("SERPER_API_KEY")
         self.base_url = (base_url or os.environ.get("SERPER_BASE_URL") or self.DEFAULT_BASE_URL).rstrip("/")
         self.gl, self.hl, self.timeout, self.retries, self.backoff = gl, hl, timeout, retries, backoff
+        self.max_response_bytes = max_response_bytes  # 100 results are ~100 KB
         self.requests_made = 0
+        self._local = threading.local()
 
     def cache_params(self) -> dict[str, Any]:
         return {"gl": self.gl, "hl": self.hl}  # the endpoint is deliberately not part of the key
 
+    def _scrub(self, text: str) -> str:
+        """Server or connection text without the key (a server may echo it): such text reaches failures.jsonl."""
+        from berds.llm.secrets import redact_text
+
+        if self.api_key and len(self.api_key) >= 3:
+            text = text.replace(self.api_key, "REDACTED")
+        return redact_text(text)
+
+    def _session(self) -> Any:
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = cuttable_session()
+        return session
+
     def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
         import requests
+        import urllib3
 
         if not self.api_key:
             raise BerdsError("no serper.dev API key: set the environment variable SERPER_API_KEY (or pass api_key=)")
+        from berds.llm.secrets import redact_url
+
         url = f"{self.base_url}/search"
+        shown = redact_url(url)
         last = ""
         wait: float | None = None  # the server's Retry-After, when it sent one
         for attempt in range(self.retries + 1):
@@ -131,31 +155,53 @@ class SerperProvider:
                 time.sleep(wait if wait is not None else _retry_delay(attempt - 1, self.backoff))
                 wait = None
             self.requests_made += 1
+            # Like the page fetcher: the whole answer within the timeout (a watchdog cuts a server dripping its
+            # headers), at most max_response_bytes of it, and no redirect (the key would follow it to any host).
+            session = self._session()
+            deadline = time.monotonic() + self.timeout
+            watchdog = cut_at_deadline(session, deadline)
             try:
-                r = requests.post(url, json=payload, headers={"X-API-KEY": self.api_key, "Content-Type": "application/json"},
-                                  timeout=self.timeout)
-            except requests.RequestException as exc:
-                last = f"{type(exc).__name__}: {exc}"
+                with session.post(url, json=payload, headers={"X-API-KEY": self.api_key}, timeout=self.timeout,
+                                  allow_redirects=False, stream=True) as r:
+                    body = read_streamed_body(r, deadline=deadline, limit=self.max_response_bytes)
+                if watchdog.fired.is_set():  # what was read before the cut is not the whole answer
+                    raise BodyTooSlow(deadline)
+            except BodyTooLarge:
+                raise SearchError(f"{shown} answered more than {self.max_response_bytes:,} bytes — not a search "
+                                  "response") from None
+            except BodyTooSlow:
+                last = f"the answer was still arriving after the {self.timeout:g} s timeout"
                 continue
+            except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
+                last = (f"the answer was still arriving after the {self.timeout:g} s timeout" if watchdog.fired.is_set()
+                        else f"{type(exc).__name__}: {self._scrub(str(exc))[:200]}")
+                continue
+            finally:
+                watchdog.cancel()
             if r.status_code in (401, 403):
-                raise BerdsError(f"{url} refused the API key (HTTP {r.status_code}) — check SERPER_API_KEY")
+                raise BerdsError(f"{shown} refused the API key (HTTP {r.status_code}) — check SERPER_API_KEY")
+            if r.is_redirect:
+                raise SearchError(f"{shown} answered HTTP {r.status_code} (a redirect), which is not followed: the "
+                                  "API key must not follow it to another address — point SERPER_BASE_URL at the "
+                                  "final one")
             if r.status_code == 429 or r.status_code >= 500:
                 last = f"HTTP {r.status_code}"
                 wait = retry_after_seconds(r.headers.get("Retry-After"))
                 if wait is not None and wait > self.MAX_RETRY_AFTER:
-                    raise SearchError(f"{url} asks to retry after {wait:g} s (over the {self.MAX_RETRY_AFTER:g} s limit) — "
-                                      "re-run the build later; finished searches are cached")
+                    raise SearchError(f"{shown} asks to retry after {wait:g} s (over the {self.MAX_RETRY_AFTER:g} s "
+                                      "limit) — re-run the build later; finished searches are cached")
                 continue
+            text = body.decode(r.encoding or "utf-8", errors="replace")
             if r.status_code != 200:
-                raise SearchError(f"{url} answered HTTP {r.status_code}: {r.text[:200]}")
+                raise SearchError(f"{shown} answered HTTP {r.status_code}: {self._scrub(text[:2000])[:200]}")
             try:
-                data = r.json()
+                data = json.loads(text)
             except ValueError:
-                raise SearchError(f"{url} did not return JSON (got {r.headers.get('Content-Type')!r})") from None
+                raise SearchError(f"{shown} did not return JSON (got {r.headers.get('Content-Type')!r})") from None
             if not isinstance(data, dict):
-                raise SearchError(f"{url} returned {type(data).__name__}, expected a JSON object")
+                raise SearchError(f"{shown} returned {type(data).__name__}, expected a JSON object")
             return data
-        raise SearchError(f"{url} failed after {self.retries + 1} attempts ({last})")
+        raise SearchError(f"{shown} failed after {self.retries + 1} attempts ({last})")
 
     def search(self, query: str, *, num: int) -> list[SearchResult]:
         results: list[SearchResult] = []
