@@ -411,10 +411,7 @@ class ChatServer:
             generation = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), max(0.001, remaining))
         except asyncio.TimeoutError:
             future.cancel()  # still queued: the worker skips it
-            raise RequestError(f"the request took longer than this server's limit of "
-                               f"{self.limits.request_timeout:g} s (berds llm serve --request-timeout)",
-                               status=503, code="timeout",
-                               headers={"Retry-After": str(self.limits.retry_after)}) from None
+            raise self._timed_out() from None
         except RequestError:
             raise
         except BerdsError as exc:
@@ -425,7 +422,12 @@ class ChatServer:
         return 200, self.chat_payload(job, generation, requested), {}
 
 
-    def completion_payload(self, body: Any) -> dict[str, Any]:
+    def _timed_out(self) -> RequestError:
+        return RequestError(f"the request took longer than this server's limit of {self.limits.request_timeout:g} s "
+                            "(berds llm serve --request-timeout)", status=503, code="timeout",
+                            headers={"Retry-After": str(self.limits.retry_after)})
+
+    def completion_payload(self, body: Any, abandoned: threading.Event | None = None) -> dict[str, Any]:
         """Answer a legacy completions request that asks to score its prompt (``echo=true`` + ``logprobs``)."""
         if not isinstance(body, dict):
             raise RequestError("the request body must be a JSON object")
@@ -448,6 +450,9 @@ class ChatServer:
         if not callable(scorer):
             raise RequestError(f"the backend {self.llm.id!r} cannot score prompts (no echo_logprobs)", status=501)
         with self.score_lock:
+            if abandoned is not None and abandoned.is_set():  # timed out while waiting for the lock: nobody listens
+                raise self._timed_out()
+            self._check_score_tokens(prompt)
             tokens, offsets, values = scorer(prompt)
         return {
             "id": f"cmpl-{uuid.uuid4().hex[:24]}", "object": "text_completion", "created": int(time.time()),
@@ -458,11 +463,29 @@ class ChatServer:
             "usage": None,
         }
 
+    def _check_score_tokens(self, prompt: str) -> None:
+        """Refuse a scoring prompt over ``max_prompt_tokens`` before the model sees it (the chat bound, counted as
+        the scorer tokenises: with special tokens, no template). Runs under ``score_lock``, on the scoring thread."""
+        limit, tokenizer = self.limits.max_prompt_tokens, getattr(self.llm, "tokenizer", None)
+        if not limit or tokenizer is None or not callable(tokenizer):
+            return
+        n = len(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+        if n > limit:
+            raise RequestError(f"the prompt has {n} tokens, more than this server's limit of {limit} "
+                               "(berds llm serve --max-prompt-tokens)", param="prompt", code="context_length_exceeded")
+
     async def score(self, request: Any, started: float) -> dict[str, Any]:
-        """Handle one scoring request on a thread (the event loop never runs the model)."""
+        """Handle one scoring request on a thread (the event loop never runs the model), within the request
+        timeout like a chat request (one still waiting for the scoring lock then is dropped)."""
         body = await self.json_body(request, started)
+        abandoned = threading.Event()
+        remaining = started + self.limits.request_timeout - time.monotonic()
         try:
-            return await asyncio.to_thread(self.completion_payload, body)
+            return await asyncio.wait_for(asyncio.to_thread(self.completion_payload, body, abandoned),
+                                          max(0.001, remaining))
+        except asyncio.TimeoutError:
+            abandoned.set()
+            raise self._timed_out() from None
         except RequestError:
             raise
         except BerdsError as exc:

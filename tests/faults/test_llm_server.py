@@ -243,3 +243,27 @@ def test_only_json_is_taken_and_the_bearer_scheme_is_case_insensitive(tmp_path, 
         wrong = requests.post(f"{url}/chat/completions", json=CHAT, headers={"Authorization": "Basic right-key"},
                               timeout=10)
         assert wrong.status_code == 401
+
+
+SCORE = {"model": "m", "echo": True, "logprobs": 0, "max_tokens": 1}
+
+
+def test_a_scoring_prompt_is_bounded_in_tokens_like_a_chat_prompt(tiny_server):
+    url = f"{tiny_server}/completions"
+    words = "the bike lanes make streets safer and " * 20  # ~160 tokens, ~760 characters: within 5000 characters
+    too_many_tokens = requests.post(url, json={**SCORE, "prompt": words}, timeout=30)
+    assert too_many_tokens.status_code == 400  # (it was scored, past the model's context too for longer prompts)
+    error = assert_openai_error(too_many_tokens.json(), "context_length_exceeded")
+    assert "tokens, more than this server's limit of 64" in error["message"] and error["param"] == "prompt"
+    within = requests.post(url, json={**SCORE, "prompt": "Should cities build more bike lanes?"}, timeout=60)
+    assert within.status_code == 200 and within.json()["choices"][0]["logprobs"]["token_logprobs"][0] is None
+
+
+def test_a_scoring_request_is_bounded_by_the_request_timeout(tmp_path):
+    with served("llm_server_fixtures:SlowScorer", "m", options=["delay=3"], log_dir=tmp_path,
+                extra_args=["--request-timeout", "1"]) as url:
+        started = time.monotonic()
+        answer = requests.post(f"{url}/completions", json={**SCORE, "prompt": "a prompt"}, timeout=30)
+        assert answer.status_code == 503 and answer.headers["retry-after"] == "1"
+        assert "--request-timeout" in assert_openai_error(answer.json(), "timeout")["message"]
+        assert time.monotonic() - started < 2.5  # (it waited for the 3 s scorer and answered 200)
