@@ -324,3 +324,14 @@ def test_a_build_killed_after_lucene_is_in_place_but_before_meta_json_is_rebuilt
     meta = bm25_index.build_bm25_index(tmp_path / "store", tmp_path / "index", contents="text", progress=False)
     assert meta["documents"] == 4 and read_index_meta(tmp_path / "index", "bm25")["documents"] == 4
     assert not (tmp_path / "index" / "lucene.partial").exists()
+
+
+@pytest.mark.java
+def test_a_query_of_more_than_1024_distinct_terms_is_searched(toy_index):
+    # Lucene's default limit of 1,024 clauses made Anserini's batch search fail with a Java traceback
+    root, _ = toy_index
+    searcher = bm25_index.LuceneSearcher(root / "index" / "lucene")
+    long_query = " ".join(f"unseen{i}" for i in range(1100)) + " zebra yak"
+    for search in (searcher.search, searcher.search_hit_by_hit):
+        assert search([long_query, "zebra"], 10) == search(["zebra yak", "zebra"], 10)
+    searcher.close()

@@ -199,6 +199,10 @@ class LuceneSearcher:
     def __init__(self, lucene_dir: str | os.PathLike, *, k1: float = DEFAULT_K1, b: float = DEFAULT_B):
         from berds.java import autoclass
 
+        # A query of more than 1,024 distinct terms (Lucene's default clause limit) failed inside Anserini's
+        # batch search ("queryCount = 1 is not equal to completedTaskCount = 0"); a bag of words has no
+        # runaway expansion for the limit to guard against.
+        autoclass("org.apache.lucene.search.IndexSearcher").setMaxClauseCount(2**31 - 1)
         # Absolute: the JVM resolves relative paths against the folder it started in, not this process's cwd.
         self._searcher = autoclass("io.anserini.search.SimpleSearcher")(str(Path(lucene_dir).resolve()))
         self._searcher.set_bm25(float(k1), float(b))
