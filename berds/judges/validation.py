@@ -1,7 +1,9 @@
 """How far each judge has been validated on held-out human labels — said wherever its numbers are shown.
 
-``judge_validation(judge_id)`` reads the record for the judge behind an id (a wrapped judge —
-``calibrated:``, ``debate:`` — inherits its inner judge's record). The ``embedded`` judges' figures are read
+``judge_validation(judge_id)`` reads the record for the judge behind an id or a name. A figure holds only for
+the judge it was measured on: a wrapped judge (``calibrated:``, ``debate:``), a threshold set by hand, other
+weights, or the study's evaluator with another model, parsing or generation setting is named as not validated,
+with what changed. The ``embedded`` judges' figures are read
 from their cards in ``berds/data/embedded_judge/`` (``stance_card.json`` for v2, ``model_card.json`` for v1:
 a ``validation`` entry when present, else the leave-one-question-out F1 on the dev pairs), the files
 retraining writes, so the printed figure never goes stale.
@@ -10,6 +12,7 @@ retraining writes, so the printed figure never goes stale.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -53,22 +56,89 @@ def _card_figure(card: dict) -> tuple[float | None, str]:
     return None, ""
 
 
+GOAL_F1 = 40.0  # the F1 on unseen questions the embedded judge was built to reach (docs/embedded-judge.md)
+STUDY_MODEL = "mistralai/Mistral-7B-Instruct-v0.2+adapter=timchen0618/Mistral_BERDS_evaluator"
+
+
+def _changes(judge_id: str) -> list[str]:
+    """What wraps or overrides the judge behind ``judge_id`` (a name or an id): a card's or the study's figure
+    was measured without these, so it does not carry over."""
+    changes = []
+    if judge_id.startswith("calibrated:") or "|calibrated-threshold=" in judge_id:
+        changes.append("a calibrated threshold")
+    if judge_id.startswith(("debate:", "debate(")):
+        changes.append("a debate critic")
+    found = re.search(r"\|threshold=([^|]+)", judge_id)
+    if found:
+        changes.append(f"threshold {found.group(1)} set by hand")
+    return changes
+
+
 @lru_cache(maxsize=2)
-def _embedded_record(version: str = "v2") -> JudgeValidation:
-    figure = "figure unavailable"
+def _shipped_digest(version: str) -> str | None:
+    """The weight hash the shipped embedded judge puts in its id (None when the files cannot be read)."""
+    try:
+        from berds.judges.embedded import JudgeHead, StanceSpec
+
+        if version == "v2":
+            return StanceSpec.load(EMBEDDED_DIR / "stance.json").digest
+        return JudgeHead.load(EMBEDDED_DIR / "head.json").digest
+    except Exception:  # an unreadable shipped file: claim nothing for any weights
+        return None
+
+
+@lru_cache(maxsize=2)
+def _embedded_figure(version: str) -> tuple[str, bool, bool]:
+    """The card's figure as text, whether it is a held-out F1, and whether it leaves the goal F1 >= 40 on unseen
+    questions unsettled (the F1 or its interval's lower bound below it)."""
     try:
         card = json.loads((EMBEDDED_V2_CARD if version == "v2" else EMBEDDED_CARD).read_text(encoding="utf-8"))
         f1, where = _card_figure(card)
-        if f1 is not None:
-            figure = f"F1 {f1:.1f} {where}"
-        elif where:
-            figure = where
     except (OSError, ValueError):
-        pass
+        return "figure unavailable", False, True
+    if f1 is None:
+        return where or "figure unavailable", False, True
+    interval = (card.get("validation") or {}).get("interval_95")
+    return f"F1 {f1:.1f} {where}", True, f1 < GOAL_F1 or not interval or interval[0] < GOAL_F1
+
+
+def _embedded_record(version: str, judge_id: str) -> JudgeValidation:
+    figure, measured, unsettled = _embedded_figure(version)
+    changes = _changes(judge_id)
+    marker = re.search(r"\+(stance|head)-([0-9a-f]+)", judge_id)
+    if marker and marker.group(2) != _shipped_digest(version):
+        changes.append("other weights than the shipped ones")
+    if changes and measured:  # the card measured the shipped judge at its shipped threshold, not this one
+        figure = f"its card's {figure} is for the shipped judge, not this one ({', '.join(changes)})"
+    elif changes:
+        figure += f"; this is not the shipped judge ({', '.join(changes)})"
+    elif unsettled and measured:
+        figure += f"; F1 >= {GOAL_F1:.0f} on unseen questions is not established"
     name = "embedded" if version == "v2" else "embedded:v1"
     return JudgeValidation(name, False,
                            f"CPU smoke test, {figure}; the study's evaluator has F1 62.2 "
                            "(docs/embedded-judge.md). Never report its numbers as BERDS scores.")
+
+
+def _study_record(judge_id: str) -> JudgeValidation:
+    """The study's evaluator is validated as the study ran it; a wrapper or an override makes another judge."""
+    changes = _changes(judge_id)
+    core = judge_id.split(">")[-1]
+    if ":" in core and not core.startswith(("mistral-berds", "calibrated:", "debate:")):
+        backend, _, rest = core.partition(":")
+        model, _, suffix = rest.partition("|")
+        if backend not in ("transformers", "vllm") or model != STUDY_MODEL:
+            changes.append(f"{backend}:{model}")
+        parts = suffix.split("|")
+        changes += [s for s in parts if s and s != "parse=berds-study"
+                    and not s.startswith(("threshold=", "calibrated-threshold="))]  # (those two: _changes)
+        if not any(s.startswith("parse=") for s in parts):
+            changes.append("no answer parsing named")
+    if changes:
+        return JudgeValidation("mistral-berds", False,
+                               f"the study's evaluator changed ({', '.join(dict.fromkeys(changes))}): the study's F1 "
+                               "62.2 was measured without that; measure this judge with `berds judge validate`")
+    return _KNOWN["mistral-berds"]
 
 
 _KNOWN = {
@@ -83,13 +153,13 @@ def judge_validation(judge_id: str) -> JudgeValidation | None:
     """The record for the judge behind ``judge_id`` (None when berds knows nothing about it)."""
     last = judge_id.split(":")[-1]  # a name given as calibrated:NAME or debate:NAME
     if "embedded:v2-" in judge_id or last == "embedded":
-        return _embedded_record("v2")
+        return _embedded_record("v2", judge_id)
     if "embedded:minilm" in judge_id or judge_id.endswith("embedded:v1"):
-        return _embedded_record("v1")
+        return _embedded_record("v1", judge_id)
     if judge_id.startswith("demo-gold") or last == "demo-gold":
         return _KNOWN["demo-gold"]
     if "Mistral_BERDS_evaluator" in judge_id or last.startswith("mistral-berds"):
-        return _KNOWN["mistral-berds"]
+        return _study_record(judge_id)
     return None
 
 
