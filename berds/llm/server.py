@@ -323,8 +323,11 @@ class ChatServer:
                                f"{', '.join(self.model_names())}", status=404, param="model", code="model_not_found")
         if body.get("stream"):
             raise RequestError("streaming is not supported by the berds server", param="stream")
-        if body.get("n", 1) != 1:
-            raise RequestError("only n=1 is supported", param="n")
+        n = body.get("n", 1)
+        if n is not None and (type(n) is not int or n != 1):  # (True and 1.0 compare equal to 1)
+            raise RequestError(f"only n=1 is supported, got {n!r}", param="n")
+        if not isinstance(body.get("logprobs", False), (bool, type(None))):  # "no" is not false
+            raise RequestError(f"logprobs must be true or false, got {body.get('logprobs')!r}", param="logprobs")
         raw_messages = body.get("messages")
         if not isinstance(raw_messages, list) or not raw_messages:
             raise RequestError("'messages' must be a non-empty list", param="messages")
@@ -390,6 +393,8 @@ class ChatServer:
             body = json.loads(text)
         except (ValueError, UnicodeDecodeError) as exc:
             raise RequestError(f"the request body is not valid JSON: {exc}") from None
+        except RecursionError:  # "[[[[..." a hundred thousand deep: the decoder's recursion limit, not a server fault
+            raise RequestError("the request body nests JSON arrays or objects too deeply") from None
         if "\\ud" in text.lower():  # a "\\udXXX" escape: maybe a lone surrogate, which no tokenizer takes
             try:
                 json.dumps(body, ensure_ascii=False).encode("utf-8")

@@ -267,3 +267,21 @@ def test_a_scoring_request_is_bounded_by_the_request_timeout(tmp_path):
         assert answer.status_code == 503 and answer.headers["retry-after"] == "1"
         assert "--request-timeout" in assert_openai_error(answer.json(), "timeout")["message"]
         assert time.monotonic() - started < 2.5  # (it waited for the 3 s scorer and answered 200)
+
+
+def test_deep_nesting_and_loose_types_are_400s_naming_the_parameter(tmp_path):
+    with served("llm_fixtures:SleepyLLM", "m", options=["delay=0"], log_dir=tmp_path) as url:
+        def post(data):
+            return requests.post(f"{url}/chat/completions", data=data, timeout=30,
+                                 headers={"Content-Type": "application/json"})
+
+        deep = post("[" * 100_000 + "]" * 100_000)  # 200 KB: within the body limit
+        assert deep.status_code == 400  # (a 500 "internal error: RecursionError", with a traceback in the log)
+        assert "nests JSON arrays or objects too deeply" in assert_openai_error(deep.json())["message"]
+        for field, value in [("n", True), ("n", 1.0), ("n", "1"), ("logprobs", "no"), ("logprobs", 1)]:
+            answer = post(json.dumps({**CHAT, field: value}))
+            assert answer.status_code == 400, (field, value)  # (they were served as n=1 and logprobs=true)
+            assert assert_openai_error(answer.json())["param"] == field
+        assert post(json.dumps({**CHAT, "n": 1, "logprobs": False})).status_code == 200
+        assert post(json.dumps({**CHAT, "n": None, "logprobs": None})).status_code == 200
+        assert (tmp_path / "server-stderr.txt").read_text().count("Traceback") == 0
