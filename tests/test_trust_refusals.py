@@ -166,3 +166,43 @@ def test_pairs_listed_twice_are_counted_and_named(tmp_path):
            "and 1 (e.g. lines 2, 4)" in " ".join(done.stdout.split())  # (rich wraps the line)
     report = json.loads(out.read_text())
     assert report["labels"]["n"] == 4 and report["labels"]["repeats"]["conflicting_pairs"] == 1
+
+
+def _stance_labelled(tmp_path):
+    rows = [LabelledPair(f"q{q}?", f"{q}-{i}-{s}", f"document {q} {i}", f"perspective {s}", (q + i + len(s)) % 2 == 0,
+                         stance=s) for q in range(2) for i in range(3) for s in ("support", "oppose")]
+    path = tmp_path / "stance.tsv"
+    write_labelled_pairs(path, rows)
+    return path
+
+
+@pytest.mark.parametrize("options, message", [({"seed": -1}, "--seed must be a whole number >= 0, got -1"),
+                                              ({"n_boot": 10**8}, "--bootstrap must be between 0 and 100,000"),
+                                              ({"n_boot": -1}, "--bootstrap must be between 0 and 100,000")])
+def test_bootstrap_seed_and_size_are_checked_before_any_judging(tmp_path, options, message):
+    # a negative seed was a numpy traceback; stance-correct ran 10**8 resamples in a Python loop
+    from berds.trust.stance_corrected import correct_sycophancy_file, stance_corrected_sycophancy
+    from berds.trust.validate import validate
+
+    class NeverJudge(YesJudge):
+        def judge(self, pairs):
+            raise AssertionError("judged before the options were checked")
+
+    with pytest.raises(BerdsError, match=message):
+        validate(labelled(tmp_path, questions=2), [NeverJudge()], progress=False, **options)
+    saved = tmp_path / "syco.json"
+    saved.write_text(json.dumps({"analysis": "sycophancy", "version": 1, "k": 5, "rows": [ROW]}))
+    with pytest.raises(BerdsError, match=message):
+        correct_sycophancy_file(str(saved), str(_stance_labelled(tmp_path)), NeverJudge(), progress=False, **options)
+    with pytest.raises(BerdsError, match=message):
+        stance_corrected_sycophancy({"k": 5, "rows": [ROW]}, read_labelled_pairs(_stance_labelled(tmp_path)),
+                                    [True] * 12, **options)
+
+
+def test_a_negative_seed_is_one_line_on_the_command_line(tmp_path):
+    path = tmp_path / "pairs.tsv"
+    write_labelled_pairs(path, [LabelledPair("q?", f"d{i}", f"doc {i}", "p", i % 2 == 0) for i in range(4)])
+    done = subprocess.run(berds_cmd("judge", "validate", "--labels", str(path), "--judge",
+                                    "judges_for_tests:OverlapJudge", "--no-cache", "--seed", "-1"),
+                          capture_output=True, text=True, env=subprocess_env())
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "--seed" in done.stderr

@@ -54,7 +54,7 @@ def validate_command(
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for every judge (repeatable)."),
     column: List[str] = typer.Option([], "--column", help="Extra 0/1 column to score like a judge, e.g. a second annotator."),
     bootstrap: int = typer.Option(1000, "--bootstrap", min=0, help="Bootstrap samples for the 95% intervals (0 = none)."),
-    seed: int = typer.Option(0, "--seed", help="Random seed of the bootstrap resampling."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Random seed of the bootstrap resampling."),
     resample: str = typer.Option("pairs", "--resample", help="What the bootstrap draws: pairs, or questions (whole "
                                  "questions with all their pairs: honest when pairs of one question are correlated)."),
     cache: Optional[Path] = typer.Option(None, "--cache", callback=cache_file_callback, help="Judgement cache file (default: $BERDS_HOME/judgements.sqlite)."),
@@ -170,7 +170,7 @@ def stance_correct_command(
     judge: str = typer.Option(..., "--judge", "-j", help="The judge that produced the sycophancy result."),
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value for the judge (repeatable)."),
     bootstrap: int = typer.Option(1000, "--bootstrap", min=0, help="Bootstrap samples over the labelled pairs."),
-    seed: int = typer.Option(0, "--seed", help="Random seed of the bootstrap resampling."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Random seed of the bootstrap resampling."),
     cache: Optional[Path] = typer.Option(None, "--cache", callback=cache_file_callback, help="Judgement cache file."),
     out: Optional[Path] = typer.Option(None, "--out", callback=out_file_callback, help="Write the corrected result as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),

@@ -176,6 +176,9 @@ def stance_corrected_sycophancy(
     ``predictions`` are the same judge's labels for the pairs of ``labelled`` (in file order). Each row's
     ``N`` is its ``docs`` (the run's judged documents, behind both p and n).
     """
+    from berds.trust.validate import check_bootstrap
+
+    check_bootstrap(n_boot, seed)
     data = sycophancy.to_json() if hasattr(sycophancy, "to_json") else dict(sycophancy)
     k, rows = int(data["k"]), list(check_sycophancy_rows(data))
     for row in rows:
@@ -242,8 +245,9 @@ def correct_sycophancy_file(
     from berds.evaluate.analyses.sycophancy import SycophancyResult
     from berds.evaluate.cache import JudgementCache
     from berds.trust.labels import read_labelled_pairs
-    from berds.trust.validate import judge_pairs
+    from berds.trust.validate import check_bootstrap, judge_pairs
 
+    check_bootstrap(n_boot, seed)  # before any judging
     result = load_result(result_path)
     if not isinstance(result, SycophancyResult):
         raise InputError(f"is a {result.KIND} result, not a sycophancy result", path=result_path,

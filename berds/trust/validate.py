@@ -327,6 +327,15 @@ def compare_judges(gold: Any, rows: Sequence[JudgeValidity]) -> list[PairCompari
 MAX_BOOTSTRAP = 100_000  # resamples: more adds nothing to a 95% interval and costs memory per pair
 
 
+def check_bootstrap(n_boot: Any, seed: Any) -> None:
+    """Refuse a resample count or a seed the bootstrap cannot use, before any judging (numpy's seed must be a
+    whole number >= 0)."""
+    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or not 0 <= n_boot <= MAX_BOOTSTRAP:
+        raise BerdsError(f"--bootstrap must be between 0 and {MAX_BOOTSTRAP:,} resamples, got {n_boot!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise BerdsError(f"--seed must be a whole number >= 0, got {seed!r}")
+
+
 def validate(
     labelled: Any,
     judges: Sequence[Any] | Mapping[str, Any],
@@ -348,8 +357,7 @@ def validate(
     """
     if resample not in RESAMPLE_UNITS:
         raise BerdsError(f"resample must be one of {', '.join(RESAMPLE_UNITS)}, got {resample!r}")
-    if not isinstance(n_boot, int) or not 0 <= n_boot <= MAX_BOOTSTRAP:  # (0: no intervals; each resample holds a count)
-        raise BerdsError(f"--bootstrap must be between 0 and {MAX_BOOTSTRAP:,} resamples, got {n_boot!r}")
+    check_bootstrap(n_boot, seed)  # (0 resamples: no intervals)
     gold = labelled.labels
     questions = [p.question for p in labelled]
     groups = questions if resample == "questions" else None
