@@ -124,3 +124,31 @@ def test_judgement_values_that_int_would_bend_and_non_utf8_bytes_are_refused(tmp
         read_judgements(path)
     path.write_text(good.replace('"label": 1', '"label": true'))
     assert read_judgements(path)[0] == [("q1", "1", "d1", 1)]
+
+
+def test_cli_qrels_of_several_runs_never_share_a_file_and_are_checked_before_judging(tmp_path):
+    # the qrels file of each run was named by its name cut at the first dot: minilm-mmr0.5 and minilm-mmr0.75
+    # wrote minilm-mmr0.qrels, and a/run and b/run wrote run.qrels, each over the other
+    folders = ["minilm-mmr0.5", "minilm-mmr0.75", "a/run", "b/run"]
+    for i, name in enumerate(folders):
+        run = hand_run(name.replace("/", "-"))
+        qids = list(run.questions)[: 1 + i % 2]  # runs of one and of two questions: each file has its own lines
+        save_run(Run.from_lists([run.questions[q] for q in qids], [run.hits[q] for q in qids], name=run.name),
+                 tmp_path / name)
+    args = ["eval", *(str(tmp_path / f) for f in folders), "--judge", "judges_for_tests:OverlapJudge", "--k", "4",
+            "--no-cache", "-q"]
+    done = subprocess.run(berds_cmd(*args, "--qrels", str(tmp_path / "qrels")), capture_output=True, text=True,
+                          env=subprocess_env())
+    assert done.returncode == 0, done.stderr
+    written = sorted(p.name for p in (tmp_path / "qrels").iterdir())
+    assert written == ["a-run.qrels", "b-run.qrels", "minilm-mmr0.5.qrels", "minilm-mmr0.75.qrels"]
+    for name, lines in (("minilm-mmr0.5", 8), ("minilm-mmr0.75", 12), ("a-run", 8), ("b-run", 12)):
+        assert len((tmp_path / "qrels" / f"{name}.qrels").read_text().splitlines()) == lines, name
+    # a file where the folder goes: refused before any pair is judged (it failed with "File exists" at the end)
+    (tmp_path / "taken").write_text("mine")
+    log = tmp_path / "judged.log"
+    done = subprocess.run(berds_cmd(*args, "-o", f"log={log}", "--out", str(tmp_path / "out"), "--qrels",
+                                    str(tmp_path / "taken")), capture_output=True, text=True, env=subprocess_env())
+    assert done.returncode == 2 and f"error: {tmp_path / 'taken'}: is a file, but the output needs a folder here (--qrels)" in done.stderr, done.stderr
+    assert not log.exists() and not (tmp_path / "out").exists()
+    assert (tmp_path / "taken").read_text() == "mine"

@@ -67,6 +67,20 @@ def eval_command(
         from berds.evaluate.qrels import check_measures
 
         check_measures(measure)  # before any judging
+    qrels_files = None
+    if qrels is not None:  # checked before any judging, like --out
+        from berds.errors import InputError
+        from berds.evaluate.qrels import qrels_paths
+        from berds.io import check_writable
+
+        qrels_files = qrels_paths(qrels, runs)
+        for path in qrels_files:
+            try:
+                check_writable(path, folder=False)
+            except InputError as exc:  # (its fix names --out)
+                what = str(exc).removeprefix(f"{exc.path}: ").split(" — ")[0]
+                raise InputError(f"{what} (--qrels)", path=exc.path,
+                                 fix="choose another --qrels (a file for one run, a folder for several)") from None
     if rounds is not None:
         if not judge.startswith("debate:"):
             raise BerdsError(f"--rounds is for debate judges; use --judge debate:{judge} --rounds {rounds}")
@@ -93,11 +107,11 @@ def eval_command(
             highlight=False,
         )
     if measure or qrels is not None:
-        from berds.evaluate.qrels import add_measures_to_outputs, measures_table, qrels_path_for
+        from berds.evaluate.qrels import add_measures_to_outputs, measures_table
 
         rows = [(result.run_name or path.name, result.averages,
-                 add_measures_to_outputs(files, measure, qrels and qrels_path_for(qrels, path, len(results))))
-                for path, result, files in results]
+                 add_measures_to_outputs(files, measure, qrels_files[i] if qrels_files else None))
+                for i, (path, result, files) in enumerate(results)]
         if measure:
             console.print(measures_table(rows))
         if qrels is not None:

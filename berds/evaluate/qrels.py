@@ -185,11 +185,17 @@ def add_measures_to_outputs(files: Mapping[str, Path], measures: Sequence[str], 
     return means
 
 
-def qrels_path_for(qrels: Path, run_path: Path, n_runs: int) -> Path:
-    """``--qrels OUT``: the file itself for one run; ``OUT/<run name>.qrels`` for several."""
-    if n_runs == 1:
-        return qrels
-    return qrels / (run_path.name.split(".")[0] + ".qrels")
+def qrels_paths(qrels: str | Path, run_paths: Sequence[str | Path]) -> list[Path]:
+    """``--qrels OUT``: the file itself for one run; for several, ``OUT/<name>.qrels`` with each run's whole name,
+    parents added where two would collide (the names of ``berds eval --out``'s sub-folders). Cutting the name at
+    its first dot gave ``minilm-mmr0.5`` and ``minilm-mmr0.75`` one file, and two runs called ``run`` one file."""
+    from berds.evaluate.evaluation import distinct_names
+    from berds.runs import run_stem
+
+    if len(run_paths) == 1:
+        return [Path(qrels)]
+    paths = [Path(p) for p in run_paths]
+    return [Path(qrels) / f"{name}.qrels" for name in distinct_names([run_stem(p) for p in paths], paths)]
 
 
 def measures_table(rows: Sequence[tuple[str, Mapping[str, Mapping[str, float]], Mapping[str, float]]]) -> Any:
