@@ -723,6 +723,22 @@ def _protocol_class(limits: ServerLimits) -> type:
                 self._head_timer.cancel()
                 self._head_timer = None
 
+        def send_400_response(self, msg: str) -> None:  # type: ignore[override]
+            # A request h11 cannot parse (a bad or repeated Content-Length, a 200 KB header): JSON like every other
+            # refusal, not uvicorn's plain text.
+            body = json.dumps(error_body("the request is not valid HTTP/1.1 (a malformed request line or header, a bad or "
+                                         "repeated Content-Length, or a request head over 64 KB)", 400,
+                                         code="bad_request")).encode()
+            self.transport.write(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconnection: close\r\n"
+                                 b"content-length: %d\r\n\r\n%s" % (len(body), body))
+            # As for a refused connection: FIN, then drop what the client still sends (closing with it unread
+            # would reset the socket and lose the answer), closing after header_timeout at most.
+            self._refused = True
+            self.transport.write_eof()
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            self._head_timer = self.loop.call_later(header_timeout, self.transport.close)
+
         def connection_lost(self, exc: Exception | None) -> None:
             if self._head_timer is not None:
                 self._head_timer.cancel()

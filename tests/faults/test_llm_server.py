@@ -285,3 +285,15 @@ def test_deep_nesting_and_loose_types_are_400s_naming_the_parameter(tmp_path):
         assert post(json.dumps({**CHAT, "n": 1, "logprobs": False})).status_code == 200
         assert post(json.dumps({**CHAT, "n": None, "logprobs": None})).status_code == 200
         assert (tmp_path / "server-stderr.txt").read_text().count("Traceback") == 0
+
+
+@pytest.mark.parametrize("head", [
+    b"Content-Length: -5\r\n", b"Content-Length: 10\r\nContent-Length: 99999999\r\n", b"X-Big: " + b"a" * 200_000 + b"\r\n",
+], ids=["negative-length", "two-lengths", "200-kb-header"])
+def test_a_request_http_cannot_parse_gets_a_json_400(tmp_path, head):
+    with served("llm_fixtures:SleepyLLM", "m", options=["delay=0"], log_dir=tmp_path) as url:
+        status, headers, body = split_response(raw_exchange(
+            port_of(url), b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + head + b"\r\n"))
+        assert status == 400 and headers["content-type"] == "application/json"  # (it was uvicorn's text/plain)
+        assert "not valid HTTP/1.1" in assert_openai_error(json.loads(body), "bad_request")["message"]
+        assert requests.get(f"{url}/models", timeout=10).status_code == 200
