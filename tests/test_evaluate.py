@@ -509,3 +509,36 @@ def test_judge_text_digests_are_the_digests_of_the_judge_texts():
                 Passage("d", "tëxt ☃", title="T", title_field=False), Passage("e", "x", title="Ünïcode")]
     for position in ("after", "before", "none"):
         assert judge_text_digests(passages, position) == [text_digest(p.judge_text(position)) for p in passages]
+
+
+def test_a_cache_that_cannot_be_written_is_named_as_such(tmp_path):
+    # a cache on a read-only mount (or without write permission) failed as "unable to open database file — is it
+    # a berds cache file?", which sent users looking for damage in a good file
+    import os
+    import shutil
+    import sys
+
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    JudgementCache(folder / "c.sqlite").close()
+    code = ("from berds.evaluate.cache import JudgementCache\n"
+            "try:\n    JudgementCache(%r)\nexcept Exception as e:\n    print(e)\n" % str(folder / "c.sqlite"))
+    if os.geteuid() != 0:
+        (folder / "c.sqlite").chmod(0o444)
+        folder.chmod(0o555)
+        try:
+            said = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env()).stdout
+        finally:
+            folder.chmod(0o755)
+    else:  # root writes through permission bits: a read-only bind mount in a private mount namespace
+        if shutil.which("unshare") is None:
+            pytest.skip("needs unshare(1) to make a read-only folder as root")
+        script = (f"mount --bind {folder} {folder} && mount -o remount,ro,bind {folder} && "
+                  f"exec {sys.executable} -c \"$CODE\"")
+        done = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True,
+                              env=subprocess_env(CODE=code))
+        if "mount" in done.stderr or "unshare" in done.stderr:
+            pytest.skip(f"cannot make a read-only mount here: {done.stderr.strip()[:100]}")
+        said = done.stdout
+    assert "cannot open the judgement cache" in said and "not writable" in said, said
+    assert "is it a berds cache file" not in said

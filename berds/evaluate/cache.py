@@ -123,6 +123,16 @@ class JudgementCache:
             if self._db.execute("SELECT 1 FROM meta WHERE key=?", (IDS_REDACTED,)).fetchone() is None:
                 self._redact_stored_ids()
         except sqlite3.DatabaseError as exc:
+            import os
+
+            # A cache on a read-only mount or without write permission failed as "unable to open database
+            # file — is it a berds cache file?": the file was fine, the write access was missing.
+            folder = self.path.parent
+            if not os.access(folder, os.W_OK) or (self.path.exists() and not os.access(self.path, os.W_OK)):
+                raise BerdsError(f"{self.path}: cannot open the judgement cache ({exc}): the file or its folder is "
+                                 "not writable, and berds stores verdicts there (SQLite's write-ahead log needs the "
+                                 "folder too) — make both writable, copy the cache to a writable folder, or pass "
+                                 "--no-cache") from None
             raise BerdsError(f"{self.path}: cannot open the judgement cache ({exc}) — is it a berds cache file?") from None
 
     def _redact_stored_ids(self) -> None:
