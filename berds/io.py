@@ -290,6 +290,25 @@ def write_jsonl(path: PathLike, records: Iterable[Mapping[str, Any]]) -> int:
     return n
 
 
+# Magic numbers of compressed files: read as text, one failed on its first byte as "not UTF-8" (advice that cannot work).
+_COMPRESSED = ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"BZh", "bz2", "bunzip2 -k"),
+               (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"), (b"\xfd7zXZ\x00", "xz", "unxz -k"))
+
+
+def refuse_compressed(path: PathLike, what: str = "jsonl input") -> None:
+    """Refuse a gzip/bz2/zstd/xz file where plain text is read, naming the command that unpacks it."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(6)
+    except OSError:
+        return  # (reading it names the problem)
+    for magic, kind, command in _COMPRESSED:
+        if head.startswith(magic):
+            raise InputError(f"is {kind}-compressed; {what} must be plain text", path=path,
+                             fix=f"decompress it first ({command} {path.name})")
+
+
 def jsonl_lines(path: PathLike) -> Iterator[tuple[int, bytes]]:
     """Yield ``(line_number, raw bytes)`` for each non-blank line of a jsonl file (parse with ``jsonl_record``)."""
     path = Path(path)

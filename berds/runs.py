@@ -427,8 +427,23 @@ def load_run(path: str | Path, *, allow_empty: bool = False, duplicates: str = "
         return Run(run.questions, run.hits, manifest, manifest.get("name") or path.name)
     if not path.exists():
         raise InputError("no such run folder or file", path=path)
+    _refuse_non_jsonl_run(path)
     return read_ctxs_jsonl(path, allow_empty_ctxs=allow_empty, duplicates=duplicates,
                            require_perspectives=require_perspectives)
+
+
+def _refuse_non_jsonl_run(path: Path) -> None:
+    """A compressed file or a TREC run given as the run: each failed on its first line as bad UTF-8 or bad JSON."""
+    from berds.io import refuse_compressed
+
+    refuse_compressed(path, "a BERDS-format run")
+    with open(path, "rb") as f:
+        first = next((line for line in f if line.strip()), b"")
+    parts = first.split()
+    if len(parts) == 6 and parts[1] == b"Q0" and not first.lstrip().startswith(b"{"):
+        raise InputError("is a TREC run file, which holds no passage texts or perspectives to judge", path=path,
+                         fix=f"pass the run folder that holds it ({path.parent}: manifest.json, {CTXS}, {TREC}) "
+                             "or a BERDS-format jsonl")
 
 
 

@@ -243,3 +243,18 @@ def test_a_numpy_score_is_taken_as_a_plain_float(tmp_path):
     assert [h.score for h in load_run(save_run(run, tmp_path / "run")).hits["q"]] == [2.0, 1.0]
     with pytest.raises(ValueError, match="must be a number"):
         Hit(Passage("a", "x"), np.float32("nan"))
+
+
+def test_a_compressed_run_or_a_trec_file_given_as_the_run_is_named(tmp_path):
+    # each failed on its first line: "not UTF-8 text ... re-encode the file (iconv -f latin1 ...)", "malformed JSON"
+    import gzip
+
+    run = Run.from_lists([Question("q1", "Is it?", ("yes it is",))], [[Hit(Passage("d1", "it is"), 1.0)]], name="r")
+    save_run(run, tmp_path / "run")
+    with pytest.raises(InputError, match=r"run.trec: is a TREC run file.*pass the run folder that holds it"):
+        load_run(tmp_path / "run" / "run.trec")
+    packed = tmp_path / "run.jsonl.gz"
+    packed.write_bytes(gzip.compress((tmp_path / "run" / "run.ctxs.jsonl").read_bytes()))
+    with pytest.raises(InputError, match=r"run.jsonl.gz: is gzip-compressed.*gunzip -k run.jsonl.gz"):
+        load_run(packed)
+    assert load_run(tmp_path / "run" / "run.ctxs.jsonl").hits["q1"][0].passage.id == "d1"

@@ -34,7 +34,7 @@ from berds.questions import record_id
 from berds.corpora.html import HTML_TYPES, clean_html, decode_html
 from berds.corpora.split import DEFAULT_WORDS, Document, split_document
 from berds.errors import InputError
-from berds.io import iter_jsonl
+from berds.io import iter_jsonl, refuse_compressed
 from berds.lazy import require
 from berds.types import Passage
 
@@ -90,24 +90,6 @@ def _str_field(record: dict, name: str, path: Path, line: int, *, required: bool
     return value
 
 
-# A compressed shard (CCNet ships .json.gz) read as text failed on its first byte with "not UTF-8 ... re-encode
-# the file as UTF-8 (e.g. iconv -f latin1 ...)", a fix that cannot work.
-_COMPRESSED = ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"BZh", "bz2", "bunzip2 -k"),
-               (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"), (b"\xfd7zXZ\x00", "xz", "unxz -k"))
-
-
-def _refuse_compressed(path: Path) -> None:
-    try:
-        with open(path, "rb") as f:
-            head = f.read(6)
-    except OSError:
-        return  # (reading it names the problem)
-    for magic, kind, command in _COMPRESSED:
-        if head.startswith(magic):
-            raise InputError(f"is {kind}-compressed; jsonl input must be plain text", path=path,
-                             fix=f"decompress it first ({command} {path.name})")
-
-
 def iter_jsonl_documents(
     paths: Sequence[str | os.PathLike],
     report: BuildReport | None = None,
@@ -124,7 +106,7 @@ def iter_jsonl_documents(
     paths = [Path(p) for p in paths]
     prefixes = auto_id_prefixes(paths)
     for path, prefix in zip(paths, prefixes):
-        _refuse_compressed(path)
+        refuse_compressed(path)  # (CCNet ships .json.gz)
         resolved: JsonlFields | None = None
         for line, record in iter_jsonl(path):
             if resolved is None:
