@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from berds.errors import BerdsError, InputError, UnknownNameError
-from berds.io import home_dir, iter_jsonl
+from berds.io import home_dir, iter_jsonl, refuse_compressed
 from berds.types import Question
 
 DEMO_DIR = Path(__file__).parent / "data" / "demo"
@@ -116,6 +116,7 @@ def read_questions(path: str | Path, *, dataset: str = "", require_perspectives:
     dataset = dataset or path.name.split(".")[0]
     out: list[Question] = []
     seen: dict[str, int] = {}
+    refuse_compressed(path, "a questions jsonl")
     for line, rec in iter_jsonl(path):
         q = parse_question(rec, path=path, line=line, dataset=dataset, require_perspectives=require_perspectives)
         if q.id in seen:
@@ -324,6 +325,7 @@ def _delphi_records(path: Path) -> Any:
                 raise InputError(f"item {i} is not an object", path=path)
             yield i + 1, rec  # "line" = position in the array
         return
+    refuse_compressed(path, "a questions jsonl")
     yield from iter_jsonl(path)
 
 

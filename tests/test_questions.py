@@ -99,3 +99,13 @@ def test_an_unreachable_hub_fails_at_once_for_a_named_set(tmp_path):
     assert done.returncode == 0 and time.monotonic() - started < 30, done.stderr
     assert "could not reach the Hugging Face dataset" in done.stdout and "$BERDS_DATA_DIR/kialo.test.jsonl" in done.stdout
     assert "Retrying" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_compressed_questions_file_is_named_as_compressed(tmp_path):
+    # it failed as "not UTF-8 text (byte 1 of the line) — re-encode the file (iconv -f latin1 ...)"
+    import gzip
+
+    path = tmp_path / "mine.jsonl.gz"
+    path.write_bytes(gzip.compress(b'{"id": "q1", "question": "Is it?", "perspectives": ["yes"]}\n'))
+    with pytest.raises(InputError, match=r"mine.jsonl.gz: is gzip-compressed.*gunzip -k mine.jsonl.gz"):
+        load_questions(path)
