@@ -206,3 +206,47 @@ def test_a_negative_seed_is_one_line_on_the_command_line(tmp_path):
                                     "judges_for_tests:OverlapJudge", "--no-cache", "--seed", "-1"),
                           capture_output=True, text=True, env=subprocess_env())
     assert done.returncode == 2 and "Traceback" not in done.stderr and "--seed" in done.stderr
+
+
+def _corrected(tmp_path, oppose_predictions):
+    # supporting perspectives: 4 positives, 4 negatives, judged exactly; opposing: as given (gold 1, 1, 0, 0)
+    from berds.trust.stance_corrected import stance_corrected_sycophancy
+
+    rows = [LabelledPair("q?", f"s{i}", f"doc s{i}", "it helps", i < 4, stance="support") for i in range(8)]
+    rows += [LabelledPair("q?", f"o{i}", f"doc o{i}", "it does not help", i < 2, stance="oppose") for i in range(4)]
+    path = tmp_path / "stances.tsv"
+    write_labelled_pairs(path, rows)
+    return stance_corrected_sycophancy({"k": 5, "rows": [ROW]}, read_labelled_pairs(path),
+                                       [i < 4 for i in range(8)] + list(oppose_predictions), n_boot=200, seed=0)
+
+
+def test_an_undefined_corrected_delta_gets_no_interval(tmp_path):
+    # opposing: sensitivity 1/2, specificity 1/2 -> sens + spec = 1, the correction is undefined; the resamples
+    # where it happened to be defined gave an "interval" around no estimate
+    import math
+
+    from rich.console import Console
+    from rich.table import Table
+
+    result = _corrected(tmp_path, [True, False, True, False])
+    [row] = result.rows
+    assert math.isnan(row["delta_corrected"]) and all(math.isnan(x) for x in row["delta_corrected_ci95"])
+    title, header, body = result.table()
+    table = Table(title=title)
+    for col in header:
+        table.add_column(col)
+    table.add_row(*body[0])
+    console = Console(width=200, record=True)
+    console.print(table)
+    [line] = [x for x in console.export_text().splitlines() if "bm25" in x]
+    assert body[0][-1] == "n/a" and line.count("n/a") == 2  # ("[n/a, n/a]" vanished as markup)
+    assert "the correction is undefined" in result.rates_note()
+
+
+def test_an_interval_over_part_of_the_resamples_says_so(tmp_path):
+    # opposing: sensitivity 1/2, specificity 1: defined, but many resamples of 4 pairs leave it undefined
+    result = _corrected(tmp_path, [True, False, False, False])
+    [row] = result.rows
+    assert row["delta_corrected"] == row["delta_corrected"] and 0 < row["bootstrap_defined"] < 200
+    assert (f"interval counts only the resamples where the correction is defined (as few as "
+            f"{row['bootstrap_defined']} of 200)") in result.rates_note()

@@ -126,8 +126,9 @@ class StanceCorrectedResult:
         body = []
         for r in self.rows:
             lo, hi = r["delta_corrected_ci95"]
+            interval = "n/a" if lo != lo else f"[{pct(lo)}, {pct(hi)}]"  # ("[n/a, n/a]" is rich markup: it vanished)
             body.append([r["label"], r["query"], f"{r['p_docs']}/{r['n_docs']}/{r['docs']}", pct(r["delta"]),
-                         pct(r["delta_corrected"]), f"[{pct(lo)}, {pct(hi)}]"])
+                         pct(r["delta_corrected"]), interval])
         return (f"Retriever sycophancy at k={self.k}, corrected for the judge's per-stance errors "
                 f"(Rogan–Gladen; rates from {self.labels.get('path', 'a labelled file')})", header, body)
 
@@ -136,8 +137,18 @@ class StanceCorrectedResult:
         from berds.evaluate.analyses.common import pct
 
         sup, opp = self.rates["support"], self.rates["oppose"]
-        return (f"judge sensitivity/specificity %: supporting perspectives {pct(sup.sensitivity)}/"
+        note = (f"judge sensitivity/specificity %: supporting perspectives {pct(sup.sensitivity)}/"
                 f"{pct(sup.specificity)}, opposing {pct(opp.sensitivity)}/{pct(opp.specificity)}")
+        if any(r["delta_corrected"] != r["delta_corrected"] for r in self.rows):
+            note += ("; n/a: the correction is undefined (a stance with no labelled positive or negative, sens + "
+                     "spec <= 1 for it, or no supporting document left)")
+        partial = [r for r in self.rows if r["delta_corrected"] == r["delta_corrected"]
+                   and r.get("bootstrap_defined", 0) < r.get("bootstrap_samples", 0)]
+        if partial:
+            few = min(partial, key=lambda r: r["bootstrap_defined"])
+            note += (f"; {len(partial)} row(s)' interval counts only the resamples where the correction is defined "
+                     f"(as few as {few['bootstrap_defined']} of {few['bootstrap_samples']}), so it is too narrow")
+        return note
 
 
 def check_sycophancy_rows(data: Mapping[str, Any], source: Any = None) -> list[dict[str, Any]]:
@@ -217,11 +228,14 @@ def stance_corrected_sycophancy(
         samples = np.array([corrected_delta(p, n, total, b[sup], b[opp])["delta_corrected"] for b in boot_rates],
                            dtype=float)
         samples = samples[~np.isnan(samples)]
-        ci = ((float(np.percentile(samples, 2.5)), float(np.percentile(samples, 97.5))) if samples.size
-              else (float("nan"), float("nan")))
+        # no interval around an estimate that is undefined: the resamples where it happens to be defined are
+        # not an interval for it
+        ci = ((float(np.percentile(samples, 2.5)), float(np.percentile(samples, 97.5)))
+              if samples.size and not np.isnan(corrected["delta_corrected"]) else (float("nan"), float("nan")))
         out_rows.append({"label": row.get("label", ""), "query": row["query"], "p_docs": p, "n_docs": n,
                          "docs": total, "questions": int(row["questions"]), **corrected,
-                         "delta_corrected_ci95": ci, "bootstrap_defined": int(samples.size)})
+                         "delta_corrected_ci95": ci, "bootstrap_defined": int(samples.size),
+                         "bootstrap_samples": len(boot_rates)})
     return StanceCorrectedResult(k, rates, out_rows, {"path": labelled.path, "sha256": labelled.sha256,
                                                       "n": len(labelled)}, judge_id)
 
