@@ -77,6 +77,54 @@ def test_bootstrap_interval_agrees_with_the_normal_approximation():
 
 
 
+def _one_draw_intervals(gold, pred, n_boot, seed, groups=None):
+    """The bootstrap as first written: every resample drawn at once (the figures in the docs came from this)."""
+    from berds.trust.validate import _metrics_from_counts
+
+    rng = np.random.default_rng(seed)
+    if groups is None:
+        idx = rng.integers(0, gold.size, size=(n_boot, gold.size))
+        gs, ps = gold[idx], pred[idx]
+        counts = ((gs & ps).sum(1), (~gs & ps).sum(1), (gs & ~ps).sum(1), (~gs & ~ps).sum(1))
+    else:
+        _, code = np.unique(np.asarray(groups).astype(str), return_inverse=True)
+        per = np.stack([np.bincount(code, weights=m, minlength=code.max() + 1)
+                        for m in (gold & pred, ~gold & pred, gold & ~pred, ~gold & ~pred)], axis=1)
+        counts = per[rng.integers(0, code.max() + 1, size=(n_boot, code.max() + 1))].sum(1).T
+    tail = 100 * (1 - 0.95) / 2
+    return {k: (float(np.percentile(v[~np.isnan(v)], tail)), float(np.percentile(v[~np.isnan(v)], 100 - tail)))
+            for k, v in _metrics_from_counts(*counts).items()}
+
+
+@pytest.mark.parametrize("block", [1 << 20, 1000, 7])
+def test_resamples_drawn_in_blocks_give_the_intervals_of_one_draw(monkeypatch, block):
+    import berds.trust.validate as validate_module
+
+    monkeypatch.setattr(validate_module, "_BLOCK", block)
+    rng = np.random.default_rng(5)
+    gold, pred = rng.random(163) < 0.2, rng.random(163) < 0.25
+    groups = rng.integers(0, 10, 163)
+    assert bootstrap_intervals(gold, pred, n_boot=999, seed=4) == _one_draw_intervals(gold, pred, 999, 4)
+    assert bootstrap_intervals(gold, pred, n_boot=999, seed=4, groups=groups) == \
+        _one_draw_intervals(gold, pred, 999, 4, groups)
+
+
+def test_the_bootstrap_memory_does_not_grow_with_resamples_times_pairs():
+    # 100,000 resamples of 3,000 pairs held 3.5 GB (every resample's indices at once)
+    import tracemalloc
+
+    rng = np.random.default_rng(1)
+    gold, pred = rng.random(3000) < 0.3, rng.random(3000) < 0.3
+    tracemalloc.start()
+    try:
+        bootstrap_intervals(gold, pred, n_boot=10_000, seed=0)
+        bootstrap_intervals(gold, pred, n_boot=10_000, seed=0, groups=np.arange(3000))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 40 * 2**20, f"peak {peak / 2**20:.0f} MiB"  # (one draw: 240 MiB of indices alone)
+
+
 def test_question_bootstrap_with_one_pair_per_question_is_the_pair_bootstrap():
     rng = np.random.default_rng(5)
     gold = rng.random(60) < 0.3
