@@ -22,7 +22,8 @@ Pieces:
   is checked after every socket read, and a watchdog shuts the connection down when it passes (a server
   dripping its headers is inside one requests call), so a slow server cannot hold a build: the page is
   recorded as failed ("timeout (over N s in total)") and a re-run skips it. Redirects are followed here,
-  hop by hop, so the deadline covers them too and no hop waits longer than the time left. A failed page
+  hop by hop, so the deadline covers them too and no hop waits longer than the time left, and none leads to
+  an address more private than the first (a page on the web cannot send berds to 169.254.169.254). A failed page
   never aborts the build. A failure caused by a limit (size, timeouts, Retry-After) records that limit; a
   re-run with a more generous one fetches the page again.
 """
@@ -431,6 +432,29 @@ def retry_after_seconds(value: str | None) -> float | None:
     return max(0.0, (when - _dt.datetime.now(_dt.timezone.utc)).total_seconds())
 
 
+def _address_scope(host: str) -> int | None:
+    """How private ``host`` is, by the most private address it resolves to: 0 public, 1 a private network
+    (10/8, 192.168/16, fc00::/7, 100.64/10...), 2 this machine or its link (loopback, link-local such as
+    169.254.169.254, unspecified, multicast, reserved); None when it does not resolve."""
+    import ipaddress
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError, ValueError):
+        return None
+    scope = 0
+    for *_, sockaddr in infos:
+        ip = ipaddress.ip_address(str(sockaddr[0]).split("%")[0])
+        if ip.version == 6 and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        if ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast or ip.is_reserved:
+            scope = 2
+        elif not ip.is_global:
+            scope = max(scope, 1)
+    return scope
+
+
 def _total_timeout(options: FetchOptions, status: int | None = None) -> _Failure:
     # Not retried: a page this slow is slow again; the failure is recorded, so a re-run skips it.
     return _Failure(f"timeout (over {options.total_timeout:g} s in total)", retry=False, status=status,
@@ -469,10 +493,22 @@ class PageFetcher:
         import requests
 
         o, session = self.options, self._session()
-        for _ in range(session.max_redirects + 1):
+        origin_scope: int | None = None
+        for hop in range(session.max_redirects + 1):
             left = deadline - time.monotonic()
             if left <= 0:
                 raise _total_timeout(o)
+            if hop:
+                # A page on the web must not make berds read a service of this machine or network (a cloud
+                # metadata endpoint, a router, a local server) into a corpus: no redirect to a more private address.
+                if origin_scope is None:
+                    origin_scope = _address_scope(urlsplit(first).hostname or "") or 0
+                host = urlsplit(url).hostname or ""
+                scope = _address_scope(host)
+                if scope is not None and scope > origin_scope:
+                    raise _Failure(f"redirect to a non-public address refused ({host})", retry=False)
+            else:
+                first = url
             r = session.get(url, timeout=(min(o.connect_timeout, left), min(o.read_timeout, left)), stream=True,
                             allow_redirects=False)
             location = session.get_redirect_target(r)
