@@ -569,3 +569,27 @@ def test_an_out_of_range_group_number_is_damage(tmp_path):
     with pytest.raises(InputError, match=r"groups.npy: the passage store is damaged \(groups.npy holds 3 group numbers for "
                                          r"3 passages, or numbers outside its 2 groups\)"):
         store.group_numbers()  # (what BM25 indexing of a per-question corpus reads)
+
+
+def test_a_second_build_of_the_same_store_at_once_is_refused(tmp_path):
+    # two builds of one --out both wrote into <out>.building (LMDB lets writers take turns; the second cleared
+    # the first's folder or resumed into it), and the first to finish moved it into place under the other
+    out = tmp_path / "store"
+    with PassageStoreWriter(out, shard_size=1) as first:
+        first.add(Passage("a", "some text"))
+        for resume in (False, True):
+            with pytest.raises(InputError, match=r"store.building: another berds build is writing into this folder"):
+                PassageStoreWriter(out, resume=resume)
+        first.add(Passage("b", "more text"))
+    store = PassageStore.open(out)
+    assert [p.id for p in store] == ["a", "b"]
+    store.verify()
+    with pytest.raises(RuntimeError):  # a build that stops lets go of the folder: it can be resumed
+        with PassageStoreWriter(tmp_path / "again", shard_size=1) as w:
+            w.add(Passage("a", "some text"))
+            raise RuntimeError
+    with PassageStoreWriter(tmp_path / "again", shard_size=1, resume=True) as w:
+        assert w.resumed_passages == 1
+    with PassageStoreWriter(out, overwrite=True) as w:  # and a finished one too
+        w.add(Passage("c", "other text"))
+    assert [p.id for p in PassageStore.open(out)] == ["c"]

@@ -258,6 +258,29 @@ def check_building_folder(building: Path) -> None:
                          f"({shown})", path=building, fix=fix)
 
 
+def _lock_building(building: Path) -> int | None:
+    """An exclusive lock on the build folder, held by the open descriptor returned (None where the platform has
+    no flock). Two builds of one --out at once both wrote into it (LMDB lets writers take turns) and the first
+    to finish moved it into place under the other: a store its own size check then refused as damaged."""
+    try:
+        import fcntl
+    except ImportError:  # (Windows)
+        return None
+    fd = os.open(building, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise InputError("another berds build is writing into this folder right now", path=building,
+                         fix="wait for it to finish, or choose another --out") from None
+    return fd
+
+
+def _unlock(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)
+
+
 def _open_env(path: Path, *, write: bool) -> lmdb.Environment:
     if write:
         return lmdb.open(str(path), map_size=_MAP_SIZE, max_dbs=3, sync=False, metasync=False, meminit=False)
@@ -318,25 +341,33 @@ class PassageStoreWriter:
         self._txn_bytes = 0
         self._closed = False
 
-        check_building_folder(self.building)
-        resuming = resume and (self.building / DATA_FILE).is_file()
-        if not resuming:
-            if self.building.exists():
-                shutil.rmtree(self.building)
-            self.building.mkdir(parents=True)
-        else:
-            (self.building / "lock.mdb").unlink(missing_ok=True)  # a killed writer's lock table; we are the only writer
+        # held from before the folder is checked and cleared until it is moved into place (or the build stops)
+        self._lock = _lock_building(self.building) if self.building.is_dir() and not self.building.is_symlink() else None
         try:
-            self._env = _open_env(self.building, write=True)
-            self._passages = self._env.open_db(b"passages")
-            self._ids = self._env.open_db(b"ids")
-            self._meta = self._env.open_db(b"meta")
-        except lmdb.Error as e:
-            raise InputError(f"cannot open the interrupted build ({e})", path=self.building,
-                             fix="build afresh without --resume") from None
-        if resuming:
-            self._resume()
-        self._txn = self._env.begin(write=True)
+            check_building_folder(self.building)
+            resuming = resume and (self.building / DATA_FILE).is_file()
+            if not resuming:
+                if self.building.exists():
+                    shutil.rmtree(self.building)
+                self.building.mkdir(parents=True)
+                cleared, self._lock = self._lock, _lock_building(self.building)  # the new folder's own lock
+                _unlock(cleared)
+            else:
+                (self.building / "lock.mdb").unlink(missing_ok=True)  # a killed writer's lock table; we are the only writer
+            try:
+                self._env = _open_env(self.building, write=True)
+                self._passages = self._env.open_db(b"passages")
+                self._ids = self._env.open_db(b"ids")
+                self._meta = self._env.open_db(b"meta")
+            except lmdb.Error as e:
+                raise InputError(f"cannot open the interrupted build ({e})", path=self.building,
+                                 fix="build afresh without --resume") from None
+            if resuming:
+                self._resume()
+            self._txn = self._env.begin(write=True)
+        except BaseException:
+            _unlock(self._lock)
+            raise
 
     # -- writing ------------------------------------------------------------------------------------
     def __enter__(self) -> "PassageStoreWriter":
@@ -520,6 +551,7 @@ class PassageStoreWriter:
         else:
             self.out.parent.mkdir(parents=True, exist_ok=True)
             os.replace(self.building, self.out)
+        _unlock(self._lock)
         self._record_groups = array("i")
         return PassageStore.open(self.out)
 
@@ -530,6 +562,7 @@ class PassageStoreWriter:
         self._txn.abort()
         self._env.close()
         self._closed = True
+        _unlock(self._lock)
 
 
 # LMDB allows one open environment per file and process: stores opened on the same data file share it
