@@ -701,3 +701,14 @@ def test_cli_llm_generate_prints_the_completion(tiny_mistral, tiny_llm):
                                       "--max-new-tokens", "4", "-o", "device=cpu"], terminal_width=200)
     assert result.exit_code == 0, result.output
     assert tiny_llm.id in result.output and expected in result.output
+
+
+def test_a_retry_after_that_is_not_a_wait_leaves_the_backoff_in_place():
+    from berds.llm.openai_backend import OpenAILLM, parse_retry_after
+
+    llm = OpenAILLM("m", base_url="http://127.0.0.1:9/v1", backoff_base=1.0, backoff_max=8.0, max_retry_after=30)
+    for odd in ("nan", "-5", "-inf"):
+        assert parse_retry_after(odd) is None, odd  # (they were 0: a hostile server got retries at once)
+        assert 0.5 <= llm.backoff_delay(0, parse_retry_after(odd)) <= 1.0
+    assert llm.backoff_delay(0, parse_retry_after("inf")) == 30  # a wait beyond any cap is capped
+    assert parse_retry_after("0") == 0.0 and parse_retry_after("1.5") == 1.5
