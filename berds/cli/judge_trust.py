@@ -67,7 +67,9 @@ def validate_command(
     against human labels; agreement and McNemar between judges."""
     from rich.console import Console
 
-    from berds.trust.validate import comparison_table, debate_table, markdown_table, validate_files, validity_table
+    from berds.cli.options import print_judge_warning
+    from berds.trust.validate import (comparison_table, debate_table, markdown_table, one_class_note, validate_files,
+                                      validity_table)
 
     report = validate_files(str(labels), judge, judge_options=_options(judge_option), annotators=column,
                             cache_path=str(cache) if cache else None, use_cache=not no_cache, n_boot=bootstrap,
@@ -83,6 +85,11 @@ def validate_command(
         console.print(markdown_table(report), highlight=False, markup=False, soft_wrap=True)
     _write_json(out, report.to_json())
     _note_repeats(labels, console)
+    note = one_class_note(report)
+    if note:
+        console.print(note, style="yellow", highlight=False)
+    for judge_id in dict.fromkeys(row.judge_id for row in report.judges):
+        print_judge_warning(judge_id)
     console.print(f"{report.n} labelled pairs from {labels} ({100 * report.gold_positive_share:.1f}% positive), "
                   f"{len(report.judges)} judge(s)" + (f" → {out}" if out else ""), highlight=False)
 
@@ -108,6 +115,7 @@ def audit_command(
     order) and compare supporting vs opposing perspectives: flips, McNemar, Δaccuracy/ΔF1, ΔMRecall@k."""
     from rich.console import Console
 
+    from berds.cli.options import print_judge_warning
     from berds.trust.audit import audit_files, run_table, stance_table, variant_table
 
     report = audit_files(str(labels), judge, judge_options=_options(judge_option), variants=variant or None,
@@ -123,6 +131,7 @@ def audit_command(
                       "supporting and opposing perspectives", highlight=False)
     _write_json(out, report.to_json())
     _note_repeats(labels, console)
+    print_judge_warning(report.judge_id)
     found = report.biases_found
     console.print(("biases found: " + ", ".join(found)) if found else "no bias found at this significance level",
                   highlight=False)
@@ -148,6 +157,7 @@ def calibrate_command(
     the judge id, so `--judge calibrated:NAME` uses it."""
     from rich.console import Console
 
+    from berds.cli.options import print_judge_warning
     from berds.trust.calibration import calibrate_file, reliability_rich_table, threshold_rich_table
 
     result = calibrate_file(str(labels), judge, judge_options=_options(judge_option), objective=objective, n_bins=bins,
@@ -159,6 +169,7 @@ def calibrate_command(
     console.print(threshold_rich_table(result))
     _write_json(out, result.to_json())
     _note_repeats(labels, console)
+    print_judge_warning(result.judge_id)
     where = f"stored in {result.store_path} — use --judge calibrated:{judge}" if result.store_path else "not stored (--no-save)"
     console.print(f"threshold {result.threshold.threshold:.4f} for {result.judge_id}: {where}", highlight=False)
 
@@ -179,6 +190,7 @@ def stance_correct_command(
     from rich.console import Console
     from rich.table import Table
 
+    from berds.cli.options import print_judge_warning
     from berds.trust.stance_corrected import correct_sycophancy_file
 
     result = correct_sycophancy_file(str(sycophancy), str(labels), judge, judge_options=_options(judge_option),
@@ -194,4 +206,5 @@ def stance_correct_command(
     console.print(table)
     console.print(result.rates_note(), highlight=False)
     _note_repeats(labels, console)
+    print_judge_warning(result.judge_id)  # (the corrected Δ rests on this judge's answers)
     _write_json(out, {"analysis": result.KIND, "version": 1, **result.to_json()})

@@ -467,8 +467,28 @@ def _share_cells(row: JudgeValidity) -> list[str]:
     cells = []
     for name in SHARE_METRICS:
         lo, hi = row.intervals[name]
-        cells.append(f"{_pct(row.metrics[name])} [{_pct(lo)}, {_pct(hi)}]")
+        interval = "" if lo != lo and hi != hi else f" [{_pct(lo)}, {_pct(hi)}]"  # (--bootstrap 0: none)
+        cells.append(f"{_pct(row.metrics[name])}{interval}")
     return cells
+
+
+def _kappa_cell(row: JudgeValidity) -> str:
+    kappa, (lo, hi) = row.metrics["kappa"], row.intervals["kappa"]
+    if kappa != kappa:
+        return "-"
+    return f"{kappa:.3f}" + ("" if lo != lo and hi != hi else f" [{lo:.2f}, {hi:.2f}]")
+
+
+def one_class_note(report: ValidationReport) -> str | None:
+    """One line when every labelled pair has the same label: then some measures say nothing about a judge
+    (None when both labels occur)."""
+    if report.n == 0 or 0 < report.gold_positive_share < 1:
+        return None
+    if report.gold_positive_share == 0:
+        return (f"note: every pair in {report.labels_path or 'the labelled file'} is labelled 0: precision, recall and F1 are 0 "
+                "and κ is 0 or undefined whatever the judge answers; only accuracy and the Yes share measure it")
+    return (f"note: every pair in {report.labels_path or 'the labelled file'} is labelled 1: precision is 100 and κ "
+            "is 0 or undefined whatever the judge answers; only recall (= accuracy = Yes share) measures it")
 
 
 def validity_table(report: ValidationReport, *, title: str | None = None) -> Any:
@@ -487,12 +507,7 @@ def validity_table(report: ValidationReport, *, title: str | None = None) -> Any
     cells = [_share_cells(row) for row in report.judges]
     for i, name in enumerate(SHARE_METRICS):
         table.add_row(name.replace("_", " ").replace("positive share", "Yes share"), *(c[i] for c in cells))
-    kappas = []
-    for row in report.judges:
-        lo, hi = row.intervals["kappa"]
-        kappa = row.metrics["kappa"]
-        kappas.append("-" if kappa != kappa else f"{kappa:.3f} [{lo:.2f}, {hi:.2f}]")
-    table.add_row("κ", *kappas)
+    table.add_row("κ", *(_kappa_cell(row) for row in report.judges))
     table.add_row("unparsed (count)", *(str(row.unparsed) for row in report.judges))
     return table
 
@@ -538,8 +553,6 @@ def markdown_table(report: ValidationReport) -> str:
     head = "| judge | accuracy | precision | recall | F1 | Yes share | κ |"
     lines = [head, "|" + "---|" * 7]
     for row in report.judges:
-        cells = _share_cells(row)
-        lo, hi = row.intervals["kappa"]
-        cells.append(f"{row.metrics['kappa']:.3f} [{lo:.2f}, {hi:.2f}]")
+        cells = _share_cells(row) + [_kappa_cell(row)]
         lines.append(f"| {row.name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
