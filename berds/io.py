@@ -186,6 +186,23 @@ def read_streamed_body(response: Any, *, deadline: float, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def http_text(data: bytes, charset: str | None) -> str:
+    """An API answer's body as text: in ``charset`` when that names a text encoding, else UTF-8 (what JSON is).
+    A label Python does not know, or a bytes codec such as ``zlib`` or ``rot13``, made ``bytes.decode`` raise a
+    LookupError; undecodable bytes become U+FFFD."""
+    import codecs
+
+    codec = "utf-8"
+    if charset:
+        try:
+            info = codecs.lookup(charset.strip())
+        except LookupError:
+            info = None
+        if info is not None and getattr(info, "_is_text_encoding", True):
+            codec = info.name
+    return data.decode(codec, errors="replace")
+
+
 def cuttable_session() -> Any:
     """A ``requests.Session`` whose connections ``cut_at_deadline`` can shut down from another thread. requests
     reads a response's status line and headers in one call that no timeout bounds as a whole (its read timeout

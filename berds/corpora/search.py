@@ -50,6 +50,7 @@ from berds.corpora.html import CLEANER_VERSION, CleanedPage, charset_from_conten
 from berds.corpora.split import DEFAULT_WORDS, Document, split_document
 from berds.errors import BerdsError, InputError
 from berds.io import (BodyTooLarge, BodyTooSlow, atomic_write, check_writable, cut_at_deadline, cuttable_session,
+                      http_text,
                       read_json, read_streamed_body,
                       write_json, write_jsonl)
 from berds.registry import Catalogue
@@ -192,7 +193,7 @@ class SerperProvider:
                     raise SearchError(f"{shown} asks to retry after {wait:g} s (over the {self.MAX_RETRY_AFTER:g} s "
                                       "limit) — re-run the build later; finished searches are cached")
                 continue
-            text = body.decode(r.encoding or "utf-8", errors="replace")
+            text = http_text(body, r.encoding)
             if r.status_code != 200:
                 raise SearchError(f"{shown} answered HTTP {r.status_code}: {self._scrub(text[:2000])[:200]}")
             try:

@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from berds.errors import BerdsError
-from berds.io import BodyTooLarge, BodyTooSlow, cut_at_deadline, cuttable_session, read_streamed_body
+from berds.io import BodyTooLarge, BodyTooSlow, cut_at_deadline, cuttable_session, http_text, read_streamed_body
 from berds.llm.base import PLAIN_ROLE, ContinuationScore, Generation, Prompt
 from berds.llm.secrets import redact_text, redact_url, url_credentials
 from berds.llm.shared import check_generation_options, generation_from_token_logprobs, normalise_prompts
@@ -375,7 +375,7 @@ class OpenAILLM:
             except BodyTooSlow:  # retried like a timeout
                 last = f"the answer was still arriving after the {self.timeout:g} s timeout"
             else:
-                text = data.decode(response.encoding or "utf-8", errors="replace")
+                text = http_text(data, response.encoding)
                 if response.status_code not in RETRY_STATUSES:
                     try:
                         return response.status_code, json.loads(text)
