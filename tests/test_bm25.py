@@ -335,3 +335,41 @@ def test_a_query_of_more_than_1024_distinct_terms_is_searched(toy_index):
     for search in (searcher.search, searcher.search_hit_by_hit):
         assert search([long_query, "zebra"], 10) == search(["zebra yak", "zebra"], 10)
     searcher.close()
+
+
+@pytest.mark.java
+def test_a_second_build_of_the_same_index_at_once_is_refused(tmp_path):
+    # the second took the first one's .building.json for an interrupted build and cleared its lucene.partial/:
+    # a Java traceback in the first (or an index only the document count check caught)
+    import subprocess
+    import sys
+
+    from berds.indexes.base import BUILDING_MARKER, prepare_index_folder
+
+    write_passage_store(TOY, tmp_path / "store")
+    out = tmp_path / "index"
+    settings = {"type": "bm25", "corpus_fingerprint": PassageStore.open(tmp_path / "store").fingerprint,
+                "contents": "text", "analyzer": bm25_index.ANALYZER}
+    code = ("import sys, time\nfrom berds.indexes.base import prepare_index_folder\n"
+            f"prepare_index_folder({str(out)!r}, {settings!r}, overwrite='missing')\n"
+            "print('holding', flush=True)\nsys.stdin.read()\n")  # a build under way in another process
+    other = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == "holding"
+        assert (out / BUILDING_MARKER).is_file()
+        with pytest.raises(InputError, match=r"index: another berds index build is writing into this folder"):
+            bm25_index.build_bm25_index(tmp_path / "store", out, contents="text", progress=False)
+    finally:
+        other.communicate("", timeout=30)
+    meta = bm25_index.build_bm25_index(tmp_path / "store", out, contents="text", progress=False)  # now it may
+    assert meta["documents"] == 4
+    assert bm25_index.build_bm25_index(tmp_path / "store", out, contents="text", progress=False) == meta
+    # a build that fails part way lets go of the folder: another process may build there
+    write_passage_store([Passage("sp ace", "zebra")], tmp_path / "bad-store")
+    with pytest.raises(InputError, match="holds whitespace"):
+        bm25_index.build_bm25_index(tmp_path / "bad-store", tmp_path / "failed", contents="text", progress=False)
+    bad = {**settings, "corpus_fingerprint": PassageStore.open(tmp_path / "bad-store").fingerprint}
+    code = code.replace(str(out), str(tmp_path / "failed")).replace(repr(settings), repr(bad))
+    done = subprocess.run([sys.executable, "-c", code.replace("sys.stdin.read()\n", "")], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == "holding\n", done.stderr

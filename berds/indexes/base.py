@@ -169,6 +169,66 @@ def prepare_index_folder(out: str | os.PathLike, settings: Mapping[str, Any], *,
     folder = Path(out)
     if folder.exists() and not folder.is_dir():
         raise InputError("exists and is a file, not an index folder", path=folder, fix="choose another --out")
+    if folder.is_dir():
+        lock_index_folder(folder)
+    try:
+        building = _prepare(folder, settings, overwrite)
+    except BaseException:
+        release_index_folder(folder)
+        raise
+    if not building:
+        release_index_folder(folder)
+    return building
+
+
+# Index folders this process is building, each held by an exclusive lock on an open descriptor. A second build
+# of the same --out at once took the first one's .building.json for an interrupted build and cleared its files
+# (a Java traceback in one, an index the count check had to catch in the other). Per process and re-entrant: a
+# build that failed in this process may be tried again in it.
+_BUILD_LOCKS: dict[str, int] = {}
+
+
+def lock_index_folder(folder: Path) -> None:
+    """Hold ``folder`` for this process's build; refuse it when another process is building there."""
+    try:
+        import fcntl
+    except ImportError:  # (Windows)
+        return
+    key = str(folder.resolve())
+    if key in _BUILD_LOCKS:
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise InputError("another berds index build is writing into this folder right now", path=folder,
+                         fix="wait for it to finish, or choose another --out") from None
+    _BUILD_LOCKS[key] = fd
+
+
+def release_index_folder(folder: Path) -> None:
+    fd = _BUILD_LOCKS.pop(str(Path(folder).resolve()), None)
+    if fd is not None:
+        os.close(fd)
+
+
+def releases_on_failure(build: Any) -> Any:
+    """Decorate ``build(corpus, out, ...)`` so a build that raises lets go of ``out`` for other processes."""
+    import functools
+
+    @functools.wraps(build)
+    def wrapper(corpus: Any, out: str | os.PathLike, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return build(corpus, out, *args, **kwargs)
+        except BaseException:
+            release_index_folder(Path(out))
+            raise
+
+    return wrapper
+
+
+def _prepare(folder: Path, settings: Mapping[str, Any], overwrite: str) -> bool:
     marker = folder / BUILDING_MARKER
     settings = dict(settings)
     if (folder / INDEX_META).is_file():
@@ -194,6 +254,7 @@ def prepare_index_folder(out: str | os.PathLike, settings: Mapping[str, Any], *,
         raise InputError("exists and holds files that are not a berds index", path=folder,
                          fix="choose another (new or empty) --out folder")
     folder.mkdir(parents=True, exist_ok=True)
+    lock_index_folder(folder)  # (a new folder)
     write_json(marker, settings)
     return True
 
@@ -202,6 +263,7 @@ def finish_index_folder(out: str | os.PathLike, index_type: str, **fields: Any) 
     """Write ``meta.json`` (the last step of a build) and drop the unfinished-build marker."""
     meta = write_index_meta(out, index_type, **fields)
     (Path(out) / BUILDING_MARKER).unlink(missing_ok=True)
+    release_index_folder(Path(out))
     return meta
 
 

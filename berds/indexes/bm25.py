@@ -61,6 +61,7 @@ from berds.indexes.base import (
     progress_bar,
     read_ids,
     read_index_meta,
+    releases_on_failure,
     write_id,
     write_id_batch,
 )
@@ -367,6 +368,7 @@ def _utf8_with_ends(texts: Sequence[str]) -> tuple[bytes, list[int]]:
     return b"".join(encoded), list(accumulate(map(len, encoded)))
 
 
+@releases_on_failure
 def build_bm25_index(
     corpus: Any,
     out: str | os.PathLike,

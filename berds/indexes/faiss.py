@@ -46,6 +46,7 @@ from berds.indexes.base import (
     IdTable,
     read_ids,
     read_index_meta,
+    releases_on_failure,
     rebuild_command,
     write_ids,
 )
@@ -236,6 +237,7 @@ def read_faiss(path: Path, *, folder: Path, meta: dict[str, Any]) -> Any:
 # ------------------------------------------------------------------------------------------ building
 
 
+@releases_on_failure
 def build_dense_index(
     corpus: Any,
     out: str | os.PathLike,
