@@ -712,3 +712,12 @@ def test_a_retry_after_that_is_not_a_wait_leaves_the_backoff_in_place():
         assert 0.5 <= llm.backoff_delay(0, parse_retry_after(odd)) <= 1.0
     assert llm.backoff_delay(0, parse_retry_after("inf")) == 30  # a wait beyond any cap is capped
     assert parse_retry_after("0") == 0.0 and parse_retry_after("1.5") == 1.5
+
+
+def test_a_server_key_that_http_cannot_carry_reliably_is_refused_at_start(tiny_llm):
+    """A non-ASCII key reached the server decoded as latin-1 but was compared as UTF-8, so no client could match it."""
+    from berds.llm.server import ChatServer
+
+    for key in ("clé-secrète", " padded ", "tab\tkey"):
+        with pytest.raises(BerdsError, match="API key must be printable ASCII"):
+            ChatServer(tiny_llm, port=0, api_key=key)

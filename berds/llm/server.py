@@ -219,6 +219,11 @@ class ChatServer:
         self.limits = limits
         self.llm = llm
         self.served_model_name = served_model_name or getattr(llm, "model_name", None) or llm.id
+        if api_key is not None and not (api_key.isascii() and api_key.isprintable() and api_key.strip() == api_key):
+            # header bytes reach the server as latin-1, and clients send a non-ASCII key in latin-1 or UTF-8: such
+            # a key could never match reliably
+            raise BerdsError("the server's API key must be printable ASCII without surrounding spaces "
+                             "(HTTP clients differ on how they send other characters) — choose another key")
         self.api_key = api_key
         self.max_top_logprobs = limits.max_top_logprobs
         self.default_max_tokens = min(default_max_tokens, limits.max_tokens)
