@@ -256,3 +256,41 @@ def test_calibrating_a_judge_without_p_yes_says_what_is_needed(dev_path):
 
     with pytest.raises(BerdsError, match=r"reported no P\(Yes\) for any of the 176 pairs .* needs log-probabilities"):
         calibrate(read_labelled_pairs(dev_path), LabelsOnly(), progress=False)
+
+
+def test_a_held_out_file_sharing_pairs_with_the_dev_file_is_named_not_held_out(tmp_path):
+    # the held-out rows were printed as held out whatever the file held, the dev rows at the tuned threshold were
+    # not marked in-sample, and the held-out ECE the docs quote was printed nowhere
+    from rich.console import Console
+
+    from berds.trust.calibration import threshold_rich_table
+    from berds.trust.labels import LabelledPair, write_labelled_pairs
+
+    class Scorer:
+        id, prompt_version = "scorer", "v1"
+
+        def judge(self, pairs):
+            return [Verdict(p.passage.endswith("yes"), 0.8 if p.passage.endswith("yes") else 0.3) for p in pairs]
+
+    def pairs(questions):
+        return [LabelledPair(f"q{q}?", f"{q}-{i}", f"doc {q} {i} " + ("yes" if i % 2 else "no"), f"p{q}", i % 3 == 1)
+                for q in questions for i in range(4)]
+
+    write_labelled_pairs(tmp_path / "dev.tsv", pairs([0, 1]))
+    write_labelled_pairs(tmp_path / "mixed.tsv", pairs([1, 2]))  # question 1's 4 pairs are dev pairs
+    write_labelled_pairs(tmp_path / "new.tsv", pairs([3]))
+    dev = read_labelled_pairs(tmp_path / "dev.tsv")
+
+    def caption(holdout):
+        result = calibrate(dev, Scorer(), holdout=read_labelled_pairs(tmp_path / holdout), progress=False)
+        console = Console(width=300, record=True)
+        console.print(threshold_rich_table(result))
+        return result, " ".join(console.export_text().split())
+
+    mixed, text = caption("mixed.tsv")
+    assert mixed.holdout_labels["pairs_in_dev"] == 4 and mixed.holdout_labels["questions_in_dev"] == 1
+    assert "dev rows at the threshold are in-sample" in text
+    assert f"held-out: 8 pairs, ECE {mixed.holdout_ece:.3f} (8 with P(Yes))" in text
+    assert "NOT held out: 4 of its pairs and 1 of its questions are in the dev file" in text
+    fresh, text = caption("new.tsv")
+    assert fresh.holdout_labels["pairs_in_dev"] == 0 and "NOT held out" not in text

@@ -277,7 +277,13 @@ def calibrate(
         result.holdout_default = classification_metrics(h_gold, [v.label for v in h_verdicts])
         result.holdout_at_threshold = classification_metrics(
             h_gold, [v.label if v.p_yes is None else v.p_yes >= choice.threshold for v in h_verdicts])
-        result.holdout_labels = {"path": holdout.path, "sha256": holdout.sha256, "n": len(holdout)}
+        # a "held-out" file that shares pairs or questions with the dev file is not held out: say how much
+        dev_pairs = {(x.perspective, x.document) for x in labelled}
+        dev_questions = set(labelled.questions)
+        result.holdout_labels = {"path": holdout.path, "sha256": holdout.sha256, "n": len(holdout),
+                                 "n_with_p_yes": int(hp.size),
+                                 "pairs_in_dev": sum((x.perspective, x.document) in dev_pairs for x in holdout),
+                                 "questions_in_dev": sum(q in dev_questions for q in holdout.questions)}
     if store is not None:
         store.put(result.record())
         result.store_path = str(store.path)
@@ -302,7 +308,16 @@ def reliability_rich_table(result: CalibrationResult) -> Any:
 def threshold_rich_table(result: CalibrationResult) -> Any:
     from rich.table import Table
 
-    table = Table(title=f"threshold {result.threshold.threshold:.4f} chosen for {result.threshold.objective} on the dev pairs")
+    caption = "dev rows at the threshold are in-sample: it was chosen on those pairs"
+    held = result.holdout_labels
+    if result.holdout_default is not None and held is not None:
+        caption += (f"; held-out: {held.get('n')} pairs, ECE {result.holdout_ece:.3f} "
+                    f"({held.get('n_with_p_yes', held.get('n'))} with P(Yes))")
+        if held.get("pairs_in_dev") or held.get("questions_in_dev"):
+            caption += (f" — NOT held out: {held.get('pairs_in_dev', 0)} of its pairs and "
+                        f"{held.get('questions_in_dev', 0)} of its questions are in the dev file")
+    table = Table(title=f"threshold {result.threshold.threshold:.4f} chosen for {result.threshold.objective} on the dev pairs",
+                  caption=caption)
     for col in ("pairs", "labels from", "accuracy", "precision", "recall", "F1", "Yes share"):
         table.add_column(col, justify="right")
     rows = [("dev", "judge's own", result.dev_default), ("dev", "threshold", result.dev_at_threshold)]
