@@ -35,6 +35,10 @@ NOT_RUN = {
     "berds retrieve -r tart --index indexes/wiki-contriever --questions kialo --k 100 --out runs/kialo-wiki-tart": GPU,
     "berds retrieve -r contriever --index indexes/wiki-contriever --questions kialo --k 100 --expand file "
     "--expansions kialo.test.expansions.jsonl --out runs/kialo-wiki-contriever-exp": NET,
+    "berds retrieve -r contriever --index indexes/wiki-contriever --questions kialo --k 100 --out runs/kialo-wiki-contriever": NET,
+    "berds retrieve -r contriever --index indexes/wiki-contriever --questions kialo --split dev --k 100 "
+    "--out runs/kialo-dev-wiki-contriever": NET,
+    "berds analyze stance kialo --llm openai:gpt-4 --out stances/kialo.jsonl": NET,
     "berds tune mmr runs/kialo-dev-wiki-contriever --judge mistral-berds --lambdas 0.5,0.75,0.9,0.95,0.99 "
     "--out tuning/contriever": GPU,
     "berds rerank mmr runs/kialo-wiki-contriever --lambda-from tuning/contriever --out runs/kialo-wiki-contriever-mmr": STUDY,
