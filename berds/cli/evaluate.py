@@ -103,7 +103,9 @@ def eval_command(
             f"{path}: {s.pairs} pairs, {s.cached} from cache, {s.judged} judged"
             + (f" in {s.seconds:.1f}s" if s.judged else "")
             + (f", {s.unparsed} unparsed answers" if s.unparsed else "")
-            + f" → {files['metrics']}",
+            + f" → {files['metrics']}"
+            + (f" (judgements: {files['judgements']})"  # a run folder's are under eval/JUDGE/, not beside it
+               if files["judgements"].parent != files["metrics"].parent else ""),
             highlight=False,
         )
     if measure or qrels is not None:

@@ -1,0 +1,35 @@
+"""Mistakes a new user made walking the README from a fresh clone: each message must say what to do instead."""
+
+from __future__ import annotations
+
+import pytest
+
+from berds.cli import main
+from berds.errors import BerdsError
+from berds.runs import load_run, save_run
+from conftest import make_run
+from retrieval_fixtures import word_store
+
+JUDGE = "judges_for_tests:OverlapJudge"
+
+
+def cli(capsys, monkeypatch, *args: str) -> tuple[int, str, str]:
+    """Run the CLI in this process; (exit status, stdout, stderr) with lines unwrapped."""
+    monkeypatch.setenv("COLUMNS", "1000")  # rich wraps long paths at the terminal width
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code or 0
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_eval_of_a_run_folder_says_where_the_judgements_went(tmp_path, capsys, monkeypatch):
+    folder = save_run(make_run(), tmp_path / "run")
+    code, out, err = cli(capsys, monkeypatch, "eval", str(folder), "--judge", JUDGE, "--k", "5", "-q",
+                         "--cache", str(tmp_path / "j.sqlite"))
+    assert code == 0, err
+    written = sorted((folder / "eval").glob("*/judgements.jsonl"))
+    assert len(written) == 1
+    assert f"(judgements: {written[0]})" in out
