@@ -33,3 +33,11 @@ def test_eval_of_a_run_folder_says_where_the_judgements_went(tmp_path, capsys, m
     written = sorted((folder / "eval").glob("*/judgements.jsonl"))
     assert len(written) == 1
     assert f"(judgements: {written[0]})" in out
+
+
+def test_corpus_show_of_an_unknown_id_shows_what_ids_look_like(tmp_path, capsys, monkeypatch):
+    word_store(tmp_path / "store", n=5)
+    code, _, err = cli(capsys, monkeypatch, "corpus", "show", str(tmp_path / "store"), "PASSAGE_ID")
+    assert code == 2
+    assert "'PASSAGE_ID' is not in this store (5 passages)" in err
+    assert "ids here look like 'p0000', 'p0001', 'p0002'" in err

@@ -185,6 +185,15 @@ def show_command(
     from berds.corpora.docstore import PassageStore
 
     store = PassageStore.open(path)
+    missing = [pid for pid in passage_ids if pid not in store]
+    if missing:  # a newcomer has no id to start from: show what this store's ids look like
+        from itertools import islice
+
+        from berds.errors import InputError
+
+        sample = ", ".join(repr(i) for i in islice(store.ids(), 3))
+        raise InputError(f"passage id {missing[0]!r} is not in this store ({len(store)} passages)", path=path,
+                         fix=f"ids here look like {sample}; a run's run.ctxs.jsonl lists the ids it retrieved")
     console = Console()
     for pid in passage_ids:
         p = store.get(pid)
