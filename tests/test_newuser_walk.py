@@ -41,3 +41,17 @@ def test_corpus_show_of_an_unknown_id_shows_what_ids_look_like(tmp_path, capsys,
     assert code == 2
     assert "'PASSAGE_ID' is not in this store (5 passages)" in err
     assert "ids here look like 'p0000', 'p0001', 'p0002'" in err
+
+
+@pytest.mark.parametrize("kind", ["bm25", "dense"])
+@pytest.mark.parametrize("name, build", [("corpus.jsonl", "corpus build web --jsonl"),
+                                         ("psgs_w100.tsv", "corpus build wikipedia --dpr-tsv")])
+def test_index_of_a_passages_file_names_the_corpus_build_command(tmp_path, capsys, monkeypatch, kind, name, build):
+    raw = tmp_path / name
+    raw.write_text('{"id": "a", "title": "t", "text": "some words"}\n')
+    extra = ["--encoder", "minilm"] if kind == "dense" else []
+    code, _, err = cli(capsys, monkeypatch, "index", kind, str(raw), "--out", str(tmp_path / "ix"), *extra)
+    assert code == 2
+    assert f"{raw}: is a file; index commands take a passage store folder" in err
+    assert f"`berds {build} {raw}" in err
+    assert not (tmp_path / "ix").exists()

