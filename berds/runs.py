@@ -437,6 +437,9 @@ def _refuse_non_jsonl_run(path: Path) -> None:
     from berds.io import refuse_compressed
 
     refuse_compressed(path, "a BERDS-format run")
+    if path.name == MANIFEST and (path.parent / CTXS).is_file():  # failed as 'malformed JSON' on line 1
+        raise InputError("is a run folder's manifest, not a run", path=path,
+                         fix=f"pass the run folder itself: {path.parent}")
     with open(path, "rb") as f:
         first = next((line for line in f if line.strip()), b"")
     parts = first.split()

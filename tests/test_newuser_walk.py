@@ -55,3 +55,10 @@ def test_index_of_a_passages_file_names_the_corpus_build_command(tmp_path, capsy
     assert f"{raw}: is a file; index commands take a passage store folder" in err
     assert f"`berds {build} {raw}" in err
     assert not (tmp_path / "ix").exists()
+
+
+def test_a_run_folders_manifest_given_as_the_run_names_the_folder(tmp_path):
+    folder = save_run(make_run(), tmp_path / "run")
+    with pytest.raises(BerdsError, match=r"manifest\.json: is a run folder's manifest, not a run — "
+                                         r"pass the run folder itself: .*run$"):
+        load_run(folder / "manifest.json")
