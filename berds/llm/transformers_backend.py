@@ -284,7 +284,9 @@ def _load_or_explain(loader: Any, name: str, where: str, what: str, *args: Any,
     """Call a ``from_pretrained`` loader; turn "not found / offline" failures into one clear message."""
     from berds.llm.shared import ensure_model_available
 
-    ensure_model_available(name, what=what, option="a local path")  # seconds, not minutes of retries
+    option = ("-o adapter=PATH" if what == "LoRA adapter"  # the option names where a judge/llm takes the folder
+              else "-o model=PATH (mistral-berds) or as the model name (transformers:PATH, nli:PATH, llm -m PATH)")
+    ensure_model_available(name, what=what, option=option)  # seconds, not minutes of retries
     try:
         return loader(name, *args, **kwargs) if first_positional else loader(*args, name, **kwargs)
     except (OSError, ValueError) as exc:
