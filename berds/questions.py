@@ -90,6 +90,11 @@ def parse_question(rec: dict[str, Any], *, path: Path | str, line: int, dataset:
     if qid is None:
         raise InputError("record has no 'id'", path=path, line=line, fix='each line needs {"id", "question", "perspectives"}')
     qid = record_id(qid, what="question 'id'", path=path, line=line)
+    if "question" not in rec and "title" in rec and "text" in rec and "perspectives" not in rec:
+        # a corpus file (demo/corpus.jsonl) passed as --questions: its passages would become 300 questions
+        raise InputError("looks like a passage (id, title, text), not a question", path=path, line=line,
+                         record=str(qid), fix='pass a question set: each line {"id", "question", "perspectives"} '
+                                              "(the demo's is berds/data/demo/questions.jsonl, or --questions demo)")
     text = rec.get("question", rec.get("text", rec.get("query")))
     if not isinstance(text, str) or not text.strip():
         raise InputError("record has no 'question' text", path=path, line=line, record=str(qid))

@@ -96,3 +96,16 @@ def test_a_missing_hub_model_names_the_option_that_takes_a_local_folder(what, op
         _load_or_explain(None, "walk-org/not-a-model", "here", what)
     assert f"or pass a local folder with {option}" in str(info.value)
     assert "with a local path" not in str(info.value)
+
+
+def test_a_corpus_file_given_as_questions_is_refused(tmp_path):
+    from berds.questions import load_questions
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"id": "d-0001", "title": "Phones", "text": "Phones distract pupils.", "source": "demo"}\n')
+    with pytest.raises(BerdsError, match=r"corpus\.jsonl, line 1, record 'd-0001': looks like a passage \(id, title, "
+                                         r"text\), not a question — pass a question set"):
+        load_questions(str(corpus), require_perspectives=False)
+    questions = tmp_path / "q.jsonl"  # 'text' is still read as the question where nothing says passage
+    questions.write_text('{"id": "q1", "text": "Should phones be banned?"}\n')
+    assert load_questions(str(questions), require_perspectives=False)[0].text == "Should phones be banned?"
