@@ -109,3 +109,15 @@ def test_a_corpus_file_given_as_questions_is_refused(tmp_path):
     questions = tmp_path / "q.jsonl"  # 'text' is still read as the question where nothing says passage
     questions.write_text('{"id": "q1", "text": "Should phones be banned?"}\n')
     assert load_questions(str(questions), require_perspectives=False)[0].text == "Should phones be banned?"
+
+
+def test_a_stance_for_a_three_perspective_question_says_to_drop_the_line(tmp_path):
+    from berds.evaluate.analyses.stance import read_stances
+    from berds.types import Question
+
+    stances = tmp_path / "stances.jsonl"
+    stances.write_text('{"id": "q3", "supporting": 0}\n')
+    questions = {"q3": Question("q3", "Tax sugar?", ("a", "b", "c"))}
+    with pytest.raises(BerdsError, match=r"line 1, record 'q3': question has 3 perspectives; stances need exactly 2 "
+                                         r"— drop this line"):
+        read_stances(stances, questions)

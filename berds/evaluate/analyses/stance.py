@@ -222,7 +222,9 @@ def read_stances(path: str | Path, questions: Mapping[str, Question] | None = No
                                  fix="use the stances computed for these questions")
             if sup is not None and len(questions[qid].perspectives) != 2:
                 raise InputError(f"question has {len(questions[qid].perspectives)} perspectives; stances need exactly 2",
-                                 path=path, line=line, record=qid)
+                                 path=path, line=line, record=qid,
+                                 fix="drop this line or set \"supporting\": null: the stance analyses take two-perspective "
+                                     "questions only (`berds analyze stance` writes the others so, as skipped)")
         if qid in out:
             raise InputError("duplicate question id", path=path, line=line, record=qid)
         out[qid] = Stance(qid, sup, opp, status, tuple(rec.get("answers") or ()))
