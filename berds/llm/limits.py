@@ -23,6 +23,8 @@ class ServerLimits:
       the queue (if it has not started) and answered 503 (``code: timeout``).
     * ``header_timeout``: seconds a client may take to send a complete request head (slow-header clients
       are disconnected); ``keep_alive_timeout``: seconds an idle keep-alive socket stays open.
+    * ``body_timeout``: seconds from the request head until the whole body has arrived (408 past it): a client
+      dripping its body holds a queue slot this long, not the whole ``request_timeout``.
     * ``max_connections``: open sockets at once; one more is answered 503 (JSON, ``Retry-After``) and closed.
     * ``backlog``: the listen backlog (the kernel caps it at ``net.core.somaxconn``).
     """
@@ -35,6 +37,7 @@ class ServerLimits:
     max_queue: int = 256
     request_timeout: float = 600.0
     header_timeout: float = 10.0
+    body_timeout: float = 30.0
     keep_alive_timeout: float = 5.0
     retry_after: int = 1
     max_connections: int = 1024

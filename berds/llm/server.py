@@ -388,7 +388,8 @@ class ChatServer:
         if not self.authorised(request.headers.get("authorization")):
             raise RequestError("missing or wrong API key (Authorization: Bearer ...)", status=401,
                                code="invalid_api_key")
-        raw = await _read_body(request, self.limits.max_body_bytes, started + self.limits.request_timeout)
+        raw = await _read_body(request, self.limits.max_body_bytes,
+                               started + min(self.limits.request_timeout, self.limits.body_timeout))
         media = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
         if media != "application/json":  # a web page can send text/plain across origins without asking: not JSON here
             raise RequestError(f"the request's Content-Type is {media or 'missing'!r}; send application/json",
@@ -522,7 +523,7 @@ async def _read_body(request: Any, limit: int, deadline: float) -> bytes:
         except StopAsyncIteration:
             break
         except asyncio.TimeoutError:
-            raise RequestError("the request body did not arrive in time (berds llm serve --request-timeout)",
+            raise RequestError("the request body did not arrive in time (berds llm serve --body-timeout)",
                                status=408, code="timeout", headers={"Connection": "close"}) from None
         size += len(chunk)
         if size > limit:
@@ -839,6 +840,8 @@ def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--request-timeout", type=float, default=defaults.request_timeout, help="seconds")
     parser.add_argument("--header-timeout", type=float, default=defaults.header_timeout,
                         help="seconds a client may take to send its request head")
+    parser.add_argument("--body-timeout", type=float, default=defaults.body_timeout,
+                        help="seconds a client may take to send its whole request body")
     parser.add_argument("--keep-alive-timeout", type=float, default=defaults.keep_alive_timeout,
                         help="seconds an idle keep-alive socket stays open")
     parser.add_argument("--max-connections", type=int, default=defaults.max_connections,
@@ -851,6 +854,7 @@ def limits_from_args(args: argparse.Namespace) -> ServerLimits:
                         max_prompt_tokens=args.max_prompt_tokens, max_tokens=args.max_tokens_limit,
                         max_top_logprobs=args.max_top_logprobs, max_queue=args.max_queue,
                         request_timeout=args.request_timeout, header_timeout=args.header_timeout,
+                        body_timeout=args.body_timeout,
                         keep_alive_timeout=args.keep_alive_timeout, max_connections=args.max_connections,
                         backlog=args.backlog)
 

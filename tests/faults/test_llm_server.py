@@ -297,3 +297,37 @@ def test_a_request_http_cannot_parse_gets_a_json_400(tmp_path, head):
         assert status == 400 and headers["content-type"] == "application/json"  # (it was uvicorn's text/plain)
         assert "not valid HTTP/1.1" in assert_openai_error(json.loads(body), "bad_request")["message"]
         assert requests.get(f"{url}/models", timeout=10).status_code == 200
+
+
+def test_a_body_dripped_in_is_cut_at_the_body_timeout_not_the_request_timeout(tmp_path):
+    """A client sending its body a byte at a time held a queue slot for the whole --request-timeout (600 s)."""
+    body = json.dumps(CHAT).encode()
+    with served("llm_fixtures:SleepyLLM", "m", options=["delay=0"], log_dir=tmp_path,
+                extra_args=["--request-timeout", "60", "--body-timeout", "1.5"]) as url:
+        with socket.create_connection(("127.0.0.1", port_of(url)), timeout=20) as sock:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n" % len(body))
+            started = time.monotonic()
+            answer = b""
+            for byte in body:  # one byte every 0.1 s: the whole body would take far longer than 1.5 s
+                try:
+                    sock.sendall(bytes([byte]))
+                except OSError:
+                    break
+                sock.settimeout(0.1)
+                try:
+                    answer += sock.recv(65536)
+                except socket.timeout:
+                    continue
+                if answer:
+                    break
+            sock.settimeout(10)
+            while answer.count(b"}") < 2:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                answer += chunk
+        waited = time.monotonic() - started
+        status, _, payload = split_response(answer)
+        assert status == 408 and 1.4 < waited < 6, (status, waited)
+        assert "--body-timeout" in assert_openai_error(json.loads(payload), "timeout")["message"]
