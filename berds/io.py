@@ -335,6 +335,8 @@ def jsonl_lines(path: PathLike) -> Iterator[tuple[int, bytes]]:
         raise InputError("is a folder, expected a .jsonl file", path=path)
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, start=1):
+            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]  # a UTF-8 byte-order mark (Windows editors write one; RFC 8259 lets readers skip it)
             if raw.strip():
                 yield lineno, raw
 
