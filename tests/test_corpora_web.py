@@ -302,3 +302,14 @@ def test_a_compressed_jsonl_is_named_as_compressed(tmp_path, kind):
     shard.write_bytes(importlib.import_module(kind).compress(b'{"id": "a", "text": "some words"}\n'))
     with pytest.raises(InputError, match=rf"shard.json.gz: is {kind}-compressed; jsonl input must be plain text"):
         build_web(tmp_path / "s", jsonl=[shard], progress=False)
+
+
+def test_a_folder_given_as_jsonl_input_is_named_as_a_folder_with_the_pattern_to_use(tmp_path):
+    """``--jsonl shards/`` said 'file not found' about a folder that plainly exists."""
+    from berds.corpora.web import build_web
+
+    (tmp_path / "shards").mkdir()
+    (tmp_path / "shards" / "a.jsonl").write_text('{"id": "a", "text": "hello world"}\n')
+    with pytest.raises(InputError, match=r"is a folder; give the files in it — pass a glob pattern in quotes, "
+                                         r"e.g. --jsonl '.*shards/\*.jsonl'"):
+        build_web(tmp_path / "store", jsonl=[tmp_path / "shards"])

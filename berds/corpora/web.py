@@ -258,7 +258,7 @@ def iter_warc_documents(paths: Sequence[str | os.PathLike], report: BuildReport 
 
     for path in map(Path, paths):
         if not path.is_file():
-            raise InputError("file not found", path=path)
+            raise InputError("is a folder; give the WARC files in it" if path.is_dir() else "file not found", path=path)
         _check_warc_magic(path)
         with open(path, "rb") as raw:
             if raw_holder is not None:
@@ -316,6 +316,10 @@ def build_web(
         raise InputError("--as-passages applies to jsonl records only")
     paths = [Path(p) for p in (jsonl or warc)]
     for p in paths:
+        if p.is_dir():
+            pattern = f"{p}/*.jsonl" if jsonl else f"{p}/*.warc.gz"
+            raise InputError("is a folder; give the files in it", path=p,
+                             fix=f"pass a glob pattern in quotes, e.g. --{'jsonl' if jsonl else 'warc'} '{pattern}'")
         if not p.is_file():
             raise InputError("file not found", path=p)
     out = Path(out)
