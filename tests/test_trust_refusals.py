@@ -250,3 +250,19 @@ def test_an_interval_over_part_of_the_resamples_says_so(tmp_path):
     assert row["delta_corrected"] == row["delta_corrected"] and 0 < row["bootstrap_defined"] < 200
     assert (f"interval counts only the resamples where the correction is defined (as few as "
             f"{row['bootstrap_defined']} of 200)") in result.rates_note()
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"negation_tolerance": -1.0}, "--negation-tolerance is a share of true positives, at least 0 and below 1, got -1"),
+    ({"negation_tolerance": 5.0}, "--negation-tolerance is a share of true positives, at least 0 and below 1, got 5"),
+    ({"k": 0}, "--k must be a whole number >= 1"),
+    ({"k": -3}, "--k must be a whole number >= 1"),
+])
+def test_audit_options_that_decide_the_verdict_are_refused(tmp_path, options, message):
+    # a negative tolerance made every judge "ignore negation" (and 5 none), whatever it answered; --k 0 was taken
+    from berds.trust.audit import audit, audit_files
+
+    with pytest.raises(BerdsError, match=message):
+        audit(labelled(tmp_path, questions=2), YesJudge(), progress=False, **options)
+    with pytest.raises(BerdsError, match=message):  # (before the labelled file is even read)
+        audit_files(str(tmp_path / "missing.tsv"), "embedded", progress=False, **options)

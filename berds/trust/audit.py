@@ -539,6 +539,18 @@ def _runs_mrecall(runs: Mapping[str, Any], judge: Any, k: int, cache: Any, progr
     return out
 
 
+def check_audit_options(*, k: Any, alpha: Any, negation_tolerance: Any) -> None:
+    """Refuse options that make the audit's verdicts vacuous, before any judging."""
+    if not 0.0 < float(alpha) < 1.0:  # (alpha >= 1 would "find" a bias in a variant that changed no answer)
+        raise BerdsError(f"--alpha must be between 0 and 1 (a significance level), got {alpha}")
+    # (below 0 every judge "ignores negation", from 1 on none can: the verdict would be the option's, not the judge's)
+    if not 0.0 <= float(negation_tolerance) < 1.0:
+        raise BerdsError(f"--negation-tolerance is a share of true positives, at least 0 and below 1, got "
+                         f"{negation_tolerance}")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise BerdsError(f"--k must be a whole number >= 1 (the MRecall@k cut-off), got {k!r}")
+
+
 def audit(
     labelled: Any,
     judge: Any,
@@ -568,8 +580,7 @@ def audit(
     """
     from berds.trust.validate import classification_metrics, is_unparsed, judge_pairs, mcnemar_paired
 
-    if not 0.0 < float(alpha) < 1.0:  # (alpha >= 1 would "find" a bias in a variant that changed no answer)
-        raise BerdsError(f"--alpha must be between 0 and 1 (a significance level), got {alpha}")
+    check_audit_options(k=k, alpha=alpha, negation_tolerance=negation_tolerance)
     names = list(variants) if variants is not None else list(VARIANTS)
     for name in names:
         if name not in VARIANTS:
@@ -751,6 +762,7 @@ def audit_files(
     from berds.trust.validate import lazy_judge
     from berds.runs import load_run
 
+    check_audit_options(k=k, alpha=alpha, negation_tolerance=negation_tolerance)
     labelled = read_labelled_pairs(labels_path)
     for name in variants or ():
         if name not in VARIANTS:
