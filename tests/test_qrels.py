@@ -152,3 +152,20 @@ def test_cli_qrels_of_several_runs_never_share_a_file_and_are_checked_before_jud
     assert done.returncode == 2 and f"error: {tmp_path / 'taken'}: is a file, but the output needs a folder here (--qrels)" in done.stderr, done.stderr
     assert not log.exists() and not (tmp_path / "out").exists()
     assert (tmp_path / "taken").read_text() == "mine"
+
+
+def test_cli_qrels_refuses_an_id_holding_whitespace_before_judging(tmp_path):
+    """The qrels writer refused such ids only after every pair had been judged, naming no run."""
+    # a run folder cannot hold such ids (its run.trec refuses them); a BERDS-format jsonl run can
+    record = {"id": "q1", "question": "Should cities build bike lanes?",
+              "perspectives": ["bike lanes are safer", "bike lanes cost shops"],
+              "ctxs": [{"id": "doc 1", "text": "bike lanes are safer for riders", "score": 1.0},
+                       {"id": "d2", "text": "shops lose parking", "score": 0.5}]}
+    (tmp_path / "run.jsonl").write_text(json.dumps(record) + "\n")
+    log = tmp_path / "judged.log"
+    done = subprocess.run(berds_cmd("eval", str(tmp_path / "run.jsonl"), "--judge", "judges_for_tests:OverlapJudge",
+                                    "-o", f"log={log}", "--k", "2", "--no-cache", "-q", "--qrels",
+                                    str(tmp_path / "run.qrels")), capture_output=True, text=True, env=subprocess_env())
+    assert done.returncode == 2
+    assert f"{tmp_path / 'run.jsonl'}: question 'q1': the id 'doc 1' holds whitespace" in done.stderr, done.stderr
+    assert not log.exists() and not (tmp_path / "run.qrels").exists()

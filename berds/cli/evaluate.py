@@ -94,7 +94,10 @@ def eval_command(
         from berds.evaluate.judging import judge_runner_for
 
         eval_options = eval_options.but(judge_runner=judge_runner_for(engine_for(engine, address, batch_timeout)))
-    results = evaluate_paths(runs, judge, eval_options, judge_options=options)
+    check_run = None
+    if qrels is not None:
+        from berds.evaluate.qrels import check_trec_ids as check_run
+    results = evaluate_paths(runs, judge, eval_options, judge_options=options, check_run=check_run)
     console = Console()
     console.print(metrics_table([r for _, r, _ in results]))
     for path, result, files in results:

@@ -614,6 +614,7 @@ def evaluate_paths(
     options: EvalOptions | Sequence[int] | None = None,
     *,
     judge_options: Mapping[str, Any] | None = None,
+    check_run: Callable[[Path, Run], None] | None = None,
     **changes: Any,
 ) -> list[tuple[Path, EvalResult, dict[str, Path]]]:
     """``berds eval``: load each run (folder or BERDS jsonl), judge it through the shared cache, write
@@ -621,6 +622,8 @@ def evaluate_paths(
 
     ``judge`` is a judge or a name (with ``judge_options``); a judge given by name is built lazily, so a
     fully cached evaluation never loads a model. ``options``/``changes`` as in ``evaluate_run``.
+    ``check_run(path, run)`` is called for every run after all are loaded and before any judging (e.g. the
+    ids a qrels file must carry), so what an output needs fails before an hour of judging.
     """
     from berds.judges import LazyJudge, check_judge_name, load_judge
     from berds.judges.recipe import JudgeRecipe
@@ -634,6 +637,9 @@ def evaluate_paths(
     targets = eval_output_dirs([p for p, _ in runs], opts.out)
     for target in targets:  # every output path is checked before anything is judged
         check_writable(target, folder=True)
+    if check_run is not None:
+        for path, run in runs:
+            check_run(path, run)
     labels = distinct_names([run.name for _, run in runs], [p for p, _ in runs], sep="/")
     runs = [(p, run if label == run.name else Run(run.questions, run.hits, run.manifest, label))
             for (p, run), label in zip(runs, labels)]

@@ -111,6 +111,16 @@ def qrels_from_judgements(judgements: Iterable[Any]) -> tuple[list[QrelRow], lis
     return ([(q, s, d, r) for (q, s, d), r in labels.items()], [(q, d, rank) for (q, rank), d in ranks.items()])
 
 
+def check_trec_ids(path: str | Path, run: Any) -> None:
+    """Refuse, before judging, a run whose question or passage ids hold whitespace: its qrels could not be written
+    (``qrels_text`` would refuse them only after every pair was judged)."""
+    for qid, hits in run.hits.items():
+        bad = [qid] if not one_token(qid) else [h.passage.id for h in hits if not one_token(h.passage.id)][:1]
+        if bad:
+            raise InputError(f"question {qid!r}: the id {bad[0]!r} holds whitespace, which TREC qrels cannot carry "
+                             "(--qrels)", path=path, fix="give ids without spaces, or drop --qrels")
+
+
 def qrels_text(rows: Sequence[QrelRow]) -> str:
     """``qid subtopic docid rel`` lines; ids holding whitespace (which the format cannot carry) are refused."""
     text = "".join([f"{q} {s} {d} {r}\n" for q, s, d, r in rows])
