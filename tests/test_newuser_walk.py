@@ -121,3 +121,18 @@ def test_a_stance_for_a_three_perspective_question_says_to_drop_the_line(tmp_pat
     with pytest.raises(BerdsError, match=r"line 1, record 'q3': question has 3 perspectives; stances need exactly 2 "
                                          r"— drop this line"):
         read_stances(stances, questions)
+
+
+@pytest.mark.network
+def test_an_openai_judge_with_no_server_says_nothing_is_listening():
+    import socket
+
+    from berds.llm.base import user_prompt
+    from berds.llm.openai_backend import OpenAILLM
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(BerdsError, match=rf"last answer: ConnectionError: connection refused — nothing is listening "
+                                         rf"at 127\.0\.0\.1:{port} \(start the server or fix base_url\)"):
+        OpenAILLM("m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0, timeout=5).generate([user_prompt("q")])

@@ -368,7 +368,9 @@ class OpenAILLM:
             except (requests.ConnectionError, requests.Timeout, urllib3.exceptions.HTTPError) as exc:
                 # (urllib3's errors come from reading the body, which requests does not wrap: a server that
                 # closes mid-answer)
-                last = f"{type(exc).__name__}: {self._scrub(str(exc))[:200]}"
+                last = (f"{type(exc).__name__}: connection refused — nothing is listening at "
+                        f"{urlsplit(url).netloc} (start the server or fix base_url)"
+                        if _refused(exc) else f"{type(exc).__name__}: {self._scrub(str(exc))[:200]}")
             except BodyTooLarge:  # a server bug, not retried
                 raise BerdsError(f"POST {url}: the answer is over {self.max_response_bytes:,} bytes — not a chat "
                                  "completion; check the server (or raise -o max_response_bytes=N)") from None
@@ -417,6 +419,21 @@ class OpenAILLM:
 
 def _canonical_sha256(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8")).hexdigest()
+
+
+def _refused(exc: BaseException) -> bool:
+    """A ConnectionRefusedError anywhere in requests' chain: its text is cut off long before it says so."""
+    seen: set[int] = set()
+    stack: list[object] = [exc]
+    while stack:
+        e = stack.pop()
+        if not isinstance(e, BaseException) or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, ConnectionRefusedError):
+            return True
+        stack += [e.__cause__, e.__context__, getattr(e, "reason", None), *e.args]
+    return False
 
 
 def parse_retry_after(value: str | None) -> float | None:
