@@ -136,3 +136,15 @@ def test_an_openai_judge_with_no_server_says_nothing_is_listening():
     with pytest.raises(BerdsError, match=rf"last answer: ConnectionError: connection refused — nothing is listening "
                                          rf"at 127\.0\.0\.1:{port} \(start the server or fix base_url\)"):
         OpenAILLM("m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0, timeout=5).generate([user_prompt("q")])
+
+
+@pytest.mark.parametrize("command", [["eval"], ["report", "--out", "REPORT"]])
+def test_k_values_without_repeating_k_name_the_comma_form(tmp_path, capsys, monkeypatch, command):
+    folder = save_run(make_run(), tmp_path / "run")
+    args = [a.replace("REPORT", str(tmp_path / "report")) for a in command]
+    code, _, err = cli(capsys, monkeypatch, *args, str(folder), "--judge", JUDGE, "--k", "5", "10",
+                       "--cache", str(tmp_path / "j.sqlite"))
+    assert code == 2
+    assert "'10' is not a run folder or file — it looks like a cut-off: repeat --k (--k 5 --k 10) or give a comma " \
+           "list (--k 5,10)" in err
+    assert not (folder / "eval").exists() and not (tmp_path / "report").exists()

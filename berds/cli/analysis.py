@@ -11,7 +11,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from berds.cli.options import (ALLOW_SHORT_HELP, ALLOW_UNPARSED_HELP, JUDGE_REQUIRED_HELP, K_HELP, cache_file_callback,
+from berds.cli.options import (ALLOW_SHORT_HELP, ALLOW_UNPARSED_HELP, JUDGE_REQUIRED_HELP, K_HELP, cache_file_callback, check_run_args,
                                floats_callback, ks_callback, out_file_callback, out_folder_callback, parse_floats, parse_ks,
                                print_judge_warning, require_judge)
 tune_app = typer.Typer(help="Tune reranking parameters on a dev split with a judge.", no_args_is_help=True)
@@ -292,6 +292,7 @@ def report_command(
 ) -> None:
     """Paper-style tables (markdown + CSV) and PNG figures for runs and analysis results."""
     judge = require_judge(judge) if runs else judge  # analysis files alone need no judge
+    check_run_args(runs)
     from berds.evaluate.report import build_report
 
     report = build_report(list(runs or []), judge, out, ks=parse_ks(k), curve_depth=curve_depth, analyses=list(analysis),

@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from berds.cli.options import (ALLOW_SHORT_HELP, ALLOW_UNPARSED_HELP, BATCH_TIMEOUT_HELP, JUDGE_REQUIRED_HELP, K_HELP,
-                               cache_file_callback, ks_callback, out_folder_callback, parse_ks, require_judge)
+                               cache_file_callback, check_run_args, ks_callback, out_folder_callback, parse_ks, require_judge)
 
 judges_app = typer.Typer(help="Perspective judges: list what is available.", no_args_is_help=True)
 cache_app = typer.Typer(help="The judgement cache.", no_args_is_help=True)
@@ -60,6 +60,7 @@ def eval_command(
         return _eval_from_predictions(from_predictions, tuple(k), allow_short=allow_short, out=out)
     if not runs:
         raise BerdsError("name at least one run folder or BERDS-format jsonl (or --from-predictions FILE)")
+    check_run_args(runs)
 
     judge = require_judge(judge)
     options = parse_options(judge_option)

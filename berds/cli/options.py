@@ -34,6 +34,18 @@ def split_values(values: Iterable[Any] | str | None) -> list[str]:
     return out
 
 
+def check_run_args(runs: Iterable[Any] | None) -> None:
+    """``--k 5 10`` leaves 10 as a run argument, which then failed as 'no such run folder or file'."""
+    from pathlib import Path
+
+    from berds.errors import BerdsError
+
+    for run in runs or ():
+        if str(run).isdigit() and not Path(run).exists():
+            raise BerdsError(f"{str(run)!r} is not a run folder or file — it looks like a cut-off: repeat --k "
+                             f"(--k 5 --k {run}) or give a comma list (--k 5,{run})")
+
+
 def parse_ks(values: Iterable[Any] | str | None, *, option: str = "--k") -> list[int]:
     """Cut-offs from ``--k`` values (repeated or comma lists); each a positive integer."""
     from berds.errors import BerdsError
