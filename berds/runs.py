@@ -403,6 +403,11 @@ def load_run(path: str | Path, *, allow_empty: bool = False, duplicates: str = "
     if path.is_dir():
         ctxs = path / CTXS
         if not ctxs.exists():
+            inside = sorted(p.name for p in path.iterdir() if (p / CTXS).is_file())
+            if inside:  # a folder of runs (demo-out/runs) given for the runs in it
+                shown = ", ".join(inside[:5]) + (", ..." if len(inside) > 5 else "")
+                raise InputError(f"no {CTXS} in this folder, but it holds run folders ({shown})", path=path,
+                                 fix=f"pass the runs themselves, e.g. {path / '*'}")
             raise InputError(
                 f"no {CTXS} in this folder", path=path,
                 fix="pass a run folder written by `berds retrieve` or a BERDS-format .jsonl file",

@@ -148,3 +148,11 @@ def test_k_values_without_repeating_k_name_the_comma_form(tmp_path, capsys, monk
     assert "'10' is not a run folder or file — it looks like a cut-off: repeat --k (--k 5 --k 10) or give a comma " \
            "list (--k 5,10)" in err
     assert not (folder / "eval").exists() and not (tmp_path / "report").exists()
+
+
+def test_a_folder_of_runs_given_as_a_run_names_the_runs_inside(tmp_path):
+    save_run(make_run(name="bm25"), tmp_path / "runs" / "bm25")
+    save_run(make_run(name="minilm"), tmp_path / "runs" / "minilm")
+    with pytest.raises(BerdsError, match=r"runs: no run\.ctxs\.jsonl in this folder, but it holds run folders "
+                                         r"\(bm25, minilm\) — pass the runs themselves, e\.g\. .*runs/\*$"):
+        load_run(tmp_path / "runs")
