@@ -88,3 +88,14 @@ def test_no_bootstrap_prints_values_without_empty_brackets(tmp_path):
     with_intervals = Console(width=80, record=True)
     with_intervals.print(validity_table(_report(tmp_path, lambda q, i: i % 2 == 1)))
     assert with_intervals.export_text().count("[") >= 6
+
+
+def test_an_annotator_column_named_like_a_judge_gets_no_judge_warning(tmp_path):
+    rows = [LabelledPair("q?", f"d{i}", f"doc {i}", "p", i % 2 == 0, extra={"embedded": str(i % 3 % 2)})
+            for i in range(6)]
+    write_labelled_pairs(tmp_path / "two.tsv", rows)
+    done = subprocess.run(berds_cmd("judge", "validate", "--labels", str(tmp_path / "two.tsv"), "--column", "embedded",
+                                    "--bootstrap", "0"), capture_output=True, text=True, timeout=120,
+                          env=subprocess_env(COLUMNS="300", BERDS_HOME=str(tmp_path / "home")))
+    assert done.returncode == 0, done.stderr
+    assert "column:embedded" in done.stdout and "warning" not in done.stderr

@@ -88,7 +88,8 @@ def validate_command(
     note = one_class_note(report)
     if note:
         console.print(note, style="yellow", highlight=False)
-    for judge_id in dict.fromkeys(row.judge_id for row in report.judges):
+    annotators = {f"column:{c}" for c in column}  # (a person's labels, whatever the column is called: no warning)
+    for judge_id in dict.fromkeys(row.judge_id for row in report.judges if row.name not in annotators):
         print_judge_warning(judge_id)
     console.print(f"{report.n} labelled pairs from {labels} ({100 * report.gold_positive_share:.1f}% positive), "
                   f"{len(report.judges)} judge(s)" + (f" → {out}" if out else ""), highlight=False)
