@@ -99,3 +99,23 @@ def test_an_annotator_column_named_like_a_judge_gets_no_judge_warning(tmp_path):
                           env=subprocess_env(COLUMNS="300", BERDS_HOME=str(tmp_path / "home")))
     assert done.returncode == 0, done.stderr
     assert "column:embedded" in done.stdout and "warning" not in done.stderr
+
+
+@pytest.mark.parametrize("questions, note", [(3, "only 10 distinct resamples: no interval is reliable"),
+                                             (12, None)])
+def test_a_question_bootstrap_over_few_questions_says_its_interval_is_unreliable(tmp_path, questions, note):
+    # the untouched dev pairs have 3 questions: 10 distinct resamples, an "interval" the table gave with no word
+    from rich.console import Console
+
+    from berds.trust.validate import validate, validity_table
+
+    rows = [LabelledPair(f"q{q}?", f"{q}-{i}", f"cats chase mice {q} {i}", "cats chase mice", i % 2 == 0)
+            for q in range(questions) for i in range(4)]
+    write_labelled_pairs(tmp_path / "q.tsv", rows)
+    report = validate(read_labelled_pairs(tmp_path / "q.tsv"), [OverlapJudge()], n_boot=50, resample="questions",
+                      progress=False)
+    console = Console(width=300, record=True)
+    console.print(validity_table(report))
+    text = " ".join(console.export_text().split())
+    assert f"resampling the {questions} questions" in text
+    assert (note in text) if note else ("no interval is reliable" not in text)

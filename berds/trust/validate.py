@@ -459,6 +459,7 @@ def _pct(x: float) -> str:
     return "-" if x != x else f"{100 * x:.1f}"
 
 
+FEW_QUESTIONS = 10  # below this, a question bootstrap has too few distinct resamples to mean much (docs/judge-trust.md)
 SHARE_METRICS = METRIC_NAMES[:-1]  # the metrics shown in percent (all but κ)
 
 
@@ -498,6 +499,9 @@ def validity_table(report: ValidationReport, *, title: str | None = None) -> Any
 
     unit = (f"resampling the {report.questions} questions" if report.resample == "questions"
             else "resampling pairs (--resample questions for question-level intervals)")
+    if report.resample == "questions" and report.questions < FEW_QUESTIONS:
+        unit += (f" — only {math.comb(2 * report.questions - 1, report.questions)} distinct resamples: "
+                 "no interval is reliable with so few questions")
     caption = f"[95% interval]: percentile bootstrap, {report.n_boot} samples, {unit}" if report.n_boot else None
     table = Table(title=title or f"judge validity on {report.n} labelled pairs ({_pct(report.gold_positive_share)}% positive)",
                   caption=caption)
