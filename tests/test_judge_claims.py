@@ -60,3 +60,25 @@ def test_the_study_evaluator_changed_is_not_called_validated(judge_id, change):
     assert not record.validated and change in record.note
     warning = judge_warning(judge_id)
     assert warning is not None and "F1 62.2 was measured without that" in warning
+
+
+@pytest.mark.slow
+def test_compare_and_analyses_warn_with_the_id_of_the_judge_they_ran(tmp_path):
+    """`compare` printed no judge warning; `analyze`/`report` warned by the judge's name, so `-o threshold=0.3`
+    was shown the shipped judge's held-out figure as if it were its own."""
+    import subprocess
+
+    from berds.runs import save_run
+    from conftest import berds_cmd, make_run, subprocess_env
+
+    runs = [save_run(make_run(name=f"r{i}", depth=3), tmp_path / f"r{i}") for i in (1, 2)]
+
+    def stderr(*args: str) -> str:  # (warnings go to stderr, tables to stdout)
+        done = subprocess.run(berds_cmd(*args, "--judge", "embedded", "--cache", str(tmp_path / "c.sqlite"), "-q"),
+                              capture_output=True, text=True, env={**subprocess_env(), "COLUMNS": "400"}, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return " ".join(done.stderr.split())
+
+    assert "judge embedded: NOT validated" in stderr("compare", *map(str, runs), "--k", "2")
+    hand_set = stderr("analyze", "coverage", *map(str, runs), "--depth", "3", "-o", "threshold=0.3")
+    assert "is for the shipped judge, not this one (threshold 0.3 set by hand)" in hand_set

@@ -136,10 +136,18 @@ def tune_mmr_command(
 # -------------------------------------------------------------------------------------------- analyze
 
 
-def _analysis_output(result: Any, out: Optional[Path], judge: str) -> None:
+def _judge_id(judge: str, judge_option: List[str]) -> str:
+    """The id of the judge as the analysis built it (options included: a hand-set threshold or parsing changes
+    which figure, if any, the warning may state). Backends build ids without loading weights."""
+    from berds.evaluate.analyses.common import build_judge
+
+    return build_judge(judge, _options(judge_option)).id
+
+
+def _analysis_output(result: Any, out: Optional[Path], judge: str, judge_id: str) -> None:
     title, header, rows = result.table()
     _print_table(f"{title} — judge: {judge}", header, rows)
-    print_judge_warning(judge)
+    print_judge_warning(judge_id)
     if out is not None:
         from berds.evaluate.report import write_analysis
 
@@ -194,7 +202,7 @@ def analyze_leaning_command(
     result = analyze_leaning([str(r) for r in runs], judge, stances=str(stances) if stances else None,
                              stance_llm=stance_llm, k=k, judge_options=_options(judge_option), cache_path=cache,
                              allow_short=allow_short, allow_unparsed=allow_unparsed, progress=not quiet)
-    _analysis_output(result, out, judge)
+    _analysis_output(result, out, judge, _judge_id(judge, judge_option))
 
 
 @analyze_app.command("sycophancy", short_help="Sycophancy Δ: retrieve with each side as the query.")
@@ -227,7 +235,7 @@ def analyze_sycophancy_command(
                                     retriever_options=retriever_options, stances=stances, stance_llm=stance_llm,
                                     judge_options=_options(judge_option), cache_path=cache, label=label, out=out,
                                     progress=not quiet)
-    _analysis_output(result, out / "sycophancy.json" if out is not None else None, judge)
+    _analysis_output(result, out / "sycophancy.json" if out is not None else None, judge, _judge_id(judge, judge_option))
 
 
 @analyze_app.command("coverage", short_help="MRecall over the union of several runs.")
@@ -248,7 +256,7 @@ def analyze_coverage_command(
 
     result = analyze_coverage([str(r) for r in runs], judge, depth=depth, judge_options=_options(judge_option),
                               cache_path=cache, allow_short=allow_short, allow_unparsed=allow_unparsed, progress=not quiet)
-    _analysis_output(result, out, judge)
+    _analysis_output(result, out, judge, _judge_id(judge, judge_option))
 
 
 @analyze_app.command("docs-needed", short_help="Passages needed to cover every perspective.")
@@ -269,7 +277,7 @@ def analyze_docs_needed_command(
 
     result = analyze_docs_needed([str(r) for r in runs], judge, depth=depth, judge_options=_options(judge_option),
                                  cache_path=cache, allow_short=allow_short, allow_unparsed=allow_unparsed, progress=not quiet)
-    _analysis_output(result, out, judge)
+    _analysis_output(result, out, judge, _judge_id(judge, judge_option))
 
 
 # --------------------------------------------------------------------------------------------- report
@@ -301,4 +309,4 @@ def report_command(
     _print_table(f"report → {report.out}" + (f" — judge: {judge}" if runs else ""), ["file", "path"],
                  [[key, str(p)] for key, p in report.files.items()])
     if runs:
-        print_judge_warning(judge)
+        print_judge_warning(_judge_id(judge, judge_option))

@@ -11,7 +11,7 @@ import typer
 
 from berds.cli.analysis import _console, _print_table as _table  # one table style for every command
 from berds.cli.options import (JUDGE_REQUIRED_HELP, K_HELP, cache_file_callback, ks_callback, out_folder_callback, parse_ks,
-                               require_judge)
+                               print_judge_warning, require_judge)
 
 rerankers_app = typer.Typer(help="Rerankers: list what is available.", no_args_is_help=True)
 study_app = typer.Typer(help="Studies that combine retrieval, reranking and judging.", no_args_is_help=True)
@@ -190,6 +190,7 @@ def compare_command(
     _table(title, header, rows)
     for line in result.notes:  # e.g. runs compared on the questions they share: never silently fewer
         _console().print(f"[yellow]note:[/] {line}", highlight=False)
+    print_judge_warning(result.judge_id)
     if out is not None:
         from berds.evaluate.report import write_compare
 
@@ -255,5 +256,6 @@ def study_diversify_command(
     title, header, rows = result.table(detail=False)
     _table(title.replace("[95% bootstrap CI], Holm-corrected permutation p; ", "(intervals and p in results.md); "),
            header, rows)
+    print_judge_warning(result.judge_id)
     for key, path in result.files.items():
         _console().print(f"  {key}: {path}", highlight=False)
