@@ -217,6 +217,7 @@ def test_a_gpu_device_without_a_gpu_is_a_one_line_error(spec, store, tmp_path):
         pytest.skip("this machine has a GPU")
     with pytest.raises(BerdsError, match="torch sees no CUDA GPU"):
         build_dense_index(store, tmp_path / "idx", encoder=spec, device="cuda", progress=False)
+    assert not (tmp_path / "idx").exists()  # refused before the index folder (and a progress bar) was started
     with pytest.raises(BerdsError, match="unknown device"):
         load_encoder(spec, device="gpu0").encode_queries(["x"])
 

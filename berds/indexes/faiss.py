@@ -269,6 +269,10 @@ def build_dense_index(
         raise BerdsError(f"shard_size must be at least 1, got {shard_size}")
     if len(store) == 0:
         raise InputError("the passage store is empty: nothing to index", path=getattr(store, "path", None))
+    if engine is None or engine == "local":  # before any folder or progress bar (workers check their own device)
+        from berds.lazy import check_device
+
+        check_device(device)
     grouped = bool(store.groups())
     keep = grouped if keep_embeddings is None else keep_embeddings
     settings = {"type": "dense", "corpus_fingerprint": store.fingerprint, "encoder": spec.identity(),
