@@ -246,6 +246,10 @@ REPLIES = [
     ("Support: yes", True, False, True),
     ("Statement supported? No", False, False, False),
     ("The answer is Yes. Answer: No", False, False, True),
+    ('{"Answer": " Yes"}', False, False, True),         # the field must equal "yes" (any case): no stripping
+    ('{"Answer": "yes "}', False, False, True),
+    ('{"Answer": "YeS"}', True, False, True),
+    ('{"Answer": true}', False, False, False),          # not the string "yes"
 ]
 
 

@@ -47,7 +47,8 @@ def study_answer(reply: str) -> tuple[bool, bool]:
                 return False, False
         if not isinstance(record, dict):
             return False, False
-        return str(record.get("Answer", "")).strip().lower() == "yes", True
+        # compared as it is, no stripping: the study's rule is the field == "yes" in any case
+        return str(record.get("Answer", "")).lower() == "yes", True
     for marker in STUDY_ANSWER_MARKERS:
         text = text.split(marker)[-1]
     text = text.strip().lower()
