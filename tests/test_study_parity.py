@@ -622,3 +622,25 @@ def test_an_expansion_run_with_repeats_is_saved_and_read_back_as_the_study_count
     with pytest.raises(InputError, match="listed twice"):
         load_run(tmp_path / "run" / "run.ctxs.jsonl")  # a bare file must say so: --duplicates keep
     assert len(load_run(tmp_path / "run" / "run.ctxs.jsonl", duplicates="keep").hits["arguana-750"]) == 4
+
+
+# ------------------------------------------------------------------- 9. rules pinned by the parity audit
+
+
+def test_expansion_file_texts_are_queried_exactly_as_the_file_has_them(tmp_path):
+    # The study's released files hold two texts with a space at one end (kialo-811 starts with " 'El ...",
+    # opinionqa-921 ends with "shrinking. "); its query is question + " " + text, the text as it is.
+    from berds.retrievers.expansion import ExpandedRetriever, FileExpander
+
+    texts = [" 'El reconocimiento' puede referirse al reconocimiento mutuo.", "The middle class is shrinking. ",
+             "Plain text."]
+    path = tmp_path / "x.dev.expansions.jsonl"
+    path.write_text(json.dumps({"id": "q1", "question": "Is it?", "expansions": [
+        {"name": f"n{i}", "text": t} for i, t in enumerate(texts)]}) + "\n")
+    base = RecordingRetriever([["a"], ["b"], ["c"]])
+    ExpandedRetriever(base, FileExpander(path)).search([Question("q1", "Is it?", ("p", "q"))], k=3)
+    assert base.queries == ["Is it?  'El reconocimiento' puede referirse al reconocimiento mutuo.",
+                            "Is it? The middle class is shrinking. ", "Is it? Plain text."]
+    path.write_text(json.dumps({"id": "q1", "expansions": [{"name": "n", "text": "  "}]}) + "\n")
+    with pytest.raises(InputError, match="has no 'text' string"):  # a blank text is still refused
+        FileExpander(path)

@@ -329,7 +329,8 @@ def read_expansions_and_questions(path: str | Path) -> tuple[dict[str, list[Expa
             text = item.get("text") if isinstance(item, dict) else None
             if not isinstance(text, str) or not text.strip():
                 raise InputError(f"expansions[{i}] has no 'text' string", path=path, line=line, record=qid)
-            exps.append(Expansion(str(item.get("name") or f"perspective_{i + 1}"), text.strip()))
+            # the text as the file has it: the study queried question + " " + text, end spaces included
+            exps.append(Expansion(str(item.get("name") or f"perspective_{i + 1}"), text))
         if qid in out:
             raise InputError("duplicate question id", path=path, line=line, record=qid)
         out[qid] = exps
