@@ -644,3 +644,48 @@ def test_expansion_file_texts_are_queried_exactly_as_the_file_has_them(tmp_path)
     path.write_text(json.dumps({"id": "q1", "expansions": [{"name": "n", "text": "  "}]}) + "\n")
     with pytest.raises(InputError, match="has no 'text' string"):  # a blank text is still refused
         FileExpander(path)
+
+
+def test_mmr_defaults_are_the_studys_settings():
+    from berds.rerank.base import EmbeddingReranker
+    from berds.rerank.candidates import DEFAULT_DEPTH, DEFAULT_EMBED_TEXT, DEFAULT_NORMALISATION
+    from berds.rerank.embeddings import DEFAULT_MODEL, DEFAULT_POOLING, SentenceEncoder
+    from berds.rerank.mmr import DEFAULT_LAMBDAS, LAMBDA_PRESETS, MMRReranker
+
+    # A.6: UAE-Large-V1, CLS pooling, no prompt; candidates |R| = 100; Sim1 / the question's top score (code)
+    assert (DEFAULT_MODEL, DEFAULT_POOLING, DEFAULT_DEPTH) == ("WhereIsAI/UAE-Large-V1", "cls", 100)
+    assert (DEFAULT_NORMALISATION, DEFAULT_EMBED_TEXT) == ("question-max", "text-title")
+    assert SentenceEncoder().id.endswith("|pooling=cls|prompt=none")  # builds no model until encode()
+    # footnote 10: the λ grid; Table 7, every cell (Google Search output has no DPR run)
+    assert DEFAULT_LAMBDAS == (0.5, 0.75, 0.9, 0.95, 0.99)
+    assert LAMBDA_PRESETS == {
+        ("bm25", "wikipedia"): 0.99, ("dpr", "wikipedia"): 0.95, ("contriever", "wikipedia"): 0.75,
+        ("bm25", "sphere"): 0.99, ("dpr", "sphere"): 0.99, ("contriever", "sphere"): 0.95,
+        ("bm25", "google-search"): 0.95, ("contriever", "google-search"): 0.95}
+    reranker = MMRReranker(0.9, encoder=object())
+    assert isinstance(reranker, EmbeddingReranker) and reranker.first == "rank1"
+    assert (reranker.depth, reranker.normalisation, reranker.embed_text) == (100, "question-max", "text-title")
+
+
+def test_retrieve_expand_defaults_are_the_studys_query_and_merge(tmp_path):
+    from typer.testing import CliRunner
+
+    from analysis_fixtures import write_corpus
+    from berds.cli import app
+    from berds.io import read_json
+
+    corpus = write_corpus(tmp_path / "corpus.jsonl", [Passage("u1", "school uniforms cost money"),
+                                                      Passage("u2", "uniforms stop bullying at school")])
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"id": "q1", "question": "Should schools have uniforms?",
+                                     "perspectives": ["yes", "no"]}) + "\n")
+    expansions = tmp_path / "e.jsonl"
+    expansions.write_text(json.dumps({"id": "q1", "expansions": [{"name": "Cost", "text": "uniforms cost"},
+                                                                 {"name": "Bullying", "text": "uniforms bullying"}]}) + "\n")
+    result = CliRunner().invoke(app, ["retrieve", "-r", "analysis_fixtures:OverlapRetriever", "-o", f"corpus={corpus}",
+                                      "--questions", str(questions), "--k", "4", "--expand", "file",
+                                      "--expansions", str(expansions), "--out", str(tmp_path / "run"), "-q"])
+    assert result.exit_code == 0, result.output
+    expansion = read_json(tmp_path / "run" / "manifest.json")["retriever"]["expansion"]
+    assert expansion["query"] == "question+perspective"
+    assert expansion["merge"] == "round-robin in generation order, keep-duplicates"
