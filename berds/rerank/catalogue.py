@@ -103,6 +103,39 @@ def check_is_reranker(obj: Any, where: str) -> None:
                          "`rerank(run, *, progress=False)` method (see berds.rerank.base)")
 
 
+def reranked_run_problems(before: Any, after: Any) -> list[str]:
+    """What is wrong with ``after`` as a reranking of ``before`` (empty when nothing): the reranker contract
+    ``berds check-reranker`` tests and ``rerank_file`` enforces before writing a run."""
+    import math
+
+    from berds.types import Run
+
+    if not isinstance(after, Run):
+        return [f"rerank must return a berds.types.Run, got {type(after).__name__}"]
+    problems = []
+    if list(after.questions) != list(before.questions):
+        problems.append("the output must have the input's questions in the input's order")
+        return problems
+    for qid in before.questions:
+        given = {h.passage.id: h.passage for h in before.hits[qid]}
+        ids = [h.passage.id for h in after.hits[qid]]
+        if len(set(ids)) != len(ids):
+            problems.append(f"question {qid!r}: duplicate passages")
+        foreign = [i for i in ids if i not in given]
+        if foreign:
+            problems.append(f"question {qid!r}: passages not in its input list: {foreign[:3]}")
+        changed = [h.passage.id for h in after.hits[qid] if h.passage.id in given and h.passage != given[h.passage.id]]
+        if changed:
+            problems.append(f"question {qid!r}: passage text or title changed: {changed[:3]}")
+        scores = [float(h.score) for h in after.hits[qid]]
+        if any(not math.isfinite(s) for s in scores):
+            problems.append(f"question {qid!r}: scores must be finite")
+        elif any(b > a for a, b in zip(scores, scores[1:])):
+            problems.append(f"question {qid!r}: scores must not increase down the list (TREC tools sort by score)")
+    return problems
+
+
+
 def tunable(reranker: Any) -> tuple[str | None, tuple[float, ...]]:
     """The parameter a study tunes for this reranker and its default grid (``(None, ())`` if none)."""
     return getattr(reranker, "parameter", None), tuple(getattr(reranker, "grid", ()) or ())
@@ -115,6 +148,7 @@ def rerank_file(name: str | Any, run_path: Any, out: Any, *, options: dict[str, 
     from pathlib import Path
 
     from berds.runs import load_run, save_run
+    from berds.types import Run
 
     out = Path(out)
     if (out / "manifest.json").exists() and not overwrite:  # fail before the (slow) embedding step
@@ -132,5 +166,11 @@ def rerank_file(name: str | Any, run_path: Any, out: Any, *, options: dict[str, 
         kwargs["input_path"] = str(run_path)
     if extra_provenance and "extra_provenance" in params:
         kwargs["extra_provenance"] = extra_provenance
+    given = Run(dict(run.questions), dict(run.hits), {}, run.name)  # what to check against, should rerank edit `run`
     reranked = reranker.rerank(run, **kwargs)
+    problems = reranked_run_problems(given, reranked)
+    if problems:  # as retrieve does for retrievers: a broken ranking is never written as a run
+        raise BerdsError(f"reranker {reranker.name!r} broke the reranker contract: {'; '.join(problems[:3])}"
+                         f"{f' (and {len(problems) - 3} more)' if len(problems) > 3 else ''} — "
+                         "`berds check-reranker` lists every check")
     return reranker, reranked, save_run(reranked, out, overwrite=overwrite)
