@@ -188,10 +188,11 @@ def test_document_is_text_space_title_when_the_record_has_a_title_field(tmp_path
 
     path = tmp_path / "run.jsonl"
     path.write_text(json.dumps({"perspectives": ["p"], "ctxs": [
-        {"title": "T", "text": "a"}, {"title": "", "text": "b"}, {"text": "c"}]}) + "\n")
+        {"title": "T", "text": "a"}, {"title": "", "text": "b"}, {"text": "c"}, {"title": None, "text": "d"}]}) + "\n")
     run = read_ctxs_jsonl(path)
     texts = [h.passage.judge_text() for h in run.hits["line-1"]]
-    assert texts == ["a T", "b ", "c"]  # an empty title field still adds the space; no field adds nothing
+    assert texts == ["a T", "b ", "c", "d "]  # an empty title field still adds the space; no field adds nothing
+    # (a null title, which the study's code never met, counts as an empty one)
 
 
 # ------------------------------------------------------------------------------- 2. the answer rule
@@ -250,6 +251,10 @@ REPLIES = [
     ('{"Answer": "yes "}', False, False, True),
     ('{"Answer": "YeS"}', True, False, True),
     ('{"Answer": true}', False, False, False),          # not the string "yes"
+    ("Yes. answer: no", True, True, True),              # the markers are cut before lower-casing: case-sensitive
+    ("Yes, the answer is no", True, True, True),
+    ("Yes. Answer: no", False, True, True),             # the same replies with the markers' own case
+    ("Yes, The answer is no", False, True, True),
 ]
 
 
