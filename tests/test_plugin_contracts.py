@@ -10,7 +10,7 @@ from berds.errors import BerdsError
 from berds.rerank.catalogue import rerank_file
 from berds.runs import load_run, save_run
 from berds.testing import check_reranker
-from berds.types import Hit, Run
+from berds.types import Hit, Run, Verdict
 from conftest import make_run
 
 
@@ -71,3 +71,89 @@ def test_rerank_refuses_to_write_a_run_whose_scores_increase(tmp_path):
     assert not (tmp_path / "bad").exists()
     _, reranked, _ = rerank_file(CutsItsInput(), run_dir, tmp_path / "good")  # judged against what it was given
     assert len(load_run(tmp_path / "good").hits["q0"]) == 5 == len(reranked.hits["q0"])
+
+
+# ------------------------------------------------------------------------------------------------ judges
+
+
+class PlainBools:
+    """Answers with bare bools instead of Verdicts."""
+
+    id, prompt_version, batch_size = "plain-bools", "v1", 4
+
+    def judge(self, pairs):
+        return [True for _ in pairs]
+
+
+class SaysYesOrNoAsText(PlainBools):
+    id = "yes-no-text"
+
+    def judge(self, pairs):
+        return [Verdict("No") for _ in pairs]
+
+
+class IdPerCall(PlainBools):
+    """An id that counts its calls (e.g. a timestamp or a counter put in the id by mistake)."""
+
+    calls = 0
+
+    @property
+    def id(self):
+        return f"counter-{self.calls}"
+
+    def judge(self, pairs):
+        type(self).calls += 1
+        return [Verdict(True) for _ in pairs]
+
+
+class NoPromptVersion:
+    id = "no-prompt-version"
+
+    def judge(self, pairs):
+        return [Verdict(True) for _ in pairs]
+
+
+def test_verdict_refuses_labels_that_would_count_no_as_yes():
+    import numpy as np
+
+    for bad in ("No", "Yes", 0.7, None, 2):
+        with pytest.raises(ValueError, match="Verdict label must be True or False"):
+            Verdict(bad)
+    with pytest.raises(ValueError, match=r"p_yes must be a probability in \[0, 1\]"):
+        Verdict(True, p_yes=7.0)
+    with pytest.raises(ValueError, match="raw must be"):
+        Verdict(True, raw=None)
+    # what judges legitimately hand over: numpy bools and scores, 0/1, NaN for "unknown"
+    v = Verdict(np.float32(0.8) >= 0.5, p_yes=np.float32(0.5))
+    assert v.label is True and type(v.p_yes) is float and v.p_yes == 0.5
+    assert Verdict(0).label is False and Verdict(True, p_yes=float("nan")).p_yes is None
+
+
+@pytest.mark.parametrize("judge, message", [
+    (PlainBools(), r"judge 'plain-bools' returned a bool \(True\) where a berds.types.Verdict was expected"),
+    (IdPerCall(), r"judge 'counter-0' changed its id to 'counter-1' while judging"),
+])
+def test_evaluation_names_a_judge_that_breaks_the_protocol(tmp_path, judge, message):
+    from berds.evaluate import JudgementCache, evaluate_run
+
+    cache = JudgementCache(tmp_path / "cache.sqlite")
+    with pytest.raises(BerdsError, match=message):
+        evaluate_run(make_run(), judge, ks=(2,), cache=cache, progress=False)
+    assert cache.count() == 0  # nothing filed under a wrong id or as a non-verdict
+
+
+def test_a_text_label_fails_in_the_judge_instead_of_counting_as_yes(tmp_path):
+    from berds.evaluate import JudgementCache, evaluate_run
+
+    with pytest.raises(ValueError, match="got 'No'"):
+        evaluate_run(make_run(), SaysYesOrNoAsText(), ks=(2,), cache=JudgementCache(tmp_path / "c.sqlite"),
+                     progress=False)
+
+
+def test_a_judge_without_prompt_version_is_named_when_loaded():
+    from berds.judges import load_judge
+
+    with pytest.raises(BerdsError, match=r"test_plugin_contracts:NoPromptVersion did not give a judge: it lacks "
+                                         r"prompt_version"):
+        load_judge("test_plugin_contracts:NoPromptVersion")
+    assert load_judge("test_plugin_contracts:PlainBools").id == "plain-bools"

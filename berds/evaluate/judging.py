@@ -12,7 +12,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from berds.errors import BerdsError
-from berds.judges.base import prepare_judge
+from berds.judges.base import check_verdicts, prepare_judge
 from berds.lazy import quiet_model_loading
 from berds.judges.recipe import JudgedBatch, JudgeRecipe
 from berds.types import JudgePair, Verdict
@@ -45,6 +45,7 @@ def judge_missing(
         from rich.table import Column
 
         out: dict[tuple[str, str], Verdict] = {}
+        judge_id = judge.id
         columns = [TextColumn("{task.description}", table_column=Column(max_width=28, no_wrap=True, overflow="ellipsis")),
                    BarColumn(bar_width=16), MofNCompleteColumn(), TextColumn("{task.fields[rate]} pairs/s"),
                    TimeRemainingColumn()]
@@ -56,14 +57,12 @@ def judge_missing(
                 verdicts = []
                 for sub in range(0, len(batch), step):
                     part = batch[sub:sub + step]
-                    answered = judge.judge(part)
-                    if len(answered) != len(part):
-                        raise BerdsError(f"judge {judge.id!r} returned {len(answered)} verdicts for {len(part)} pairs")
+                    answered = check_verdicts(judge, judge_id, part, judge.judge(part))
                     verdicts.extend(answered)
                     done = lo + sub + len(part)
                     bar.update(task, completed=done, rate=f"{done / max(time.perf_counter() - start, 1e-9):,.1f}")
                 if cache is not None:
-                    cache.put_many(judge.id, judge.prompt_version, batch, verdicts)
+                    cache.put_many(judge_id, judge.prompt_version, batch, verdicts)
                 for p, v in zip(batch, verdicts):
                     out[(p.perspective, p.passage)] = v
                 done = lo + len(batch)
@@ -123,11 +122,10 @@ def judge_on_engine(
                     f"evaluation uses {expected_id!r} (prompt {expected_prompt!r}) — workers must see the same model "
                     "files and berds version as the driver"
                 )
-            if len(judged.verdicts) != len(batch):
-                raise BerdsError(f"judge {expected_id!r} returned {len(judged.verdicts)} verdicts for {len(batch)} pairs")
+            verdicts = check_verdicts(None, expected_id, batch, judged.verdicts)
             if cache is not None:
-                cache.put_many(expected_id, expected_prompt, batch, judged.verdicts)
-            for p, v in zip(batch, judged.verdicts):
+                cache.put_many(expected_id, expected_prompt, batch, verdicts)
+            for p, v in zip(batch, verdicts):
                 out[(p.perspective, p.passage)] = v
             done += len(batch)
             seen_workers.add(result.worker)

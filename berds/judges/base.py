@@ -12,8 +12,9 @@ turns runs into pairs, caches the answers and computes metrics.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
 
+from berds.errors import BerdsError
 from berds.types import JudgePair, Verdict
 
 
@@ -79,3 +80,25 @@ def prepare_judge(judge: Any) -> None:
     prepare = getattr(judge, "prepare", None)
     if callable(prepare):
         prepare()
+
+
+def check_verdicts(judge: Any, judge_id: str, pairs: Sequence[JudgePair], verdicts: Any) -> list[Verdict]:
+    """What ``judge.judge(pairs)`` returned, checked before it reaches the cache: one ``Verdict`` per pair, in
+    order, from a judge whose ``id`` is still ``judge_id`` (the id keys the cache: one that changes between calls
+    would file the answers under ids no later evaluation asks for). ``judge`` None skips the id check (answers
+    from an engine's worker, whose judge is checked where the batch comes back)."""
+    if isinstance(verdicts, Iterator):  # a generator is a fine way to answer
+        verdicts = list(verdicts)
+    if not isinstance(verdicts, (list, tuple)) or len(verdicts) != len(pairs):
+        got = f"{len(verdicts)} verdicts" if isinstance(verdicts, (list, tuple)) else f"a {type(verdicts).__name__}"
+        raise BerdsError(f"judge {judge_id!r} returned {got} for {len(pairs)} pairs — judge(pairs) must return a "
+                         "list of one berds.types.Verdict per pair, in the pairs' order")
+    wrong = next((v for v in verdicts if not isinstance(v, Verdict)), None)
+    if wrong is not None:
+        raise BerdsError(f"judge {judge_id!r} returned a {type(wrong).__name__} ({wrong!r:.60}) where a "
+                         "berds.types.Verdict was expected — wrap each answer: Verdict(label=True or False)")
+    now = judge_id if judge is None else judge.id
+    if now != judge_id:
+        raise BerdsError(f"judge {judge_id!r} changed its id to {now!r} while judging — a judge's id must stay the "
+                         "same (it keys the judgement cache): build it once, from the model and options only")
+    return list(verdicts)

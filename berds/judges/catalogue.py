@@ -111,7 +111,21 @@ def load_judge(name: str, **options: Any) -> Judge:
     if sep and prefix == "calibrated":  # judge NAME with the threshold `berds judge calibrate` stored for it
         return calibrated_judge(rest, **options)
     check_judge_name(name)
-    return JUDGES.create(name, **options)
+    judge = JUDGES.create(name, **options)
+    check_is_judge(judge, JUDGES.spec(name).loader)
+    return judge
+
+
+def check_is_judge(obj: Any, where: str) -> None:
+    """A plug-in judge lacking part of the protocol is named here, not by an AttributeError deep in evaluation.
+    Attributes are looked up statically: reading ``id`` must not load a model."""
+    import inspect
+
+    missing = [a for a in ("id", "prompt_version", "judge") if inspect.getattr_static(obj, a, None) is None]
+    if missing or not callable(getattr(obj, "judge", None)):
+        raise BerdsError(f"{where} did not give a judge: it lacks {', '.join(missing) or 'a callable judge'} — a judge "
+                         "needs `id` and `prompt_version` strings (they key the judgement cache) and a "
+                         "`judge(pairs) -> list[Verdict]` method (see berds.judges.base)")
 
 
 def calibrated_judge(name: str, *, calibration: str | None = None, **options: Any) -> Judge:
