@@ -19,6 +19,7 @@ name                   ``name`` is a non-empty string
 search signature       ``search(questions, *, k)`` accepts ``k`` as a keyword
 contract               one list per question, ``Hit`` items, at most ``k``, no duplicates, finite
                        scores, best first with ties broken by passage id (``rank_hits``)
+input intact           ``search`` leaves the list of questions it is given as it was
 empty input            ``search([], k=...)`` returns ``[]``
 deterministic          the same call twice gives the same ids and scores
 batch = one by one     searching questions together or one at a time gives the same lists
@@ -216,17 +217,24 @@ def _run_checks(r: Any, on_tiny: bool, corpus: Path, k: int, report: ContractRep
     if not takes_k:
         return
     questions = tiny_questions()
+    changed_input: list[bool] = []
 
     def search(qs: list[Question], kk: int) -> Any:
+        given = list(qs)  # the retriever's own list: whatever it does to it is seen here, not in ``questions``
         try:
-            return r.search(qs, k=kk), None
+            return r.search(given, k=kk), None
         except Exception as exc:  # report a plug-in's exception as a failed check
             return None, f"search raised {type(exc).__name__}: {exc}"
+        finally:
+            changed_input.append(given != list(qs))
 
     results, err = search(questions, k)
     problems = [err] if err else contract_problems(questions, results, k)
     add(Check("contract", "fail" if problems else "pass", "; ".join(problems[:4]) or
               f"{sum(len(h) for h in results)} hits for {len(questions)} questions at k={k}"))
+    if changed_input[0]:  # retrieve() pairs each result list with the question at its place in the list it passed
+        add(Check("input intact", "fail", "search changed the list of questions it was given (reordered, added or "
+                  "removed some): copy it before sorting or filtering, and return one list per question in its order"))
     if problems:
         return
     empty, err = search([], k)

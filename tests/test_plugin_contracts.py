@@ -157,3 +157,28 @@ def test_a_judge_without_prompt_version_is_named_when_loaded():
                                          r"prompt_version"):
         load_judge("test_plugin_contracts:NoPromptVersion")
     assert load_judge("test_plugin_contracts:PlainBools").id == "plain-bools"
+
+
+# ------------------------------------------------------------------------------------------------ retrievers
+
+
+class SortsItsQuestions:
+    """Sorts the caller's list by length to batch similar questions (in place, by mistake), then answers in the
+    sorted order: each list lands on another question once retrieve() pairs them with its own list."""
+
+    name = "sorts-in-place"
+
+    def search(self, questions, *, k):
+        from berds.testing import TINY_PASSAGES
+
+        questions.sort(key=lambda q: len(q.text))
+        return [[Hit(TINY_PASSAGES[i], 1.0)] for i, _ in enumerate(questions)]
+
+
+def test_check_retriever_names_a_search_that_reorders_its_input():
+    from berds.testing import check_retriever, tiny_questions
+
+    report = check_retriever(SortsItsQuestions())
+    failed = {c.name: c.detail for c in report.failures}
+    assert "search changed the list of questions it was given" in failed["input intact"]
+    assert [q.id for q in tiny_questions()] == ["q-bees", "q-tides", "q-bread"]
