@@ -87,13 +87,20 @@ class Catalogue(Generic[T]):
         self._specs: dict[str, Spec] = {}
         self._entry_points_loaded = False
 
+    def __repr__(self) -> str:  # names only: listing is cheap, and a notebook shows what can be loaded
+        names = self.names()
+        shown = ", ".join(names[:12]) + (f", ... ({len(names) - 12} more)" if len(names) > 12 else "")
+        return f"Catalogue({self.kind!r}, {len(names)} entries: {shown})"
+
     def register(self, spec: Spec, *, replace: bool = False) -> Spec:
+        """Add ``spec``; a name already taken raises ``BerdsError`` unless ``replace``. Returns the spec."""
         if spec.name in self._specs and not replace:
             raise BerdsError(f"{self.kind} {spec.name!r} is already registered (pass replace=True to override)")
         self._specs[spec.name] = spec
         return spec
 
     def add(self, name: str, loader: str, description: str = "", **options: Any) -> Spec:
+        """``register(Spec(name, loader, description, options))``: ``loader`` is ``"module:attr"``."""
         return self.register(Spec(name=name, loader=loader, description=description, options=options))
 
     def _load_entry_points(self) -> None:
@@ -115,6 +122,7 @@ class Catalogue(Generic[T]):
         return sorted(self._specs.values(), key=lambda s: (s.source != "built-in", s.name))
 
     def names(self) -> list[str]:
+        """The names of ``specs()``, in that order. Imports nothing."""
         return [s.name for s in self.specs()]
 
     def spec(self, name: str) -> Spec:

@@ -82,11 +82,14 @@ def tiny_corpus(folder: str | Path) -> Path:
 
 
 def tiny_questions() -> list[Question]:
+    """The three questions the contract checks search for (a new list each call)."""
     return list(TINY_QUESTIONS)
 
 
 @dataclass(frozen=True)
 class Check:
+    """One contract point: ``status`` is "pass", "fail" or "warn"; ``detail`` says what was seen."""
+
     name: str
     status: str  # "pass", "fail" or "warn"
     detail: str = ""

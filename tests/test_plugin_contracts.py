@@ -182,3 +182,24 @@ def test_check_retriever_names_a_search_that_reorders_its_input():
     failed = {c.name: c.detail for c in report.failures}
     assert "search changed the list of questions it was given" in failed["input intact"]
     assert [q.id for q in tiny_questions()] == ["q-bees", "q-tides", "q-bread"]
+
+
+def test_a_catalogue_shows_its_names_in_a_notebook_without_importing_them():
+    import sys
+
+    from berds.registry import Catalogue
+
+    catalogue = Catalogue("widget")
+    catalogue.add("b", "no_such_module_anywhere:B")
+    catalogue.add("a", "no_such_module_anywhere:A")
+    assert repr(catalogue) == "Catalogue('widget', 2 entries: a, b)"
+    assert "no_such_module_anywhere" not in sys.modules
+
+
+def test_every_import_the_package_docstring_shows_works():
+    import berds
+
+    lines = [line.split("#")[0].strip() for line in berds.__doc__.splitlines() if line.strip().startswith("from berds")]
+    assert len(lines) >= 10
+    for line in lines:
+        exec(line, {})
