@@ -77,3 +77,5 @@ def test_sycophancy_study_notebook(tmp_path, monkeypatch):
     for name in ("sycophancy.png", "leaning.png", "mrecall_curve.png", "report.md"):
         assert (out / "report" / name).exists(), name
     assert "Retriever sycophancy" in (out / "report" / "report.md").read_text()
+    # both inline tables name the judge that filled them, as berds' own tables do
+    assert outputs_text(nb).count("judge: `test-overlap") == 2
