@@ -82,3 +82,11 @@ def test_compare_and_analyses_warn_with_the_id_of_the_judge_they_ran(tmp_path):
     assert "judge embedded: NOT validated" in stderr("compare", *map(str, runs), "--k", "2")
     hand_set = stderr("analyze", "coverage", *map(str, runs), "--depth", "3", "-o", "threshold=0.3")
     assert "is for the shipped judge, not this one (threshold 0.3 set by hand)" in hand_set
+
+
+def test_a_judge_berds_has_no_record_of_is_not_passed_over_in_silence():
+    """A plug-in, an nli: model or another LLM got no warning at all, as if validated."""
+    for judge_id in ("judges_for_tests:OverlapJudge", "nli:/models/t5|threshold=0.5", "openai:gpt-4o|parse=berds-study"):
+        assert "berds has no held-out figure for this judge" in judge_warning(judge_id)
+        assert judge_warning(judge_id, unknown=False) is None  # (judge validate: the measurement itself)
+    assert judge_warning(STUDY + "|parse=berds-study") is None  # the study's evaluator as the study ran it

@@ -390,7 +390,8 @@ def test_an_unvalidated_judge_is_marked_with_its_measured_figure():
     assert f"F1 {float(f1):.1f}" in text.replace("\n", " ")
     plain = evaluate_run(make_run(), OverlapJudge(), ks=(5,), progress=False)
     plain_text = " ".join(_render(metrics_table([plain])).split())
-    assert "judge: test-overlap" in plain_text and "warning" not in plain_text
+    assert "judge: test-overlap" in plain_text and "NOT validated" not in plain_text
+    assert "berds has no held-out figure for this judge" in plain_text  # a judge berds knows nothing about
 
 
 def test_unparsed_answers_above_the_limit_are_flagged_and_refused(tmp_path, tiny_run):

@@ -90,7 +90,7 @@ def validate_command(
         console.print(note, style="yellow", highlight=False)
     annotators = {f"column:{c}" for c in column}  # (a person's labels, whatever the column is called: no warning)
     for judge_id in dict.fromkeys(row.judge_id for row in report.judges if row.name not in annotators):
-        print_judge_warning(judge_id)
+        print_judge_warning(judge_id, unknown=False)  # (this command is the measurement the note would ask for)
     console.print(f"{report.n} labelled pairs from {labels} ({100 * report.gold_positive_share:.1f}% positive), "
                   f"{len(report.judges)} judge(s)" + (f" → {out}" if out else ""), highlight=False)
 

@@ -231,12 +231,13 @@ def require_judge(judge: str | None) -> str:
     return judge
 
 
-def print_judge_warning(judge_id: str) -> None:
-    """A judge not validated on held-out human labels is named as such, with its measured figure."""
+def print_judge_warning(judge_id: str, *, unknown: bool = True) -> None:
+    """A judge not validated on held-out human labels is named as such, with its measured figure (``unknown``:
+    also a judge berds has no record of)."""
     from rich.console import Console
 
     from berds.judges.validation import judge_warning
 
-    warning = judge_warning(judge_id)
+    warning = judge_warning(judge_id, unknown=unknown)
     if warning:
         Console(stderr=True).print(f"[bold yellow]warning:[/] {warning}", highlight=False)  # wrapped at the width, as the tables

@@ -163,10 +163,17 @@ def judge_validation(judge_id: str) -> JudgeValidation | None:
     return None
 
 
-def judge_warning(judge_id: str) -> str | None:
-    """One line to print beside results of a judge that is not validated (None for the others)."""
+def judge_warning(judge_id: str, *, unknown: bool = True) -> str | None:
+    """One line to print beside results of a judge that is not validated (None for the validated ones). A judge
+    berds knows nothing about (a plug-in, an ``nli:`` model, another LLM) is not validated either: it is told so,
+    unless ``unknown=False`` (``berds judge validate``, which is that measurement)."""
     record = judge_validation(judge_id)
-    if record is None or record.validated:
+    if record is None:
+        if not unknown:
+            return None
+        return (f"judge {short_judge_name(judge_id)}: berds has no held-out figure for this judge — measure it on "
+                "human-labelled pairs (`berds judge validate`) before reporting its numbers.")
+    if record.validated:
         return None
     return record.line()
 
