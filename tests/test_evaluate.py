@@ -542,3 +542,15 @@ def test_a_cache_that_cannot_be_written_is_named_as_such(tmp_path):
         said = done.stdout
     assert "cannot open the judgement cache" in said and "not writable" in said, said
     assert "is it a berds cache file" not in said
+
+
+def test_results_and_rerankers_have_short_reprs_for_notebooks():
+    """EvalResult's dataclass repr printed every support matrix; rerankers showed <... object at 0x...>."""
+    from analysis_fixtures import LettersEncoder
+    from berds.rerank.mmr import MMRReranker
+
+    result = evaluate_run(make_run(), OverlapJudge(), ks=(2, 5), progress=False)
+    assert repr(result) == ("EvalResult(run='tiny', judge='test-overlap|threshold=0.5', questions=3, "
+                            "mrecall@2=0.333, precision@2=0.500, mrecall@5=1.000, precision@5=0.600)")
+    reranker = MMRReranker(lam=0.9, encoder=LettersEncoder())
+    assert repr(reranker) == "MMRReranker(lambda=0.9, first='rank1', depth=100, top=None)"

@@ -76,6 +76,11 @@ class EvalResult:
     datasets: dict[str, str] = field(default_factory=dict)
     manifest: dict[str, Any] = field(default_factory=dict)
 
+    def __repr__(self) -> str:  # (the dataclass repr printed every support matrix: pages for a real run)
+        overall = self.averages.get("all", {})
+        means = "".join(f", {name}={value:.3f}" for name, value in overall.items())
+        return f"EvalResult(run={self.run_name!r}, judge={self.judge_id!r}, questions={len(self.support)}{means})"
+
     def judgements(self, run: Run) -> list[Judgement]:
         """One ``Judgement`` per (question, judged passage, perspective); a short question's missing ranks have none."""
         out = []

@@ -85,6 +85,10 @@ class EmbeddingReranker:
         self.embedding_cache = embedding_cache
         self.last: Candidates | None = None
 
+    def __repr__(self) -> str:  # (a notebook showed <MMRReranker object at 0x...>)
+        settings = {**self.parameters(), "depth": self.depth, "top": self.top}
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in settings.items())})"
+
     # -- what subclasses provide
     def parameters(self) -> dict[str, Any]:
         return {}
