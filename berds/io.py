@@ -399,6 +399,24 @@ def no_gc() -> Iterator[None]:
             gc.enable()
 
 
+def lock_folder(folder: PathLike, *, what: str) -> int | None:
+    """Take an exclusive ``flock`` on ``folder`` for this process: the open descriptor that holds it (close it to
+    release; the system releases it when the process ends, even by SIGKILL), or None where the platform has no
+    flock (Windows). Another process holding it is an ``InputError`` naming ``what`` is writing there."""
+    try:
+        import fcntl
+    except ImportError:  # (Windows)
+        return None
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise InputError(f"another {what} is writing into this folder right now", path=folder,
+                         fix="wait for it to finish, or choose another --out") from None
+    return fd
+
+
 def check_writable(path: PathLike, *, folder: bool) -> None:
     """Refuse, before any work starts, an output that cannot be written: a file where a folder goes (or the
     reverse), or no write access to the nearest existing folder above it. Commands that judge or retrieve for

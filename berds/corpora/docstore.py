@@ -51,7 +51,7 @@ import lmdb
 import numpy as np
 
 from berds.errors import BerdsError, InputError
-from berds.io import iter_jsonl, new_manifest, no_gc, read_json, write_json
+from berds.io import iter_jsonl, lock_folder, new_manifest, no_gc, read_json, write_json
 from berds.types import Passage
 
 STORE_KIND = "passage-store"
@@ -262,18 +262,7 @@ def _lock_building(building: Path) -> int | None:
     """An exclusive lock on the build folder, held by the open descriptor returned (None where the platform has
     no flock). Two builds of one --out at once both wrote into it (LMDB lets writers take turns) and the first
     to finish moved it into place under the other: a store its own size check then refused as damaged."""
-    try:
-        import fcntl
-    except ImportError:  # (Windows)
-        return None
-    fd = os.open(building, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        raise InputError("another berds build is writing into this folder right now", path=building,
-                         fix="wait for it to finish, or choose another --out") from None
-    return fd
+    return lock_folder(building, what="berds build")
 
 
 def _unlock(fd: int | None) -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from berds.errors import BerdsError, InputError
-from berds.io import new_manifest, read_json, write_json
+from berds.io import lock_folder, new_manifest, read_json, write_json
 from berds.runs import fields_intact, one_token
 
 INDEX_META = "meta.json"
@@ -190,21 +190,12 @@ _BUILD_LOCKS: dict[str, int] = {}
 
 def lock_index_folder(folder: Path) -> None:
     """Hold ``folder`` for this process's build; refuse it when another process is building there."""
-    try:
-        import fcntl
-    except ImportError:  # (Windows)
-        return
     key = str(folder.resolve())
     if key in _BUILD_LOCKS:
         return
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        raise InputError("another berds index build is writing into this folder right now", path=folder,
-                         fix="wait for it to finish, or choose another --out") from None
-    _BUILD_LOCKS[key] = fd
+    fd = lock_folder(folder, what="berds index build")
+    if fd is not None:
+        _BUILD_LOCKS[key] = fd
 
 
 def release_index_folder(folder: Path) -> None:
