@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Iterator
 
 
 class PageHandler(BaseHTTPRequestHandler):
@@ -35,3 +38,16 @@ class QuietServer(ThreadingHTTPServer):
     def handle_error(self, request, client_address):
         if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
             super().handle_error(request, client_address)
+
+
+@contextlib.contextmanager
+def serving(handler: type, host: str = "127.0.0.1") -> Iterator[QuietServer]:
+    """A ``QuietServer`` for ``handler`` answering on a free port of ``host`` in a thread, shut down on leaving."""
+    server = QuietServer((host, 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+

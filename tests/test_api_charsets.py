@@ -5,14 +5,13 @@ traceback from ``bytes.decode``."""
 from __future__ import annotations
 
 import json
-import threading
 
 import pytest
 
 from berds.corpora.search import SerperProvider
 from berds.llm.base import user_prompt
 from berds.llm.openai_backend import OpenAILLM
-from http_fixtures import PageHandler, QuietServer
+from http_fixtures import PageHandler, serving
 
 pytestmark = pytest.mark.network
 
@@ -28,11 +27,8 @@ class Labelled(PageHandler):
 
 @pytest.fixture(scope="module")
 def server():
-    srv = QuietServer(("127.0.0.1", 0), Labelled)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_port}"
-    srv.shutdown()
-    srv.server_close()
+    with serving(Labelled) as srv:
+        yield f"http://127.0.0.1:{srv.server_port}"
 
 
 @pytest.mark.parametrize("charset", ["no-such-charset", "zlib", "rot13", "base64", "utf-8"])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from http.server import BaseHTTPRequestHandler
 
@@ -20,7 +19,7 @@ from berds.corpora.search import (
 )
 from berds.errors import BerdsError
 from berds.types import Question
-from http_fixtures import QuietServer
+from http_fixtures import serving
 
 pytestmark = pytest.mark.network
 
@@ -103,12 +102,8 @@ class Site(BaseHTTPRequestHandler):
 def site():
     Site.log = []
     Site.flaky_calls = 0
-    server = QuietServer(("127.0.0.1", 0), Site)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
-    server.server_close()
+    with serving(Site) as server:
+        yield f"http://127.0.0.1:{server.server_port}"
 
 
 FAST = FetchOptions(connect_timeout=2, read_timeout=0.5, total_timeout=5, max_bytes=100_000, retries=1, backoff=0.05,

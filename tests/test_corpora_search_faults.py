@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import codecs
 import json
-import threading
 import time
 
 import pytest
@@ -14,7 +13,7 @@ from berds.corpora.html import decode_html, sniff_binary
 from berds.corpora.search import FetchOptions, PageFetcher, SearchCache, SearchResult, build_search_corpus
 from berds.errors import BerdsError, InputError
 from berds.types import Passage, Question
-from http_fixtures import PageHandler, QuietServer
+from http_fixtures import PageHandler, serving
 
 pytestmark = pytest.mark.network
 
@@ -104,11 +103,8 @@ class Handler(PageHandler):
 @pytest.fixture()
 def server():
     Handler.log = []
-    srv = QuietServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_port}"
-    srv.shutdown()
-    srv.server_close()
+    with serving(Handler) as srv:
+        yield f"http://127.0.0.1:{srv.server_port}"
 
 
 FAST = dict(connect_timeout=2, read_timeout=2, total_timeout=5, retries=0, backoff=0.01, concurrency=2)

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import threading
 import tracemalloc
 import zlib
 
@@ -14,7 +13,7 @@ from berds.corpora.search import FetchOptions, PageFetcher, SearchCache, SearchE
 from berds.errors import BerdsError
 from berds.llm.base import user_prompt
 from berds.llm.openai_backend import OpenAILLM
-from http_fixtures import PageHandler, QuietServer
+from http_fixtures import PageHandler, serving
 
 pytestmark = pytest.mark.network
 
@@ -55,11 +54,8 @@ class Bomb(PageHandler):
 
 @pytest.fixture(scope="module")
 def bomb():
-    srv = QuietServer(("127.0.0.1", 0), Bomb)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_port}"
-    srv.shutdown()
-    srv.server_close()
+    with serving(Bomb) as srv:
+        yield f"http://127.0.0.1:{srv.server_port}"
 
 
 def peak_mb(call) -> float:
