@@ -78,7 +78,7 @@ def test_max_rounds_and_tie_breakers(labelled):
     verdicts = judge.judge(pairs)
     assert [v.label for v in verdicts] == gold.tolist() and judge.stats["tie_breaks"] == len(pairs)
     assert verdicts[0].detail["debate"]["transcript"][-1]["role"] == "tie_breaker"
-    assert judge.id == f"debate(rounds=2,critic=self,tie={fair.id})>{judge.inner.id}"
+    assert judge.id == f"debate(rounds=2,critic=self,tie={fair.id}[{fair.prompt_version}])>{judge.inner.id}"
 
     # a scorer that flips on every objection: answers a, not a, a, not a ...
     for rounds, expected in ((2, first), (3, ~first)):  # majority of (a, ¬a, a) = a; (a, ¬a, a, ¬a) ties -> latest
@@ -95,6 +95,22 @@ def test_a_separate_critic_llm(labelled):
     assert [v.label for v in verdicts] == labelled.labels.tolist()  # every answer revised to the truth
     assert critic.calls == [len(labelled)] and scorer.calls == [len(labelled), len(labelled)]
     assert "critic=harsh-critic" in judge.id
+
+
+def test_every_debate_setting_that_changes_a_verdict_changes_the_id(labelled):
+    """The id keys the judgement cache: a shorter critic reply or a tie-breaker asked with another prompt gives
+    other verdicts, and shared the default debate's id (cached verdicts of one were served for the other)."""
+    def debate(**options):
+        return DebateJudge(LLMJudge(ScriptedJudgeLLM(labelled.path)), **options)
+
+    default = debate()
+    assert debate(critic_max_new_tokens=96).id == default.id  # the default adds nothing: earlier ids stay valid
+    assert debate(critic_max_new_tokens=8).id != default.id
+    zero, one = (LLMJudge(ScriptedJudgeLLM(labelled.path), prompt=p) for p in ("zero-shot", "one-shot"))
+    assert zero.id == one.id  # (an LLM judge's prompt is in its prompt version, not its id)
+    assert debate(tie_breaker=zero).id != debate(tie_breaker=one).id
+    with pytest.raises(BerdsError, match="critic_max_new_tokens"):
+        debate(critic_max_new_tokens=0)
 
 
 def test_load_judge_routes_options_and_rejects_judges_without_an_llm():

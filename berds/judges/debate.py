@@ -121,7 +121,12 @@ class DebateJudge:
         self.critic_llm, critic_name = self._resolve_critic(critic)
         self.tie_breaker, tie_name = self._resolve_tie_breaker(tie_breaker)
         self.critic_max_new_tokens = int(critic_max_new_tokens)
-        self.id = f"debate(rounds={rounds},critic={critic_name},tie={tie_name})>{inner.id}"
+        if self.critic_max_new_tokens < 1:
+            raise BerdsError(f"critic_max_new_tokens must be a positive integer, got {critic_max_new_tokens!r}")
+        # Everything that changes a verdict keys the cache; the default critic length adds nothing, so ids
+        # written before it entered still name the same verdicts.
+        critic_tokens = "" if self.critic_max_new_tokens == 96 else f",critic_max_new_tokens={self.critic_max_new_tokens}"
+        self.id = f"debate(rounds={rounds},critic={critic_name}{critic_tokens},tie={tie_name})>{inner.id}"
         self.prompt_version = f"{inner.prompt_version}+{DEBATE_VERSION}:{CRITIC_PROMPT.version}"
         self.name = f"debate:{getattr(inner, 'name', None) or inner.id}"
         self.batch_size = getattr(inner, "batch_size", None) or getattr(self.scorer.llm, "batch_size", 64)
@@ -141,7 +146,8 @@ class DebateJudge:
         if tie_breaker in TIE_BREAKERS:
             return tie_breaker, tie_breaker
         if hasattr(tie_breaker, "judge") and hasattr(tie_breaker, "id"):
-            return tie_breaker, tie_breaker.id
+            # its prompt changes its answers as much as its id does (an LLM judge's id leaves the prompt out)
+            return tie_breaker, f"{tie_breaker.id}[{tie_breaker.prompt_version}]"
         raise BerdsError(f"tie_breaker must be none, majority or a judge, got {tie_breaker!r}")
 
     # -------------------------------------------------------------------------------- rounds
