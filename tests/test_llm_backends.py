@@ -212,7 +212,34 @@ def first_step_logprobs(llm, prompt):
 def test_transformers_backend_is_an_llm_with_a_content_based_id(tiny_llm, tiny_mistral):
     assert isinstance(tiny_llm, LLM)
     assert tiny_llm.device == "cpu" and tiny_llm.dtype == "float32"
-    assert re.fullmatch(rf"transformers:{tiny_mistral.name}#[0-9a-f]{{12}}", tiny_llm.id)
+    assert re.fullmatch(rf"transformers:{tiny_mistral.name}#[0-9a-f]{{12}}\+dtype=float32", tiny_llm.id)
+
+
+def test_transformers_settings_that_change_answers_change_the_id(tiny_mistral, tiny_lora):
+    """The id keys the judgement cache. Half or full precision and a chat template of one's own change the
+    answers, yet shared the id (a CPU float32 run's verdicts were served to a bfloat16 GPU run of the same
+    model); batch size and device at one precision do not change answers, and keep it."""
+    from berds.llm.transformers_backend import TransformersLLM
+
+    def llm_id(**options):
+        return TransformersLLM(str(tiny_mistral), **options).id
+
+    cpu = llm_id(device="cpu")
+    assert llm_id(device="cpu", batch_size=1) == llm_id(device="cpu", dtype="float32", seed=3) == cpu
+    assert llm_id(device="cpu", dtype="float16") != cpu != llm_id(device="cpu", dtype="bfloat16")
+    # auto is bfloat16 on GPUs, the study's precision, whose ids stay as they were
+    assert llm_id(device="cuda", dtype="auto") == llm_id(device="cpu", dtype="bf16") == cpu.replace("+dtype=float32", "")
+    assert llm_id(device="cpu", chat_template="{{ messages[0]['content'] }}") != cpu
+    assert llm_id(device="cpu", chat_template="{{ messages[-1]['content'] }}") != llm_id(
+        device="cpu", chat_template="{{ messages[0]['content'] }}")
+    adapted = llm_id(device="cpu", adapter=str(tiny_lora))
+    assert llm_id(device="cpu", adapter=str(tiny_lora), merge_adapter=True) != adapted
+    assert llm_id(device="cpu", merge_adapter=True) == cpu  # nothing to merge
+    # vLLM: an explicit precision and extra engine arguments (quantization=...) are in the id too
+    assert model_identity("vllm", "org/m", dtype="float16") == "vllm:org/m+dtype=float16"
+    assert model_identity("vllm", "org/m", options={"quantization": "awq"}) != model_identity("vllm", "org/m")
+    assert model_identity("vllm", "org/m", options={"a": 1, "b": 2}) == model_identity("vllm", "org/m",
+                                                                                       options={"b": 2, "a": 1})
 
 
 def test_greedy_generation_is_deterministic_and_batch_invariant(tiny_llm, tiny_mistral):

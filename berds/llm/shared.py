@@ -212,18 +212,34 @@ def model_identity(
     adapter: str | None = None,
     adapter_revision: str | None = None,
     gguf_file: str | None = None,
+    dtype: str | None = None,
+    chat_template: str | None = None,
+    merged: bool = False,
+    options: Mapping[str, Any] | None = None,
 ) -> str:
-    """The ``id`` of a local-weights backend: backend, model (+revision), GGUF file and adapter.
+    """The ``id`` of a local-weights backend: backend, model (+revision), GGUF file, precision, chat template,
+    adapter (and whether it was merged into the weights) and other engine options.
 
     Example: ``transformers:mistralai/Mistral-7B-Instruct-v0.2+adapter=timchen0618/Mistral_BERDS_evaluator``.
     The backend is part of the id because transformers and vLLM kernels do not give bit-identical
-    answers, and the id keys judgement caches.
+    answers, and the id keys judgement caches. So are the precision the weights run in (``dtype``; the study's
+    ``bfloat16`` and ``None`` add nothing, so the study's ids stay as they were), a ``chat_template`` given
+    instead of the tokenizer's own (as a hash) and ``options`` (a hash of the JSON object): each changes answers.
     """
     text = f"{backend}:{describe_source(model, revision)}"
     if gguf_file:
         text += f"+gguf={gguf_file}"
+    if dtype and dtype != "bfloat16":
+        text += f"+dtype={dtype}"
+    if chat_template:
+        text += f"+chat_template={hashlib.sha256(chat_template.encode('utf-8')).hexdigest()[:12]}"
     if adapter:
-        text += f"+adapter={describe_source(adapter, adapter_revision)}"
+        text += f"+adapter={describe_source(adapter, adapter_revision)}" + ("+merged" if merged else "")
+    if options:
+        import json
+
+        canonical = json.dumps(options, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
+        text += f"+options={hashlib.sha256(canonical.encode('utf-8')).hexdigest()[:12]}"
     return text
 
 

@@ -31,6 +31,19 @@ _DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp
            "half": "float16", "float32": "float32", "fp32": "float32", "float": "float32"}
 
 
+def _resolved_dtype(requested: str, device: str | None) -> str:
+    """The precision ``load()`` runs the weights in: ``auto`` is bfloat16 on GPUs, float32 elsewhere."""
+    if requested != "auto":
+        return _DTYPES[requested]
+    if device is None:  # (as load() decides it)
+        try:
+            import torch
+        except ImportError:  # nothing can load without it; load() says so
+            return "float32"
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return "bfloat16" if device == "auto" or device.startswith("cuda") else "float32"
+
+
 class TransformersLLM:
     """A local causal LM (hub name or local path) behind ``berds.llm.base.LLM``.
 
@@ -83,9 +96,12 @@ class TransformersLLM:
         self.trust_remote_code = trust_remote_code
         self.chat_template = chat_template
         self.seed = seed
-        # Raises at once for a local path that does not exist.
+        # Raises at once for a local path that does not exist. The precision and a chat template of one's own
+        # change answers, so they are in the id (it keys the judgement cache).
         self.id = model_identity("transformers", self.model_name, revision=revision, adapter=self.adapter,
-                                 adapter_revision=adapter_revision, gguf_file=gguf_file)
+                                 adapter_revision=adapter_revision, gguf_file=gguf_file,
+                                 dtype=_resolved_dtype(dtype, device), chat_template=chat_template,
+                                 merged=merge_adapter)
         self._model: Any = None
         self._tokenizer: Any = None
         self.device: str | None = None
@@ -110,9 +126,7 @@ class TransformersLLM:
             from berds.lazy import check_device
 
             check_device(device)
-        on_gpu = device == "auto" or device.startswith("cuda")
-        dtype = self.requested_dtype
-        dtype = ("bfloat16" if on_gpu else "float32") if dtype == "auto" else _DTYPES[dtype]
+        dtype = _resolved_dtype(self.requested_dtype, device)
         common: dict[str, Any] = {"revision": self.revision, "trust_remote_code": self.trust_remote_code}
         if self.gguf_file:
             common["gguf_file"] = self.gguf_file

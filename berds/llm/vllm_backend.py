@@ -81,8 +81,10 @@ class VLLMLLM:
         self.max_lora_rank = max_lora_rank
         self.chat_template = chat_template
         self.show_progress = show_progress
+        # precision, a chat template of one's own and extra engine arguments (quantization=...) change answers
         self.id = model_identity("vllm", self.model_name, revision=revision, adapter=self.adapter,
-                                 adapter_revision=adapter_revision)
+                                 adapter_revision=adapter_revision, dtype=None if dtype == "auto" else str(dtype),
+                                 chat_template=chat_template, options=engine_options)
         self._engine: Any = None
         self._lora_request: Any = None
         self._tokenizer: Any = None
