@@ -116,6 +116,35 @@ def test_local_model_identity_follows_content_not_location(tmp_path):
         model_identity("transformers", str(tmp_path / "missing"))
 
 
+def test_weights_replaced_in_place_change_a_local_model_identity(tmp_path):
+    """A model retrained at the same path (same file sizes, only inner tensors changed) kept its id: only the
+    first and last 64 KiB of each file were hashed, so its cached verdicts were served for the new weights."""
+    import os
+
+    folder = tmp_path / "judge"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "mistral"}')
+    small, large = folder / "adapter_model.safetensors", folder / "model.safetensors"
+    small.write_bytes(os.urandom(300_000))
+    large.write_bytes(os.urandom(3_000_000))  # past the size whose digest is remembered across processes
+    before = model_identity("transformers", str(folder))
+    assert model_identity("transformers", str(folder)) == before
+
+    for weights in (small, large):
+        stat = weights.stat()
+        with open(weights, "r+b") as handle:  # rewritten in place, as a retraining run saving there would
+            handle.seek(stat.st_size // 2)
+            handle.write(os.urandom(64))
+        os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # even with its old modification time
+        after = model_identity("transformers", str(folder))
+        assert after != before, weights.name
+        assert model_identity("transformers", str(folder)) == after  # (and stable)
+        before = after
+    copy = tmp_path / "elsewhere" / "judge"
+    shutil.copytree(folder, copy)
+    assert model_identity("transformers", str(copy)) == before  # a copy keeps its cache entries
+
+
 # ---------------------------------------------------------------------------------- vLLM helpers
 
 

@@ -150,9 +150,8 @@ def generation_from_token_logprobs(
 
 # -------------------------------------------------------------------------------------- identities
 
-# Files whose names, sizes and sampled bytes identify a local model or adapter folder.
+# Files whose names, sizes and contents identify a local model or adapter folder.
 _IDENTITY_SUFFIXES = (".json", ".safetensors", ".bin", ".gguf", ".model", ".jinja", ".txt", ".pt")
-_SAMPLE_BYTES = 1 << 16
 
 
 def looks_like_local_path(name: str) -> bool:
@@ -166,26 +165,81 @@ def looks_like_local_path(name: str) -> bool:
 
 
 def local_fingerprint(path: str | os.PathLike[str]) -> str:
-    """A short hash of a local model/adapter: file names, sizes, and the first and last 64 KiB of each.
+    """A short hash of a local model/adapter: file names, sizes and the SHA-256 of each file's whole content.
 
-    Two different local models never share it (random re-initialisations of one architecture have equal
-    sizes, which is why bytes are sampled too), and it costs a few reads even for a 14 GB model. A single
-    file (a ``.gguf``) is hashed the same way.
+    The id it goes into keys judgement caches, so weights retrained or replaced in place (same path, same sizes,
+    as a fine-tune of one architecture has) must change it: sampling the first and last 64 KiB of each file, as
+    berds did, missed every change in between. A file's digest is remembered in ``$BERDS_HOME/fingerprints.json``
+    under its path, size, inode and modification and change times (the change time cannot be set back), so a
+    14 GB model is read once, not at every evaluation. A single file (a ``.gguf``) is hashed the same way.
     """
     root = Path(path).expanduser()
     files = [root] if root.is_file() else sorted(
         p for p in root.rglob("*") if p.is_file() and p.suffix in _IDENTITY_SUFFIXES and ".cache" not in p.parts
     )
+    memo = _DigestMemo()
     digest = hashlib.sha256()
     for file in files:
         size = file.stat().st_size
         digest.update(f"{file.relative_to(root) if file != root else file.name}\0{size}\0".encode())
-        with open(file, "rb") as handle:
-            digest.update(handle.read(_SAMPLE_BYTES))
-            if size > 2 * _SAMPLE_BYTES:
-                handle.seek(size - _SAMPLE_BYTES)
-                digest.update(handle.read(_SAMPLE_BYTES))
+        digest.update(memo.digest(file))
+    memo.save()
     return digest.hexdigest()[:12]
+
+
+class _DigestMemo:
+    """SHA-256 digests of large files, kept across processes, valid while a file's stat says it is unchanged."""
+
+    SMALL = 1 << 20  # smaller files are just read
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+        self.entries: dict[str, list] = {}
+        self.changed = False
+
+    def _load(self) -> None:
+        if self.path is not None:
+            return
+        import json
+
+        from berds.io import home_dir
+
+        try:
+            self.path = home_dir() / "fingerprints.json"
+            entries = json.loads(self.path.read_text(encoding="utf-8")) if self.path.is_file() else {}
+            self.entries = entries if isinstance(entries, dict) else {}
+        except (OSError, ValueError, BerdsError):  # a memo that cannot be read is rebuilt: it only saves time
+            self.path = self.path or Path(os.devnull)
+            self.entries = {}
+
+    def digest(self, file: Path) -> bytes:
+        st = file.stat()
+        if st.st_size <= self.SMALL:
+            return hashlib.sha256(file.read_bytes()).digest()
+        self._load()
+        key = str(file.resolve())
+        stamp = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+        entry = self.entries.get(key)
+        if isinstance(entry, list) and len(entry) == 6 and entry[:5] == stamp and isinstance(entry[5], str):
+            try:
+                return bytes.fromhex(entry[5])
+            except ValueError:
+                pass
+        with open(file, "rb") as handle:
+            value = hashlib.file_digest(handle, "sha256").digest()
+        self.entries[key] = stamp + [value.hex()]
+        self.changed = True
+        return value
+
+    def save(self) -> None:
+        if not self.changed or self.path is None or self.path == Path(os.devnull):
+            return
+        from berds.io import write_json
+
+        try:
+            write_json(self.path, self.entries)
+        except (OSError, BerdsError):  # a read-only home: the digests are computed again next time
+            pass
 
 
 def describe_source(name: str, revision: str | None = None) -> str:
