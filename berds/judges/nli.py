@@ -57,9 +57,17 @@ class NLIJudge:
         self.entail_label = entail_label
         self.seq2seq_format = seq2seq_format
         self.entail_token, self.other_token = entail_token, other_token
+        # Every option that changes a verdict is in the id (it keys the judgement cache); defaults add nothing,
+        # so ids written before an option entered still name the same verdicts.
+        import hashlib
+
         self.id = (model_identity("nli", self.model_name, revision=revision)
                    + f"|threshold={threshold:g}" + (f"|entail_label={entail_label}" if entail_label else "")
-                   + (f"|dtype={self.dtype}" if self.dtype != "float32" else ""))
+                   + (f"|dtype={self.dtype}" if self.dtype != "float32" else "")
+                   + (f"|max_length={self.max_length}" if self.max_length != 512 else "")
+                   + (f"|seq2seq_format={hashlib.sha256(seq2seq_format.encode()).hexdigest()[:12]}"
+                      if seq2seq_format != DEFAULT_SEQ2SEQ_FORMAT else "")
+                   + (f"|tokens={entail_token},{other_token}" if (entail_token, other_token) != ("1", "0") else ""))
         self.name = name or f"nli:{self.model_name}"
         self.prompt_version = PROMPT_VERSION
         self._model: Any = None

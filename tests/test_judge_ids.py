@@ -1,0 +1,24 @@
+"""Judge ids key the judgement cache: every option that changes a verdict must change the id (or the prompt
+version), and options that cannot change one must not split the cache. Nothing here loads a model."""
+
+from __future__ import annotations
+
+from berds.judges.nli import NLIJudge
+
+
+def test_every_nli_option_that_changes_a_verdict_changes_the_id():
+    """max_length truncates the passage, seq2seq_format is the text a T5 model reads, entail/other_token the
+    words it is scored on: each changed verdicts under the default's id."""
+    default = NLIJudge("org/nli-model")
+    assert NLIJudge("org/nli-model", batch_size=3, device="cpu", max_length=512).id == default.id
+    changed = {
+        "max_length": NLIJudge("org/nli-model", max_length=128).id,
+        "seq2seq_format": NLIJudge("org/nli-model", seq2seq_format="{premise} => {hypothesis}").id,
+        "entail_token": NLIJudge("org/nli-model", entail_token="yes", other_token="no").id,
+        "threshold": NLIJudge("org/nli-model", threshold=0.7).id,
+        "entail_label": NLIJudge("org/nli-model", entail_label="ENTAILS").id,
+        "dtype": NLIJudge("org/nli-model", dtype="bfloat16").id,
+        "revision": NLIJudge("org/nli-model", revision="abc").id,
+    }
+    assert default.id not in changed.values(), changed
+    assert len(set(changed.values())) == len(changed), changed
