@@ -22,3 +22,23 @@ def test_every_nli_option_that_changes_a_verdict_changes_the_id():
     }
     assert default.id not in changed.values(), changed
     assert len(set(changed.values())) == len(changed), changed
+
+
+def test_a_prompt_of_ones_own_keys_the_cache_by_what_it_sends():
+    """A PromptTemplate edited under the same version name kept the prompt version, so the old wording's cached
+    verdicts were served for the new one; the shipped prompts keep their versions."""
+    from berds.judges import LLMJudge
+    from berds.judges.prompts import PROMPTS, PromptTemplate
+
+    class NoLLM:
+        id = "test:no-llm"
+
+    first = LLMJudge(NoLLM(), prompt=PromptTemplate("mine-v1", "Doc {document} / claim {perspective}? yes or no"))
+    edited = LLMJudge(NoLLM(), prompt=PromptTemplate("mine-v1", "Document: {document}\nClaim: {perspective}\nYes/No?"))
+    assert first.prompt_version != edited.prompt_version
+    assert first.prompt_version.startswith("mine-v1#")
+    assert LLMJudge(NoLLM(), prompt=PromptTemplate("mine-v1", "Doc {document} / claim {perspective}? yes or no")
+                    ).prompt_version == first.prompt_version
+    for version, prompt in PROMPTS.items():
+        assert LLMJudge(NoLLM(), prompt=prompt).prompt_version == version
+        assert LLMJudge(NoLLM(), prompt=version).prompt_version == version

@@ -166,7 +166,7 @@ class LLMJudge:
         self.id = redact_text(f"{llm.id}{suffix}")
         self.system = system
         self.drop_system = drops_system_turn(system, llm.id) and self.prompt.has_system_turn
-        self.prompt_version = self.prompt.version + ("+no-system" if self.drop_system else "")
+        self.prompt_version = prompt_version(self.prompt) + ("+no-system" if self.drop_system else "")
 
     def render(self, pair: JudgePair) -> list[dict[str, str]]:
         """The messages sent for one pair (the system turn left out when ``drop_system``)."""
@@ -197,6 +197,20 @@ class LLMJudge:
                 label = p_yes >= self.threshold
             verdicts.append(Verdict(label=label, p_yes=p_yes, raw=gen.text, detail=None if parsed else {"unparsed": True}))
         return verdicts
+
+
+def prompt_version(prompt: PromptTemplate) -> str:
+    """The version a prompt keys the cache with: a shipped prompt's own; a template of one's own adds a hash of
+    what is sent (its text edited under the same version name would otherwise be served the old text's verdicts)."""
+    import hashlib
+    import json
+
+    from berds.judges.prompts import PROMPTS
+
+    if PROMPTS.get(prompt.version) == prompt:
+        return prompt.version
+    sent = json.dumps([prompt.form, prompt.template, prompt.system], ensure_ascii=False)
+    return f"{prompt.version}#{hashlib.sha256(sent.encode('utf-8')).hexdigest()[:12]}"
 
 
 _JUDGE_KEYS = {"prompt", "parse", "system", "max_new_tokens", "top_logprobs", "threshold", "name"}
