@@ -18,13 +18,15 @@ import json
 import sqlite3
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 from berds.errors import BerdsError
 from berds.types import JudgePair, Passage, Verdict
 
 SCHEMA_VERSION = 1
+_COLUMNS = ("judge", "prompt", "perspective", "passage", "label", "p_yes", "raw", "detail", "created")
 IDS_REDACTED = "ids_redacted"  # meta key: stored judge ids were checked for credentials (see _redact_stored_ids)
 
 
@@ -96,6 +98,12 @@ class JudgementCache:
                 raise BerdsError(f"{self.path}: an SQLite database of another program (tables "
                                  f"{', '.join(sorted(tables)[:5])}), not a berds judgement cache — give --cache a "
                                  "new file name or a file berds wrote")
+            if "judgements" in tables:  # a table of that name with other columns: not one berds wrote
+                columns = [r[1] for r in self._db.execute("PRAGMA table_info(judgements)")]
+                if columns != list(_COLUMNS):
+                    self._db.close()
+                    raise BerdsError(f"{self.path}: its judgements table has columns {', '.join(columns)[:120]}, not "
+                                     "those of a berds judgement cache — give --cache a new file name")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(
@@ -118,8 +126,9 @@ class JudgementCache:
             row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if row is None:
                 self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-            elif int(row[0]) != SCHEMA_VERSION:
-                raise BerdsError(f"{self.path}: judgement cache schema {row[0]}, this berds reads {SCHEMA_VERSION}")
+            elif str(row[0]).strip() != str(SCHEMA_VERSION):
+                raise BerdsError(f"{self.path}: judgement cache schema {row[0]!r:.40}, this berds reads {SCHEMA_VERSION} "
+                                 "— give --cache a new file name (or --no-cache)")
             if self._db.execute("SELECT 1 FROM meta WHERE key=?", (IDS_REDACTED,)).fetchone() is None:
                 self._redact_stored_ids()
         except sqlite3.DatabaseError as exc:
@@ -174,6 +183,22 @@ class JudgementCache:
     def close(self) -> None:
         self._db.close()
 
+    @contextmanager
+    def _reading(self, doing: str) -> Iterator[None]:
+        """SQLite's errors after the file opened (a page damaged past the header, a lock held past the timeout,
+        a full disk) as one line naming the cache file, not a traceback from inside sqlite3."""
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            text = str(exc)
+            if "locked" in text or "busy" in text:
+                why = "another process held it locked for longer than the timeout"
+            elif "full" in text:
+                why = "the disk is full"
+            else:
+                why = "the file is damaged — delete it (its verdicts are judged again) or give --cache another file"
+            raise BerdsError(f"{self.path}: {doing} the judgement cache failed ({text}): {why}") from None
+
     def __enter__(self) -> "JudgementCache":
         return self
 
@@ -200,7 +225,7 @@ class JudgementCache:
         query = f"SELECT passage, label, p_yes, {detail} FROM judgements WHERE judge=? AND prompt=? AND perspective=?"
         width = 5 if with_raw else 4
         out: dict[bytes, tuple[tuple, ...]] = {}
-        with self._lock:
+        with self._lock, self._reading("reading"):
             cur = self._db.cursor()
             cur.execute("BEGIN")  # one read snapshot for the whole lookup
             try:
@@ -209,7 +234,8 @@ class JudgementCache:
                         rows = cur.execute(query, (judge_id, prompt_version, persp)).fetchall()
                         out[persp] = tuple(zip(*rows)) if rows else ((),) * width
             finally:
-                cur.execute("COMMIT")
+                if self._db.in_transaction:
+                    cur.execute("COMMIT")
         return out
 
     def get_many(self, judge_id: str, prompt_version: str, pairs: Sequence[JudgePair]) -> list[Verdict | None]:
@@ -238,24 +264,25 @@ class JudgementCache:
             )
             for p, v in zip(pairs, verdicts)
         ]
-        with self._lock:
+        with self._lock, self._reading("writing to"):
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 self._db.executemany("INSERT OR REPLACE INTO judgements VALUES (?,?,?,?,?,?,?,?,?)", rows)
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # (SQLite may have rolled back already; ROLLBACK would hide the error)
+                    self._db.execute("ROLLBACK")
                 raise
 
     def count(self, judge_id: str | None = None) -> int:
-        with self._lock:
+        with self._lock, self._reading("reading"):
             if judge_id is None:
                 return self._db.execute("SELECT COUNT(*) FROM judgements").fetchone()[0]
             return self._db.execute("SELECT COUNT(*) FROM judgements WHERE judge=?", (judge_id,)).fetchone()[0]
 
     def judges(self) -> list[tuple[str, str, int]]:
         """``(judge id, prompt version, number of cached verdicts)`` for everything in the cache."""
-        with self._lock:
+        with self._lock, self._reading("reading"):
             return [tuple(r) for r in self._db.execute(
                 "SELECT judge, prompt, COUNT(*) FROM judgements GROUP BY judge, prompt ORDER BY judge, prompt"
             )]
