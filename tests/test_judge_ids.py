@@ -3,7 +3,9 @@ version), and options that cannot change one must not split the cache. Nothing h
 
 from __future__ import annotations
 
+from berds.judges import load_judge
 from berds.judges.nli import NLIJudge
+from llm_fixtures import tiny_mistral  # noqa: F401  (a pytest fixture)
 
 
 def test_every_nli_option_that_changes_a_verdict_changes_the_id():
@@ -42,3 +44,22 @@ def test_a_prompt_of_ones_own_keys_the_cache_by_what_it_sends():
     for version, prompt in PROMPTS.items():
         assert LLMJudge(NoLLM(), prompt=prompt).prompt_version == version
         assert LLMJudge(NoLLM(), prompt=version).prompt_version == version
+
+
+def test_a_worker_running_another_precision_is_told_which_option_to_pass(tiny_mistral):
+    """Workers whose judge runs in another precision than the driver's (dtype=auto gives bf16 on a GPU worker and
+    float32 on a CPU driver) are refused before their verdicts reach the cache, saying how to name one precision."""
+    import pytest
+
+    from berds.engine.local import LocalEngine
+    from berds.errors import BerdsError
+    from berds.evaluate.judging import judge_on_engine
+    from berds.judges.recipe import JudgeRecipe
+    from berds.types import JudgePair
+
+    name = f"transformers:{tiny_mistral}"
+    driver = load_judge(name, device="cpu", dtype="float32", max_new_tokens=2)
+    worker = JudgeRecipe(name, {"device": "cpu", "dtype": "bfloat16", "max_new_tokens": 2})
+    with pytest.raises(BerdsError, match=r"same precision .*-o dtype=bfloat16"):
+        judge_on_engine(LocalEngine(), driver, [JudgePair("taxes should be raised", "the school uniforms")], None,
+                        recipe=worker, progress=False)

@@ -117,10 +117,14 @@ def judge_on_engine(
             if not isinstance(judged, JudgedBatch):
                 raise BerdsError(f"engine {engine.name!r} returned a {type(judged).__name__} for a judge batch")
             if (judged.judge_id, judged.prompt_version) != (expected_id, expected_prompt):
+                # dtype=auto is bf16 where there is a GPU and float32 elsewhere: a driver without one names float32
+                precision = (" and run the weights in the same precision (a driver without a GPU resolves dtype=auto "
+                             "to float32: pass -o dtype=bfloat16 or the precision you mean)"
+                             if "+dtype=" in judged.judge_id + expected_id else "")
                 raise BerdsError(
                     f"worker {result.worker} built judge {judged.judge_id!r} (prompt {judged.prompt_version!r}) but this "
                     f"evaluation uses {expected_id!r} (prompt {expected_prompt!r}) — workers must see the same model "
-                    "files and berds version as the driver"
+                    f"files and berds version as the driver{precision}"
                 )
             verdicts = check_verdicts(None, expected_id, batch, judged.verdicts)
             if cache is not None:
