@@ -63,3 +63,14 @@ def test_a_worker_running_another_precision_is_told_which_option_to_pass(tiny_mi
     with pytest.raises(BerdsError, match=r"same precision .*-o dtype=bfloat16"):
         judge_on_engine(LocalEngine(), driver, [JudgePair("taxes should be raised", "the school uniforms")], None,
                         recipe=worker, progress=False)
+
+
+def test_the_studys_evaluator_names_its_precision_so_every_machine_computes_one_id():
+    """mistral-berds ran dtype=auto: float32 on a CPU driver, bfloat16 on GPU workers, so a CPU head node got
+    another id than its workers (and was refused) and the validated judge was flagged as changed on a CPU."""
+    from berds.judges.catalogue import JUDGES, load_judge
+    from berds.judges.validation import judge_warning
+
+    assert JUDGES.spec("mistral-berds").options["dtype"] == JUDGES.spec("mistral-berds-vllm").options["dtype"] == "bfloat16"
+    judge = load_judge("mistral-berds")
+    assert "dtype" not in judge.id and judge_warning(judge.id) is None

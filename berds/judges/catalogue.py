@@ -47,7 +47,7 @@ JUDGES.register(Spec(
     description="The study's evaluator: Mistral-7B-Instruct-v0.2 + BERDS LoRA adapter, transformers, greedy, 16 tokens.",
     options={"backend": "transformers", "model": "mistralai/Mistral-7B-Instruct-v0.2",
              "adapter": "timchen0618/Mistral_BERDS_evaluator", "prompt": "zero-shot", "system": "drop",
-             "parse": "berds-study"},
+             "parse": "berds-study", "dtype": "bfloat16"},  # the study's precision, whichever machine names the id
     tags=("gpu",),
 ))
 JUDGES.register(Spec(
@@ -56,7 +56,7 @@ JUDGES.register(Spec(
     description="The study's evaluator through vLLM offline batching with prefix caching (GPU).",
     options={"backend": "vllm", "model": "mistralai/Mistral-7B-Instruct-v0.2",
              "adapter": "timchen0618/Mistral_BERDS_evaluator", "prompt": "zero-shot", "system": "drop",
-             "parse": "berds-study"},
+             "parse": "berds-study", "dtype": "bfloat16"},  # the study's precision, whichever machine names the id
     tags=("gpu",),
 ))
 JUDGES.register(Spec(
