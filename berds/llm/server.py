@@ -514,6 +514,8 @@ def _busy(limits: ServerLimits, why: str) -> RequestError:
 async def _read_body(request: Any, limit: int, deadline: float) -> bytes:
     """The request body, refused (413) as soon as it passes ``limit`` bytes, and (408) when it has not
     arrived by ``deadline`` — a client dripping its body cannot hold a slot forever."""
+    from starlette.requests import ClientDisconnect
+
     chunks, size = [], 0
     stream = request.stream().__aiter__()
     while True:
@@ -522,6 +524,9 @@ async def _read_body(request: Any, limit: int, deadline: float) -> bytes:
             chunk = await asyncio.wait_for(stream.__anext__(), max(0.001, remaining))
         except StopAsyncIteration:
             break
+        except ClientDisconnect:  # (nothing can be answered: the refusal ends the request without a traceback)
+            raise RequestError("the client left before its request body arrived", status=400,
+                               code="client_disconnected") from None
         except asyncio.TimeoutError:
             raise RequestError("the request body did not arrive in time (berds llm serve --body-timeout)",
                                status=408, code="timeout", headers={"Connection": "close"}) from None
@@ -723,6 +728,8 @@ def _protocol_class(limits: ServerLimits) -> type:
             if self._refused:
                 return
             super().data_received(data)
+            if self._refused:  # (refused just now: its closing timer stays)
+                return
             if self._between_requests():
                 self._arm_head_timer()  # bytes of a request head are arriving: they must complete in time
             elif self._head_timer is not None:
@@ -744,6 +751,11 @@ def _protocol_class(limits: ServerLimits) -> type:
             if self._head_timer is not None:
                 self._head_timer.cancel()
             self._head_timer = self.loop.call_later(header_timeout, self.transport.close)
+            if self.cycle is not None and not self.cycle.response_complete:
+                # a body broken off mid-way (a malformed chunk): the request reading it ends now, as at a
+                # disconnect, instead of waiting for the rest and writing its 408 after the FIN
+                self.cycle.disconnected = True
+                self.cycle.message_event.set()
 
         def connection_lost(self, exc: Exception | None) -> None:
             if self._head_timer is not None:
