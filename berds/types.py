@@ -204,11 +204,17 @@ class JudgePair:
     question: str = ""
 
 
+def _scalar(value: Any) -> Any:
+    """The Python value of a 0-d numpy or torch array or scalar (``torch.tensor(0.7) > 0.5``), else ``value``."""
+    item = getattr(value, "item", None)
+    return item() if callable(item) and getattr(value, "shape", None) == () else value
+
+
 @dataclass(frozen=True)
 class Verdict:
     """A judge's answer for one pair. ``p_yes`` is P(Yes) when the backend exposes it.
 
-    ``label`` must be a bool (numpy's bool and 0/1 are taken as one); ``p_yes`` a number in [0, 1] or None
+    ``label`` must be a bool (numpy's or torch's 0-d bool and 0/1 are taken as one); ``p_yes`` a number in [0, 1] or None
     (NaN is taken as None); ``raw`` a string. Anything else raises ``ValueError``: a label of ``"No"`` would
     otherwise count as Yes.
 
@@ -223,19 +229,20 @@ class Verdict:
     def __post_init__(self) -> None:
         label, p = self.label, self.p_yes
         if type(label) is not bool:
-            # numpy's bool (a comparison of numpy scores) and 0/1 are unambiguous; anything else ("No", 0.7, None)
-            # would be read by its truth value and count a No as a Yes
-            if getattr(label, "dtype", None) is not None and label.dtype.kind == "b" and label.shape == ():
-                label = bool(label)
-            elif isinstance(label, numbers.Integral) and label in (0, 1):
-                label = bool(label)
+            # a bool of numpy or torch (a comparison of scores) and 0/1 are unambiguous; anything else ("No", 0.7,
+            # None) would be read by its truth value and count a No as a Yes
+            value = _scalar(label)
+            if isinstance(value, bool) or (isinstance(value, numbers.Integral) and value in (0, 1)):
+                label = bool(value)
             else:
                 raise ValueError(f"Verdict label must be True or False, got {label!r} ({type(label).__name__}): "
                                  "parse the judge's answer into a bool")
             self.__dict__["label"] = label
         if p is not None and (type(p) is not float or not 0.0 <= p <= 1.0):
-            if isinstance(p, numbers.Real) and not isinstance(p, bool) and (math.isnan(p) or 0.0 <= p <= 1.0):
-                p = None if math.isnan(p) else float(p)  # NaN: unknown, as the cache stores it
+            value = _scalar(p)
+            if isinstance(value, numbers.Real) and not isinstance(value, bool) and (
+                    math.isnan(value) or 0.0 <= value <= 1.0):
+                p = None if math.isnan(value) else float(value)  # NaN: unknown, as the cache stores it
             else:
                 raise ValueError(f"Verdict p_yes must be a probability in [0, 1] or None, got {p!r}")
             self.__dict__["p_yes"] = p
