@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -191,6 +192,10 @@ class _DigestMemo:
     """SHA-256 digests of large files, kept across processes, valid while a file's stat says it is unchanged."""
 
     SMALL = 1 << 20  # smaller files are just read
+    # A file changed this recently is not remembered: where timestamps are coarse (1 s on ext3 and HFS+, 2 s on
+    # FAT, a clock tick on older kernels' ext4), bytes rewritten within the same tick leave the stat unchanged.
+    SETTLE_NS = 3_000_000_000
+    MAX_ENTRIES = 2000  # the most recently used are kept: a memo of every checkpoint ever evaluated grows unbounded
 
     def __init__(self) -> None:
         self.path: Path | None = None
@@ -208,7 +213,8 @@ class _DigestMemo:
             self.path = home_dir() / "fingerprints.json"
             entries = json.loads(self.path.read_text(encoding="utf-8")) if self.path.is_file() else {}
             self.entries = entries if isinstance(entries, dict) else {}
-        except (OSError, ValueError, BerdsError):  # a memo that cannot be read is rebuilt: it only saves time
+        except (OSError, ValueError, RecursionError, MemoryError, BerdsError):
+            # a memo that cannot be read (damaged, nested past Python's stack) is rebuilt: it only saves time
             self.path = self.path or Path(os.devnull)
             self.entries = {}
 
@@ -218,17 +224,26 @@ class _DigestMemo:
             return hashlib.sha256(file.read_bytes()).digest()
         self._load()
         key = str(file.resolve())
-        stamp = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
-        entry = self.entries.get(key)
-        if isinstance(entry, list) and len(entry) == 6 and entry[:5] == stamp and isinstance(entry[5], str):
+        stamp = _stamp(st)
+        entry = self.entries.pop(key, None)
+        if (isinstance(entry, list) and len(entry) == 6 and entry[:5] == stamp and isinstance(entry[5], str)
+                and len(entry[5]) == 64):
             try:
-                return bytes.fromhex(entry[5])
+                value = bytes.fromhex(entry[5])
             except ValueError:
                 pass
+            else:
+                self.entries[key] = entry  # (last: most recently used)
+                return value
+        self.changed = self.changed or entry is not None
+        started = time.time_ns()
         with open(file, "rb") as handle:
+            before = _stamp(os.fstat(handle.fileno()))
             value = hashlib.file_digest(handle, "sha256").digest()
-        self.entries[key] = stamp + [value.hex()]
-        self.changed = True
+            held_still = _stamp(os.fstat(handle.fileno())) == before == stamp
+        if held_still and max(st.st_mtime_ns, st.st_ctime_ns) < started - self.SETTLE_NS:
+            self.entries[key] = stamp + [value.hex()]
+            self.changed = True
         return value
 
     def save(self) -> None:
@@ -236,10 +251,15 @@ class _DigestMemo:
             return
         from berds.io import write_json
 
+        kept = dict(list(self.entries.items())[-self.MAX_ENTRIES:])
         try:
-            write_json(self.path, self.entries)
+            write_json(self.path, kept)
         except (OSError, BerdsError):  # a read-only home: the digests are computed again next time
             pass
+
+
+def _stamp(st: os.stat_result) -> list[int]:
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
 
 
 def describe_source(name: str, revision: str | None = None) -> str:
