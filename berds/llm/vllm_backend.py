@@ -82,9 +82,9 @@ class VLLMLLM:
         self.chat_template = chat_template
         self.show_progress = show_progress
         # precision, a chat template of one's own and extra engine arguments (quantization=...) change answers
-        self.id = model_identity("vllm", self.model_name, revision=revision, adapter=self.adapter,
-                                 adapter_revision=adapter_revision, dtype=None if dtype == "auto" else str(dtype),
-                                 chat_template=chat_template, options=engine_options)
+        self.id = vllm_identity(self.model_name, revision=revision, adapter=self.adapter,
+                                adapter_revision=adapter_revision, dtype=dtype, chat_template=chat_template,
+                                engine_options=engine_options)
         self._engine: Any = None
         self._lora_request: Any = None
         self._tokenizer: Any = None
@@ -159,6 +159,13 @@ class VLLMLLM:
 
 
 # ----------------------------------------------------------------- pure helpers (tested on CPU)
+
+
+def vllm_identity(model: str, *, dtype: str = "auto", engine_options: Mapping[str, Any] | None = None,
+                  **identity: Any) -> str:
+    """The ``id`` of a ``VLLMLLM``. ``dtype="auto"`` is named too: vLLM runs a float16 or float32 checkpoint in
+    float16 (a bfloat16 one in bfloat16), so auto and an explicit bfloat16 (which adds nothing) may differ."""
+    return model_identity("vllm", model, dtype=str(dtype), options=engine_options, **identity)
 
 
 def vllm_engine_args(
