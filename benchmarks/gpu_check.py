@@ -101,6 +101,24 @@ def check_llm(model: Path, adapter: Path):
             "of": len(PROMPTS)}
 
 
+@section("transformers ids name the precision the weights run in (dtype=auto: bf16 on a GPU, float32 on a CPU)")
+def check_llm_ids(model: Path):
+    from berds.llm.transformers_backend import TransformersLLM
+
+    out, ok = {}, True
+    for name, kwargs, suffix in (("auto_default_device", {}, None),
+                                 ("auto_cpu", {"device": "cpu"}, "+dtype=float32"),
+                                 ("bf16_cpu", {"device": "cpu", "dtype": "bfloat16"}, ""),
+                                 ("auto_gpu", {"device": DEVICE}, "" if DEVICE != "cpu" else "+dtype=float32")):
+        llm = TransformersLLM(str(model), **kwargs)
+        ran = llm.load().dtype
+        named = "+dtype=" in llm.id
+        out[name] = {"ran": ran, "id_names_dtype": named}
+        expected_named = (ran != "bfloat16") if suffix is None else bool(suffix)
+        ok = ok and named == expected_named and (f"+dtype={ran}" in llm.id) == named
+    return {"ok": ok, **out}
+
+
 @section("study judge (LLMJudge, zero-shot prompt) on the transformers backend: cuda vs cpu verdicts")
 def check_llm_judge(model: Path):
     from berds.judges.llm_judge import LLMJudge
@@ -253,6 +271,7 @@ def main() -> int:
         model = build_tiny_mistral(tmp / "mistral")
         adapter = build_tiny_lora(model, tmp / "lora")
         check_llm(model, adapter)
+        check_llm_ids(model)
         check_llm_judge(model)
         check_nli(build_tiny_nli(tmp / "nli"), build_tiny_t5_nli(tmp / "t5"))
         check_encoder(tiny_bert(tmp / "bert"))

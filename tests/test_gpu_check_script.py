@@ -21,7 +21,7 @@ def test_gpu_check_dry_run_reports_every_section_as_passed(tmp_path):
                            "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     results = json.loads(out.read_text())
-    assert len(results) == 6  # the machine and the five checks that need no MiniLM folder
+    assert len(results) == 7  # the machine and the six checks that need no MiniLM folder
     assert all(figures["ok"] for figures in results.values()), results
     llm = next(v for k, v in results.items() if k.startswith("transformers LLM"))
     assert llm["texts_equal"] and llm["lora_changes_the_answers"]
