@@ -259,10 +259,35 @@ def check_building_folder(building: Path) -> None:
 
 
 def _lock_building(building: Path) -> int | None:
-    """An exclusive lock on the build folder, held by the open descriptor returned (None where the platform has
-    no flock). Two builds of one --out at once both wrote into it (LMDB lets writers take turns) and the first
-    to finish moved it into place under the other: a store its own size check then refused as damaged."""
-    return lock_folder(building, what="berds build")
+    """An exclusive lock on the build folder (made when missing), held by the open descriptor returned (None where
+    the platform has no flock). Two builds of one --out at once both wrote into it (LMDB lets writers take turns)
+    and the first to finish moved it into place under the other: a store its own size check then refused as
+    damaged. The lock is taken again when the folder at that path changed between opening and locking it (made
+    by the other build, or moved into place by it): a lock on a folder no longer there holds nothing."""
+    for _ in range(100):
+        building.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = lock_folder(building, what="berds build")
+        except FileNotFoundError:  # (moved away just now)
+            continue
+        if fd is None:
+            return None
+        try:
+            if os.path.samestat(os.fstat(fd), os.stat(building)):
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    raise InputError("another berds build keeps replacing this folder", path=building,
+                     fix="wait for it to finish, or choose another --out")
+
+
+def _empty_folder(folder: Path) -> None:
+    for child in folder.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
 
 
 def _unlock(fd: int | None) -> None:
@@ -330,17 +355,15 @@ class PassageStoreWriter:
         self._txn_bytes = 0
         self._closed = False
 
-        # held from before the folder is checked and cleared until it is moved into place (or the build stops)
-        self._lock = _lock_building(self.building) if self.building.is_dir() and not self.building.is_symlink() else None
+        # held from before the folder is checked and cleared until it is moved into place (or the build stops);
+        # the folder is emptied, not replaced, so the lock stays on the folder the build writes into
+        in_the_way = self.building.is_symlink() or (self.building.exists() and not self.building.is_dir())
+        self._lock = None if in_the_way else _lock_building(self.building)
         try:
             check_building_folder(self.building)
             resuming = resume and (self.building / DATA_FILE).is_file()
             if not resuming:
-                if self.building.exists():
-                    shutil.rmtree(self.building)
-                self.building.mkdir(parents=True)
-                cleared, self._lock = self._lock, _lock_building(self.building)  # the new folder's own lock
-                _unlock(cleared)
+                _empty_folder(self.building)
             else:
                 (self.building / "lock.mdb").unlink(missing_ok=True)  # a killed writer's lock table; we are the only writer
             try:
