@@ -373,3 +373,31 @@ def test_a_second_build_of_the_same_index_at_once_is_refused(tmp_path):
     done = subprocess.run([sys.executable, "-c", code.replace("sys.stdin.read()\n", "")], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0 and done.stdout == "holding\n", done.stderr
+
+
+def test_an_index_folder_is_locked_before_anything_in_it_is_read_or_cleared(tmp_path, monkeypatch):
+    """A build of a new --out locked it only after _prepare: another build that made the folder meanwhile could
+    have its files cleared by this one (--overwrite always) before the lock refused anything."""
+    from berds.indexes import base
+
+    seen = []
+    original = base._prepare
+
+    def checked(folder, settings, overwrite):
+        seen.append(str(folder.resolve()) in base._BUILD_LOCKS)
+        return original(folder, settings, overwrite)
+
+    monkeypatch.setattr(base, "_prepare", checked)
+    out = tmp_path / "new" / "index"
+    assert base.prepare_index_folder(out, {"type": "bm25"}, overwrite="always")
+    assert seen == [True]
+    base.release_index_folder(out)
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "notes.txt").write_text("mine")
+    with pytest.raises(InputError, match="holds files that are not a berds index"):
+        base.prepare_index_folder(tmp_path / "taken", {"type": "bm25"}, overwrite="always")
+    assert (tmp_path / "taken" / "notes.txt").read_text() == "mine"
+    monkeypatch.setattr(base, "_prepare", lambda *a: (_ for _ in ()).throw(InputError("refused")))
+    with pytest.raises(InputError, match="refused"):
+        base.prepare_index_folder(tmp_path / "fresh", {"type": "bm25"}, overwrite="missing")
+    assert not (tmp_path / "fresh").exists()  # a refused build leaves no empty folder behind

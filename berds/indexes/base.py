@@ -169,12 +169,17 @@ def prepare_index_folder(out: str | os.PathLike, settings: Mapping[str, Any], *,
     folder = Path(out)
     if folder.exists() and not folder.is_dir():
         raise InputError("exists and is a file, not an index folder", path=folder, fix="choose another --out")
-    if folder.is_dir():
-        lock_index_folder(folder)
+    # The folder is made and locked before anything in it is read or cleared: a build that locked only after
+    # _prepare could clear (--overwrite always) the files of another build that had made the folder meanwhile.
+    created = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    lock_index_folder(folder)
     try:
         building = _prepare(folder, settings, overwrite)
     except BaseException:
         release_index_folder(folder)
+        if created and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()  # (a refused build leaves no empty folder behind)
         raise
     if not building:
         release_index_folder(folder)
@@ -244,8 +249,6 @@ def _prepare(folder: Path, settings: Mapping[str, Any], overwrite: str) -> bool:
     elif folder.is_dir() and any(folder.iterdir()):
         raise InputError("exists and holds files that are not a berds index", path=folder,
                          fix="choose another (new or empty) --out folder")
-    folder.mkdir(parents=True, exist_ok=True)
-    lock_index_folder(folder)  # (a new folder)
     write_json(marker, settings)
     return True
 
