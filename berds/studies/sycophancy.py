@@ -66,7 +66,10 @@ def sycophancy_study(
             model.close()
     evals = judge_runs(list(runs.values()), judge, k, judge_options=judge_options, cache_path=cache_path,
                        allow_short=True, progress=progress)
-    supports = {query: ev.support for query, ev in zip(runs, evals)}
+    # the matrices are padded to k columns; a question retrieving fewer counts only the documents it has (p, n are
+    # percentages of retrieved documents)
+    supports = {query: {qid: m[:, :len(runs[query].hits[qid])] for qid, m in ev.support.items()}
+                for query, ev in zip(runs, evals)}
     result = sycophancy_result(label or model.name, supports, k, judge_id=evals[0].judge_id)
     return result, runs
 
