@@ -33,3 +33,27 @@ def test_sycophancy_percentages_count_only_the_documents_retrieved(tmp_path):
         assert (row["docs"], row["p_docs"], row["n_docs"]) == (4, 2, 1), row
         assert row["p"] == pytest.approx(50.0) and row["n"] == pytest.approx(25.0)
         assert row["delta"] == pytest.approx(0.5)
+
+
+def _write_run(path, ctxs_by_question):
+    import json
+
+    with open(path, "w", encoding="utf-8") as f:
+        for qid, ctxs in ctxs_by_question.items():
+            f.write(json.dumps({"id": qid, "question": f"Question {qid}?", "perspectives": ["apples are red", "pears are green"],
+                                "ctxs": [{"id": f"{path.stem}-{qid}-{j}", "text": t} for j, t in enumerate(ctxs)]}) + "\n")
+    return path
+
+
+def test_compare_allow_short_scores_an_empty_question_as_zero(tmp_path):
+    from berds.evaluate.compare import compare_paths
+
+    # judge: Yes when >= half of the perspective's content words occur ("apples red" / "pears green")
+    base = _write_run(tmp_path / "base.jsonl", {"q1": ["apples red", "pears green"], "q2": ["apples red", "nothing"]})
+    other = _write_run(tmp_path / "other.jsonl", {"q1": ["pears green", "apples red"], "q2": []})
+    result = compare_paths([base, other], OverlapJudge(), ks=(2,), allow_short=True, cache_path=tmp_path / "j.sqlite",
+                           n_resamples=100)
+    # base: q1 covers both (MRecall 1, Precision 1), q2 one of two (0, 1/2); other: q1 (1, 1), q2 no passage (0, 0)
+    found = {c.metric: (c.baseline_mean, c.run_mean, c.difference) for c in result.comparisons}
+    assert found["mrecall@2"] == pytest.approx((0.5, 0.5, 0.0))
+    assert found["precision@2"] == pytest.approx((0.75, 0.5, -0.25))

@@ -226,7 +226,7 @@ def compare_paths(run_paths: Sequence[str | Path], judge: str | Any, *, ks: Sequ
     ks = tuple(sorted({int(k) for k in ks}))
     if not ks or ks[0] < 1:
         raise BerdsError(f"--k values must be positive integers, got {list(ks)}")
-    runs = [load_run(p) for p in run_paths]
+    runs = [load_run(p, allow_empty=allow_short) for p in run_paths]
     labels = run_labels(runs, run_paths)
     check_same_question_per_id(runs, labels)
     index = resolve_baseline(baseline, labels, run_paths)
