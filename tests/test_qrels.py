@@ -169,3 +169,28 @@ def test_cli_qrels_refuses_an_id_holding_whitespace_before_judging(tmp_path):
     assert done.returncode == 2
     assert f"{tmp_path / 'run.jsonl'}: question 'q1': the id 'doc 1' holds whitespace" in done.stderr, done.stderr
     assert not log.exists() and not (tmp_path / "run.qrels").exists()
+
+
+@pytest.mark.slow
+def test_flat_qrels_give_ranx_and_trec_tools_berds_precision(tmp_path):
+    """Read as ordinary qrels, the subtopic file kept one line per (qid, docid) — the last perspective's label —
+    so ranx's precision@4 of q1 was 0.25 where berds' Precision@4 is 0.75."""
+    from ranx import Qrels
+    from ranx import Run as RanxRun
+    from ranx import evaluate as ranx_evaluate
+
+    run = hand_run()
+    save_run(run, tmp_path / "run")
+    [(_, result, _)] = evaluate_paths([tmp_path / "run"], "judges_for_tests:OverlapJudge", ks=(4,), progress=False,
+                                      use_cache=False)
+    done = subprocess.run(berds_cmd("export", "qrels", str(tmp_path / "run"), "--flat", "--out", str(tmp_path / "f")),
+                          capture_output=True, text=True, env=subprocess_env())
+    assert done.returncode == 0 and "(qid 0 docid rel)" in done.stdout, done.stderr
+    lines = (tmp_path / "f").read_text().splitlines()
+    assert sorted(lines) == sorted(["q1 0 d1 1", "q1 0 d2 1", "q1 0 d3 1", "q1 0 d4 0",
+                                    "q2 0 d1 0", "q2 0 d2 0", "q2 0 d3 0", "q2 0 d4 0"])
+    qrels = Qrels.from_file(str(tmp_path / "f"), kind="trec")
+    ranking = RanxRun.from_file(str(tmp_path / "run" / "run.trec"), kind="trec")
+    per_question = ranx_evaluate(qrels, ranking, "precision@4", return_mean=False)
+    berds = [result.per_question[q]["precision@4"] for q in ("q1", "q2")]
+    assert list(per_question) == pytest.approx(berds) and berds == [0.75, 0.0]

@@ -19,11 +19,13 @@ def register(app: typer.Typer) -> None:
 def export_qrels_command(
     evaluation: Path = typer.Argument(..., help="An evaluation folder written by `berds eval` (or its judgements.jsonl)."),
     out: Path = typer.Option(..., "--out", callback=out_file_callback, help="The qrels file to write (qid subtopic docid rel)."),
+    flat: bool = typer.Option(False, "--flat", help="Ordinary qrels (qid 0 docid rel, rel 1 when the passage supports any perspective) for ranx, trec_eval and ir_measures' non-diversity measures."),
 ) -> None:
-    """Write judgements as qrels with perspectives as subtopics, for ir_measures / ndeval / ranx."""
+    """Write judgements as qrels with perspectives as subtopics (ndeval's diversity measures), or --flat."""
     from rich.console import Console
 
     from berds.evaluate.qrels import export_qrels
 
-    n = export_qrels(evaluation, out)
-    Console().print(f"{n:,} qrels lines (qid subtopic docid rel) → {out}", highlight=False)
+    n = export_qrels(evaluation, out, flat=flat)
+    shape = "qid 0 docid rel" if flat else "qid subtopic docid rel"
+    Console().print(f"{n:,} qrels lines ({shape}) → {out}", highlight=False)

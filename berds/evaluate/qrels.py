@@ -141,10 +141,22 @@ def write_qrels(rows: Sequence[QrelRow], path: str | Path) -> int:
     return len(rows)
 
 
-def export_qrels(source: str | Path, out: str | Path) -> int:
-    """``berds export qrels``: an evaluation folder or judgements.jsonl -> a TREC diversity qrels file."""
+def flat_qrels(rows: Sequence[QrelRow]) -> list[QrelRow]:
+    """Ordinary (non-diversity) qrels: one ``qid 0 docid rel`` line per judged passage, ``rel`` 1 when it supports
+    any perspective — the relevance berds' Precision@k counts. Tools that read TREC qrels without subtopics (ranx,
+    ir_measures' P/nDCG/RR, trec_eval) keep one line per (qid, docid): given the subtopic file, they took the label
+    of whichever perspective came last."""
+    best: dict[tuple[str, str], int] = {}
+    for q, _, d, r in rows:
+        best[(q, d)] = max(r, best.get((q, d), 0))
+    return [(q, "0", d, r) for (q, d), r in best.items()]
+
+
+def export_qrels(source: str | Path, out: str | Path, *, flat: bool = False) -> int:
+    """``berds export qrels``: an evaluation folder or judgements.jsonl -> a TREC diversity qrels file (perspectives
+    as subtopics, for ndeval's measures), or with ``flat`` ordinary qrels (``flat_qrels``)."""
     rows, _ = read_judgements(source)
-    return write_qrels(rows, out)
+    return write_qrels(flat_qrels(rows) if flat else rows, out)
 
 
 def compute_measures(measures: Sequence[Any | str], qrels: Sequence[QrelRow], ranking: Sequence[RunRow]
