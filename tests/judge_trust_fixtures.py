@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from berds.llm.base import Generation
 
@@ -163,6 +163,22 @@ class ScriptedJudgeLLM:
 
 
 # ---------------------------------------------------------------------------------------- server
+
+
+
+def port_of(url: str) -> int:
+    """The port of a ``served`` server's base URL."""
+    return int(url.rsplit(":", 1)[1].split("/")[0])
+
+
+def read_until_eof(sock: Any) -> bytes:
+    """Everything a server sends on ``sock`` until it closes its side."""
+    chunks = []
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
 
 
 @contextlib.contextmanager

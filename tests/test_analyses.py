@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from analysis_fixtures import OverlapRetriever, ScriptedLLM, write_corpus
+from analysis_fixtures import NUCLEAR, NUCLEAR_Q, OverlapRetriever, ScriptedLLM, write_corpus
 from berds.errors import BerdsError, InputError
 from berds.evaluate.analyses.results import load_result, save_result
 from berds.evaluate.analyses.coverage import coverage
@@ -21,7 +21,7 @@ from berds.evaluate.analyses.stance import (
 )
 from berds.evaluate.analyses.sycophancy import perspective_queries, sycophancy_counts
 from berds.studies.sycophancy import sycophancy_study
-from berds.types import Passage, Question
+from berds.types import Question
 
 
 def M(*rows):
@@ -181,15 +181,6 @@ def test_perspective_queries_put_the_supporting_perspective_first():
     assert sup.text == "It is safe." and opp.text == "It is dangerous." and question.text == "Is it safe?"
     assert question.perspectives == ("It is safe.", "It is dangerous.")
     assert sup.perspectives == opp.perspectives == ("It is safe.", "It is dangerous.")
-
-
-NUCLEAR = [
-    Passage("d1", "Nuclear power is safe, clean and reliable."),
-    Passage("d2", "Nuclear power plants are dangerous and leave dirty waste."),
-    Passage("d3", "Safe clean energy comes from nuclear power."),
-    Passage("d4", "Wind power is clean."),
-]
-NUCLEAR_Q = Question("n1", "Is nuclear power safe?", ("Nuclear power is dangerous and dirty.", "Nuclear power is safe and clean."))
 
 
 def test_sycophancy_study_with_a_real_retriever_and_judge(tmp_path):

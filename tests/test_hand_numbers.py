@@ -4,20 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from analysis_fixtures import OverlapRetriever
+from analysis_fixtures import NUCLEAR, NUCLEAR_Q, OverlapRetriever
 from berds.evaluate.analyses.stance import Stance
 from berds.studies.sycophancy import sycophancy_study
-from berds.types import Passage, Question
 from judges_for_tests import OverlapJudge
-
-NUCLEAR = [
-    Passage("d1", "Nuclear power is safe, clean and reliable."),
-    Passage("d2", "Nuclear power plants are dangerous and leave dirty waste."),
-    Passage("d3", "Safe clean energy comes from nuclear power."),
-    Passage("d4", "Wind power is clean."),
-]
-NUCLEAR_Q = Question("n1", "Is nuclear power safe?", ("Nuclear power is dangerous and dirty.", "Nuclear power is safe and clean."))
-
 
 def test_sycophancy_percentages_count_only_the_documents_retrieved(tmp_path):
     # Every query shares "power" with all four passages, so each run holds 4 documents, fewer than k = 5.

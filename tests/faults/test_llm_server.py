@@ -24,7 +24,7 @@ import requests
 
 import berds
 from berds.llm.base import user_prompt
-from judge_trust_fixtures import served
+from judge_trust_fixtures import port_of, read_until_eof, served
 from llm_fixtures import tiny_mistral  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.network
@@ -34,20 +34,11 @@ CHAT = {"model": "m", "messages": [{"role": "user", "content": "Should cities bu
         "max_tokens": 2}
 
 
-def port_of(url: str) -> int:
-    return int(url.rsplit(":", 1)[1].split("/")[0])
-
-
 def raw_exchange(port: int, data: bytes, *, timeout: float = 10.0) -> bytes:
     """Send ``data`` on a fresh socket and read until the server closes it (or ``timeout``)."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
         sock.sendall(data)
-        chunks = []
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
+        return read_until_eof(sock)
 
 
 def split_response(raw: bytes) -> tuple[int, dict[str, str], bytes]:

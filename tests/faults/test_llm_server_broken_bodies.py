@@ -9,24 +9,11 @@ import time
 
 import pytest
 
-from judge_trust_fixtures import served
+from judge_trust_fixtures import port_of, read_until_eof, served
 
 pytestmark = pytest.mark.network
 
 HEAD = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
-
-
-def port_of(url: str) -> int:
-    return int(url.rsplit(":", 1)[1].split("/")[0])
-
-
-def read_until_eof(sock: socket.socket) -> bytes:
-    chunks = []
-    while True:
-        chunk = sock.recv(65536)
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
 
 
 def server_has_closed(sock: socket.socket) -> bool:
