@@ -326,13 +326,15 @@ def refuse_compressed(path: PathLike, what: str = "jsonl input") -> None:
                              fix=f"decompress it first ({command} {path.name})")
 
 
-def jsonl_lines(path: PathLike) -> Iterator[tuple[int, bytes]]:
-    """Yield ``(line_number, raw bytes)`` for each non-blank line of a jsonl file (parse with ``jsonl_record``)."""
+def jsonl_lines(path: PathLike, *, what: str = "jsonl input") -> Iterator[tuple[int, bytes]]:
+    """Yield ``(line_number, raw bytes)`` for each non-blank line of a jsonl file (parse with ``jsonl_record``).
+    A compressed file is refused naming ``what`` it should have been (``refuse_compressed``)."""
     path = Path(path)
     if not path.exists():
         raise InputError("file not found", path=path)
     if path.is_dir():
         raise InputError("is a folder, expected a .jsonl file", path=path)
+    refuse_compressed(path, what)
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, start=1):
             if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
@@ -365,10 +367,11 @@ def jsonl_record(raw: bytes, path: PathLike, lineno: int) -> dict[str, Any] | No
     return rec
 
 
-def iter_jsonl(path: PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(line_number, record)`` for each non-blank line; errors name the file and line."""
+def iter_jsonl(path: PathLike, *, what: str = "jsonl input") -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, record)`` for each non-blank line; errors name the file and line (``what``: see
+    ``jsonl_lines``)."""
     path = Path(path)
-    for lineno, raw in jsonl_lines(path):
+    for lineno, raw in jsonl_lines(path, what=what):
         rec = jsonl_record(raw, path, lineno)
         if rec is not None:
             yield lineno, rec

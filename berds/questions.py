@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from berds.errors import BerdsError, InputError, UnknownNameError
-from berds.io import home_dir, iter_jsonl, refuse_compressed
+from berds.io import home_dir, iter_jsonl
 from berds.types import Question
 
 DEMO_DIR = Path(__file__).parent / "data" / "demo"
@@ -121,8 +121,7 @@ def read_questions(path: str | Path, *, dataset: str = "", require_perspectives:
     dataset = dataset or path.name.split(".")[0]
     out: list[Question] = []
     seen: dict[str, int] = {}
-    refuse_compressed(path, "a questions jsonl")
-    for line, rec in iter_jsonl(path):
+    for line, rec in iter_jsonl(path, what="a questions jsonl"):
         q = parse_question(rec, path=path, line=line, dataset=dataset, require_perspectives=require_perspectives)
         if q.id in seen:
             raise InputError(f"duplicate question id (first seen on line {seen[q.id]})", path=path, line=line, record=q.id)
@@ -330,8 +329,7 @@ def _delphi_records(path: Path) -> Any:
                 raise InputError(f"item {i} is not an object", path=path)
             yield i + 1, rec  # "line" = position in the array
         return
-    refuse_compressed(path, "a questions jsonl")
-    yield from iter_jsonl(path)
+    yield from iter_jsonl(path, what="a questions jsonl")
 
 
 def read_delphi(path: str | Path, *, controversial_only: bool = False) -> list[Question]:

@@ -297,7 +297,7 @@ def _read_ctxs_jsonl(path: Path, allow_empty_ctxs: bool, duplicates: str, requir
     seen: dict[str, int] = {}
     synthesized = 0
     exchange_only = 0
-    for line, raw in jsonl_lines(path):
+    for line, raw in jsonl_lines(path, what="a BERDS-format run"):
         rec, exact = _orjson_record(raw), False
         if rec is None:
             rec, exact = jsonl_record(raw, path, line), True
@@ -438,7 +438,9 @@ def load_run(path: str | Path, *, allow_empty: bool = False, duplicates: str = "
 
 
 def _refuse_non_jsonl_run(path: Path) -> None:
-    """A compressed file or a TREC run given as the run: each failed on its first line as bad UTF-8 or bad JSON."""
+    """A compressed file or a TREC run given as the run: each failed on its first line as bad UTF-8 or bad JSON.
+    (The compressed check, which ``jsonl_lines`` makes too, comes first here: sniffing a binary file for a TREC
+    line would read it up to its first newline byte.)"""
     from berds.io import refuse_compressed
 
     refuse_compressed(path, "a BERDS-format run")

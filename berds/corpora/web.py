@@ -34,7 +34,7 @@ from berds.questions import record_id
 from berds.corpora.html import HTML_TYPES, clean_html, decode_html
 from berds.corpora.split import DEFAULT_WORDS, Document, split_document
 from berds.errors import InputError
-from berds.io import iter_jsonl, refuse_compressed
+from berds.io import iter_jsonl
 from berds.lazy import require
 from berds.types import Passage
 
@@ -106,9 +106,8 @@ def iter_jsonl_documents(
     paths = [Path(p) for p in paths]
     prefixes = auto_id_prefixes(paths)
     for path, prefix in zip(paths, prefixes):
-        refuse_compressed(path)  # (CCNet ships .json.gz)
         resolved: JsonlFields | None = None
-        for line, record in iter_jsonl(path):
+        for line, record in iter_jsonl(path):  # (refuses a compressed shard: CCNet ships .json.gz)
             if resolved is None:
                 resolved = fields.resolve(record, path, line)
                 seen_fields[str(path)] = {"text": resolved.text, "title": resolved.title, "url": resolved.url, "id": resolved.id}  # type: ignore[dict-item]
