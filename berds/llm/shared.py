@@ -239,7 +239,7 @@ class _DigestMemo:
         started = time.time_ns()
         with open(file, "rb") as handle:
             before = _stamp(os.fstat(handle.fileno()))
-            value = hashlib.file_digest(handle, "sha256").digest()
+            value = _file_sha256(handle)
             held_still = _stamp(os.fstat(handle.fileno())) == before == stamp
         if held_still and max(st.st_mtime_ns, st.st_ctime_ns) < started - self.SETTLE_NS:
             self.entries[key] = stamp + [value.hex()]
@@ -256,6 +256,15 @@ class _DigestMemo:
             write_json(self.path, kept)
         except (OSError, BerdsError):  # a read-only home: the digests are computed again next time
             pass
+
+
+def _file_sha256(handle: Any) -> bytes:
+    """SHA-256 of an open binary file, read in 1 MiB blocks (``hashlib.file_digest`` is Python 3.11+; berds
+    supports 3.10)."""
+    digest = hashlib.sha256()
+    for block in iter(lambda: handle.read(1 << 20), b""):
+        digest.update(block)
+    return digest.digest()
 
 
 def _stamp(st: os.stat_result) -> list[int]:
