@@ -282,6 +282,26 @@ def cut_at_deadline(session: Any, deadline: float) -> Watchdog:
     return Watchdog(deadline - time.monotonic(), session.cut_connections)
 
 
+def post_within(session: Any, url: str, *, deadline: float, limit: int, **kwargs: Any) -> tuple[Any, bytes]:
+    """POST on a ``cuttable_session`` for an API answer: no redirect followed (a key must not go along to another
+    host), the whole answer read by ``deadline`` (a watchdog cuts a server dripping its status line and headers)
+    and at most ``limit`` bytes of it. Returns ``(response, body)``; a request the cut ended, or an answer read
+    only in part before it, is ``BodyTooSlow`` (too long a body, ``BodyTooLarge``)."""
+    watchdog = cut_at_deadline(session, deadline)
+    try:
+        with session.post(url, allow_redirects=False, stream=True, **kwargs) as response:
+            body = read_streamed_body(response, deadline=deadline, limit=limit)
+    except Exception:
+        if watchdog.fired.is_set():  # the request failed because the connection was cut
+            raise BodyTooSlow(deadline) from None
+        raise
+    finally:
+        watchdog.cancel()
+    if watchdog.fired.is_set():  # what was read before the cut is not the whole answer
+        raise BodyTooSlow(deadline)
+    return response, body
+
+
 def read_json(path: PathLike) -> Any:
     path = Path(path)
     try:

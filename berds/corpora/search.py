@@ -50,9 +50,7 @@ from berds.corpora.html import CLEANER_VERSION, CleanedPage, charset_from_conten
 from berds.corpora.split import DEFAULT_WORDS, Document, split_document
 from berds.errors import BerdsError, InputError
 from berds.io import (BodyTooLarge, BodyTooSlow, atomic_write, check_writable, cut_at_deadline, cuttable_session,
-                      http_text,
-                      read_json, read_streamed_body,
-                      write_json, write_jsonl)
+                      http_text, post_within, read_json, read_streamed_body, write_json, write_jsonl)
 from berds.registry import Catalogue
 from berds.types import Passage, Question
 
@@ -157,17 +155,12 @@ class SerperProvider:
                 time.sleep(wait if wait is not None else _retry_delay(attempt - 1, self.backoff))
                 wait = None
             self.requests_made += 1
-            # Like the page fetcher: the whole answer within the timeout (a watchdog cuts a server dripping its
-            # headers), at most max_response_bytes of it, and no redirect (the key would follow it to any host).
-            session = self._session()
-            deadline = time.monotonic() + self.timeout
-            watchdog = cut_at_deadline(session, deadline)
+            # The whole answer within the timeout, at most max_response_bytes of it, and no redirect (the key
+            # would follow it to any host): post_within
             try:
-                with session.post(url, json=payload, headers={"X-API-KEY": self.api_key}, timeout=self.timeout,
-                                  allow_redirects=False, stream=True) as r:
-                    body = read_streamed_body(r, deadline=deadline, limit=self.max_response_bytes)
-                if watchdog.fired.is_set():  # what was read before the cut is not the whole answer
-                    raise BodyTooSlow(deadline)
+                r, body = post_within(self._session(), url, json=payload, headers={"X-API-KEY": self.api_key},
+                                      timeout=self.timeout, deadline=time.monotonic() + self.timeout,
+                                      limit=self.max_response_bytes)
             except BodyTooLarge:
                 raise SearchError(f"{shown} answered more than {self.max_response_bytes:,} bytes — not a search "
                                   "response") from None
@@ -175,11 +168,8 @@ class SerperProvider:
                 last = f"the answer was still arriving after the {self.timeout:g} s timeout"
                 continue
             except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
-                last = (f"the answer was still arriving after the {self.timeout:g} s timeout" if watchdog.fired.is_set()
-                        else f"{type(exc).__name__}: {self._scrub(str(exc))[:200]}")
+                last = f"{type(exc).__name__}: {self._scrub(str(exc))[:200]}"
                 continue
-            finally:
-                watchdog.cancel()
             if r.status_code in (401, 403):
                 raise BerdsError(f"{shown} refused the API key (HTTP {r.status_code}) — check SERPER_API_KEY")
             if r.is_redirect:
@@ -494,7 +484,7 @@ class PageFetcher:
         import requests
 
         o, session = self.options, self._session()
-        origin_scope: int | None = None
+        first, origin_scope = url, None  # (the origin's scope is looked up at the first redirect, if any)
         for hop in range(session.max_redirects + 1):
             left = deadline - time.monotonic()
             if left <= 0:
@@ -508,8 +498,6 @@ class PageFetcher:
                 scope = _address_scope(host)
                 if scope is not None and scope > origin_scope:
                     raise _Failure(f"redirect to a non-public address refused ({host})", retry=False)
-            else:
-                first = url
             r = session.get(url, timeout=(min(o.connect_timeout, left), min(o.read_timeout, left)), stream=True,
                             allow_redirects=False)
             location = session.get_redirect_target(r)

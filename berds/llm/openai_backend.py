@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from berds.errors import BerdsError
-from berds.io import BodyTooLarge, BodyTooSlow, cut_at_deadline, cuttable_session, http_text, read_streamed_body
+from berds.io import BodyTooLarge, BodyTooSlow, cuttable_session, http_text, post_within
 from berds.llm.base import PLAIN_ROLE, ContinuationScore, Generation, Prompt
 from berds.llm.secrets import redact_text, redact_url, url_credentials
 from berds.llm.shared import check_generation_options, generation_from_token_logprobs, normalise_prompts
@@ -346,25 +346,10 @@ class OpenAILLM:
                 raise BerdsError(f"POST {url}: abandoned because another request of this batch failed")
             retry_after: float | None = None
             try:
-                # No redirects: a key must not follow a 30x to another host. Streamed, so the whole answer is
-                # bounded in time and size (requests' timeout bounds each socket read, not the request).
-                # A watchdog cuts the connection at the deadline: a server dripping its status line and headers
-                # is inside one requests call that no read timeout bounds as a whole.
-                deadline = time.monotonic() + self.timeout
-                session = self._session()
-                watchdog = cut_at_deadline(session, deadline)
-                try:
-                    with session.post(url, json=body, timeout=self.timeout, allow_redirects=False,
-                                              stream=True) as response:
-                        data = read_streamed_body(response, deadline=deadline, limit=self.max_response_bytes)
-                except Exception:
-                    if watchdog.fired.is_set():  # the read failed because the connection was cut
-                        raise BodyTooSlow(deadline) from None
-                    raise
-                finally:
-                    watchdog.cancel()
-                if watchdog.fired.is_set():  # what was read before the cut is not the whole answer
-                    raise BodyTooSlow(deadline)
+                # No redirects, and the whole answer bounded in time and size (requests' timeout bounds each
+                # socket read, not the request): post_within
+                response, data = post_within(self._session(), url, json=body, timeout=self.timeout,
+                                             deadline=time.monotonic() + self.timeout, limit=self.max_response_bytes)
             except (requests.ConnectionError, requests.Timeout, urllib3.exceptions.HTTPError) as exc:
                 # (urllib3's errors come from reading the body, which requests does not wrap: a server that
                 # closes mid-answer)
