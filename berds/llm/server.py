@@ -175,9 +175,7 @@ class _Batcher:
             job.result.set_exception(exc)
             return False
         if n > self.max_prompt_tokens:
-            job.result.set_exception(RequestError(
-                f"the prompt has {n} tokens, more than this server's limit of {self.max_prompt_tokens} "
-                "(berds llm serve --max-prompt-tokens)", param="messages", code="context_length_exceeded"))
+            job.result.set_exception(too_many_tokens(n, self.max_prompt_tokens, "messages"))
             return False
         return True
 
@@ -482,8 +480,7 @@ class ChatServer:
             return
         n = len(tokenizer(prompt, add_special_tokens=True)["input_ids"])
         if n > limit:
-            raise RequestError(f"the prompt has {n} tokens, more than this server's limit of {limit} "
-                               "(berds llm serve --max-prompt-tokens)", param="prompt", code="context_length_exceeded")
+            raise too_many_tokens(n, limit, "prompt")
 
     async def score(self, request: Any, started: float) -> dict[str, Any]:
         """Handle one scoring request on a thread (the event loop never runs the model), within the request
@@ -503,6 +500,12 @@ class ChatServer:
             raise RequestError(str(exc), status=400) from None
         except Exception as exc:  # the model failed: report it, keep serving
             raise RequestError(f"scoring failed: {type(exc).__name__}: {exc}", status=500) from None
+
+
+def too_many_tokens(n: int, limit: int, param: str) -> RequestError:
+    """A prompt over ``--max-prompt-tokens`` (chat messages or a scoring prompt: ``param``)."""
+    return RequestError(f"the prompt has {n} tokens, more than this server's limit of {limit} "
+                        "(berds llm serve --max-prompt-tokens)", param=param, code="context_length_exceeded")
 
 
 def _busy(limits: ServerLimits, why: str) -> RequestError:
