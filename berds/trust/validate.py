@@ -87,7 +87,20 @@ def cohen_kappa(a: Any, b: Any) -> float:
     return classification_metrics(a, b)["kappa"]
 
 
-_BLOCK = 1 << 20  # pair indices drawn at a time by the pair bootstrap (8 MB)
+_BLOCK = 1 << 20  # indices drawn at a time by the bootstrap (8 MB)
+
+
+def _resampled_counts(rng: Any, n_boot: int, size: int, counts_of: Any, *, values_per_index: int = 1) -> np.ndarray:
+    """``counts_of(idx)`` (rows of 4 confusion counts) for ``n_boot`` resamples of ``size`` units drawn with
+    replacement, in blocks of about ``_BLOCK`` values (``values_per_index`` of them gathered per index drawn):
+    100,000 resamples of 3,000 pairs held 3.5 GB at once. Row blocks drawn one after another are the very numbers
+    of one whole draw, so intervals are unchanged."""
+    out = np.empty((n_boot, 4))
+    step = max(1, _BLOCK // (values_per_index * max(size, 1)))
+    for start in range(0, n_boot, step):
+        idx = rng.integers(0, size, size=(min(step, n_boot - start), size))
+        out[start:start + len(idx)] = counts_of(idx)
+    return out
 
 
 def bootstrap_intervals(
@@ -104,16 +117,11 @@ def bootstrap_intervals(
         return {name: (float("nan"), float("nan")) for name in METRIC_NAMES}
     rng = np.random.default_rng(seed)
     if groups is None:
-        # Resamples drawn in blocks of about _BLOCK indices: 100,000 resamples of 3,000 pairs held 3.5 GB at once.
-        # Drawing row blocks one after another gives the very numbers of one whole draw, so intervals are unchanged.
-        counts = np.empty((n_boot, 4))
-        step = max(1, _BLOCK // max(g.size, 1))
-        for start in range(0, n_boot, step):
-            idx = rng.integers(0, g.size, size=(min(step, n_boot - start), g.size))
+        def pair_counts(idx: np.ndarray) -> np.ndarray:
             gs, ps = g[idx], p[idx]
-            counts[start:start + len(idx)] = np.stack(
-                [(gs & ps).sum(1), (~gs & ps).sum(1), (gs & ~ps).sum(1), (~gs & ~ps).sum(1)], axis=1)
-        samples = _metrics_from_counts(*counts.T)
+            return np.stack([(gs & ps).sum(1), (~gs & ps).sum(1), (gs & ~ps).sum(1), (~gs & ~ps).sum(1)], axis=1)
+
+        samples = _metrics_from_counts(*_resampled_counts(rng, n_boot, g.size, pair_counts).T)
     else:
         labels = np.asarray(groups, dtype=object)
         if labels.shape != g.shape:
@@ -123,11 +131,7 @@ def bootstrap_intervals(
         # confusion counts per group, then per resample the sum over the drawn groups
         per_group = np.stack([np.bincount(code, weights=m, minlength=n_groups)
                               for m in (g & p, ~g & p, g & ~p, ~g & ~p)], axis=1)
-        drawn = np.empty((n_boot, 4))
-        step = max(1, _BLOCK // (4 * n_groups))
-        for start in range(0, n_boot, step):
-            idx = rng.integers(0, n_groups, size=(min(step, n_boot - start), n_groups))
-            drawn[start:start + len(idx)] = per_group[idx].sum(1)
+        drawn = _resampled_counts(rng, n_boot, n_groups, lambda idx: per_group[idx].sum(1), values_per_index=4)
         samples = _metrics_from_counts(*drawn.T)
     tail = 100 * (1 - confidence) / 2
     out = {}
