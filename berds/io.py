@@ -422,6 +422,18 @@ def no_gc() -> Iterator[None]:
             gc.enable()
 
 
+def empty_folder(folder: PathLike) -> None:
+    """Remove everything inside ``folder``, keeping the folder itself (a lock held on it stays valid); a symbolic
+    link inside is removed, never what it points to."""
+    import shutil
+
+    for child in Path(folder).iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+
+
 def lock_folder(folder: PathLike, *, what: str) -> int | None:
     """Take an exclusive ``flock`` on ``folder`` for this process: the open descriptor that holds it (close it to
     release; the system releases it when the process ends, even by SIGKILL), or None where the platform has no

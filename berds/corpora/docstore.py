@@ -51,7 +51,7 @@ import lmdb
 import numpy as np
 
 from berds.errors import BerdsError, InputError
-from berds.io import iter_jsonl, lock_folder, new_manifest, no_gc, read_json, write_json
+from berds.io import empty_folder, iter_jsonl, lock_folder, new_manifest, no_gc, read_json, write_json
 from berds.types import Passage
 
 STORE_KIND = "passage-store"
@@ -282,14 +282,6 @@ def _lock_building(building: Path) -> int | None:
                      fix="wait for it to finish, or choose another --out")
 
 
-def _empty_folder(folder: Path) -> None:
-    for child in folder.iterdir():
-        if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child)
-        else:
-            child.unlink()
-
-
 def _unlock(fd: int | None) -> None:
     if fd is not None:
         os.close(fd)
@@ -363,7 +355,7 @@ class PassageStoreWriter:
             check_building_folder(self.building)
             resuming = resume and (self.building / DATA_FILE).is_file()
             if not resuming:
-                _empty_folder(self.building)
+                empty_folder(self.building)
             else:
                 (self.building / "lock.mdb").unlink(missing_ok=True)  # a killed writer's lock table; we are the only writer
             try:

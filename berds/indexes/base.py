@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from berds.errors import BerdsError, InputError
-from berds.io import lock_folder, new_manifest, read_json, write_json
+from berds.io import empty_folder, lock_folder, new_manifest, read_json, write_json
 from berds.runs import fields_intact, one_token
 
 INDEX_META = "meta.json"
@@ -230,7 +229,7 @@ def _prepare(folder: Path, settings: Mapping[str, Any], overwrite: str) -> bool:
     if (folder / INDEX_META).is_file():
         meta = read_index_meta(folder)
         if overwrite == "always":
-            _clear(folder)
+            empty_folder(folder)  # (only a folder holding a berds index or an unfinished build)
         else:
             differs = {k: (meta.get(k), v) for k, v in settings.items() if meta.get(k) != v}
             if overwrite == "never" or differs:
@@ -242,7 +241,7 @@ def _prepare(folder: Path, settings: Mapping[str, Any], overwrite: str) -> bool:
     elif marker.is_file():
         started = read_json(marker)
         if overwrite == "always":
-            _clear(folder)
+            empty_folder(folder)  # (only a folder holding a berds index or an unfinished build)
         elif started != json.loads(json.dumps(settings)):
             raise InputError("an unfinished index build with different settings is here", path=folder,
                              fix="pass --overwrite always to start over, or choose another --out")
@@ -266,13 +265,6 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _clear(folder: Path) -> None:
-    """Empty an index folder (called only on folders that hold a berds index or an unfinished build)."""
-    for child in folder.iterdir():
-        if child.is_dir():
-            shutil.rmtree(child)
-        else:
-            child.unlink()
 
 
 ROW_ID_FIX = ("give passages ids without spaces, tabs or line breaks (e.g. replace them with '_') and rebuild the corpus")
