@@ -65,3 +65,17 @@ def test_the_memo_keeps_the_most_recently_used_files_only(tmp_path, monkeypatch)
     for weights in files:
         local_fingerprint(weights.parent)
     assert list(json.loads(memo_file().read_text())) == [str(f.resolve()) for f in files[2:]]
+
+
+def test_a_large_file_shows_a_progress_bar_while_it_is_first_hashed(tmp_path, monkeypatch, capsys):
+    """Fingerprinting a 14 GB model reads it whole once: a minute or so with nothing on the screen."""
+    monkeypatch.setattr(shared._DigestMemo, "SHOWN", 2 << 20)  # (as if 2 MiB were large)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"\0" * (3 << 20))
+    (model / "small.safetensors").write_bytes(b"\1" * (3 << 19))  # 1.5 MiB: hashed through the memo, no bar
+    first = local_fingerprint(model)
+    shown = capsys.readouterr().err
+    assert "fingerprinting model.safetensors" in shown and "small.safetensors" not in shown
+    assert local_fingerprint(model) == first  # (the bar changes nothing about the digest)

@@ -196,6 +196,7 @@ class _DigestMemo:
     # FAT, a clock tick on older kernels' ext4), bytes rewritten within the same tick leave the stat unchanged.
     SETTLE_NS = 3_000_000_000
     MAX_ENTRIES = 2000  # the most recently used are kept: a memo of every checkpoint ever evaluated grows unbounded
+    SHOWN = 1 << 30  # files this large get a progress bar the first time (a 14 GB model reads for a minute or so)
 
     def __init__(self) -> None:
         self.path: Path | None = None
@@ -239,7 +240,7 @@ class _DigestMemo:
         started = time.time_ns()
         with open(file, "rb") as handle:
             before = _stamp(os.fstat(handle.fileno()))
-            value = _file_sha256(handle)
+            value = _file_sha256(handle, shown_as=file.name if st.st_size >= self.SHOWN else None, size=st.st_size)
             held_still = _stamp(os.fstat(handle.fileno())) == before == stamp
         if held_still and max(st.st_mtime_ns, st.st_ctime_ns) < started - self.SETTLE_NS:
             self.entries[key] = stamp + [value.hex()]
@@ -258,12 +259,17 @@ class _DigestMemo:
             pass
 
 
-def _file_sha256(handle: Any) -> bytes:
+def _file_sha256(handle: Any, *, shown_as: str | None = None, size: int = 0) -> bytes:
     """SHA-256 of an open binary file, read in 1 MiB blocks (``hashlib.file_digest`` is Python 3.11+; berds
-    supports 3.10)."""
+    supports 3.10), with a progress bar on stderr when ``shown_as`` names it."""
+    from tqdm import tqdm
+
     digest = hashlib.sha256()
-    for block in iter(lambda: handle.read(1 << 20), b""):
-        digest.update(block)
+    with tqdm(total=size, unit="B", unit_scale=True, desc=f"fingerprinting {shown_as}", leave=False,
+              disable=shown_as is None) as bar:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+            bar.update(len(block))
     return digest.digest()
 
 
