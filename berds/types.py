@@ -195,8 +195,9 @@ class Run:
 class JudgePair:
     """One pair put to a perspective judge: does ``passage`` support ``perspective``?
 
-    ``passage`` is the exact text the judge sees (see ``Passage.judge_text``); ``question`` is optional
-    context some prompts use.
+    ``passage`` is the exact text the judge sees (see ``Passage.judge_text``). ``question`` is context for
+    reports only (labelled files carry it): verdicts are cached by (perspective, passage), and
+    ``evaluate_run`` leaves it empty, so a judge must not let it change a verdict.
     """
 
     perspective: str

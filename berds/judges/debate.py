@@ -46,6 +46,7 @@ CRITIC_PROMPT = PromptTemplate(
         "Find the strongest reason this answer could be wrong. If there is a real flaw, explain it in one or two "
         "sentences. If the answer is correct, reply exactly: NO ISSUE"
     ),
+    extra_slots=("answer",),
 )
 
 REVISION_INSTRUCTION = (
@@ -179,7 +180,7 @@ class DebateJudge:
                 pair=pair, answer=v.label, parsed=parsed, raw=v.raw, p_yes=v.p_yes, history=[v.label],
                 transcript=[{"round": 0, "role": "scorer", "text": v.raw, "answer": _as_yes_no(v.label) if parsed else None}],
                 messages=(scorer.render(pair) if hasattr(scorer, "render") else
-                          scorer.prompt.render(document=pair.passage, perspective=pair.perspective, question=pair.question))
+                          scorer.prompt.render(document=pair.passage, perspective=pair.perspective))
                 + [{"role": "assistant", "content": v.raw.strip() or _as_yes_no(v.label)}],
                 initial=v.label,
             ))

@@ -170,7 +170,7 @@ class LLMJudge:
 
     def render(self, pair: JudgePair) -> list[dict[str, str]]:
         """The messages sent for one pair (the system turn left out when ``drop_system``)."""
-        return self.prompt.render(document=pair.passage, perspective=pair.perspective, question=pair.question,
+        return self.prompt.render(document=pair.passage, perspective=pair.perspective,
                                   drop_system=self.drop_system)
 
     def prompts_for(self, pairs: Sequence[JudgePair]) -> list[list[dict[str, str]]]:

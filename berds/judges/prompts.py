@@ -19,6 +19,7 @@ theirs. The version id changes whenever the wording changes, so answers are neve
 from __future__ import annotations
 
 import re
+import string
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -64,10 +65,11 @@ def fill_study_slots(text: str, *, document: str, perspective: str) -> str:
 class PromptTemplate:
     """A perspective-detection prompt.
 
-    ``form`` says how ``template`` is read: ``format`` — a ``str.format`` string with ``{document}``,
-    ``{perspective}`` (``{question}`` optional) slots, sent as one user turn after the optional ``system``
-    message; ``study-chat`` — the study's chat file (``<|im_start|>ROLE`` ... ``<|im_end|>`` turns,
-    ``[Doc 1]``/``[Doc 2]`` slots); ``study-plain`` — the study's plain file, sent as raw text.
+    ``form`` says how ``template`` is read: ``format`` — a ``str.format`` string with one ``{document}`` and
+    one ``{perspective}`` slot and no others (checked when the prompt is made), sent as one user turn after the
+    optional ``system`` message; ``study-chat`` — the study's chat file (``<|im_start|>ROLE`` ...
+    ``<|im_end|>`` turns, ``[Doc 1]``/``[Doc 2]`` slots); ``study-plain`` — the study's plain file, sent as raw
+    text.
     """
 
     version: str
@@ -76,6 +78,37 @@ class PromptTemplate:
     description: str = ""
     form: str = "format"
     source: str = ""
+    # Slots besides {document} and {perspective} that the code rendering this template fills (the debate
+    # critic's {answer}); judging prompts have none
+    extra_slots: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        from berds.errors import BerdsError
+
+        if not isinstance(self.version, str) or not self.version.strip():
+            raise BerdsError(f"a prompt needs a version name (it keys the judgement cache), got {self.version!r}")
+        if self.form not in FORMS:
+            raise BerdsError(f"prompt {self.version!r}: unknown form {self.form!r}; use one of {', '.join(FORMS)}")
+        if self.form != "format":
+            return
+        try:
+            slots = [name for _, name, _, _ in string.Formatter().parse(self.template) if name is not None]
+        except ValueError as e:
+            raise BerdsError(f"prompt {self.version!r}: the template is not a str.format string ({e}); "
+                             "write a literal brace as {{ or }}") from None
+        # A verdict is cached by (perspective, passage) alone and evaluation puts no question in its pairs, so a
+        # {question} slot would be filled with nothing there and share one verdict across questions elsewhere
+        if "question" in slots:
+            raise BerdsError(f"prompt {self.version!r}: a {{question}} slot is not supported — verdicts are cached "
+                             "by (perspective, passage) only, so a prompt must not depend on the question")
+        unknown = sorted(set(slots) - {"document", "perspective", *self.extra_slots})
+        if unknown:
+            raise BerdsError(f"prompt {self.version!r}: unknown template slot(s) {', '.join(map(repr, unknown))}; the "
+                             "slots are {document} and {perspective} (write a literal brace as {{ or }})")
+        for name in ("document", "perspective"):
+            if slots.count(name) != 1:
+                raise BerdsError(f"prompt {self.version!r}: the template must have one {{{name}}} slot, it has "
+                                 f"{slots.count(name)}")
 
     @property
     def plain(self) -> bool:
@@ -85,8 +118,7 @@ class PromptTemplate:
     def has_system_turn(self) -> bool:
         return self.system is not None or (self.form == "study-chat" and split_chat(self.template)[0]["role"] == "system")
 
-    def render(self, *, document: str, perspective: str, question: str = "",
-               drop_system: bool = False) -> list[dict[str, str]]:
+    def render(self, *, document: str, perspective: str, drop_system: bool = False) -> list[dict[str, str]]:
         """The messages for one (document, perspective) pair. ``drop_system`` leaves out the system turn
         (the study's Mistral path)."""
         if self.form == "study-chat":
@@ -96,7 +128,7 @@ class PromptTemplate:
         elif self.form == "study-plain":
             return plain_prompt(fill_study_slots(self.template, document=document, perspective=perspective))
         else:
-            text = self.template.format(document=document, perspective=perspective, question=question)
+            text = self.template.format(document=document, perspective=perspective)
             messages = [{"role": "system", "content": self.system}] if self.system else []
             messages.append({"role": "user", "content": text})
         if drop_system:

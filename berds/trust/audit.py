@@ -191,7 +191,7 @@ class PromptVariantJudge:
         if not pairs:
             return []
         drop = getattr(self.base, "drop_system", False)
-        prompts = [self.prompt.render(document=p.passage, perspective=p.perspective, question=p.question,
+        prompts = [self.prompt.render(document=p.passage, perspective=p.perspective,
                                       drop_system=drop) for p in pairs]
         generations = self.llm.generate(prompts, max_new_tokens=self.base.max_new_tokens, temperature=0.0,
                                         top_logprobs=self.base.top_logprobs)
