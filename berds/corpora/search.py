@@ -23,9 +23,12 @@ Pieces:
   dripping its headers is inside one requests call), so a slow server cannot hold a build: the page is
   recorded as failed ("timeout (over N s in total)") and a re-run skips it. Redirects are followed here,
   hop by hop, so the deadline covers them too and no hop waits longer than the time left, and none leads to
-  an address more private than the first (a page on the web cannot send berds to 169.254.169.254). A failed page
-  never aborts the build. A failure caused by a limit (size, timeouts, Retry-After) records that limit; a
-  re-run with a more generous one fetches the page again.
+  an address more private than the first (a page on the web cannot send berds to 169.254.169.254). Each request
+  resolves its host once and connects to one of exactly the addresses checked (keeping the name for the Host
+  header, TLS SNI and the certificate check), so a name that answers otherwise a moment later (DNS rebinding)
+  cannot slip past; through a proxy, the proxy connects. A failed page never aborts the build. A failure
+  caused by a limit (size, timeouts, Retry-After) records that limit; a re-run with a more generous one
+  fetches the page again.
 """
 
 from __future__ import annotations
@@ -423,27 +426,95 @@ def retry_after_seconds(value: str | None) -> float | None:
     return max(0.0, (when - _dt.datetime.now(_dt.timezone.utc)).total_seconds())
 
 
-def _address_scope(host: str) -> int | None:
-    """How private ``host`` is, by the most private address it resolves to: 0 public, 1 a private network
-    (10/8, 192.168/16, fc00::/7, 100.64/10...), 2 this machine or its link (loopback, link-local such as
-    169.254.169.254, unspecified, multicast, reserved); None when it does not resolve."""
+def _address_scope(address: str) -> int:
+    """How private an IP ``address`` is: 0 public, 1 a private network (10/8, 192.168/16, fc00::/7, 100.64/10...),
+    2 this machine or its link (loopback, link-local such as 169.254.169.254, unspecified, multicast, reserved)."""
     import ipaddress
+
+    ip = ipaddress.ip_address(address.split("%")[0])
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast or ip.is_reserved:
+        return 2
+    return 0 if ip.is_global else 1
+
+
+def _resolve(host: str) -> list[str]:
+    """The addresses ``host`` resolves to, in the resolver's order (what urllib3 would try), each once."""
     import socket
 
-    try:
-        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError, ValueError):
-        return None
-    scope = 0
-    for *_, sockaddr in infos:
-        ip = ipaddress.ip_address(str(sockaddr[0]).split("%")[0])
-        if ip.version == 6 and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
-        if ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast or ip.is_reserved:
-            scope = 2
-        elif not ip.is_global:
-            scope = max(scope, 1)
-    return scope
+    from urllib3.util.connection import allowed_gai_family
+
+    infos = socket.getaddrinfo(host, None, allowed_gai_family(), socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(sockaddr[0]) for *_, sockaddr in infos))
+
+
+def _pinning_adapter(base: type) -> type:
+    """An adapter class (a subclass of ``base``, a requests ``HTTPAdapter``) that resolves each request's host
+    once, has ``vet(host, addresses)`` pass or refuse those addresses, and connects to one of exactly them: a
+    second lookup at connect time could answer otherwise (DNS rebinding) and reach an address never checked.
+    The pool is keyed by the address; the ``Host`` header, TLS SNI and the certificate's hostname check stay
+    those of the URL's host. A request through a proxy is vetted, but the proxy does the connecting."""
+    import requests
+    from requests.utils import select_proxy
+    from urllib3.exceptions import ConnectTimeoutError
+
+    class PinningAdapter(base):
+        vet: Any = None  # set by the fetcher before each request
+        deadline = math.inf  # (time.monotonic()) no further address is tried after it
+        _address: str | None = None
+
+        def send(self, request: Any, stream: bool = False, timeout: Any = None, verify: Any = True, cert: Any = None,
+                 proxies: Any = None) -> Any:
+            parts = urlsplit(request.url)
+            host = parts.hostname or ""
+            proxy = select_proxy(request.url, proxies)
+            try:
+                addresses = _resolve(host)
+            except UnicodeError:
+                raise requests.exceptions.InvalidURL(f"{host!r} is not a valid host name", request=request) from None
+            except OSError as exc:
+                if not proxy:
+                    raise requests.ConnectionError(f"cannot resolve {host}: {exc}", request=request) from None
+                addresses = []  # (a proxy may resolve names this machine cannot)
+            if self.vet is not None:
+                self.vet(host, addresses)
+            if proxy:
+                return super().send(request, stream, timeout, verify, cert, proxies)
+            default_port = 443 if parts.scheme.lower() == "https" else 80
+            name = f"[{host}]" if ":" in host else host
+            request.headers["Host"] = name if parts.port in (None, default_port) else f"{name}:{parts.port}"
+            last: Exception | None = None
+            for address in addresses:
+                left = self.deadline - time.monotonic()
+                if last is not None and left <= 0:
+                    break
+                if isinstance(timeout, tuple):  # (a later address gets no more than the time left)
+                    timeout = tuple(t if t is None else min(t, max(left, 0.001)) for t in timeout)
+                self._address = address
+                try:
+                    return super().send(request, stream, timeout, verify, cert, proxies)
+                except requests.ConnectionError as exc:
+                    # Not connected (refused, unreachable, connect timeout): nothing was sent, try the next one.
+                    if not isinstance(getattr(exc.args[0] if exc.args else None, "reason", None), ConnectTimeoutError):
+                        raise
+                    last = exc
+                finally:
+                    self._address = None
+            assert last is not None  # (getaddrinfo answers at least one address or raises)
+            raise last
+
+        def get_connection_with_tls_context(self, request: Any, verify: Any, proxies: Any = None,
+                                            cert: Any = None) -> Any:
+            if self._address is None:  # through a proxy
+                return super().get_connection_with_tls_context(request, verify, proxies=proxies, cert=cert)
+            host_params, pool_kwargs = self.build_connection_pool_key_attributes(request, verify, cert)
+            if host_params["scheme"] == "https":
+                pool_kwargs["server_hostname"] = pool_kwargs["assert_hostname"] = host_params["host"].rstrip(".")
+            host_params["host"] = self._address
+            return self.poolmanager.connection_from_host(**host_params, pool_kwargs=pool_kwargs)
+
+    return PinningAdapter
 
 
 def _total_timeout(options: FetchOptions, status: int | None = None) -> _Failure:
@@ -467,6 +538,10 @@ class PageFetcher:
         s = getattr(self._local, "session", None)
         if s is None:
             s = self._local.session = cuttable_session()  # (cut at the total deadline: see _download_once)
+            # (a subclass of the cuttable adapter, so its connections are still cut at the deadline)
+            self._local.pins = _pinning_adapter(type(s.get_adapter("https://")))()
+            s.mount("http://", self._local.pins)
+            s.mount("https://", self._local.pins)
             s.headers["User-Agent"] = self.options.user_agent
             s.headers["Accept"] = "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.1"
         return s
@@ -484,20 +559,25 @@ class PageFetcher:
         import requests
 
         o, session = self.options, self._session()
-        first, origin_scope = url, None  # (the origin's scope is looked up at the first redirect, if any)
-        for hop in range(session.max_redirects + 1):
+        origin_scope: int | None = None
+
+        def vet(host: str, addresses: list[str]) -> None:
+            # A page on the web must not make berds read a service of this machine or network (a cloud metadata
+            # endpoint, a router, a local server) into a corpus: no redirect to a more private address. The
+            # origin's scope is that of the addresses its request connected to.
+            nonlocal origin_scope
+            scope = max((_address_scope(a) for a in addresses), default=0)  # (none: a proxy resolves the name)
+            if origin_scope is None:
+                origin_scope = scope
+            elif scope > origin_scope:
+                raise _Failure(f"redirect to a non-public address refused ({host})", retry=False)
+
+        pins = self._local.pins
+        pins.vet, pins.deadline = vet, deadline
+        for _ in range(session.max_redirects + 1):
             left = deadline - time.monotonic()
             if left <= 0:
                 raise _total_timeout(o)
-            if hop:
-                # A page on the web must not make berds read a service of this machine or network (a cloud
-                # metadata endpoint, a router, a local server) into a corpus: no redirect to a more private address.
-                if origin_scope is None:
-                    origin_scope = _address_scope(urlsplit(first).hostname or "") or 0
-                host = urlsplit(url).hostname or ""
-                scope = _address_scope(host)
-                if scope is not None and scope > origin_scope:
-                    raise _Failure(f"redirect to a non-public address refused ({host})", retry=False)
             r = session.get(url, timeout=(min(o.connect_timeout, left), min(o.read_timeout, left)), stream=True,
                             allow_redirects=False)
             location = session.get_redirect_target(r)
