@@ -368,6 +368,24 @@ def resolve_delphi_path(split: str = "test") -> Path:
     return download_delphi(url, cached)
 
 
+def _why_not_fetched(exc: Exception, url: str) -> str:
+    """A short reason: requests' own text nests urllib3's and was cut mid-word."""
+    import requests
+    from urllib.parse import urlsplit
+
+    text, host = str(exc), urlsplit(url).netloc
+    if isinstance(exc, requests.ConnectionError):
+        if any(s in text for s in ("NameResolution", "Name or service not known", "getaddrinfo", "nodename")):
+            return f"the host name {host} could not be resolved (no network or no DNS here?)"
+        if "refused" in text:
+            return f"connection refused by {host}"
+    if isinstance(exc, requests.Timeout):
+        return f"{host} did not answer in time"
+    if isinstance(exc, requests.HTTPError) and exc.response is not None:
+        return f"HTTP {exc.response.status_code} {exc.response.reason or ''}".rstrip()
+    return f"{type(exc).__name__}: {text[:200]}"
+
+
 def download_delphi(url: str, dest: Path) -> Path:
     """Fetch the DELPHI file once into ``dest`` (atomic); a clear error offline or when it fails."""
     where = "$BERDS_DATA_DIR/delphi.jsonl"
@@ -380,7 +398,7 @@ def download_delphi(url: str, dest: Path) -> Path:
         response = requests.get(url, timeout=60)
         response.raise_for_status()
     except requests.RequestException as exc:
-        raise BerdsError(f"could not fetch DELPHI from {url}: {type(exc).__name__}: {str(exc)[:200]} — download "
+        raise BerdsError(f"could not fetch DELPHI from {url}: {_why_not_fetched(exc, url)} — download "
                          f"the file from github.com/apple/ml-delphi yourself and pass its path, put it at {where}, "
                          "or set BERDS_DELPHI_URL") from None
     from berds.io import atomic_write

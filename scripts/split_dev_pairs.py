@@ -31,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("labels", type=Path)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
+    if not args.labels.is_file():
+        raise InputError("file not found", path=args.labels,
+                         fix="give the study's human-labelled dev pairs (dev_pairs.tsv, not shipped with berds)")
     # Lines are copied byte for byte (the file is read the way berds reads it: tab-separated, no quoting).
     lines = args.labels.read_text(encoding="utf-8").splitlines(keepends=True)
     header = lines[0].rstrip("\r\n").split("\t") if lines else []
@@ -50,4 +53,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except InputError as exc:  # one line and exit 2, as berds' commands do
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)

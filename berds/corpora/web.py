@@ -161,6 +161,11 @@ def _url_id(url: str) -> str:
     return hashlib.sha1(url.encode("utf-8")).hexdigest()[:16]
 
 
+def _not_found(path: Path) -> str:
+    # an unmatched shell glob reaches us as its literal text
+    return "no file matches this pattern" if any(c in str(path) for c in "*?[") else "file not found"
+
+
 def _check_warc_magic(path: Path) -> None:
     """Refuse a file that is not a WARC: warcio reads any text as headerless records and only warns."""
     import gzip
@@ -257,7 +262,7 @@ def iter_warc_documents(paths: Sequence[str | os.PathLike], report: BuildReport 
 
     for path in map(Path, paths):
         if not path.is_file():
-            raise InputError("is a folder; give the WARC files in it" if path.is_dir() else "file not found", path=path)
+            raise InputError("is a folder; give the WARC files in it" if path.is_dir() else _not_found(path), path=path)
         _check_warc_magic(path)
         with open(path, "rb") as raw:
             if raw_holder is not None:
@@ -320,7 +325,7 @@ def build_web(
             raise InputError("is a folder; give the files in it", path=p,
                              fix=f"pass a glob pattern in quotes, e.g. --{'jsonl' if jsonl else 'warc'} '{pattern}'")
         if not p.is_file():
-            raise InputError("file not found", path=p)
+            raise InputError(_not_found(p), path=p)
     out = Path(out)
     kind = "web (jsonl)" if jsonl else "web (WARC)"
     report = BuildReport(kind=kind, out=str(out))

@@ -322,7 +322,9 @@ def build_wikipedia(
     out = Path(out)
     source = Path(dpr_tsv if dpr_tsv is not None else dump)  # type: ignore[arg-type]
     if not source.is_file():
-        raise InputError("file not found", path=source)
+        raise InputError("file not found", path=source,
+                         fix="--dpr-tsv takes the path of DPR's passages file (psgs_w100.tsv from the DPR release)"
+                         if dpr_tsv is not None else "--dump takes the path of a pages-articles XML dump (.xml, .xml.bz2)")
     kind = "wikipedia (DPR tsv)" if dpr_tsv is not None else "wikipedia (XML dump)"
     report = BuildReport(kind=kind, out=str(out))
     size = source.stat().st_size
