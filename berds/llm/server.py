@@ -9,7 +9,10 @@ Endpoints: ``POST /v1/chat/completions`` (with ``logprobs``/``top_logprobs``), `
 prompt's per-token log-probabilities, nothing generated) for backends that can score (transformers). Requests wait in a bounded queue for a fixed number of model worker threads, which
 gather them into batches (up to ``max_batch_size``, waiting at most ``batch_wait`` seconds for company)
 and run them through the backend's batched ``generate()``. The event loop never runs the model, so
-``/health`` and ``/v1/models`` answer while a long generation runs.
+``/health`` and ``/v1/models`` answer while a long generation runs. A request whose client closes its
+connection (or whose time is up) is withdrawn: taken out of the queue if it has not started, and — with a
+backend whose ``generate()`` takes ``cancel=`` (transformers) — stopped at the model's next step, the other
+requests in its batch going on unchanged.
 
 Every size is bounded (``ServerLimits``): the request body (refused with 413 from its ``Content-Length``
 before a byte of it is read, and while it streams), the prompt in characters and — when the backend has a
@@ -65,13 +68,14 @@ def error_body(message: str, status: int, param: str | None = None, code: str | 
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: the queue removes a withdrawn job, not an equal one
 class _Job:
     messages: list[dict[str, str]]
     max_new_tokens: int
     temperature: float
     top_logprobs: int
     result: Future = field(default_factory=Future)
+    withdrawn: threading.Event = field(default_factory=threading.Event)  # nobody waits for the answer any more
 
     @property
     def options(self) -> tuple[int, float, int]:
@@ -91,11 +95,35 @@ def token_counter(llm: Any) -> Callable[[list[dict[str, str]]], int] | None:
     return count
 
 
+class _JobQueue(queue.Queue):
+    """A bounded queue from which a job can be taken out again (its client left before it ran)."""
+
+    def discard(self, job: _Job) -> None:
+        with self.mutex:
+            try:
+                self.queue.remove(job)
+            except ValueError:  # already taken by a worker
+                return
+            self.not_full.notify()
+
+
+def accepts_cancel(llm: Any) -> bool:
+    """Whether ``llm.generate`` takes ``cancel=`` (one event per prompt that stops it between steps)."""
+    import inspect
+
+    try:
+        return "cancel" in inspect.signature(llm.generate).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 class _Batcher:
     """``workers`` threads that run queued jobs through ``llm.generate`` in batches of equal options.
 
-    The queue holds at most ``max_queue`` jobs; a job whose request gave up (its future was cancelled)
-    is skipped, and prompts over ``max_prompt_tokens`` fail with a 400 before they reach the model.
+    The queue holds at most ``max_queue`` jobs; a withdrawn job (its client left, or its request timed out) is
+    taken out of the queue, skipped if a worker already holds it, and — for backends whose ``generate`` takes
+    ``cancel=`` (transformers) — stopped between generation steps while it runs. Prompts over
+    ``max_prompt_tokens`` fail with a 400 before they reach the model.
     """
 
     def __init__(self, llm: Any, max_batch_size: int, batch_wait: float, *, workers: int = 1,
@@ -103,9 +131,10 @@ class _Batcher:
         if max_batch_size < 1 or workers < 1:
             raise BerdsError(f"max_batch_size and workers must be at least 1, got {max_batch_size} and {workers}")
         self.llm, self.max_batch_size, self.batch_wait = llm, max_batch_size, batch_wait
-        self.jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=max_queue)
+        self.jobs: _JobQueue = _JobQueue(maxsize=max_queue)
         self.max_prompt_tokens = max_prompt_tokens
         self.count_tokens = token_counter(llm) if max_prompt_tokens else None
+        self.cancellable = accepts_cancel(llm)
         self.batches_run = 0
         self._threads = [threading.Thread(target=self._run, name=f"berds-llm-worker-{i}", daemon=True)
                          for i in range(workers)]
@@ -116,6 +145,12 @@ class _Batcher:
         """Queue ``job``; raises ``queue.Full`` when the queue is full."""
         self.jobs.put_nowait(job)
         return job.result
+
+    def withdraw(self, job: _Job) -> None:
+        """Nobody waits for ``job`` any more: free its queue slot, or stop its generation at the next step."""
+        job.withdrawn.set()
+        job.result.cancel()  # (a job a worker already runs stays running: the event stops it)
+        self.jobs.discard(job)
 
     def stop(self) -> None:
         for _ in self._threads:
@@ -148,9 +183,13 @@ class _Batcher:
             for job in live:
                 groups.setdefault(job.options, []).append(job)
             for (max_new_tokens, temperature, top_logprobs), jobs in groups.items():
+                jobs = [job for job in jobs if not job.withdrawn.is_set()]  # (left while an earlier group ran)
+                if not jobs:
+                    continue
+                cancel = {"cancel": [job.withdrawn for job in jobs]} if self.cancellable else {}
                 try:
                     generations = self.llm.generate([j.messages for j in jobs], max_new_tokens=max_new_tokens,
-                                                    temperature=temperature, top_logprobs=top_logprobs)
+                                                    temperature=temperature, top_logprobs=top_logprobs, **cancel)
                 except BaseException as exc:  # delivered to each waiting request; the worker keeps going
                     for job in jobs:
                         job.result.set_exception(exc)
@@ -230,6 +269,7 @@ class ChatServer:
         self.on_ready = on_ready
         self.created = int(time.time())
         self.in_flight = 0  # chat requests admitted and not yet answered (touched on the event loop only)
+        self.withdrawn = 0  # requests that timed out or whose client left before the answer (event loop only)
         self.score_lock = threading.Lock()  # scoring requests run one at a time, beside the batcher's workers
         self.batcher = _Batcher(llm, max_batch_size, batch_wait, workers=workers, max_queue=limits.max_queue,
                                 max_prompt_tokens=limits.max_prompt_tokens)
@@ -415,12 +455,12 @@ class ChatServer:
             future = self.batcher.submit(job)
         except queue.Full:
             raise _busy(self.limits, "the request queue is full") from None
-        remaining = started + self.limits.request_timeout - time.monotonic()
         try:
-            generation = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), max(0.001, remaining))
-        except asyncio.TimeoutError:
-            future.cancel()  # still queued: the worker skips it
-            raise self._timed_out() from None
+            generation = await self._answer_unless_gone(request, asyncio.wrap_future(future), started)
+        except _Unanswered:
+            self.batcher.withdraw(job)  # out of the queue, or stopped at the model's next step
+            self.withdrawn += 1
+            raise
         except RequestError:
             raise
         except BerdsError as exc:
@@ -431,8 +471,25 @@ class ChatServer:
         return 200, self.chat_payload(job, generation, requested), {}
 
 
+    async def _answer_unless_gone(self, request: Any, answer: asyncio.Future, started: float) -> Any:
+        """``answer``'s result; raises ``_Unanswered`` as soon as the client closes its connection or the request
+        timeout passes (the work behind ``answer`` is then the caller's to withdraw)."""
+        gone = asyncio.ensure_future(_disconnected(request.receive))
+        remaining = started + self.limits.request_timeout - time.monotonic()
+        try:
+            done, _ = await asyncio.wait({answer, gone}, timeout=max(0.001, remaining),
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if answer in done:
+            return answer.result()
+        answer.cancel()  # a result or error that comes later is dropped, without a "never retrieved" warning
+        if gone in done:  # (this answer reaches nobody: it ends the request without a traceback)
+            raise _Unanswered("the client left before its answer was ready", status=400, code="client_disconnected")
+        raise self._timed_out()
+
     def _timed_out(self) -> RequestError:
-        return RequestError(f"the request took longer than this server's limit of {self.limits.request_timeout:g} s "
+        return _Unanswered(f"the request took longer than this server's limit of {self.limits.request_timeout:g} s "
                             "(berds llm serve --request-timeout)", status=503, code="timeout",
                             headers={"Retry-After": str(self.limits.retry_after)})
 
@@ -487,19 +544,30 @@ class ChatServer:
         timeout like a chat request (one still waiting for the scoring lock then is dropped)."""
         body = await self.json_body(request, started)
         abandoned = threading.Event()
-        remaining = started + self.limits.request_timeout - time.monotonic()
+        work = asyncio.get_running_loop().run_in_executor(None, self.completion_payload, body, abandoned)
         try:
-            return await asyncio.wait_for(asyncio.to_thread(self.completion_payload, body, abandoned),
-                                          max(0.001, remaining))
-        except asyncio.TimeoutError:
-            abandoned.set()
-            raise self._timed_out() from None
+            return await self._answer_unless_gone(request, work, started)
+        except _Unanswered:
+            abandoned.set()  # one still waiting for the scoring lock is dropped (a running scorer cannot stop)
+            self.withdrawn += 1
+            raise
         except RequestError:
             raise
         except BerdsError as exc:
             raise RequestError(str(exc), status=400) from None
         except Exception as exc:  # the model failed: report it, keep serving
             raise RequestError(f"scoring failed: {type(exc).__name__}: {exc}", status=500) from None
+
+
+class _Unanswered(RequestError):
+    """Nobody waits for the answer any more: the request timed out, or its client left."""
+
+
+async def _disconnected(receive: Any) -> None:
+    """Return once the client has closed its connection. Called after the body was read: the ASGI server then
+    answers ``receive()`` only with ``http.disconnect`` (a pipelined next request waits for this response)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 def too_many_tokens(n: int, limit: int, param: str) -> RequestError:
@@ -588,7 +656,8 @@ def _build_app(server: ChatServer) -> Any:
 
     async def health(request: Any) -> Any:
         return _json_response(200, {"status": "ok", "model": server.served_model_name,
-                                    "in_flight": server.in_flight, "max_queue": server.limits.max_queue})
+                                    "in_flight": server.in_flight, "max_queue": server.limits.max_queue,
+                                    "withdrawn": server.withdrawn})
 
     async def models(request: Any) -> Any:
         if not server.authorised(request.headers.get("authorization")):

@@ -174,10 +174,17 @@ class TransformersLLM:
         max_new_tokens: int = 16,
         temperature: float = 0.0,
         top_logprobs: int = 0,
+        cancel: Sequence[Any] | None = None,
     ) -> list[Generation]:
-        """One completion per prompt, in input order (see the class docstring)."""
+        """One completion per prompt, in input order (see the class docstring).
+
+        ``cancel`` (one ``threading.Event`` per prompt; ``berds llm serve`` passes them): a prompt whose event is
+        set stops generating at the next step, keeping the text it has, without changing the other prompts in its
+        batch; a batch whose prompts are all cancelled is not run (their texts are empty)."""
         messages = normalise_prompts(prompts)
         check_generation_options(max_new_tokens, temperature, top_logprobs)
+        if cancel is not None and len(cancel) != len(messages):
+            raise BerdsError(f"cancel has {len(cancel)} events for {len(messages)} prompts")
         if not messages:
             return []
         self.load()
@@ -188,14 +195,21 @@ class TransformersLLM:
         results: list[Generation | None] = [None] * len(texts)
         for start in range(0, len(order), self.batch_size):
             chunk = order[start:start + self.batch_size]
+            flags = None if cancel is None else [cancel[i] for i in chunk]
+            if flags is not None and all(flag.is_set() for flag in flags):
+                for index in chunk:
+                    results[index] = Generation("", None)
+                continue
             for index, generation in zip(
-                chunk, self._generate_batch([texts[i] for i in chunk], max_new_tokens, temperature, top_logprobs)
+                chunk, self._generate_batch([texts[i] for i in chunk], max_new_tokens, temperature, top_logprobs,
+                                            flags)
             ):
                 results[index] = generation
         return results  # type: ignore[return-value]
 
     def _generate_batch(
-        self, texts: list[str], max_new_tokens: int, temperature: float, top_logprobs: int
+        self, texts: list[str], max_new_tokens: int, temperature: float, top_logprobs: int,
+        cancel: list[Any] | None = None,
     ) -> list[Generation]:
         torch, tokenizer, model = self._torch, self._tokenizer, self._model
         # The chat template already wrote BOS; adding special tokens again would double it.
@@ -212,6 +226,7 @@ class TransformersLLM:
                 # Greedy is the point; silence model generation_config defaults (top_p etc.).
                 num_beams=1, pad_token_id=tokenizer.pad_token_id,
                 return_dict_in_generate=True, output_logits=top_logprobs > 0,
+                stopping_criteria=None if cancel is None else _cancelled_rows(cancel),
             )
         prompt_width = encoded["input_ids"].shape[1]
         new_tokens = out.sequences[:, prompt_width:]
@@ -291,6 +306,19 @@ class TransformersLLM:
                     target = ids[row, start:end].to(step.device).unsqueeze(-1)
                     out[i] = step.gather(-1, target).squeeze(-1).tolist()
         return out
+
+
+def _cancelled_rows(flags: list[Any]) -> Any:
+    """A stopping criterion that finishes each row whose event is set (generate() checks it after every step;
+    finished rows are padded while the others go on, and the call ends once every row is finished)."""
+    import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class Cancelled(StoppingCriteria):
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            return torch.tensor([flag.is_set() for flag in flags], dtype=torch.bool, device=input_ids.device)
+
+    return StoppingCriteriaList([Cancelled()])
 
 
 def _load_or_explain(loader: Any, name: str, where: str, what: str, *args: Any,
