@@ -37,7 +37,8 @@ def serve_command(
     port: int = typer.Option(8000, min=0, max=65535, help="port; 0 picks a free one (printed when ready)"),
     served_model_name: Optional[str] = typer.Option(None, help="model name clients send (default: --model)"),
     option: List[str] = typer.Option([], "--option", "-o", help="backend option KEY=VALUE, e.g. adapter=/path"),
-    api_key_env: Optional[str] = typer.Option(None, help="env variable holding the key clients must send"),
+    api_key_env: Optional[str] = typer.Option(None, help="env variable holding the key clients must send (every "
+                                              "endpoint; /health without it answers only {\"status\": \"ok\"})"),
     max_batch_size: int = typer.Option(8, help="requests gathered into one generate() call"),
     batch_wait_ms: float = typer.Option(10.0, help="how long a batch waits for more requests"),
     workers: int = typer.Option(1, help="model worker threads (more than 1 only for thread-safe backends)"),
@@ -54,7 +55,12 @@ def serve_command(
     backlog: int = typer.Option(_LIMITS.backlog, help="listen backlog"),
     log_requests: bool = typer.Option(False, help="print one line per request on stderr"),
 ) -> None:
-    """Serve a model over an OpenAI-compatible API (/v1/chat/completions, /v1/models), every size bounded."""
+    """Serve a model over an OpenAI-compatible API (/v1/chat/completions, /v1/models), every size bounded.
+
+    /health is a liveness probe open to all: without the key (when --api-key-env is set) it answers only
+    {"status": "ok"}; with it, also the model name and the load. A request whose client disconnects, or whose
+    --request-timeout passes, is withdrawn: dropped from the queue, or (transformers) stopped at the next step.
+    """
     from berds.llm.server import serve
     from berds.registry import parse_options
 

@@ -12,7 +12,8 @@ and run them through the backend's batched ``generate()``. The event loop never 
 ``/health`` and ``/v1/models`` answer while a long generation runs. A request whose client closes its
 connection (or whose time is up) is withdrawn: taken out of the queue if it has not started, and — with a
 backend whose ``generate()`` takes ``cancel=`` (transformers) — stopped at the model's next step, the other
-requests in its batch going on unchanged.
+requests in its batch going on unchanged. ``/health`` answers anyone ``{"status": "ok"}``; the model's name
+and the load are for callers with the key (or anyone, when the server has no key).
 
 Every size is bounded (``ServerLimits``): the request body (refused with 413 from its ``Content-Length``
 before a byte of it is read, and while it streams), the prompt in characters and — when the backend has a
@@ -655,6 +656,9 @@ def _build_app(server: ChatServer) -> Any:
     from starlette.routing import Route
 
     async def health(request: Any) -> Any:
+        # A liveness probe needs no key; what is served, and how busy, is for key holders only.
+        if not server.authorised(request.headers.get("authorization")):
+            return _json_response(200, {"status": "ok"})
         return _json_response(200, {"status": "ok", "model": server.served_model_name,
                                     "in_flight": server.in_flight, "max_queue": server.limits.max_queue,
                                     "withdrawn": server.withdrawn})
@@ -952,7 +956,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--served-model-name", default=None, help="the name clients send (default: --model)")
     parser.add_argument("--option", "-o", action="append", default=[], metavar="KEY=VALUE",
                         help="backend option, e.g. adapter=/path, dtype=bfloat16, batch_size=16 (repeatable)")
-    parser.add_argument("--api-key-env", default=None, help="env variable holding the key clients must send")
+    parser.add_argument("--api-key-env", default=None, help="env variable holding the key clients must send (every "
+                        "endpoint; /health without it answers only {\"status\": \"ok\"})")
     parser.add_argument("--max-batch-size", type=int, default=8)
     parser.add_argument("--batch-wait-ms", type=float, default=10.0, help="how long a batch waits for company")
     parser.add_argument("--workers", type=int, default=1,
