@@ -50,6 +50,7 @@ def serve_command(
     max_queue: int = typer.Option(_LIMITS.max_queue, help="chat requests in flight; more get 503 with Retry-After"),
     request_timeout: float = typer.Option(_LIMITS.request_timeout, help="seconds a request may take (503 after)"),
     header_timeout: float = typer.Option(_LIMITS.header_timeout, help="seconds a client may take to send its request head"),
+    body_timeout: float = typer.Option(_LIMITS.body_timeout, help="seconds a client may take to send its whole request body (408 after)"),
     keep_alive_timeout: float = typer.Option(_LIMITS.keep_alive_timeout, help="seconds an idle keep-alive socket stays open"),
     max_connections: int = typer.Option(_LIMITS.max_connections, help="open sockets at once; more get 503 with Retry-After"),
     backlog: int = typer.Option(_LIMITS.backlog, help="listen backlog"),
@@ -67,7 +68,7 @@ def serve_command(
     limits = ServerLimits(max_body_bytes=max_body_bytes, max_prompt_chars=max_prompt_chars,
                           max_prompt_tokens=max_prompt_tokens, max_tokens=max_tokens_limit,
                           max_top_logprobs=max_top_logprobs, max_queue=max_queue, request_timeout=request_timeout,
-                          header_timeout=header_timeout, keep_alive_timeout=keep_alive_timeout,
+                          header_timeout=header_timeout, body_timeout=body_timeout, keep_alive_timeout=keep_alive_timeout,
                           max_connections=max_connections, backlog=backlog)
     serve(backend, model, host=host, port=port, served_model_name=served_model_name, options=parse_options(option),
           api_key_env=api_key_env, max_batch_size=max_batch_size, batch_wait=batch_wait_ms / 1000, workers=workers,
