@@ -17,8 +17,10 @@ class SlowScorer:
         return [Generation("Yes", None) for _ in prompts]
 
     def echo_logprobs(self, text: str):
+        import sys
         import time
 
+        print(f"scoring {text!r}", file=sys.stderr, flush=True)  # (tests count the prompts that reached the model)
         time.sleep(self.delay)
         return [text], [0], [None]
 

@@ -4,7 +4,8 @@ the others in its batch go on unchanged.
 
 A real ``python -m berds.llm.server`` process serves the tiny random Mistral through the transformers backend with
 a forward-pass counter (``llm_server_fixtures:CountingTransformers``), whose stderr lines say how many generation
-steps each ``generate()`` call ran: the tests assert on those counts, not on wall time.
+steps each ``generate()`` call ran: the tests assert on those counts, not on wall time. A scoring request
+(``/v1/completions``) whose client left while it waited for the model is never scored.
 """
 
 from __future__ import annotations
@@ -120,3 +121,21 @@ def test_a_client_leaving_mid_batch_stops_its_row_and_leaves_the_others_unchange
         full = len(alone.json()["choices"][0]["message"]["content"])
         assert rows[0] == [full] and max(rows[1]) == full and min(rows[1]) < full / 2, rows
         assert health(url)["withdrawn"] == 1
+
+
+def test_a_scoring_request_whose_client_left_while_it_waited_is_never_scored(tmp_path):
+    score = {"model": "m", "echo": True, "logprobs": 0, "max_tokens": 1}
+    with served("llm_server_fixtures:SlowScorer", "m", options=["delay=1.5"], log_dir=tmp_path) as url:
+        log = tmp_path / "server-stderr.txt"
+        with ThreadPoolExecutor(1) as pool:
+            first = pool.submit(requests.post, f"{url}/completions", json={**score, "prompt": "first"}, timeout=60)
+            wait_for(lambda: log_lines(log, r"scoring 'first'"), "the first prompt to be scored")
+            body = json.dumps({**score, "prompt": "second"}).encode()
+            with socket.create_connection(("127.0.0.1", port_of(url)), timeout=30) as leaver:
+                leaver.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                               b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+                wait_for(lambda: health(url)["in_flight"] == 2, "the second request to wait for the model")
+            assert first.result().status_code == 200
+        wait_for(lambda: health(url)["withdrawn"] == 1, "the second request to be withdrawn")
+        time.sleep(0.5)  # (a second scoring call would have started as soon as the first ended)
+        assert [m.group(0) for m in log_lines(log, r"scoring '\w+'")] == ["scoring 'first'"]
