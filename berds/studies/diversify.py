@@ -77,8 +77,10 @@ class DiversifyStudy:
     def table(self, *, detail: bool = True) -> tuple[str, list[str], list[list[str]]]:
         """Rows per setting; ``detail`` adds the interval and Holm p to each cell (the files have them)."""
         metrics = [f"mrecall@{k}" for k in self.ks] + [f"precision@{k}" for k in self.ks]
+        # (the terminal table says Prec@k, as eval's does: "Precision@10" folds into "Precision@1" / "0" at 80 columns)
         header = ["setting", "parameter (tuned on dev)",
-                  *[m.replace("mrecall", "MRecall").replace("precision", "Precision") for m in metrics]]
+                  *[m.replace("mrecall", "MRecall").replace("precision", "Precision" if detail else "Prec")
+                    for m in metrics]]
         body = []
         for row in self.rows:
             cells = []
