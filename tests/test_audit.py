@@ -487,3 +487,14 @@ def test_stance_correction_refuses_the_error_rates_of_another_judge(labelled):
         stance_corrected_sycophancy(result, labelled, pred, n_boot=0, judge_id="judge-b")
     same = stance_corrected_sycophancy(result, labelled, pred, n_boot=0, judge_id="judge-a")
     assert (same.rows[0]["p_docs"], same.rows[0]["n_docs"]) == (2, 1)  # row 0 (supporting) has 2 Yes, row 1 one
+
+
+def test_each_variants_judging_bar_names_the_variant(labelled, capsys):
+    # Every variant judged each run under a bar reading "judging diverse": the bars could not be told apart.
+    from judges_for_tests import OverlapJudge
+
+    audit(labelled, OverlapJudge(), variants=["sentence-order"], runs=make_runs(labelled), k=5, progress=True)
+    shown = capsys.readouterr()
+    text = shown.out + shown.err
+    for variant in ("base", "sentence-order"):
+        assert f"judging {variant} diverse" in text or f"judging {variant} dive…" in text, variant

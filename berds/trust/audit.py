@@ -529,12 +529,17 @@ def stance_audit(labelled: Any, predictions: Any, *, alpha: float = 0.05) -> Sta
     )
 
 
-def _runs_mrecall(runs: Mapping[str, Any], judge: Any, k: int, cache: Any, progress: bool) -> dict[str, float]:
+def _runs_mrecall(runs: Mapping[str, Any], judge: Any, k: int, cache: Any, progress: bool, variant: str
+                  ) -> dict[str, float]:
+    import dataclasses
+
     from berds.evaluate.evaluation import evaluate_run
 
     out = {}
     for name, run in runs.items():
-        result = evaluate_run(run, judge, (k,), cache=cache, allow_short=True, progress=progress)
+        # (the judging bar is named after the run: each variant's bar says first which judge it is)
+        shown = dataclasses.replace(run, name=f"{variant} {name}") if progress else run
+        result = evaluate_run(shown, judge, (k,), cache=cache, allow_short=True, progress=progress)
         out[name] = float(result.averages["all"][f"mrecall@{k}"])
     return out
 
@@ -595,7 +600,7 @@ def audit(
                                 description="judging (base)")
     base = np.array([v.label for v in base_verdicts], dtype=bool)
     base_metrics = classification_metrics(gold, base)
-    base_runs = _runs_mrecall(runs, judge, k, cache, progress) if runs else {}
+    base_runs = _runs_mrecall(runs, judge, k, cache, progress, "base") if runs else {}
 
     results = []
     for name in names:
@@ -621,7 +626,7 @@ def audit(
             r.reason = (f"answers: {r.yes_to_no} Yes->No, {r.no_to_yes} No->Yes (McNemar p={p_answers:.3g}); "
                         f"correctness McNemar p={p_correct:.3g}")
             if runs:
-                varied = _runs_mrecall(runs, vj, k, cache, progress)
+                varied = _runs_mrecall(runs, vj, k, cache, progress, name)
                 b_scores, v_scores = list(base_runs.values()), [varied[n] for n in base_runs]
                 r.runs = RunEffect(dict(base_runs), varied, kendall_tau_b(b_scores, v_scores),
                                    ranks_desc(b_scores) != ranks_desc(v_scores))
