@@ -76,25 +76,25 @@ def counting_server(tiny_mistral, tmp_path, monkeypatch):  # noqa: F811
 def test_a_client_that_leaves_stops_its_generation_and_one_still_queued_never_runs(counting_server):
     start, log = counting_server
     with start() as url:
-        # This prompt's greedy answer runs its full 300 steps: no end-of-sequence token comes before then.
-        assert requests.post(f"{url}/chat/completions", json=chat(300), headers=KEY, timeout=120).status_code == 200
-        assert [m.group(1) for m in log_lines(log, r"generate end max_new_tokens=300 steps=(\d+)")] == ["300"]
+        # This prompt's greedy answer runs its full 500 steps: no end-of-sequence token comes before then.
+        assert requests.post(f"{url}/chat/completions", json=chat(500), headers=KEY, timeout=120).status_code == 200
+        assert [m.group(1) for m in log_lines(log, r"generate end max_new_tokens=500 steps=(\d+)")] == ["500"]
 
         port = port_of(url)
-        leaver = send_chat(port, chat(900))  # ~900 steps: many seconds of model time on this machine
-        wait_for(lambda: log_lines(log, r"generate start max_new_tokens=900"), "the long generation to start")
+        leaver = send_chat(port, chat(1000))  # 2 to 10 s of model time here (2 to 10 ms a step)
+        wait_for(lambda: log_lines(log, r"generate start max_new_tokens=1000"), "the long generation to start")
         with ThreadPoolExecutor(1) as pool:
             waiting = pool.submit(requests.post, f"{url}/chat/completions", json=chat(5), headers=KEY, timeout=120)
             queued = send_chat(port, chat(7))  # queued behind the long one, and leaves before it runs
             wait_for(lambda: health(url)["in_flight"] == 3, "three requests in flight")
             queued.close()
             wait_for(lambda: health(url)["withdrawn"] == 1, "the queued request to be withdrawn")
-            assert not log_lines(log, r"generate end max_new_tokens=900")  # still running: nothing stopped it yet
+            assert not log_lines(log, r"generate end max_new_tokens=1000")  # still running: nothing stopped it yet
             leaver.close()
             answer = waiting.result()
         assert answer.status_code == 200 and answer.json()["choices"][0]["message"]["role"] == "assistant"
-        stopped = [int(m.group(1)) for m in log_lines(log, r"generate end max_new_tokens=900 steps=(\d+)")]
-        assert len(stopped) == 1 and stopped[0] < 300, stopped  # (it ran all 900 steps)
+        stopped = [int(m.group(1)) for m in log_lines(log, r"generate end max_new_tokens=1000 steps=(\d+)")]
+        assert len(stopped) == 1 and stopped[0] < 500, stopped  # (it ran all 1000 steps)
         calls = log_lines(log, r"generate (start|end) max_new_tokens=(\d+)")
         assert [(m.group(1), m.group(2)) for m in calls][-2:] == [("start", "5"), ("end", "5")]
         assert not log_lines(log, r"max_new_tokens=7\b")  # the request that left while queued never reached the model
