@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from judge_trust_fixtures import read_until_eof
+
 pytestmark = pytest.mark.network
 
 
@@ -51,7 +53,7 @@ def test_berds_llm_serve_applies_its_body_timeout(tmp_path):
             sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                          b"Content-Length: 100\r\n\r\n{\"model\":")  # and nothing more
             started = time.monotonic()
-            answer = sock.recv(65536)
+            answer = read_until_eof(sock)  # (the 408 closes the connection)
             waited = time.monotonic() - started
         assert answer.startswith(b"HTTP/1.1 408 ") and b"--body-timeout" in answer, answer
         assert waited < 10, waited  # (the 30 s default: our 15 s socket timeout ran out first)
