@@ -110,7 +110,7 @@ def test_cache_reuse_and_overwrite_policies(tmp_path, tiny_run):
         evaluate_run(tiny_run, judge, ks=(5,), cache=never_cache, overwrite="never", progress=False)
     with pytest.raises(BerdsError, match="unknown overwrite policy"):
         evaluate_run(tiny_run, judge, ks=(5,), overwrite="sometimes", progress=False)
-    with pytest.raises(BerdsError, match="unknown --title-position 'middle'"):
+    with pytest.raises(BerdsError, match=r"unknown --title-position \(title_position=\) 'middle'"):
         evaluate_run(tiny_run, judge, ks=(5,), title_position="middle", progress=False)
 
 

@@ -207,7 +207,7 @@ def resolve_baseline(baseline: str | None, labels: Sequence[str], paths: Sequenc
     for i, (label, path) in enumerate(zip(labels, paths)):
         if baseline == label or Path(baseline) == Path(path):
             return i
-    raise BerdsError(f"--baseline {baseline!r} is none of the runs: {', '.join(labels)}")
+    raise BerdsError(f"--baseline (baseline=) {baseline!r} is none of the runs: {', '.join(labels)}")
 
 
 def compare_paths(run_paths: Sequence[str | Path], judge: str | Any, *, ks: Sequence[int] = (5,),
@@ -225,7 +225,7 @@ def compare_paths(run_paths: Sequence[str | Path], judge: str | Any, *, ks: Sequ
         raise BerdsError(f"alpha must be between 0 and 1, got {alpha}")
     ks = tuple(sorted({int(k) for k in ks}))
     if not ks or ks[0] < 1:
-        raise BerdsError(f"--k values must be positive integers, got {list(ks)}")
+        raise BerdsError(f"--k values (ks=) must be positive integers, got {list(ks)}")
     runs = [load_run(p, allow_empty=allow_short) for p in run_paths]
     labels = run_labels(runs, run_paths)
     check_same_question_per_id(runs, labels)

@@ -158,7 +158,8 @@ def question_passages(run: Run, depth: int, *, allow_short: bool = False) -> dic
             raise InputError(
                 f"question has {len(hits)} passages but k={depth} needs {depth}",
                 path=source or run.name or None, line=question_line(source, qid), record=qid,
-                fix="use a smaller --k, retrieve more passages, or pass --allow-short to score missing ranks as unsupported",
+                fix="use a smaller --k (ks=), retrieve more passages, or pass --allow-short (allow_short=True) to score "
+                    "missing ranks as unsupported",
             )
         out[qid] = (tuple(q.perspectives), list(map(passage_of, hits)))
     return out
@@ -219,16 +220,17 @@ class EvalOptions:
 
     def __post_init__(self) -> None:
         if self.duplicates not in ("refuse", "dedupe", "keep"):
-            raise BerdsError(f"unknown --duplicates {self.duplicates!r}; use refuse, dedupe or keep")
+            raise BerdsError(f"unknown --duplicates (duplicates=) {self.duplicates!r}; use refuse, dedupe or keep")
         if self.overwrite not in OVERWRITE_POLICIES:
             raise BerdsError(f"unknown overwrite policy {self.overwrite!r}; use one of {', '.join(OVERWRITE_POLICIES)}")
         if self.title_position not in TITLE_POSITIONS:
-            raise BerdsError(f"unknown --title-position {self.title_position!r}; use one of {', '.join(TITLE_POSITIONS)}")
+            raise BerdsError(f"unknown --title-position (title_position=) {self.title_position!r}; use one of "
+                             f"{', '.join(TITLE_POSITIONS)}")
         ks = tuple(sorted({int(k) for k in self.ks}))
         if not ks or ks[0] < 1:
-            raise BerdsError(f"--k values must be positive integers, got {list(self.ks)}")
+            raise BerdsError(f"--k values (ks=) must be positive integers, got {list(self.ks)}")
         if ks[-1] > MAX_K:  # (with --allow-short a k past every ranking is allowed: it sizes each verdict matrix)
-            raise BerdsError(f"--k {ks[-1]} is more than berds evaluates ({MAX_K:,} passages per question)")
+            raise BerdsError(f"--k (ks=) {ks[-1]} is more than berds evaluates ({MAX_K:,} passages per question)")
         object.__setattr__(self, "ks", ks)
         if self.batch_size is not None and self.batch_size < 1:
             raise BerdsError(f"batch size must be at least 1, got {self.batch_size}")
@@ -490,7 +492,8 @@ def evaluate_predictions(path: str | Path, options: EvalOptions | Sequence[int] 
         if judged < depth and not opts.allow_short:
             raise InputError(f"question has predictions for {judged} passages but k={depth} needs {depth}",
                              path=path, record=qid,
-                             fix="use a smaller --k, or --allow-short to count missing ranks as unsupported")
+                             fix="use a smaller --k (ks=), or --allow-short (allow_short=True) to count missing ranks as "
+                                 "unsupported")
         s = np.zeros((len(rows), depth), dtype=bool)
         for i, row in enumerate(rows):
             s[i, : min(depth, len(row))] = row[:depth]

@@ -288,7 +288,7 @@ def build_report(
     out.mkdir(parents=True, exist_ok=True)
     ks = tuple(sorted({int(k) for k in ks}))
     if not ks or ks[0] < 1:
-        raise BerdsError(f"--k values must be positive integers, got {list(ks)}")
+        raise BerdsError(f"--k values (ks=) must be positive integers, got {list(ks)}")
     if not run_paths and not analyses:
         raise BerdsError("nothing to report: give run folders and/or --analysis result files")
     report = Report(out)

@@ -244,7 +244,8 @@ def resolve_stances(questions: Sequence[Question], *, stances: str | Path | None
                              fix="use the stances computed for this question set (`berds analyze stance`)")
         return found
     if llm is None:
-        raise BerdsError("stances are needed: pass --stances FILE (from `berds analyze stance`) or --stance-llm BACKEND:MODEL")
+        raise BerdsError("stances are needed: pass --stances FILE (stances=, from `berds analyze stance`) or "
+                         "--stance-llm BACKEND:MODEL (llm=)")
     if isinstance(llm, str):
         from berds.llm import load_llm_by_name
 
