@@ -21,8 +21,7 @@ from berds.types import JudgePair
     ('Doc {document} claim {perspective}. Reply {"Answer": "Yes"}', "unknown template slot(s) '\"Answer\"'"),
     ("Doc {document} claim {perspective} {", "not a str.format string"),
     ("Doc {} claim {perspective}", "unknown template slot(s) ''"),
-    ("Doc {document} and nothing else", "must have one {perspective} slot, it has 0"),
-    ("Doc {document} {document} claim {perspective}", "must have one {document} slot, it has 2"),
+    ("Doc {document} and nothing else", "the template has no {perspective} slot"),
 ])
 def test_bad_templates_are_refused_when_made(template, says):
     with pytest.raises(BerdsError) as e:

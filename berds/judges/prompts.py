@@ -65,8 +65,8 @@ def fill_study_slots(text: str, *, document: str, perspective: str) -> str:
 class PromptTemplate:
     """A perspective-detection prompt.
 
-    ``form`` says how ``template`` is read: ``format`` — a ``str.format`` string with one ``{document}`` and
-    one ``{perspective}`` slot and no others (checked when the prompt is made), sent as one user turn after the
+    ``form`` says how ``template`` is read: ``format`` — a ``str.format`` string with ``{document}`` and
+    ``{perspective}`` slots (each at least once) and no others (checked when the prompt is made), sent as one user turn after the
     optional ``system`` message; ``study-chat`` — the study's chat file (``<|im_start|>ROLE`` ...
     ``<|im_end|>`` turns, ``[Doc 1]``/``[Doc 2]`` slots); ``study-plain`` — the study's plain file, sent as raw
     text.
@@ -105,10 +105,10 @@ class PromptTemplate:
         if unknown:
             raise BerdsError(f"prompt {self.version!r}: unknown template slot(s) {', '.join(map(repr, unknown))}; the "
                              "slots are {document} and {perspective} (write a literal brace as {{ or }})")
+        # (a slot may repeat: "... Perspective: {perspective} ... Does the document support {perspective}?")
         for name in ("document", "perspective"):
-            if slots.count(name) != 1:
-                raise BerdsError(f"prompt {self.version!r}: the template must have one {{{name}}} slot, it has "
-                                 f"{slots.count(name)}")
+            if name not in slots:
+                raise BerdsError(f"prompt {self.version!r}: the template has no {{{name}}} slot")
 
     @property
     def plain(self) -> bool:
