@@ -454,7 +454,8 @@ def _pinning_adapter(base: type) -> type:
     once, has ``vet(host, addresses)`` pass or refuse those addresses, and connects to one of exactly them: a
     second lookup at connect time could answer otherwise (DNS rebinding) and reach an address never checked.
     The pool is keyed by the address; the ``Host`` header, TLS SNI and the certificate's hostname check stay
-    those of the URL's host. A request through a proxy is vetted, but the proxy does the connecting."""
+    those of the URL's host. A request through a proxy is not looked up here (``vet(host, None)``): the proxy
+    resolves and connects, and a network reached only through a proxy may have no DNS of its own that answers."""
     import requests
     from requests.utils import select_proxy
     from urllib3.exceptions import ConnectTimeoutError
@@ -468,19 +469,18 @@ def _pinning_adapter(base: type) -> type:
                  proxies: Any = None) -> Any:
             parts = urlsplit(request.url)
             host = parts.hostname or ""
-            proxy = select_proxy(request.url, proxies)
+            if select_proxy(request.url, proxies):
+                if self.vet is not None:
+                    self.vet(host, None)
+                return super().send(request, stream, timeout, verify, cert, proxies)
             try:
                 addresses = _resolve(host)
             except UnicodeError:
                 raise requests.exceptions.InvalidURL(f"{host!r} is not a valid host name", request=request) from None
             except OSError as exc:
-                if not proxy:
-                    raise requests.ConnectionError(f"cannot resolve {host}: {exc}", request=request) from None
-                addresses = []  # (a proxy may resolve names this machine cannot)
+                raise requests.ConnectionError(f"cannot resolve {host}: {exc}", request=request) from None
             if self.vet is not None:
                 self.vet(host, addresses)
-            if proxy:
-                return super().send(request, stream, timeout, verify, cert, proxies)
             default_port = 443 if parts.scheme.lower() == "https" else 80
             name = f"[{host}]" if ":" in host else host
             request.headers["Host"] = name if parts.port in (None, default_port) else f"{name}:{parts.port}"
@@ -559,17 +559,26 @@ class PageFetcher:
         import requests
 
         o, session = self.options, self._session()
-        origin_scope: int | None = None
+        origin: list[Any] = []  # (host, the addresses its request connected to), then its scope
 
-        def vet(host: str, addresses: list[str]) -> None:
+        def scope_of(host: str, addresses: list[str] | None) -> int:
+            if addresses is None:  # through a proxy: looked up here only now that a redirect asks (best effort)
+                try:
+                    addresses = _resolve(host)
+                except (OSError, UnicodeError):
+                    addresses = []
+            return max((_address_scope(a) for a in addresses), default=0)
+
+        def vet(host: str, addresses: list[str] | None) -> None:
             # A page on the web must not make berds read a service of this machine or network (a cloud metadata
             # endpoint, a router, a local server) into a corpus: no redirect to a more private address. The
             # origin's scope is that of the addresses its request connected to.
-            nonlocal origin_scope
-            scope = max((_address_scope(a) for a in addresses), default=0)  # (none: a proxy resolves the name)
-            if origin_scope is None:
-                origin_scope = scope
-            elif scope > origin_scope:
+            if not origin:
+                origin.append((host, addresses))
+                return
+            if isinstance(origin[0], tuple):
+                origin[0] = scope_of(*origin[0])  # (once per page)
+            if scope_of(host, addresses) > origin[0]:
                 raise _Failure(f"redirect to a non-public address refused ({host})", retry=False)
 
         pins = self._local.pins
