@@ -594,6 +594,10 @@ def audit(
             raise UnknownNameError("audit variant", name, list(VARIANTS))
     if not isinstance(runs, Mapping):
         runs = {getattr(r, "name", "") or f"run{i + 1}": r for i, r in enumerate(runs)}
+    from berds.questions import require_gold
+
+    for name, run in runs.items():  # before any judging, under the run's own name (not a bar's "<variant> <run>")
+        require_gold(list(run.questions.values()), source=run.name or name, purpose="evaluation (MRecall/Precision)")
     gold = labelled.labels
     pairs = labelled.judge_pairs()
     base_verdicts = judge_pairs(judge, pairs, cache=cache, batch_size=batch_size, progress=progress,
