@@ -247,3 +247,12 @@ def test_compare_and_diversify_study_tables(tmp_path, runs, headers):
     for what, args in commands.items():
         output = run_80(args, headers)
         check(output, headers, what)
+        if what == "compare":
+            # one line per comparison: the run name, each metric and its cells whole (a long run name, the interval
+            # and the p-values folded every row onto three lines)
+            lines = output.splitlines()
+            assert any(line.startswith("│ minilm-mmr0.75 ") for line in lines), output
+            metric_rows = [line for line in lines if re.match(r"│\s+(MRecall|Prec)@\d+ ", line)]
+            assert len(metric_rows) == 4 and all(re.search(r"[+-]\d+\.\d \[[+-]\d+\.\d,[+-]\d+\.\d\]", line)
+                                                 and re.search(r"\d\.\d{4} \(\d\.\d{4}\)", line)
+                                                 for line in metric_rows), output

@@ -72,15 +72,27 @@ class CompareResult:
                 "notes": self.notes, "comparisons": [asdict(c) for c in self.comparisons]}
 
     def table(self, *, narrow: bool = False) -> tuple[str, list[str], list[list[str]]]:
-        """Title, header, rows; ``narrow``: seven columns that fit an 80-column terminal (ten cut header words)."""
+        """Title, header, rows; ``narrow``: five or six columns for an 80-column terminal, each run named on a row
+        of its own above its metrics."""
         if narrow:
-            header = ["run", "metric", "n", "baseline %", "run %", "Δ points [CI]", "p / Holm"]
-            rows = [[c.run, c.metric.replace("mrecall", "MRecall").replace("precision", "Prec"), str(c.questions),
-                     f"{100 * c.baseline_mean:.1f}", f"{100 * c.run_mean:.1f}",
-                     f"{100 * c.difference:+.1f} [{100 * c.ci_low:+.1f}, {100 * c.ci_high:+.1f}]",
-                     f"{c.p_value:.4f} / {c.p_holm:.4f}" + ("*" if c.significant else "")] for c in self.comparisons]
-            return (f"paired comparison against {self.baseline} (judge {self.judge_id}); {100 * self.confidence:g}% "
-                    f"CI; p: permutation test / Holm-corrected; *: significant at α={self.alpha:g}", header, rows)
+            # One line per comparison: each run on a line of its own above its metrics (a long run name no longer
+            # folds every row), the question count in the title when every row has the same, compact cells
+            counts = {c.questions for c in self.comparisons}
+            n = ["n"] if len(counts) > 1 else []
+            header = ["run / metric", *n, "base %", "run %", "Δ [CI]", "p (Holm)"]
+            rows = []
+            for run in dict.fromkeys(c.run for c in self.comparisons):
+                rows.append([run, *[""] * (len(header) - 1)])
+                rows.extend(["  " + c.metric.replace("mrecall", "MRecall").replace("precision", "Prec"),
+                             *([str(c.questions)] if n else []),
+                             f"{100 * c.baseline_mean:.1f}", f"{100 * c.run_mean:.1f}",
+                             f"{100 * c.difference:+.1f} [{100 * c.ci_low:+.1f},{100 * c.ci_high:+.1f}]",
+                             f"{c.p_value:.4f} ({c.p_holm:.4f})" + ("*" if c.significant else "")]
+                             for c in self.comparisons if c.run == run)
+            on = f" on {next(iter(counts))} questions" if len(counts) == 1 else ""
+            return (f"paired comparison against {self.baseline}{on} (judge {self.judge_id}); Δ in points, "
+                    f"{100 * self.confidence:g}% CI; p: permutation test (Holm-corrected); *: significant at "
+                    f"α={self.alpha:g}", header, rows)
         header = ["run", "metric", "questions", "baseline %", "run %", "Δ (points)", f"{100 * self.confidence:g}% CI",
                   "p", "p (Holm)", f"significant (α={self.alpha:g})"]
         rows = [[c.run, c.metric, str(c.questions), f"{100 * c.baseline_mean:.1f}", f"{100 * c.run_mean:.1f}",
