@@ -152,7 +152,7 @@ def test_compare_fits_80_columns_takes_a_k_list_and_says_when_questions_differ(t
     lines = result.output.splitlines()
     assert max(len(line) for line in lines) <= 80
     header = " ".join(line for line in lines if line.startswith("┃"))
-    for word in ("run", "metric", "baseline", "points", "[CI]", "Holm"):
+    for word in ("run", "metric", "base", "Δ", "[CI]", "(Holm)"):
         assert re.search(rf"(^|\s){re.escape(word)}(\s|$)", header.replace("┃", " ")), (word, result.output)
     assert "MRecall@10" in result.output and "Prec@5" in result.output
     assert "note: minilm-mmr0.75: compared on the 2 questions it shares with bm25" in result.output
