@@ -374,10 +374,26 @@ class DenseIndex:
         """Top-``k`` ``(docid, inner product)`` per query vector, best first."""
         if len(vectors) == 0:
             return []
-        scores, rows = self._faiss_index().search(np.ascontiguousarray(vectors, dtype=np.float32), int(k))
+        index, k = self._faiss_index(), int(k)
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        # FAISS breaks ties by row; the contract breaks them by passage id. One row more than k shows whether a
+        # tie crosses the cut: then that query is searched deeper until the tie ends, and cut after sorting by id.
+        fetch = min(k + 1, index.ntotal)
+        scores, rows = index.search(vectors, fetch)
         ids = self.ids
+        out = []
         # tolist(): Python floats and ints in one call each, not a numpy scalar per hit
-        return [[(ids[r], s) for s, r in zip(srow, rrow) if r >= 0] for srow, rrow in zip(scores.tolist(), rows.tolist())]
+        for v, srow, rrow in zip(vectors, scores.tolist(), rows.tolist()):
+            pairs = [(ids[r], s) for s, r in zip(srow, rrow) if r >= 0]
+            depth = fetch
+            while len(pairs) > k and pairs[k][1] == pairs[k - 1][1] and depth < index.ntotal:
+                depth = min(depth * 2, index.ntotal)
+                s2, r2 = index.search(v[None, :], depth)
+                pairs = [(ids[r], s) for s, r in zip(s2[0].tolist(), r2[0].tolist()) if r >= 0]
+            if len(pairs) > k and pairs[k][1] == pairs[k - 1][1]:
+                pairs.sort(key=lambda t: (-t[1], t[0]))
+            out.append(pairs[:k])
+        return out
 
     def has_group(self, group: str) -> bool:
         return group in self._group_index()[1]
