@@ -16,6 +16,7 @@ import pytest
 from berds.errors import BerdsError, InputError
 from berds.judges import LLMJudge, load_judge
 from berds.judges.threshold import CalibrationStore, ThresholdJudge
+from berds.judges.base import id_number
 from berds.trust.calibration import (
     brier_score, calibrate, choose_threshold, expected_calibration_error, maximum_calibration_error, objective_curve,
     reliability_table, threshold_candidates,
@@ -206,7 +207,7 @@ def test_cli_calibrate_then_eval_with_the_calibrated_judge(dev_path, overconfide
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert metrics["judge"]["id"].endswith(f"|calibrated-threshold={report['threshold']:.6g}")
+    assert metrics["judge"]["id"].endswith(f"|calibrated-threshold={id_number(report['threshold'])}")
 
 
 def test_p_yes_of_a_tiny_transformers_judge_is_the_renormalised_first_token_softmax(dev_path, tiny_mistral):
@@ -244,7 +245,7 @@ def test_calibrate_the_embedded_judge_and_load_it_calibrated(embedded_judge, emb
     assert result.dev_at_threshold["accuracy"] == pytest.approx(best.value)
     judge = load_judge("calibrated:embedded", calibration=str(store.path))
     assert isinstance(judge, ThresholdJudge) and judge.threshold == pytest.approx(best.threshold)
-    assert judge.id == f"{embedded_judge.id}|calibrated-threshold={best.threshold:.6g}"
+    assert judge.id == f"{embedded_judge.id}|calibrated-threshold={id_number(best.threshold)}"
 
 
 def test_calibrating_a_judge_without_p_yes_says_what_is_needed(dev_path):

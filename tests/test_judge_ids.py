@@ -74,3 +74,37 @@ def test_the_studys_evaluator_names_its_precision_so_every_machine_computes_one_
     assert JUDGES.spec("mistral-berds").options["dtype"] == JUDGES.spec("mistral-berds-vllm").options["dtype"] == "bfloat16"
     judge = load_judge("mistral-berds")
     assert "dtype" not in judge.id and judge_warning(judge.id) is None
+
+
+def test_thresholds_that_agree_to_six_digits_do_not_share_an_id(tmp_path):
+    """Ids wrote thresholds to 6 significant digits: 0.41234561 and 0.41234564 shared one id, so a pair scored
+    between them was served the other threshold's cached label. Ids of thresholds 6 digits give exactly keep
+    their old text."""
+    from berds.evaluate.cache import JudgementCache
+    from berds.judges import LLMJudge
+    from berds.judges.embedded import EmbeddedJudge
+    from berds.judges.threshold import ThresholdJudge
+    from berds.types import JudgePair, Verdict
+
+    class Fixed:
+        id, prompt_version, batch_size = "test:fixed-p", "fixed-v1", 8
+
+        def judge(self, pairs):
+            return [Verdict(label=True, p_yes=0.412345625) for _ in pairs]
+
+    class NoLLM:
+        id = "test:no-llm"
+
+    low, high = 0.41234561, 0.41234564
+    for make in (lambda t: ThresholdJudge(Fixed(), t), lambda t: NLIJudge("org/nli-model", threshold=t),
+                 lambda t: LLMJudge(NoLLM(), threshold=t), lambda t: EmbeddedJudge(version="v1", threshold=t)):
+        assert make(low).id != make(high).id
+        assert make(0.189).id.endswith("=0.189") and make(0.5).id.endswith("=0.5")
+    pair = [JudgePair("p", "d")]
+    with JudgementCache(tmp_path / "c.sqlite") as cache:
+        for t in (low, high):
+            judge = ThresholdJudge(Fixed(), t)
+            if cache.get_many(judge.id, judge.prompt_version, pair) == [None]:
+                cache.put_many(judge.id, judge.prompt_version, pair, judge.judge(pair))
+        labels = [cache.get_many(ThresholdJudge(Fixed(), t).id, "fixed-v1", pair)[0].label for t in (low, high)]
+    assert labels == [True, False]

@@ -30,6 +30,14 @@ class Judge(Protocol):
 JudgeFactory = Callable[[], Any]
 
 
+def id_number(value: float, digits: int = 6) -> str:
+    """A number as a judge id writes it: ``digits`` significant digits where they give the value back exactly (the
+    ids written so far), else the shortest text that does. Two thresholds that agree to 6 digits must not share an
+    id: a pair scored between them would be served the other threshold's cached label."""
+    short = f"{value:.{digits}g}"
+    return short if float(short) == float(value) else repr(float(value))
+
+
 class LazyJudge:
     """A judge whose model loads on first use: cache lookups need only ``id`` and ``prompt_version``.
 

@@ -38,6 +38,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from berds.errors import BerdsError, InputError
+from berds.judges.base import id_number
 from berds.lazy import quiet_model_loading, require
 from berds.types import JudgePair, Verdict
 
@@ -732,7 +733,7 @@ class EmbeddedJudge:
         if version == "v2" and weights is not None:
             raise BerdsError("weights= belongs to the v1 judge (embedded:v1); the v2 judge takes stance=")
         self.version = version
-        suffix = f"|threshold={threshold:g}" if threshold is not None else ""
+        suffix = f"|threshold={id_number(threshold)}" if threshold is not None else ""
         if version == "v1":
             self.weights_path = Path(weights) if weights is not None else default_weights_path()
             self.head = JudgeHead.load(self.weights_path)

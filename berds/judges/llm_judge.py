@@ -11,6 +11,7 @@ import re
 from typing import Any, Callable, Mapping, Sequence
 
 from berds.errors import BerdsError
+from berds.judges.base import id_number
 from berds.judges.prompts import PromptTemplate, get_prompt
 from berds.types import JudgePair, Verdict
 
@@ -162,7 +163,7 @@ class LLMJudge:
         # so ids written before these were added still name the same verdicts.
         suffix = (f"|parse={parse}" + (f"|max_new_tokens={max_new_tokens}" if max_new_tokens != 16 else "")
                   + (f"|top_logprobs={top_logprobs}" if top_logprobs != 5 else "")
-                  + (f"|threshold={threshold:g}" if threshold is not None else ""))
+                  + (f"|threshold={id_number(threshold)}" if threshold is not None else ""))
         self.id = redact_text(f"{llm.id}{suffix}")
         self.system = system
         self.drop_system = drops_system_turn(system, llm.id) and self.prompt.has_system_turn

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from berds.errors import BerdsError
+from berds.judges.base import id_number
 from berds.lazy import require
 from berds.types import JudgePair, Verdict
 
@@ -62,7 +63,7 @@ class NLIJudge:
         import hashlib
 
         self.id = (model_identity("nli", self.model_name, revision=revision)
-                   + f"|threshold={threshold:g}" + (f"|entail_label={entail_label}" if entail_label else "")
+                   + f"|threshold={id_number(threshold)}" + (f"|entail_label={entail_label}" if entail_label else "")
                    + (f"|dtype={self.dtype}" if self.dtype != "float32" else "")
                    + (f"|max_length={self.max_length}" if self.max_length != 512 else "")
                    + (f"|seq2seq_format={hashlib.sha256(seq2seq_format.encode()).hexdigest()[:12]}"

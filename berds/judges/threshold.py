@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from berds.errors import BerdsError, InputError
+from berds.judges.base import id_number
 from berds.types import JudgePair, Verdict
 
 STORE_FORMAT = "berds-judge-calibration"
@@ -95,7 +96,7 @@ class ThresholdJudge:
         self.threshold = float(threshold)
         self.source = source
         self.name = f"{getattr(inner, 'name', None) or inner.id}@{self.threshold:.4g}"
-        self.id = f"{inner.id}|calibrated-threshold={self.threshold:.6g}"
+        self.id = f"{inner.id}|calibrated-threshold={id_number(self.threshold)}"
         self.prompt_version = inner.prompt_version
         self.batch_size = getattr(inner, "batch_size", 64)
 
