@@ -43,3 +43,52 @@ def test_equal_scores_at_the_cut_are_taken_by_passage_id_as_an_exact_top_k_would
         got = [h.passage.id for h in retriever.search([question], k=k)[0]]
         assert got == [pid for _, pid in exact[:k]], k
     retriever.close()
+
+
+def test_weights_replaced_in_the_model_folder_are_not_mixed_into_a_resumed_build_or_its_queries(tmp_path):
+    """The spec names a folder: weights retrained in place resumed a killed build with the old shards (300 old
+    vectors + the rest from the new model, silently) and searched a finished index with the new query model."""
+    from berds.errors import BerdsError, InputError
+    from berds.indexes.encoders import EncoderSpec
+    from berds.indexes.faiss import build_dense_index
+    from berds.retrievers.dense import DenseRetriever
+    from retrieval_fixtures import word_store
+
+    store = word_store(tmp_path / "store", n=200)
+    model = tiny_bert(tmp_path / "model", seed=0)
+    spec = EncoderSpec(name="tiny", model=str(model), pooling="mean", max_length=32)
+
+    class Interrupted:
+        """The real store, whose passages stop after two shards (like a killed process)."""
+
+        def __init__(self, inner):
+            self.inner, self.path, self.fingerprint = inner, inner.path, inner.fingerprint
+
+        def __len__(self):
+            return len(self.inner)
+
+        def groups(self):
+            return self.inner.groups()
+
+        def iter_batches(self, n):
+            for i, batch in enumerate(self.inner.iter_batches(50)):
+                if i == 2:
+                    raise KeyboardInterrupt
+                yield batch
+
+    with pytest.raises(KeyboardInterrupt):
+        build_dense_index(Interrupted(store), tmp_path / "unfinished", encoder=spec, shard_size=50, progress=False)
+    build_dense_index(store, tmp_path / "finished", encoder=spec, progress=False)
+    tiny_bert(model, seed=5)  # retrained: same folder, same config, other weights
+    with pytest.raises(InputError, match="different settings"):
+        build_dense_index(store, tmp_path / "unfinished", encoder=spec, shard_size=50, progress=False)
+    with pytest.raises(InputError, match="different settings"):  # not kept as if it were this model's index
+        build_dense_index(store, tmp_path / "finished", encoder=spec, progress=False)
+    with pytest.raises(BerdsError, match="changed since index"):
+        DenseRetriever(index=tmp_path / "finished", encoder=spec)
+    rebuilt = build_dense_index(store, tmp_path / "unfinished", encoder=spec, shard_size=50, overwrite="always",
+                                progress=False)
+    assert rebuilt["encoded_now"] == 200
+    retriever = DenseRetriever(index=tmp_path / "unfinished", encoder=spec)
+    assert retriever.provenance()["encoder_files"] == rebuilt["encoder_files"]
+    retriever.close()

@@ -51,7 +51,7 @@ from berds.indexes.base import (
     write_ids,
 )
 from berds.indexes.embedding import ShardedEmbeddings, embed_corpus, embed_corpus_on_engine
-from berds.indexes.encoders import Encoder, EncoderSpec, encoder_spec
+from berds.indexes.encoders import Encoder, EncoderSpec, encoder_spec, model_files_fingerprint
 from berds.io import atomic_write, read_json, write_json
 from berds.lazy import require
 
@@ -277,6 +277,9 @@ def build_dense_index(
     keep = grouped if keep_embeddings is None else keep_embeddings
     settings = {"type": "dense", "corpus_fingerprint": store.fingerprint, "encoder": spec.identity(),
                 "shard_size": shard_size, "faiss": asdict(fsettings)}
+    files = {key: fp for key, fp in model_files_fingerprint(spec).items() if fp}
+    if files:  # local model folders: their contents, so weights changed in place are not mixed with old shards
+        settings["encoder_files"] = files
     out = Path(out)
     if not prepare_index_folder(out, settings, overwrite=overwrite):
         return read_index_meta(out, "dense")

@@ -21,7 +21,8 @@ from typing import Any, Sequence
 
 from berds.errors import BerdsError
 from berds.indexes.base import corpus_record, open_index_corpus
-from berds.indexes.encoders import Encoder, EncoderSpec, check_same_encoder, encoder_spec, index_encoder_spec
+from berds.indexes.encoders import (Encoder, EncoderSpec, check_same_encoder, encoder_spec, index_encoder_spec,
+                                    model_files_fingerprint)
 from berds.indexes.faiss import DenseIndex, build_dense_index
 from berds.retrievers.base import hits_from_store
 from berds.types import Hit, Question
@@ -85,6 +86,12 @@ class DenseRetriever:
             check_same_encoder(self.index.encoder_identity, wanted, index_path=index)
         self.spec = wanted or index_encoder_spec(self.index.encoder_identity, index_path=index,
                                                  trusted=trust_index_encoder)
+        built_with = (self.index.meta.get("encoder_files") or {}).get("model")
+        if built_with and model_files_fingerprint(self.spec).get("model") != built_with:
+            raise BerdsError(f"the files of the query model {self.spec.model!r} changed since index {index} was built "
+                             "with it (its weights were replaced in that folder): its queries would not match the "
+                             "index's vectors — rebuild the index (berds index dense ... --overwrite always) or "
+                             "restore the model it was built with")
         self.store = open_index_corpus(self.index.meta, corpus, index_path=index)
         if groups == "on" and not self.index.grouped:
             raise BerdsError(f"groups='on' but the corpus of {index} has no groups — use groups='auto' or 'off'")
@@ -120,6 +127,7 @@ class DenseRetriever:
             "index": None if self._tmp else str(self.index.path.resolve()),
             "index_type": "dense",
             "encoder": self.spec.identity(),
+            "encoder_files": meta.get("encoder_files"),
             "faiss": meta.get("faiss_resolved", meta.get("faiss")),
             "ef_search": self.index.ef_search,
             "nprobe": self.index.nprobe,
