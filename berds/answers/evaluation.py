@@ -31,6 +31,7 @@ from berds.types import JudgePair, Question, Verdict
 METRICS = ("pd", "da")
 TEMPLATES = ("auto", "chat", "raw")
 DA_PARSERS = ("strict", "first-digit", "every-reply-aware")
+DA_MAX_NEW_TOKENS = 8  # D.A. reply length; replies cached under it keep the plain prompt version as their key
 # What separates the wrapped answer from the scored partial answer when no chat template is used.
 RAW_SEPARATOR = "\n"
 
@@ -105,7 +106,7 @@ class AnswerEvalOptions:
     da_prompt: str = "table13"
     da_parse: str = "strict"
     batch_size: int = 32
-    max_new_tokens: int = 8
+    max_new_tokens: int = DA_MAX_NEW_TOKENS
     cache_path: str | Path | None = None
     use_cache: bool = True
     progress: bool = True
@@ -174,7 +175,10 @@ def dispute_awareness(llm: Any, items: Sequence[tuple[str, str]], options: Answe
         generations = llm.generate([user_prompt(t) for t in texts], max_new_tokens=options.max_new_tokens)
         return [Verdict(label=parse_da_reply(g.text, "strict")[0] == 1, raw=g.text) for g in generations]
 
-    verdicts = _cached_batches(pairs, judge_id, prompt.version, run, options, cache, stats, "D.A. replies")
+    # a reply cut at another length is another reply: the length is part of the key (the default's key is unchanged)
+    version = prompt.version if options.max_new_tokens == DA_MAX_NEW_TOKENS else \
+        f"{prompt.version}:max_new_tokens={options.max_new_tokens}"
+    verdicts = _cached_batches(pairs, judge_id, version, run, options, cache, stats, "D.A. replies")
     out = []
     for v in verdicts:
         value, parsed = parse_da_reply(v.raw, options.da_parse)

@@ -1,0 +1,54 @@
+"""Probe of ``berds answers eval``: cache keys, and what the CLI says about truncated or partial answer files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from berds.answers import evaluate_answers
+from llm_fixtures import tiny_mistral  # noqa: F401
+
+QUESTIONS = [
+    {"id": "q1", "question": "Should taxes be raised?",
+     "perspectives": ["taxes should be raised to help schools", "taxes should be lowered to help shops"]},
+    {"id": "q2", "question": "Do school uniforms help students?",
+     "perspectives": ["school uniforms help students", "school uniforms do not help students"]},
+    {"id": "q3", "question": "Are bike lanes safer?",
+     "perspectives": ["bike lanes are safer streets", "bike lanes hurt shops sales"]},
+]
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def run_cli(args: list[str]) -> str:
+    from typer.testing import CliRunner
+
+    from berds.cli import app
+
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_da_replies_generated_with_another_length_are_not_reused(tiny_mistral, tmp_path):
+    # max_new_tokens was not in the cache key: a run with 8 tokens returned the 1-token replies of an earlier run
+    # (and metrics.json said 8)
+    from berds.llm import load_llm
+
+    answers = write_jsonl(tmp_path / "a.jsonl", [{"id": "q1", "answer": "It is debated.", "question": "Tea?"}])
+    llm = load_llm("transformers", str(tiny_mistral))
+    cache = tmp_path / "answers.sqlite"
+    short, long_ = (evaluate_answers([answers], llm, metrics=("da",), cache_path=cache, progress=False,
+                                     max_new_tokens=n)[0] for n in (1, 8))
+    assert long_.stats["da"].computed == 1 and long_.stats["da"].cached == 0
+    fresh = evaluate_answers([answers], llm, metrics=("da",), use_cache=False, progress=False)[0]
+    assert long_.per_answer[0]["da_reply"] == fresh.per_answer[0]["da_reply"]
+    assert len(short.per_answer[0]["da_reply"]) < len(fresh.per_answer[0]["da_reply"])
+    # the same length again is served from the cache
+    again = evaluate_answers([answers], llm, metrics=("da",), cache_path=cache, progress=False, max_new_tokens=1)[0]
+    assert again.stats["da"].cached == 1 and again.per_answer[0]["da_reply"] == short.per_answer[0]["da_reply"]
