@@ -52,3 +52,31 @@ def test_da_replies_generated_with_another_length_are_not_reused(tiny_mistral, t
     # the same length again is served from the cache
     again = evaluate_answers([answers], llm, metrics=("da",), cache_path=cache, progress=False, max_new_tokens=1)[0]
     assert again.stats["da"].cached == 1 and again.per_answer[0]["da_reply"] == short.per_answer[0]["da_reply"]
+
+
+def test_cli_says_when_answers_were_cut_or_cover_part_of_the_set(tiny_mistral, tmp_path, monkeypatch):
+    monkeypatch.setenv("BERDS_HOME", str(tmp_path / "home"))
+    questions = write_jsonl(tmp_path / "questions.jsonl", QUESTIONS)
+    full = write_jsonl(tmp_path / "full.jsonl", [{"id": q["id"], "answer": q["perspectives"][0] + "."}
+                                                 for q in QUESTIONS])
+    # 1,600 tokens: longer than the tiny model's 1,024-token context
+    huge = write_jsonl(tmp_path / "huge.jsonl", [{"id": "q1", "answer": "taxes should be raised " * 400}])
+    out = run_cli(["answers", "eval", str(full), str(huge), "--model", f"transformers:{tiny_mistral}",
+                   "--questions", str(questions), "--out", str(tmp_path / "out"), "-q"])
+    assert "huge.jsonl: 1 of 1 answers were too long for the evaluator's context" in out
+    assert "huge.jsonl answers 1 of the 3 questions of" in out
+    assert "full.jsonl answers" not in out and "full.jsonl: 1 of" not in out
+    assert "the files do not answer the same questions (1 in common)" in out
+    metrics = json.loads((tmp_path / "out" / "huge" / "metrics.json").read_text())
+    assert metrics["settings"]["questions"]["count"] == 3 and metrics["summary"]["truncated"] == 1
+    # a complete file alone gets none of these notes
+    alone = run_cli(["answers", "eval", str(full), "--model", f"transformers:{tiny_mistral}", "--questions",
+                     str(questions), "--out", str(tmp_path / "out1"), "-q"])
+    assert "note:" not in alone
+
+
+@pytest.mark.parametrize("value, shown", [(-1e-17, "+0.00"), (0.0, "+0.00"), (-0.254, "-0.25"), (0.48, "+0.48")])
+def test_a_correlation_of_zero_prints_without_a_minus_sign(value, shown):
+    from berds.cli.answers import _signed
+
+    assert _signed(value) == shown

@@ -444,7 +444,11 @@ def evaluate_answers(
                     row.update(da=r.value, da_reply=r.reply, da_parsed=r.parsed)
                     if a.da_label is not None:
                         row["da_label"] = a.da_label
-            results.append(AnswerEvalResult(path, llm.id, rows, {}, _settings(opts, llm), stats))
+            settings = _settings(opts, llm)
+            if by_id is not None:  # so a file that answers only part of the set says so (its means are over fewer)
+                settings["questions"] = {"source": str(questions) if isinstance(questions, (str, Path)) else None,
+                                         "count": len(by_id)}
+            results.append(AnswerEvalResult(path, llm.id, rows, {}, settings, stats))
     finally:
         if cache is not None:
             cache.close()

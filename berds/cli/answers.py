@@ -67,9 +67,29 @@ def answers_eval(
         console.print(f"{r.path}: {work} → {files['metrics']}", highlight=False)
     fit = results[0].settings.get("length_adjustment") if results else None
     if fit and fit.get("pearson_log_length") is not None:
-        console.print(f"P.D./n vs answer length (log-log, {fit['n']} answers): Pearson r = {fit['pearson_log_length']:+.2f}, "
-                      f"slope {fit['slope']:+.3f}; length-adjusted r = {fit['pearson_log_length_adjusted']:+.2f}",
+        console.print(f"P.D./n vs answer length (log-log, {fit['n']} answers): Pearson r = {_signed(fit['pearson_log_length'])}, "
+                      f"slope {fit['slope']:+.3f}; length-adjusted r = {_signed(fit['pearson_log_length_adjusted'])}",
                       highlight=False)
+    for r in results:
+        if r.summary.get("truncated"):
+            console.print(f"[yellow]note:[/] {r.path}: {r.summary['truncated']} of {r.summary['answers']} answers were "
+                          "too long for the evaluator's context and were cut from the left before scoring P.D. "
+                          "('truncated' in per_answer.jsonl)", highlight=False)
+        known = r.settings.get("questions", {}).get("count")
+        if known and r.summary["answers"] < known:
+            console.print(f"[yellow]note:[/] {r.path} answers {r.summary['answers']} of the {known} questions of "
+                          f"{r.settings['questions']['source'] or 'the question set'}: its means are over those only",
+                          highlight=False)
+    answered = [{row["id"] for row in r.per_answer} for r in results]
+    if len(results) > 1 and any(ids != answered[0] for ids in answered):
+        common = set.intersection(*answered)
+        console.print(f"[yellow]note:[/] the files do not answer the same questions ({len(common)} in common): "
+                      "their means are over different questions and do not compare", highlight=False)
     if any(r.summary.get("da_unparsed") for r in results):
         console.print("[yellow]some D.A. replies were neither 0 nor 1 and count as 0 (eq. 3); see da_reply in "
                       "per_answer.jsonl, or --da-parse first-digit[/]")
+
+
+def _signed(value: float) -> str:
+    """``+0.12``; a correlation that is zero up to rounding prints ``+0.00``, not ``-0.00``."""
+    return f"{round(value, 2) + 0.0:+.2f}"
