@@ -92,3 +92,38 @@ def test_weights_replaced_in_the_model_folder_are_not_mixed_into_a_resumed_build
     retriever = DenseRetriever(index=tmp_path / "unfinished", encoder=spec)
     assert retriever.provenance()["encoder_files"] == rebuilt["encoder_files"]
     retriever.close()
+
+
+class _NaNScores:
+    """A plug-in whose hits carry NaN scores: ``Hit`` refuses them where the plug-in makes them."""
+
+    name = "nan-scores"
+
+    def search(self, questions, *, k):
+        from berds.types import Hit
+
+        return [[Hit(Passage("p1", "text"), float("nan"))] for _ in questions]
+
+
+class _BuggyPlugin:
+    """A plug-in failing with a ValueError of its own: that traceback is the plug-in's to read."""
+
+    name = "buggy"
+
+    def search(self, questions, *, k):
+        return [int("not a number") for _ in questions]
+
+
+def test_a_plugin_making_hits_with_nan_scores_gets_one_contract_line_not_a_traceback(tmp_path):
+    """Hit(passage, nan) raised a ValueError out of berds.types through `berds retrieve` (a traceback)."""
+    from berds.errors import BerdsError
+    from berds.retrievers.retrieve import retrieve
+
+    questions = [Question("q1", "apple", ())]
+    with pytest.raises(BerdsError, match=r"'nan-scores' broke the retriever contract: score of passage 'p1' must "
+                                         r"be a number, got nan"):
+        retrieve(_NaNScores(), questions, k=3, out=tmp_path / "run", progress=False)
+    assert not (tmp_path / "run" / "manifest.json").exists()
+    with pytest.raises(ValueError, match="invalid literal") as caught:  # not turned into a contract error
+        retrieve(_BuggyPlugin(), questions, k=3, progress=False)
+    assert not isinstance(caught.value, BerdsError)
