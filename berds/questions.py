@@ -209,9 +209,15 @@ def load_questions(source: str | Path, split: str = "test", *, limit: int | None
     ``require_perspectives`` (the default) refuses questions without gold perspectives, naming the commands
     that work without them; retrieval passes ``False``."""
     source = str(source)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        # 0 gave every question and -1 all but the last, silently
+        raise BerdsError(f"--limit (limit=) must be a positive integer or None, got {limit!r}")
     path = resolve_questions_path(source, split)
     if source in DELPHI_SETS or _looks_like_delphi(path):
-        questions = read_delphi(path, controversial_only=source == "delphi-controversial")
+        # a .json/.csv set of one's own is read the same way but keeps its own name (it was labelled 'delphi')
+        own = source not in DELPHI_SETS and not path.name.lower().startswith("delphi")
+        questions = read_delphi(path, controversial_only=source == "delphi-controversial",
+                                dataset=path.name.split(".")[0] if own else "delphi")
         if require_perspectives:
             require_gold(questions, source=str(path))
     else:
@@ -263,7 +269,7 @@ def parse_controversy_label(value: Any) -> bool | None:
     return True if text in _TRUE else False if text in _FALSE else None
 
 
-def parse_delphi_record(rec: dict[str, Any], *, path: Path | str, line: int) -> Question:
+def parse_delphi_record(rec: dict[str, Any], *, path: Path | str, line: int, dataset: str = "delphi") -> Question:
     """A DELPHI record (field names as in the release or as berds writes them) -> ``Question``.
 
     ``extra`` gets ``controversial`` (bool, when the record has a label), ``answers`` (per-answer records
@@ -300,7 +306,7 @@ def parse_delphi_record(rec: dict[str, Any], *, path: Path | str, line: int) -> 
     if isinstance(gold, str) or not isinstance(gold, list):
         raise InputError("'perspectives' must be a list of strings", path=path, line=line, record=str(qid))
     try:
-        return Question(str(qid), text.strip(), tuple(gold), dataset="delphi", extra=extra)
+        return Question(str(qid), text.strip(), tuple(gold), dataset=dataset, extra=extra)
     except ValueError as exc:
         raise InputError(str(exc), path=path, line=line, record=str(qid)) from None
 
@@ -332,13 +338,13 @@ def _delphi_records(path: Path) -> Any:
     yield from iter_jsonl(path, what="a questions jsonl")
 
 
-def read_delphi(path: str | Path, *, controversial_only: bool = False) -> list[Question]:
+def read_delphi(path: str | Path, *, controversial_only: bool = False, dataset: str = "delphi") -> list[Question]:
     """Read DELPHI questions (jsonl, json or csv); ``controversial_only`` keeps those labelled controversial."""
     path = Path(path)
     out: list[Question] = []
     seen: dict[str, int] = {}
     for line, rec in _delphi_records(path):
-        q = parse_delphi_record(rec, path=path, line=line)
+        q = parse_delphi_record(rec, path=path, line=line, dataset=dataset)
         if q.id in seen:
             raise InputError(f"duplicate question id (first on line {seen[q.id]})", path=path, line=line, record=q.id)
         seen[q.id] = line

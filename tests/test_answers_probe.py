@@ -80,3 +80,31 @@ def test_a_correlation_of_zero_prints_without_a_minus_sign(value, shown):
     from berds.cli.answers import _signed
 
     assert _signed(value) == shown
+
+
+# ------------------------------------------------------------------------------------------ question sets
+
+
+@pytest.mark.parametrize("limit", [0, -1, 1.5, True])
+def test_a_limit_that_is_not_a_positive_integer_is_refused(limit):
+    # limit=0 returned every question and limit=-1 all but the last, without a word
+    from berds.errors import BerdsError
+    from berds.questions import load_questions
+
+    with pytest.raises(BerdsError, match=r"--limit \(limit=\) must be a positive integer"):
+        load_questions("demo", limit=limit)
+    assert len(load_questions("demo", limit=2)) == 2
+
+
+def test_an_own_json_question_set_keeps_its_name(tmp_path, monkeypatch):
+    # a JSON-array set of one's own is read by the DELPHI reader (it accepts .json/.csv) and was labelled 'delphi',
+    # the name per-dataset results are grouped under
+    from berds.questions import load_questions
+
+    mine = tmp_path / "kialo-mine.json"
+    mine.write_text(json.dumps([{"id": "k1", "question": "Q?", "perspectives": ["taxes help", "taxes hurt"]}]))
+    [q] = load_questions(str(mine))
+    assert q.dataset == "kialo-mine" and q.perspectives == ("taxes help", "taxes hurt")
+    monkeypatch.setenv("BERDS_DATA_DIR", str(tmp_path))
+    write_jsonl(tmp_path / "delphi.jsonl", [{"qid": 7, "question_text": "Is it?", "controversial": True}])
+    assert [q.dataset for q in load_questions("delphi", require_perspectives=False)] == ["delphi"]
