@@ -274,6 +274,44 @@ class JudgementCache:
                     self._db.execute("ROLLBACK")
                 raise
 
+    def check_weights(self, judge_id: str, weights: Mapping[str, tuple[str, str]]) -> None:
+        """Refuse to add verdicts of hub weights other than those the cached verdicts of ``judge_id`` came from.
+
+        ``weights`` is ``{repo: (option that pins it, commit)}`` for the models the judge loaded without pinning a
+        commit (``berds.llm.shared.unpinned_hub_weights``): their id names the repo only, so a repo updated on the
+        hub would have its new verdicts mixed with the old ones under one id. The first commits seen are recorded
+        in the cache's meta table (older berds versions ignore the rows)."""
+        if not weights:
+            return
+        key = f"weights\x1f{judge_id}"
+        with self._lock, self._reading("writing to"):
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+                try:
+                    recorded = json.loads(row[0]) if row else {}
+                    if not isinstance(recorded, dict):
+                        raise ValueError
+                except ValueError:
+                    recorded = {}
+                changed = {repo: (option, recorded[repo], commit) for repo, (option, commit) in weights.items()
+                           if repo in recorded and recorded[repo] != commit}
+                if changed:
+                    repo, (option, then, now) = next(iter(changed.items()))
+                    raise BerdsError(
+                        f"judge {judge_id!r}: {repo} is now at commit {now[:12]}, but the verdicts cached for this judge "
+                        f"came from commit {then[:12]}; adding to them would mix two models' verdicts under one id (it "
+                        f"names the repo, not a commit) — pin one with -o {option}=COMMIT ({then} for the old weights, "
+                        f"{now} for the new): its verdicts are then judged under an id that names the commit")
+                merged = {**recorded, **{repo: commit for repo, (_, commit) in weights.items()}}
+                if merged != recorded:
+                    self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(merged, sort_keys=True)))
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+
     def count(self, judge_id: str | None = None) -> int:
         with self._lock, self._reading("reading"):
             if judge_id is None:

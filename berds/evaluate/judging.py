@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 from berds.errors import BerdsError
 from berds.judges.base import check_verdicts, prepare_judge
 from berds.lazy import quiet_model_loading
+from berds.llm.shared import unpinned_hub_weights
 from berds.judges.recipe import JudgedBatch, JudgeRecipe
 from berds.types import JudgePair, Verdict
 
@@ -62,6 +63,8 @@ def judge_missing(
                     done = lo + sub + len(part)
                     bar.update(task, completed=done, rate=f"{done / max(time.perf_counter() - start, 1e-9):,.1f}")
                 if cache is not None:
+                    if lo == 0:  # (the model is loaded now) the weights of the verdicts cached under this id
+                        cache.check_weights(judge_id, unpinned_hub_weights(judge))
                     cache.put_many(judge_id, judge.prompt_version, batch, verdicts)
                 for p, v in zip(batch, verdicts):
                     out[(p.perspective, p.passage)] = v

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -291,6 +292,59 @@ def describe_source(name: str, revision: str | None = None) -> str:
         label = path.resolve().name
         return f"{label}#{local_fingerprint(path)}" + (f"@{revision}" if revision else "")
     return name + (f"@{revision}" if revision else "")
+
+
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+def hub_commit(repo: str, revision: str | None = None) -> str | None:
+    """The commit of the local Hugging Face cache snapshot that loading ``repo`` at ``revision`` (None: the default
+    branch) reads; None for a local path, a repo not in the cache, or without ``huggingface_hub``."""
+    if looks_like_local_path(repo):
+        return None
+    if revision and _COMMIT.fullmatch(revision):
+        return revision
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    for filename in ("config.json", "adapter_config.json"):
+        try:
+            found = try_to_load_from_cache(repo, filename, revision=revision)
+        except Exception:  # (a malformed repo name raises; its load failed already)
+            return None
+        if isinstance(found, str):
+            parts = Path(found).parts
+            if "snapshots" in parts[:-1]:
+                return parts[parts.index("snapshots") + 1]
+    return None
+
+
+def unpinned_hub_weights(obj: Any) -> dict[str, tuple[str, str]]:
+    """``{repo: (option, commit)}`` for every hub model or adapter that ``obj`` (a judge, or a backend it holds)
+    loaded without pinning a commit, by the snapshot the local cache holds now. ``option`` is the one that pins it
+    (``revision``, ``adapter_revision``). Only attributes already set are read: a judge not yet loaded loads nothing
+    here."""
+    found: dict[str, tuple[str, str]] = {}
+    seen: set[int] = set()
+
+    def walk(o: Any, depth: int) -> None:
+        if depth > 4 or id(o) in seen or not hasattr(o, "__dict__"):
+            return
+        seen.add(id(o))
+        attrs = vars(o)
+        for name_attr, option in (("model_name", "revision"), ("adapter", "adapter_revision")):
+            repo, revision = attrs.get(name_attr), attrs.get(option)
+            if isinstance(repo, str) and repo and not (isinstance(revision, str) and _COMMIT.fullmatch(revision)):
+                commit = hub_commit(repo, revision)
+                if commit is not None:
+                    found[repo] = (option, commit)
+        for value in attrs.values():  # the backend a judge holds, the judge a wrapper holds (berds objects only)
+            if type(value).__module__.startswith("berds."):
+                walk(value, depth + 1)
+
+    walk(obj, 0)
+    return found
 
 
 def model_identity(
