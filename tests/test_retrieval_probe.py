@@ -127,3 +127,45 @@ def test_a_plugin_making_hits_with_nan_scores_gets_one_contract_line_not_a_trace
     with pytest.raises(ValueError, match="invalid literal") as caught:  # not turned into a contract error
         retrieve(_BuggyPlugin(), questions, k=3, progress=False)
     assert not isinstance(caught.value, BerdsError)
+
+
+def test_a_build_stopped_in_bfloat16_is_not_resumed_in_float32(tmp_path, bert):
+    """--dtype was not part of a build's settings: shards embedded in bfloat16 were resumed by a float32 build
+    (and a finished bfloat16 index kept as if float32), one index mixing two precisions."""
+    from berds.errors import InputError
+    from berds.indexes.encoders import EncoderSpec
+    from berds.indexes.faiss import build_dense_index
+    from berds.retrievers.dense import DenseRetriever
+    from retrieval_fixtures import word_store
+
+    store = word_store(tmp_path / "store", n=150)
+    spec = EncoderSpec(name="tiny", model=str(bert), pooling="mean", max_length=32)
+
+    class Interrupted:
+        def __init__(self, inner):
+            self.inner, self.path, self.fingerprint = inner, inner.path, inner.fingerprint
+
+        def __len__(self):
+            return len(self.inner)
+
+        def groups(self):
+            return self.inner.groups()
+
+        def iter_batches(self, n):
+            for i, batch in enumerate(self.inner.iter_batches(50)):
+                if i == 2:
+                    raise KeyboardInterrupt
+                yield batch
+
+    with pytest.raises(KeyboardInterrupt):
+        build_dense_index(Interrupted(store), tmp_path / "idx", encoder=spec, shard_size=50, dtype="bfloat16",
+                          progress=False)
+    with pytest.raises(InputError, match="different settings"):
+        build_dense_index(store, tmp_path / "idx", encoder=spec, shard_size=50, progress=False)
+    meta = build_dense_index(store, tmp_path / "idx", encoder=spec, shard_size=50, dtype="bfloat16", progress=False)
+    assert meta["encoded_now"] == 50 and meta["dtype"] == "bfloat16"
+    with pytest.raises(InputError, match="different settings"):
+        build_dense_index(store, tmp_path / "idx", encoder=spec, shard_size=50, progress=False)
+    retriever = DenseRetriever(index=tmp_path / "idx", encoder=spec, dtype="bfloat16")
+    assert (retriever.provenance()["dtype"], retriever.provenance()["index_dtype"]) == ("bfloat16", "bfloat16")
+    retriever.close()

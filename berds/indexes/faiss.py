@@ -277,6 +277,7 @@ def build_dense_index(
     keep = grouped if keep_embeddings is None else keep_embeddings
     settings = {"type": "dense", "corpus_fingerprint": store.fingerprint, "encoder": spec.identity(),
                 "shard_size": shard_size, "faiss": asdict(fsettings)}
+    settings["dtype"] = dtype  # half-precision weights give other vectors: never resumed or kept as float32 ones
     files = {key: fp for key, fp in model_files_fingerprint(spec).items() if fp}
     if files:  # local model folders: their contents, so weights changed in place are not mixed with old shards
         settings["encoder_files"] = files

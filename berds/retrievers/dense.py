@@ -132,6 +132,8 @@ class DenseRetriever:
             "ef_search": self.index.ef_search,
             "nprobe": self.index.nprobe,
             "device": self.device,
+            "dtype": self.encoder.dtype,  # the query encoder's (None: float32)
+            "index_dtype": meta.get("dtype"),
             "search": "per-group exact inner product" if self.per_group else "faiss",
             "corpus": corpus_record(self.store),
         }
