@@ -108,3 +108,16 @@ def test_an_own_json_question_set_keeps_its_name(tmp_path, monkeypatch):
     monkeypatch.setenv("BERDS_DATA_DIR", str(tmp_path))
     write_jsonl(tmp_path / "delphi.jsonl", [{"qid": 7, "question_text": "Is it?", "controversial": True}])
     assert [q.dataset for q in load_questions("delphi", require_perspectives=False)] == ["delphi"]
+
+
+def test_a_partial_answer_longer_than_the_context_names_the_question(tiny_mistral, tmp_path):
+    # score() said "continuation 1 has 1100 tokens ...": the place in a batch, not the question or file
+    from berds.errors import InputError
+
+    questions = write_jsonl(tmp_path / "questions.jsonl", [
+        QUESTIONS[0], {"id": "long", "question": "Q?", "perspectives": ["taxes help", "taxes " * 1100]}])
+    answers = write_jsonl(tmp_path / "a.jsonl", [{"id": "q1", "answer": "taxes."}, {"id": "long", "answer": "taxes."}])
+    with pytest.raises(InputError, match=r"questions.jsonl, record 'long': perspective 1 \(a P.D. partial answer\) "
+                                         r"has 1100 tokens, more than the model's context of 1024"):
+        evaluate_answers([answers], f"transformers:{tiny_mistral}", questions=str(questions), use_cache=False,
+                         progress=False)

@@ -189,6 +189,14 @@ def dispute_awareness(llm: Any, items: Sequence[tuple[str, str]], options: Answe
 # --------------------------------------------------------------------------------------------- P.D.
 
 
+class PartialAnswerError(BerdsError):
+    """The evaluator cannot score a gold partial answer (``problem`` says why, e.g. longer than its context)."""
+
+    def __init__(self, problem: str, partial_answer: str):
+        super().__init__(f"a partial answer {problem}: {partial_answer[:60]!r}")
+        self.problem, self.partial_answer = problem, partial_answer
+
+
 @dataclass
 class PDResult:
     perplexities: list[float]
@@ -248,6 +256,10 @@ def perspective_diversity(llm: Any, items: Sequence[tuple[str, Sequence[str]]], 
         except BerdsError as exc:
             if template == "chat" and "chat template" in str(exc):
                 raise BerdsError(f"{exc} — or score without one: --template raw") from exc
+            # score() names a bad continuation by its place in the batch; say which partial answer it is
+            bad = re.match(r"continuation (\d+) (.+)", str(exc), re.DOTALL)
+            if bad and int(bad.group(1)) < len(batch):
+                raise PartialAnswerError(bad.group(2), batch[int(bad.group(1))].perspective) from exc
             raise
         out = []
         for s in scores:
@@ -431,8 +443,14 @@ def evaluate_answers(
                 for a, q in zip(items, qs)]
             if "pd" in opts.metrics:
                 stats["pd"] = AnswerStats()
-                scored = perspective_diversity(llm, [(a.answer, q.perspectives) for a, q in zip(items, qs)], opts,
-                                               cache, stats["pd"])
+                try:
+                    scored = perspective_diversity(llm, [(a.answer, q.perspectives) for a, q in zip(items, qs)], opts,
+                                                   cache, stats["pd"])
+                except PartialAnswerError as exc:  # the question set's fault: name its file and record
+                    q = next(q for q in qs if exc.partial_answer in q.perspectives)
+                    raise InputError(f"perspective {q.perspectives.index(exc.partial_answer)} (a P.D. partial answer) "
+                                     f"{exc.problem}", path=str(questions) if isinstance(questions, (str, Path)) else None,
+                                     record=q.id) from None
                 for row, r in zip(rows, scored):
                     row.update(pd=r.pd, pd_mean=r.pd_mean, perplexities=r.perplexities, gold_tokens=r.tokens,
                                **({"truncated": True} if r.truncated else {}))
