@@ -115,7 +115,7 @@ def test_a_partial_answer_longer_than_the_context_names_the_question(tiny_mistra
     from berds.errors import InputError
 
     questions = write_jsonl(tmp_path / "questions.jsonl", [
-        QUESTIONS[0], {"id": "long", "question": "Q?", "perspectives": ["taxes help", "taxes " * 1100]}])
+        QUESTIONS[0], {"id": "long", "question": "Q?", "perspectives": ["taxes help", " ".join(["taxes"] * 1100)]}])
     answers = write_jsonl(tmp_path / "a.jsonl", [{"id": "q1", "answer": "taxes."}, {"id": "long", "answer": "taxes."}])
     with pytest.raises(InputError, match=r"questions.jsonl, record 'long': perspective 1 \(a P.D. partial answer\) "
                                          r"has 1100 tokens, more than the model's context of 1024"):
