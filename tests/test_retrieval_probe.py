@@ -169,3 +169,23 @@ def test_a_build_stopped_in_bfloat16_is_not_resumed_in_float32(tmp_path, bert):
     retriever = DenseRetriever(index=tmp_path / "idx", encoder=spec, dtype="bfloat16")
     assert (retriever.provenance()["dtype"], retriever.provenance()["index_dtype"]) == ("bfloat16", "bfloat16")
     retriever.close()
+
+
+def test_a_sentence_transformers_query_prefix_is_the_models_prompt_as_in_its_own_recipe(tmp_path, bert):
+    """The prefix was glued to the text: a model whose pooling leaves the prompt out (include_prompt=False, how
+    instruction models pool) then pooled the instruction's tokens too — other vectors than encode(prompt=)."""
+    from sentence_transformers import SentenceTransformer, models
+
+    from berds.indexes.encoders import Encoder, encoder_spec
+
+    words = models.Transformer(str(bert), max_seq_length=32)
+    pooling = models.Pooling(words.get_word_embedding_dimension(), pooling_mode="mean", include_prompt=False)
+    SentenceTransformer(modules=[words, pooling]).save(str(tmp_path / "st"))
+    prefix, texts = "apple river ", ["kiwi market", "storm"]
+    encoder = Encoder(encoder_spec(f"sentence-transformers:{tmp_path / 'st'}", query_prefix=prefix,
+                                   passage_prefix=prefix))
+    reference = SentenceTransformer(str(tmp_path / "st"), device="cpu")
+    np.testing.assert_allclose(encoder.encode_queries(texts), reference.encode(texts, prompt=prefix), atol=1e-5)
+    passages = [Passage("p1", "kiwi market", title="fig"), Passage("p2", "storm")]
+    np.testing.assert_allclose(encoder.encode_passages(passages),
+                               reference.encode(["fig kiwi market", "storm"], prompt=prefix), atol=1e-5)

@@ -364,25 +364,29 @@ class Encoder:
 
     # ---------------------------------------------------------------- encoding
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode([self.spec.query_prefix + t for t in texts], None, "query")
+        return self._encode(list(texts), None, "query", self.spec.query_prefix)
 
     def encode_passages(self, passages: Sequence[Any]) -> np.ndarray:
         spec = self.spec
         if spec.passage_format == "title [SEP] text":
-            return self._encode([spec.passage_prefix + p.text for p in passages], [p.title for p in passages], "passage")
-        texts = [spec.passage_prefix + passage_text(p.title, p.text, spec.passage_format) for p in passages]
-        return self._encode(texts, None, "passage")
+            return self._encode([p.text for p in passages], [p.title for p in passages], "passage", spec.passage_prefix)
+        texts = [passage_text(p.title, p.text, spec.passage_format) for p in passages]
+        return self._encode(texts, None, "passage", spec.passage_prefix)
 
-    def _encode(self, texts: list[str], titles: list[str] | None, side: str) -> np.ndarray:
+    def _encode(self, texts: list[str], titles: list[str] | None, side: str, prefix: str = "") -> np.ndarray:
         if not texts:
             return np.zeros((0, self.spec.dim or 0), dtype=np.float32)
         model, tokenizer = self._load(side)
         if self.spec.backend == "sentence-transformers":
             if self.spec.append_eos:
                 texts = [t + tokenizer.eos_token for t in texts]
-            vectors = model.encode(texts, batch_size=self.batch_size, normalize_embeddings=self.spec.normalize,
-                                   convert_to_numpy=True, show_progress_bar=False)
+            # the prefix as sentence-transformers' prompt (the models' own recipe, NV-Embed-v2's included): a
+            # model whose pooling leaves the prompt out (include_prompt=False) then pools the text's tokens only
+            vectors = model.encode(texts, prompt=prefix or None, batch_size=self.batch_size,
+                                   normalize_embeddings=self.spec.normalize, convert_to_numpy=True,
+                                   show_progress_bar=False)
             return np.ascontiguousarray(vectors, dtype=np.float32)
+        texts = [prefix + t for t in texts]
         torch = require("torch", extra="dense")
         out = []
         with torch.inference_mode():
