@@ -49,6 +49,12 @@ def test_verdicts_of_an_updated_hub_repo_are_not_mixed_under_one_id(tmp_path):
     assert f"{REPO} is now at commit {NEW[:12]}" in message and f"came from commit {OLD[:12]}" in message, message
     assert f"-o revision=COMMIT" in message and "Traceback" not in refused.stderr
 
+    # the same on a Ray worker (a local Ray instance): the worker
+    # reports the commit it loaded and the driver checks it before writing
+    through_engine = evaluate(more, cache, hub, "--engine", "ray")
+    assert through_engine.returncode != 0
+    assert f"came from commit {OLD[:12]}" in " ".join(through_engine.stderr.split()), through_engine.stderr
+
     again = evaluate(first, cache, hub)  # fully cached: read back, nothing judged, nothing mixed
     assert again.returncode == 0, again.stderr
     pinned = evaluate(more, cache, hub, "-o", f"revision={NEW}")  # an id naming the commit: judged afresh

@@ -131,6 +131,7 @@ def judge_on_engine(
                 )
             verdicts = check_verdicts(None, expected_id, batch, judged.verdicts)
             if cache is not None:
+                cache.check_weights(expected_id, getattr(judged, "weights", None) or {})
                 cache.put_many(expected_id, expected_prompt, batch, verdicts)
             for p, v in zip(batch, verdicts):
                 out[(p.perspective, p.passage)] = v

@@ -21,6 +21,9 @@ class JudgedBatch:
     judge_id: str
     prompt_version: str
     verdicts: list[Any]
+    # {repo: (option that pins it, commit)} of hub weights the worker loaded unpinned (the driver checks them
+    # against the cache's record, as for a judge in its own process)
+    weights: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
 
 class JudgeWorker:
@@ -32,8 +35,10 @@ class JudgeWorker:
         self.judge = load_judge(name, **dict(options or {}))
 
     def judge_batch(self, pairs: Sequence[Any]) -> JudgedBatch:
+        from berds.llm.shared import unpinned_hub_weights
+
         verdicts = list(self.judge.judge(list(pairs)))
-        return JudgedBatch(self.judge.id, self.judge.prompt_version, verdicts)
+        return JudgedBatch(self.judge.id, self.judge.prompt_version, verdicts, unpinned_hub_weights(self.judge))
 
 
 @dataclass(frozen=True)
