@@ -121,3 +121,18 @@ def test_a_partial_answer_longer_than_the_context_names_the_question(tiny_mistra
                                          r"has 1100 tokens, more than the model's context of 1024"):
         evaluate_answers([answers], f"transformers:{tiny_mistral}", questions=str(questions), use_cache=False,
                          progress=False)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"batch_size": 0}, r"--batch-size \(batch_size=\) must be a positive integer, got 0"),
+    ({"batch_size": True}, r"--batch-size \(batch_size=\) must be a positive integer, got True"),
+    ({"max_new_tokens": 0}, "max_new_tokens must be a positive integer, got 0"),
+    ({"max_new_tokens": "8"}, "max_new_tokens must be a positive integer, got '8'"),
+])
+def test_bad_options_are_refused_before_anything_runs(changes, message):
+    # max_new_tokens=0 failed only when D.A. first generated: after the model loaded and P.D. was scored
+    from berds.answers import AnswerEvalOptions
+    from berds.errors import BerdsError
+
+    with pytest.raises(BerdsError, match=message):
+        AnswerEvalOptions(metrics=("pd", "da"), **changes)

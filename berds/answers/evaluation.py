@@ -123,8 +123,11 @@ class AnswerEvalOptions:
             raise BerdsError(f"unknown --da-parse {self.da_parse!r}; use one of {', '.join(DA_PARSERS)}")
         pd_prompt(self.pd_prompt)
         da_prompt(self.da_prompt)
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise BerdsError(f"batch size must be a positive integer, got {self.batch_size!r}")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise BerdsError(f"--batch-size (batch_size=) must be a positive integer, got {self.batch_size!r}")
+        # checked here, not when D.A. first generates: that came after the model loaded and P.D. was scored
+        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise BerdsError(f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}")
 
     def but(self, **changes: Any) -> "AnswerEvalOptions":
         return replace(self, **changes)
