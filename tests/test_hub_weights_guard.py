@@ -10,6 +10,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from berds.runs import save_run
 from conftest import berds_cmd, make_run, subprocess_env
 from llm_fixtures import build_tiny_mistral
@@ -34,7 +36,10 @@ def evaluate(run: Path, cache: Path, hub: Path, *options: str) -> subprocess.Com
         env=subprocess_env(HF_HUB_CACHE=str(hub), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"))
 
 
+@pytest.mark.ray
+@pytest.mark.slow
 def test_verdicts_of_an_updated_hub_repo_are_not_mixed_under_one_id(tmp_path):
+    pytest.importorskip("ray")
     hub, cache = tmp_path / "hub", tmp_path / "j.sqlite"
     publish(hub, OLD, seed=0)
     first = save_run(make_run(n_questions=2, depth=3, name="first"), tmp_path / "first")
