@@ -5,8 +5,6 @@ records the commit the verdicts came from and refuses to mix. A real Hugging Fac
 
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -52,7 +50,7 @@ def test_verdicts_of_an_updated_hub_repo_are_not_mixed_under_one_id(tmp_path):
     assert refused.returncode != 0
     message = " ".join(refused.stderr.split())
     assert f"{REPO} is now at commit {NEW[:12]}" in message and f"came from commit {OLD[:12]}" in message, message
-    assert f"-o revision=COMMIT" in message and "Traceback" not in refused.stderr
+    assert "-o revision=COMMIT" in message and "Traceback" not in refused.stderr
 
     # the same on a Ray worker (a local Ray instance): the worker
     # reports the commit it loaded and the driver checks it before writing
