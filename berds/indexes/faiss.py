@@ -383,6 +383,8 @@ class DenseIndex:
         # FAISS breaks ties by row; the contract breaks them by passage id. One row more than k shows whether a
         # tie crosses the cut: then that query is searched deeper until the tie ends, and cut after sorting by id.
         fetch = min(k + 1, index.ntotal)
+        limit = 2048 if "Gpu" in type(index).__name__ else index.ntotal  # GPU FAISS searches at most 2048 deep
+        fetch = min(fetch, max(k, limit))
         scores, rows = index.search(vectors, fetch)
         ids = self.ids
         out = []
@@ -390,8 +392,8 @@ class DenseIndex:
         for v, srow, rrow in zip(vectors, scores.tolist(), rows.tolist()):
             pairs = [(ids[r], s) for s, r in zip(srow, rrow) if r >= 0]
             depth = fetch
-            while len(pairs) > k and pairs[k][1] == pairs[k - 1][1] and depth < index.ntotal:
-                depth = min(depth * 2, index.ntotal)
+            while len(pairs) > k and pairs[k][1] == pairs[k - 1][1] and depth < min(index.ntotal, limit):
+                depth = min(depth * 2, index.ntotal, limit)
                 s2, r2 = index.search(v[None, :], depth)
                 pairs = [(ids[r], s) for s, r in zip(s2[0].tolist(), r2[0].tolist()) if r >= 0]
             if len(pairs) > k and pairs[k][1] == pairs[k - 1][1]:
