@@ -295,10 +295,17 @@ class OpenAILLM:
                 "temperature": 0.0, **self.extra_body}
         status, payload = self._post(body, stop, url=url)
         if status != 200:
-            hint = (" — this server does not offer /v1/completions with echo+logprobs; P.D. needs a server that "
-                    "does (vllm serve, berds llm serve) or a transformers:MODEL evaluator"
-                    if status in (400, 404, 405, 422, 501) else self._status_hint(status))
-            raise BerdsError(f"POST {url} answered HTTP {status}: {self._error_message(payload)}{hint}")
+            message = self._error_message(payload)
+            if status in (400, 413, 422) and _context_exceeded(payload, message):
+                hint = (" — the prompt and continuation are longer than the server's model reads; score shorter "
+                        "texts, or use a transformers:MODEL evaluator (it cuts the prompt from the left and flags "
+                        "the score as truncated)")
+            elif status in (400, 404, 405, 422, 501):
+                hint = (" — this server does not offer /v1/completions with echo+logprobs; P.D. needs a server that "
+                        "does (vllm serve, berds llm serve) or a transformers:MODEL evaluator")
+            else:
+                hint = self._status_hint(status)
+            raise BerdsError(f"POST {url} answered HTTP {status}: {message}{hint}")
         try:
             logprobs = payload["choices"][0]["logprobs"]
             tokens, values, offsets = logprobs["tokens"], logprobs["token_logprobs"], logprobs["text_offset"]
@@ -443,6 +450,16 @@ def _parse_json_or_text(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return text
+
+
+def _context_exceeded(payload: Any, message: str) -> bool:
+    """Whether an error says the prompt is longer than the model reads: OpenAI's and berds' ``code``, or the
+    wording vLLM and others use."""
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if isinstance(error, dict) and error.get("code") == "context_length_exceeded":
+        return True
+    text = message.lower()
+    return "context length" in text or "context of" in text or "context_length" in text
 
 
 def _raw_error_message(payload: Any) -> str:

@@ -217,6 +217,12 @@ class _Batcher:
         if n > self.max_prompt_tokens:
             job.result.set_exception(too_many_tokens(n, self.max_prompt_tokens, "messages"))
             return False
+        context = model_context(self.llm)
+        if context is not None and n + job.max_new_tokens > context:  # (as vLLM refuses one: prompt + max_tokens)
+            job.result.set_exception(RequestError(
+                f"the prompt has {n} tokens and asks for up to {job.max_new_tokens} more, more than the model's "
+                f"context of {context} tokens", param="messages", code="context_length_exceeded"))
+            return False
         return True
 
 
@@ -534,11 +540,17 @@ class ChatServer:
         """Refuse a scoring prompt over ``max_prompt_tokens`` before the model sees it (the chat bound, counted as
         the scorer tokenises: with special tokens, no template). Runs under ``score_lock``, on the scoring thread."""
         limit, tokenizer = self.limits.max_prompt_tokens, getattr(self.llm, "tokenizer", None)
-        if not limit or tokenizer is None or not callable(tokenizer):
+        if tokenizer is None or not callable(tokenizer):
+            return
+        context = model_context(self.llm)
+        if not limit and context is None:
             return
         n = len(tokenizer(prompt, add_special_tokens=True)["input_ids"])
-        if n > limit:
+        if limit and n > limit:
             raise too_many_tokens(n, limit, "prompt")
+        if context is not None and n > context:  # scored past it, the numbers would mean nothing
+            raise RequestError(f"the prompt has {n} tokens, more than the model's context of {context} tokens",
+                               param="prompt", code="context_length_exceeded")
 
     async def score(self, request: Any, started: float) -> dict[str, Any]:
         """Handle one scoring request on a thread (the event loop never runs the model), within the request
@@ -569,6 +581,12 @@ async def _disconnected(receive: Any) -> None:
     answers ``receive()`` only with ``http.disconnect`` (a pipelined next request waits for this response)."""
     while (await receive())["type"] != "http.disconnect":
         pass
+
+
+def model_context(llm: Any) -> int | None:
+    """The most tokens ``llm``'s model reads, for backends that say (``context_length()``); else None."""
+    method = getattr(llm, "context_length", None)
+    return method() if callable(method) else None
 
 
 def too_many_tokens(n: int, limit: int, param: str) -> RequestError:

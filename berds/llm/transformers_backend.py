@@ -276,8 +276,16 @@ class TransformersLLM:
         ids, offsets = list(encoded["input_ids"]), [int(a) for a, _ in encoded["offset_mapping"]]
         if not ids:
             return [], [], []
+        context = self._context_length()
+        if context is not None and len(ids) > context:  # (past it, positions the model never learned: no numbers)
+            raise BerdsError(f"the text has {len(ids)} tokens, more than the model's context of {context}")
         values = self._continuation_logprobs([ids], [1])[0] if len(ids) > 1 else []
         return [tokenizer.decode([t]) for t in ids], offsets, [None, *values]
+
+    def context_length(self) -> int | None:
+        """The most tokens the model reads (``max_position_embeddings``; None when its config does not say)."""
+        self.load()
+        return self._context_length()
 
     def _context_length(self) -> int | None:
         limit = getattr(self._model.config, "max_position_embeddings", None)
