@@ -30,21 +30,23 @@ def ids(hit_list) -> list[str]:
 
 def test_round_robin_takes_each_rank_across_lists_in_generation_order():
     lists = [hits("a1", "a2", "a3"), hits("b1", "b2", "b3"), hits("c1", "c2", "c3")]
-    assert ids(round_robin_merge(lists, 5)) == ["a1", "b1", "c1", "a2", "b2"]
+    assert ids(round_robin_merge(lists, 5, skip_duplicates=True)) == ["a1", "b1", "c1", "a2", "b2"]
 
 
 def test_round_robin_skips_duplicates_and_passes_over_exhausted_lists():
     lists = [hits("x", "a2", "a3", "a4"), hits("x", "a2"), hits("c1")]
     # rank 1: x, (x again skipped), c1; rank 2: a2, (a2 skipped); rank 3: a3; rank 4: a4
-    assert ids(round_robin_merge(lists, 10)) == ["x", "c1", "a2", "a3", "a4"]
-    assert ids(round_robin_merge(lists, 2)) == ["x", "c1"]
-    assert round_robin_merge([], 5) == [] and round_robin_merge([[]], 5) == []
-    assert round_robin_merge(lists, 0) == []
+    assert ids(round_robin_merge(lists, 10, skip_duplicates=True)) == ["x", "c1", "a2", "a3", "a4"]
+    # the study's code keeps a shared passage each time it comes up
+    assert ids(round_robin_merge(lists, 10, skip_duplicates=False)) == ["x", "x", "c1", "a2", "a2", "a3", "a4"]
+    assert ids(round_robin_merge(lists, 2, skip_duplicates=True)) == ["x", "c1"]
+    assert round_robin_merge([], 5, skip_duplicates=True) == [] and round_robin_merge([[]], 5, skip_duplicates=False) == []
+    assert round_robin_merge(lists, 0, skip_duplicates=True) == []
 
 
 def test_first_occurrence_keeps_its_hit_object():
     first, second = hits("p"), [Hit(Passage("p", "text of p"), 99.0)]
-    assert round_robin_merge([first, second], 3)[0] is first[0]
+    assert round_robin_merge([first, second], 3, skip_duplicates=True)[0] is first[0]
 
 
 # ------------------------------------------------------------------------------------------ parsing
@@ -307,7 +309,7 @@ def test_expansion_over_lucene_bm25(tmp_path):
         [merged] = ExpandedRetriever(base, FileExpander(exp)).search([q], k=4)
     finally:
         base.close()
-    expected = round_robin_merge(per_query, 4)
+    expected = round_robin_merge(per_query, 4, skip_duplicates=False)  # the retriever's default: the study's code
     assert ids(merged) == ids(expected)
     assert merged[0].passage.id.startswith("bees") and merged[1].passage.id.startswith("tides")
 

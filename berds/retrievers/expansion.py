@@ -458,11 +458,12 @@ class LLMExpander:
 # ------------------------------------------------------------------------------------------ merging
 
 
-def round_robin_merge(ranked_lists: Sequence[Sequence[Hit]], k: int, *, skip_duplicates: bool = True) -> list[Hit]:
+def round_robin_merge(ranked_lists: Sequence[Sequence[Hit]], k: int, *, skip_duplicates: bool) -> list[Hit]:
     """Rank 1 of every list (in list order), then rank 2, ...; the first ``k`` kept.
 
     ``skip_duplicates`` (the paper's description) passes over passages already taken, so ``k`` distinct
-    passages come back; without it (the study's released code) a passage two lists share is kept each time.
+    passages come back; without it (the study's released code, which berds follows by default) a passage two
+    lists share is kept each time. It has no default: paper and code differ, and the caller says which.
     Lists may have different lengths (exhausted ones are passed over). Returned hits are the input ``Hit``
     objects.
     """
