@@ -137,7 +137,7 @@ def retrievers_list() -> None:
 
     from berds.retrievers.registry import RETRIEVERS
 
-    table = Table(title="retrievers (also: any module:attr)")
+    table = Table(title="retrievers (also: any module:attr)", expand=True)  # (ratios apply only to an expanded table)
     table.add_column("name", no_wrap=True)
     table.add_column("description", overflow="fold", ratio=3)
     table.add_column("source", overflow="fold", ratio=1)
