@@ -242,25 +242,30 @@ class RayEngine:
     def workers_for(self, recipe: Recipe | None) -> int:
         """The pool size for ``recipe``: ``num_workers``, else as many as the cluster's GPUs (GPU
         workers) or CPUs allow."""
-        if self._num_workers:
-            return self._num_workers
         resources = self.connect()._ray.cluster_resources()
         gpus_each = self.gpus_for(recipe)
+        what = f"{recipe.label!r} workers ask" if recipe is not None else "workers ask"
+        cpus, gpus = float(resources.get("CPU", 0.0)), float(resources.get("GPU", 0.0))  # a cluster lacking one lists none
+        fits = []  # how many actors each resource they reserve leaves room for
         if gpus_each > 0:
-            gpus = float(resources.get("GPU", 0.0))
             if gpus < gpus_each:
-                what = f"{recipe.label!r} workers ask" if recipe is not None else "workers ask"
                 raise BerdsError(f"{what} for {gpus_each:g} GPU each but the Ray cluster has {gpus:g} GPUs "
                                  "— add GPU nodes, or run on CPUs (gpus_per_worker=0, device cpu)")
-            return max(1, int(gpus // gpus_each))
-        cpus = float(resources.get("CPU", 0.0))  # a cluster without CPUs lists none
-        if self.cpus_per_worker > cpus:  # the actors would wait for ever for CPUs the cluster lacks
-            what = f"{recipe.label!r} workers ask" if recipe is not None else "workers ask"
-            raise BerdsError(f"{what} for {self.cpus_per_worker:g} CPU each but the Ray cluster has {cpus:g} CPUs "
-                             "— lower --cpus-per-worker, or add nodes")
-        if self.cpus_per_worker == 0:
-            return max(1, int(cpus))
-        return max(1, int(cpus // self.cpus_per_worker))
+            fits.append(int(gpus // gpus_each))
+        if self.cpus_per_worker > 0:
+            if self.cpus_per_worker > cpus:  # the actors would wait for ever for CPUs the cluster lacks
+                raise BerdsError(f"{what} for {self.cpus_per_worker:g} CPU each but the Ray cluster has {cpus:g} CPUs "
+                                 "— lower --cpus-per-worker, or add nodes")
+            fits.append(int(cpus // self.cpus_per_worker))
+        room = min(fits) if fits else None  # None: the actors reserve nothing, any number can be placed
+        if not self._num_workers:
+            return max(1, room if room is not None else int(cpus))
+        if room is not None and self._num_workers > room:  # batches handed to an actor Ray cannot place wait for ever
+            each = " and ".join(([f"{gpus_each:g} GPU"] if gpus_each > 0 else [])
+                                + ([f"{self.cpus_per_worker:g} CPU"] if self.cpus_per_worker > 0 else []))
+            raise BerdsError(f"num_workers={self._num_workers}: the Ray cluster ({cpus:g} CPUs, {gpus:g} GPUs) has room "
+                             f"for {room} workers of {each} each — ask for at most {room}, or add nodes")
+        return self._num_workers
 
     def worker_pids(self) -> list[int]:
         """Process ids of the pool's workers that have reported back at least once (for monitoring)."""
@@ -507,3 +512,4 @@ def _user_error(exc: Any, recipe: Recipe, task: _Task, slot: _Slot) -> BerdsErro
     what = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc).strip().splitlines()[-1]
     where = f" on worker {slot.pid}@{slot.node}" if slot.pid else ""
     return BerdsError(f"{recipe.label}: batch {task.index} failed{where}: {what}")
+
