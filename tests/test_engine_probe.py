@@ -50,3 +50,28 @@ def test_ray_refuses_more_workers_than_the_cluster_can_place(ray_engine):
         RayEngine(num_workers=3).workers
     assert RayEngine(num_workers=2).workers == 2
     assert RayEngine(num_workers=5, cpus_per_worker=0).workers == 5  # reserving nothing, any number fits
+
+
+@ray_mark
+def test_ray_failed_job_leaves_no_unhandled_error_tracebacks(ray_engine, monkeypatch):
+    import ray._private.worker as ray_worker
+
+    printed: list[str] = []
+    monkeypatch.setattr(ray_worker, "_unhandled_error_handler", lambda e: printed.append(str(e)))
+    # Killing the pool takes a moment (an RPC to a remote cluster): the batches queued behind the failed one fail
+    # meanwhile, and Ray printed each error nobody read as an "Unhandled error" traceback after berds' one line.
+    kill_pool = ray_engine._kill_pool
+
+    def slow_kill_pool() -> None:
+        time.sleep(1.0)
+        kill_pool()
+
+    monkeypatch.setattr(ray_engine, "_kill_pool", slow_kill_pool)
+    with pytest.raises(BerdsError, match=r"batch \d failed.*ValueError: batch \[\d\] is broken"):
+        list(ray_engine.map_batches(Recipe.function("test_engine_probe:ok_or_fail_late"), [[1], [2], [3], [4]]))
+    gc.collect()
+    time.sleep(1)  # Ray reports unread errors from another thread once their refs are freed
+    assert printed == []
+    monkeypatch.undo()
+    # the pool was replaced: the engine still works
+    assert [r.output for r in ray_engine.map_batches(Recipe.function("test_engine_probe:ok_or_fail_late"), [[0]])] == [[0]]

@@ -418,6 +418,7 @@ class RayEngine:
                     except Exception:  # a finished or lost task cannot be cancelled; nothing to do
                         pass
                 self._kill_pool()
+                _discard(ray, list(in_flight))
 
     def _wait_seconds(self, slots: list[_Slot], load: Any) -> float | None:
         """How long to wait for a result before checking for hung workers (None: no timeout set)."""
@@ -513,3 +514,18 @@ def _user_error(exc: Any, recipe: Recipe, task: _Task, slot: _Slot) -> BerdsErro
     where = f" on worker {slot.pid}@{slot.node}" if slot.pid else ""
     return BerdsError(f"{recipe.label}: batch {task.index} failed{where}: {what}")
 
+
+def _discard(ray: Any, refs: list[Any], timeout: float = 5.0) -> None:
+    """Read the outcome of abandoned tasks (their workers are being killed, so they end soon): Ray prints the
+    error of a task nobody read as an "Unhandled error" traceback, after the job's own one-line error."""
+    if not refs:
+        return
+    try:
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+    except Exception:  # Ray itself going down (Ctrl-C at exit): nothing left to print either
+        return
+    for ref in ready:
+        try:
+            ray.get(ref, timeout=0)
+        except Exception:  # the error (or the kill) is what is being read away
+            pass
