@@ -75,3 +75,18 @@ def test_ray_failed_job_leaves_no_unhandled_error_tracebacks(ray_engine, monkeyp
     monkeypatch.undo()
     # the pool was replaced: the engine still works
     assert [r.output for r in ray_engine.map_batches(Recipe.function("test_engine_probe:ok_or_fail_late"), [[0]])] == [[0]]
+
+
+@ray_mark
+def test_ray_refuses_plugins_defined_in_the_running_script(ray_engine):
+    from berds.evaluate.judging import judge_on_engine
+    from berds.judges.recipe import JudgeRecipe
+    from berds.types import JudgePair
+    from judges_for_tests import OverlapJudge
+
+    # A worker's __main__ is Ray's worker script: it answered "module '__main__' has no attribute ..."
+    with pytest.raises(BerdsError, match=r"'__main__:MyJudge' is defined in the script being run.*'MODULE:MyJudge'"):
+        judge_on_engine(ray_engine, OverlapJudge(), [JudgePair("p", "q")], None, recipe=JudgeRecipe("__main__:MyJudge"),
+                        progress=False)
+    with pytest.raises(BerdsError, match=r"__main__:double is defined in the script being run"):
+        list(ray_engine.map_batches(Recipe.function("__main__:double"), [[1]]))

@@ -41,6 +41,8 @@ from berds.engine.recipes import Recipe
 from berds.errors import BerdsError
 from berds.lazy import require
 
+_BIND = "berds.engine.recipes:bind_function"  # Recipe.function's factory (its target is an option)
+
 
 class BatchWorker:
     """The actor: builds the recipe's callable once (on the first batch) and runs batches through it.
@@ -335,6 +337,10 @@ class RayEngine:
         from berds.engine.local import _len
         from berds.engine.progress import batch_progress
 
+        for target in (recipe.factory, recipe.options.get("target") if recipe.factory == _BIND else None):
+            if isinstance(target, str) and target.partition(":")[0] == "__main__":  # a worker's __main__ is Ray's own
+                raise BerdsError(f"recipe {recipe.label!r}: {target} is defined in the script being run, which Ray "
+                                 "workers do not import — move it into a module on PYTHONPATH and name it there")
         ray = self.connect()._ray
         recipe.check_picklable()
         death = self._death_errors()

@@ -101,6 +101,10 @@ def judge_on_engine(
     if batch_size < 1:
         raise BerdsError(f"batch size must be at least 1, got {batch_size}")
     recipe = recipe or JudgeRecipe.from_judge(judge)
+    module, _, attr = recipe.name.partition(":")
+    if module == "__main__" and getattr(engine, "name", None) != "local":  # a worker's __main__ is Ray's, not the script
+        raise BerdsError(f"judge {recipe.name!r} is defined in the script being run, which the {engine.name} engine's "
+                         f"workers do not import — move it into a module on PYTHONPATH and name it 'MODULE:{attr}'")
     pairs = list(pairs)
     starts = list(range(0, len(pairs), batch_size))
     expected_id, expected_prompt = judge.id, judge.prompt_version
