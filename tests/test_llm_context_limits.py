@@ -51,3 +51,15 @@ def test_the_server_refuses_prompts_past_the_models_context(tiny_mistral, tmp_pa
         assert "does not offer" not in str(e.value)  # (what it said before: the server does offer echo)
         short = llm.score(["The document says"], [" yes"])
         assert short[0].tokens and all(v <= 0 for v in short[0].logprobs)
+
+
+def test_the_transformers_backend_refuses_to_generate_past_the_context(tiny_mistral):
+    from berds.llm import user_prompt
+    from berds.llm.transformers_backend import TransformersLLM
+
+    llm = TransformersLLM(str(tiny_mistral), device="cpu")
+    long_prompt = user_prompt(" ".join(["word"] * 900))
+    with pytest.raises(BerdsError, match=r"prompt 1 has \d+ tokens and asks for up to 200 more, more than the "
+                                         r"model's context of 1024 \(1 of 2 prompts\)"):
+        llm.generate([user_prompt("short"), long_prompt], max_new_tokens=200)
+    assert len(llm.generate([long_prompt], max_new_tokens=2)) == 1  # (within the context it runs)

@@ -190,6 +190,13 @@ class TransformersLLM:
         self.load()
         texts = [render_chat(self._tokenizer, m, chat_template=self.chat_template) for m in messages]
         lengths = [len(ids) for ids in self._tokenizer(texts, add_special_tokens=False)["input_ids"]]
+        context = self._context_length()
+        over = [i for i, n in enumerate(lengths) if context is not None and n + max_new_tokens > context]
+        if over:  # (vLLM refuses these too: past the context the model is at positions it never learned)
+            i = over[0]
+            raise BerdsError(f"prompt {i} has {lengths[i]} tokens and asks for up to {max_new_tokens} more, more than "
+                             f"the model's context of {context} ({len(over)} of {len(texts)} prompts) — shorten it, "
+                             "or use a model that reads more")
         # Longest first: similar lengths share a batch (less padding) and memory peaks show up early.
         order = sorted(range(len(texts)), key=lambda i: -lengths[i])
         results: list[Generation | None] = [None] * len(texts)
