@@ -437,7 +437,9 @@ class RayEngine:
         busy = [slot.since for i, slot in enumerate(slots) if load(i) and slot.started]
         deadline = min(busy, default=now) + self.batch_timeout
         waiting = any(load(i) and not slot.started for i, slot in enumerate(slots))
-        return max(0.05, min(deadline - now, 1.0) if waiting else deadline - now)
+        # at most an hour at a time (the loop checks again): ray.wait takes whole milliseconds in a C long, which
+        # --batch-timeout inf (or 1e30) overflowed
+        return max(0.05, min(deadline - now, 1.0 if waiting else 3600.0))
 
     def _replace_hung(self, slots: list[_Slot], load: Any, in_flight: dict[Any, _Task], retry: deque[_Task],
                       recipe: Recipe) -> None:
