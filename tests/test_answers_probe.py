@@ -136,3 +136,21 @@ def test_bad_options_are_refused_before_anything_runs(changes, message):
 
     with pytest.raises(BerdsError, match=message):
         AnswerEvalOptions(metrics=("pd", "da"), **changes)
+
+
+def test_quiet_answers_eval_prints_no_model_loading_bar(tiny_mistral, tmp_path):
+    # transformers' "Loading weights" bar printed into `berds answers eval -q`, whose own bars were off
+    import subprocess
+
+    from conftest import berds_cmd, subprocess_env
+
+    questions, answers = tmp_path / "q.jsonl", tmp_path / "a.jsonl"
+    questions.write_text(json.dumps({"id": "q1", "question": "Is tea better than coffee?",
+                                     "perspectives": ["Tea is gentler.", "Coffee wakes you up."]}) + "\n")
+    answers.write_text(json.dumps({"id": "q1", "answer": "Tea is gentle, coffee is strong."}) + "\n")
+    done = subprocess.run(berds_cmd("answers", "eval", str(answers), "--model", f"transformers:{tiny_mistral}",
+                                    "--questions", str(questions), "--metric", "pd", "--out", str(tmp_path / "o"),
+                                    "--no-cache", "-q"),
+                          capture_output=True, text=True, timeout=300, env=subprocess_env(BERDS_HOME=str(tmp_path)))
+    assert done.returncode == 0, done.stderr
+    assert "Loading" not in done.stderr and "%|" not in done.stderr, done.stderr

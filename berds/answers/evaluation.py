@@ -26,6 +26,7 @@ from typing import Any, Mapping, Sequence
 from berds.answers.prompts import AnswerPrompt, da_prompt, pd_prompt
 from berds.errors import BerdsError, InputError
 from berds.evaluate.cache import JudgementCache
+from berds.lazy import quiet_model_loading
 from berds.types import JudgePair, Question, Verdict
 
 METRICS = ("pd", "da")
@@ -438,6 +439,8 @@ def evaluate_answers(
         llm = load_llm_by_name(llm, **dict(llm_options or {}))
     cache = JudgementCache(opts.cache_path or _default_cache()) if opts.use_cache else None
     results: list[AnswerEvalResult] = []
+    quiet = quiet_model_loading()  # the model loads at the first batch: its bars would print into berds' own
+    quiet.__enter__()
     try:
         for (path, items), qs in zip(parsed, matched):
             stats: dict[str, AnswerStats] = {}
@@ -471,6 +474,7 @@ def evaluate_answers(
                                          "count": len(by_id)}
             results.append(AnswerEvalResult(path, llm.id, rows, {}, settings, stats))
     finally:
+        quiet.__exit__(None, None, None)
         if cache is not None:
             cache.close()
     if "pd" in opts.metrics:
