@@ -189,3 +189,20 @@ def test_a_sentence_transformers_query_prefix_is_the_models_prompt_as_in_its_own
     passages = [Passage("p1", "kiwi market", title="fig"), Passage("p2", "storm")]
     np.testing.assert_allclose(encoder.encode_passages(passages),
                                reference.encode(["fig kiwi market", "storm"], prompt=prefix), atol=1e-5)
+
+
+def test_the_model_folder_fingerprint_sees_a_change_anywhere_in_the_weights(tmp_path):
+    # It hashed each file's first and last MiB: weights changed between them, at the same size, kept the print.
+    from berds.indexes.encoders import EncoderSpec, model_files_fingerprint
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    weights = folder / "model.safetensors"
+    weights.write_bytes(bytes(5 << 20))
+    spec = EncoderSpec(name="mine", model=str(folder))
+    before = model_files_fingerprint(spec)["model"]
+    with open(weights, "r+b") as f:
+        f.seek(len(bytes(5 << 20)) // 2)
+        f.write(b"\x01")
+    assert model_files_fingerprint(spec)["model"] != before

@@ -238,38 +238,21 @@ def resolve_model_path(model: str) -> str:
     return str(folder)
 
 
-_EDGE_BYTES = 1 << 20
-
-
 def model_files_fingerprint(spec: EncoderSpec) -> dict[str, str | None]:
-    """A fingerprint of the weights in each local model folder of ``spec`` (None for hub names).
+    """A fingerprint of the files in each local model folder of ``spec`` (None for hub names).
 
     The spec names a folder, not its contents: weights retrained in place would otherwise resume a build
-    with the old shards or search an index with another model's queries. Each file's path, size and first and
-    last MiB are hashed (cheap on large weights; retraining changes every tensor)."""
-    import hashlib
+    with the old shards or search an index with another model's queries. Every file is hashed whole
+    (``berds.llm.shared.local_fingerprint``, which remembers the digests of large files), so a change anywhere
+    in the weights counts."""
+    from berds.llm.shared import local_fingerprint
 
     out: dict[str, str | None] = {}
     for key, model in (("model", spec.model), ("passage_model", spec.passage_model)):
         if model is None:
             continue
         folder = Path(resolve_model_path(model))
-        if not folder.is_dir():
-            out[key] = None
-            continue
-        h = hashlib.sha256()
-        for path in sorted(p for p in folder.rglob("*") if p.is_file()
-                           and not any(part.startswith(".") for part in p.relative_to(folder).parts)):
-            size = path.stat().st_size
-            h.update(f"{path.relative_to(folder).as_posix()}\0{size}\0".encode())
-            with open(path, "rb") as f:
-                h.update(f.read(_EDGE_BYTES))
-                if size > 2 * _EDGE_BYTES:
-                    f.seek(size - _EDGE_BYTES)
-                    h.update(f.read())
-                elif size > _EDGE_BYTES:
-                    h.update(f.read())
-        out[key] = h.hexdigest()[:16]
+        out[key] = local_fingerprint(folder) if folder.is_dir() else None
     return out
 
 
