@@ -67,3 +67,23 @@ def word_store(folder: Path, n: int = 120, seed: int = 0, groups: list[str] | No
         for i, p in enumerate(passages):
             w.add(p, group=groups[i % len(groups)] if groups else None)
     return PassageStore.open(folder)
+
+
+class InterruptedStore:
+    """A real passage store whose stream of passages stops after ``batches`` batches of 50 with a
+    KeyboardInterrupt, as a build killed part way through would."""
+
+    def __init__(self, inner, batches: int):
+        self.inner, self.path, self.fingerprint, self.batches = inner, inner.path, inner.fingerprint, batches
+
+    def __len__(self):
+        return len(self.inner)
+
+    def groups(self):
+        return self.inner.groups()
+
+    def iter_batches(self, n):
+        for i, batch in enumerate(self.inner.iter_batches(50)):
+            if i == self.batches:
+                raise KeyboardInterrupt
+            yield batch

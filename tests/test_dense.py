@@ -9,7 +9,7 @@ from berds.errors import BerdsError, InputError
 from berds.indexes.encoders import EncoderSpec, check_same_encoder, encoder_spec, load_encoder
 from berds.indexes.faiss import build_dense_index
 from berds.types import Question
-from retrieval_fixtures import WORDS, tiny_bert, word_store
+from retrieval_fixtures import WORDS, InterruptedStore, tiny_bert, word_store
 
 pytest.importorskip("faiss")
 pytest.importorskip("transformers")
@@ -93,26 +93,8 @@ def test_embedding_resumes_by_shard_and_gives_the_same_index(tmp_path, spec, sto
     """Interrupt a build after two shards; the restart encodes only the rest and ends identical."""
     from berds.indexes.faiss import ShardedEmbeddings
 
-    class InterruptedStore:
-        """The real store, whose stream of passages breaks after 150 (like a killed process)."""
-
-        def __init__(self, inner):
-            self.inner, self.path, self.fingerprint = inner, inner.path, inner.fingerprint
-
-        def __len__(self):
-            return len(self.inner)
-
-        def groups(self):
-            return self.inner.groups()
-
-        def iter_batches(self, n):
-            for i, batch in enumerate(self.inner.iter_batches(50)):
-                if i == 3:
-                    raise KeyboardInterrupt
-                yield batch
-
     with pytest.raises(KeyboardInterrupt):
-        build_dense_index(InterruptedStore(store), tmp_path / "idx", encoder=spec, shard_size=64,
+        build_dense_index(InterruptedStore(store, 3), tmp_path / "idx", encoder=spec, shard_size=64,
                           keep_embeddings=True, progress=False)
     shards = sorted(p.name for p in (tmp_path / "idx" / "embeddings").glob("shard-*.npy"))
     assert shards == ["shard-00000.npy", "shard-00001.npy"] and not (tmp_path / "idx" / "meta.json").exists()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from berds.types import Passage, Question
-from retrieval_fixtures import tiny_bert
+from retrieval_fixtures import InterruptedStore, tiny_bert
 
 pytest.importorskip("faiss")
 pytest.importorskip("transformers")
@@ -58,26 +58,9 @@ def test_weights_replaced_in_the_model_folder_are_not_mixed_into_a_resumed_build
     model = tiny_bert(tmp_path / "model", seed=0)
     spec = EncoderSpec(name="tiny", model=str(model), pooling="mean", max_length=32)
 
-    class Interrupted:
-        """The real store, whose passages stop after two shards (like a killed process)."""
-
-        def __init__(self, inner):
-            self.inner, self.path, self.fingerprint = inner, inner.path, inner.fingerprint
-
-        def __len__(self):
-            return len(self.inner)
-
-        def groups(self):
-            return self.inner.groups()
-
-        def iter_batches(self, n):
-            for i, batch in enumerate(self.inner.iter_batches(50)):
-                if i == 2:
-                    raise KeyboardInterrupt
-                yield batch
-
     with pytest.raises(KeyboardInterrupt):
-        build_dense_index(Interrupted(store), tmp_path / "unfinished", encoder=spec, shard_size=50, progress=False)
+        build_dense_index(InterruptedStore(store, 2), tmp_path / "unfinished", encoder=spec, shard_size=50,
+                          progress=False)
     build_dense_index(store, tmp_path / "finished", encoder=spec, progress=False)
     tiny_bert(model, seed=5)  # retrained: same folder, same config, other weights
     with pytest.raises(InputError, match="different settings"):
@@ -141,24 +124,8 @@ def test_a_build_stopped_in_bfloat16_is_not_resumed_in_float32(tmp_path, bert):
     store = word_store(tmp_path / "store", n=150)
     spec = EncoderSpec(name="tiny", model=str(bert), pooling="mean", max_length=32)
 
-    class Interrupted:
-        def __init__(self, inner):
-            self.inner, self.path, self.fingerprint = inner, inner.path, inner.fingerprint
-
-        def __len__(self):
-            return len(self.inner)
-
-        def groups(self):
-            return self.inner.groups()
-
-        def iter_batches(self, n):
-            for i, batch in enumerate(self.inner.iter_batches(50)):
-                if i == 2:
-                    raise KeyboardInterrupt
-                yield batch
-
     with pytest.raises(KeyboardInterrupt):
-        build_dense_index(Interrupted(store), tmp_path / "idx", encoder=spec, shard_size=50, dtype="bfloat16",
+        build_dense_index(InterruptedStore(store, 2), tmp_path / "idx", encoder=spec, shard_size=50, dtype="bfloat16",
                           progress=False)
     with pytest.raises(InputError, match="different settings"):
         build_dense_index(store, tmp_path / "idx", encoder=spec, shard_size=50, progress=False)
