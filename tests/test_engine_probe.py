@@ -94,13 +94,8 @@ def test_ray_refuses_plugins_defined_in_the_running_script(ray_engine):
 
 @ray_mark
 @pytest.mark.parametrize("timeout", [float("inf"), 1e30])
-def test_ray_batch_timeout_of_for_ever_waits_for_ever(ray_engine, timeout):
-    from berds.engine.ray_engine import RayEngine
-
-    # ray.wait's timeout overflowed: OverflowError from inside Ray, after starting the pool
-    patient = RayEngine(num_workers=1, batch_timeout=timeout, runtime_env=ray_engine.runtime_env)
-    try:
-        results = patient.map_batches(Recipe.function("test_engine_probe:ok_or_fail_late"), [[0]] * 4)
-        assert [r.output for r in results] == [[0]] * 4  # waits after the first result, with the worker running
-    finally:
-        patient.close()
+def test_ray_batch_timeout_of_for_ever_waits_for_ever(ray_engine, timeout, monkeypatch):
+    # ray.wait's timeout overflowed: OverflowError from inside Ray, once the pool was running
+    monkeypatch.setattr(ray_engine, "batch_timeout", timeout)
+    results = ray_engine.map_batches(Recipe.function("test_engine_probe:ok_or_fail_late"), [[0]] * 6)
+    assert [r.output for r in results] == [[0]] * 6  # waits after the first results, with the workers running
