@@ -133,7 +133,8 @@ class RayEngine:
       joins the instance running on this machine, ``"ray://head:10001"`` a remote cluster (Ray Client).
       An already initialised Ray (``ray.init`` by the caller) is used as it is. Ray starts on first use
       (or ``connect()``), so an evaluation that finds every judgement cached never starts it.
-    * ``num_workers`` — actors in the pool (default: fill the cluster, see the module docstring).
+    * ``num_workers`` — actors in the pool (default: fill the cluster, see the module docstring); more than the
+      cluster has room for is refused (the actors Ray cannot place would hold their batches for ever).
     * ``cpus_per_worker`` / ``gpus_per_worker`` — resources each actor reserves (CPU encoding:
       ``cpus_per_worker`` = threads per model). ``gpus_per_worker=None`` (default) takes the recipe's
       hint: 1 for a GPU judge (``mistral-berds``, ``vllm:...``) or an encoder on ``device="cuda"``, else 0.
