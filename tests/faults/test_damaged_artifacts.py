@@ -94,7 +94,8 @@ def test_a_damaged_shard_is_encoded_again_when_a_build_resumes(dense, tmp_path):
     want = np.concatenate(list(ShardedEmbeddings(out / "embeddings", 60, 16)))
     # Back to "unfinished", as if killed before the last step: the build marker holds the build's settings.
     (out / "meta.json").unlink()
-    settings = {k: done[k] for k in ("type", "corpus_fingerprint", "encoder", "shard_size", "faiss")}
+    settings = {k: done[k] for k in ("type", "corpus_fingerprint", "encoder", "shard_size", "faiss", "dtype",
+                                     "encoder_files") if k in done}
     (out / ".building.json").write_text(json.dumps(settings))
     truncate(out / "embeddings" / "shard-00001.npy", keep=0.5)
     meta = build_dense_index(store, out, encoder=spec, shard_size=16, keep_embeddings=True, progress=False)

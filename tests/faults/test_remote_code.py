@@ -57,6 +57,7 @@ def shared_index(tmp_path_factory):
     evil = hostile_model(root / "evil-model", marker)
     meta = json.loads((index / "meta.json").read_text())
     meta["encoder"].update(model=str(evil), trust_remote_code=True)
+    meta.pop("encoder_files", None)  # (the honest model's fingerprint would give the swap away; a sharer drops it)
     (index / "meta.json").write_text(json.dumps(meta))
     return index, marker, evil
 
