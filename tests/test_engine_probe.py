@@ -99,3 +99,16 @@ def test_ray_batch_timeout_of_for_ever_waits_for_ever(ray_engine, timeout, monke
     monkeypatch.setattr(ray_engine, "batch_timeout", timeout)
     results = ray_engine.map_batches(Recipe.function("test_engine_probe:ok_or_fail_late"), [[0]] * 6)
     assert [r.output for r in results] == [[0]] * 6  # waits after the first results, with the workers running
+
+
+def test_engine_info_refuses_ray_options_for_the_local_engine():
+    # --num-cpus 4 with --engine local was ignored without a word
+    from typer.testing import CliRunner
+
+    from berds.cli import app
+
+    result = CliRunner().invoke(app, ["engine", "info", "--engine", "local", "--num-cpus", "4",
+                                      "--gpus-per-worker", "1"])
+    assert result.exit_code != 0  # (main() prints it as one error line, exit 2: CliRunner sees the exception)
+    assert "--num-cpus, --gpus-per-worker are for --engine ray" in str(result.exception)
+    assert CliRunner().invoke(app, ["engine", "info", "--engine", "local"]).exit_code == 0

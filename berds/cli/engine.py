@@ -31,4 +31,12 @@ def info_command(
     options = {}
     if engine == "ray":
         options = {"num_cpus": num_cpus, "cpus_per_worker": cpus_per_worker, "gpus_per_worker": gpus_per_worker}
+    else:  # (they were ignored without a word: the local engine is this one process)
+        given = [flag for flag, value, default in (("--num-cpus", num_cpus, None), ("--cpus-per-worker",
+                 cpus_per_worker, 1.0), ("--gpus-per-worker", gpus_per_worker, 0.0)) if value != default]
+        if given:
+            from berds.errors import BerdsError
+
+            raise BerdsError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for --engine ray; the local "
+                             "engine is this one process")
     Console().print(info_table(engine_info(engine, address=address, **options)))
