@@ -13,9 +13,9 @@ from typing import Any, Callable, Sequence
 
 from berds.errors import BerdsError
 from berds.judges.base import check_verdicts, prepare_judge
+from berds.judges.recipe import JudgedBatch, JudgeRecipe
 from berds.lazy import quiet_model_loading
 from berds.llm.shared import unpinned_hub_weights
-from berds.judges.recipe import JudgedBatch, JudgeRecipe
 from berds.types import JudgePair, Verdict
 
 # runner(judge, pairs, cache, *, batch_size, progress, description) -> {(perspective, passage): Verdict}
@@ -108,6 +108,7 @@ def judge_on_engine(
     pairs = list(pairs)
     starts = list(range(0, len(pairs), batch_size))
     expected_id, expected_prompt = judge.id, judge.prompt_version
+    checked: list[dict] = []  # the workers' hub weights already checked against the cache's record
 
     out: dict[tuple[str, str], Any] = {}
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -135,7 +136,10 @@ def judge_on_engine(
                 )
             verdicts = check_verdicts(None, expected_id, batch, judged.verdicts)
             if cache is not None:
-                cache.check_weights(expected_id, getattr(judged, "weights", None) or {})
+                weights = dict(getattr(judged, "weights", None) or {})
+                if weights and weights not in checked:  # (once per distinct answer: each worker sends the same)
+                    cache.check_weights(expected_id, weights)
+                    checked.append(weights)
                 cache.put_many(expected_id, expected_prompt, batch, verdicts)
             for p, v in zip(batch, verdicts):
                 out[(p.perspective, p.passage)] = v

@@ -66,10 +66,10 @@ class PromptTemplate:
     """A perspective-detection prompt.
 
     ``form`` says how ``template`` is read: ``format`` — a ``str.format`` string with ``{document}`` and
-    ``{perspective}`` slots (each at least once) and no others (checked when the prompt is made), sent as one user turn after the
-    optional ``system`` message; ``study-chat`` — the study's chat file (``<|im_start|>ROLE`` ...
-    ``<|im_end|>`` turns, ``[Doc 1]``/``[Doc 2]`` slots); ``study-plain`` — the study's plain file, sent as raw
-    text.
+    ``{perspective}`` slots (each at least once) and no others (checked when the prompt is made), sent as one
+    user turn after the optional ``system`` message; ``study-chat`` — the study's chat file
+    (``<|im_start|>ROLE`` ... ``<|im_end|>`` turns, ``[Doc 1]``/``[Doc 2]`` slots); ``study-plain`` — the
+    study's plain file, sent as raw text.
     """
 
     version: str

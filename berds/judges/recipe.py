@@ -33,12 +33,15 @@ class JudgeWorker:
         from berds.judges.catalogue import load_judge
 
         self.judge = load_judge(name, **dict(options or {}))
+        self._weights: Mapping[str, tuple[str, str]] | None = None  # read once, after the first batch loaded them
 
     def judge_batch(self, pairs: Sequence[Any]) -> JudgedBatch:
-        from berds.llm.shared import unpinned_hub_weights
-
         verdicts = list(self.judge.judge(list(pairs)))
-        return JudgedBatch(self.judge.id, self.judge.prompt_version, verdicts, unpinned_hub_weights(self.judge))
+        if self._weights is None:
+            from berds.llm.shared import unpinned_hub_weights
+
+            self._weights = unpinned_hub_weights(self.judge)
+        return JudgedBatch(self.judge.id, self.judge.prompt_version, verdicts, self._weights)
 
 
 @dataclass(frozen=True)

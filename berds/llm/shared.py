@@ -302,8 +302,6 @@ def hub_commit(repo: str, revision: str | None = None) -> str | None:
     branch) reads; None for a local path, a repo not in the cache, or without ``huggingface_hub``."""
     if looks_like_local_path(repo):
         return None
-    if revision and _COMMIT.fullmatch(revision):
-        return revision
     try:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:
