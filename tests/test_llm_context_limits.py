@@ -60,6 +60,6 @@ def test_the_transformers_backend_refuses_to_generate_past_the_context(tiny_mist
     llm = TransformersLLM(str(tiny_mistral), device="cpu")
     long_prompt = user_prompt(" ".join(["word"] * 900))
     with pytest.raises(BerdsError, match=r"prompt 1 has \d+ tokens and asks for up to 200 more, more than the "
-                                         r"model's context of 1024 \(1 of 2 prompts\)"):
+                                         r"model's context of 1024 tokens \(1 of 2 prompts\)"):
         llm.generate([user_prompt("short"), long_prompt], max_new_tokens=200)
     assert len(llm.generate([long_prompt], max_new_tokens=2)) == 1  # (within the context it runs)

@@ -118,3 +118,13 @@ def require_scorer(llm: object, purpose: str) -> Scorer:
                      f"{getattr(llm, 'id', type(llm).__name__)!r} cannot score continuations — use "
                      "transformers:MODEL, vllm:MODEL, or openai:MODEL against a server with /v1/completions "
                      "echo+logprobs (vllm serve, berds llm serve)")
+
+
+def context_overrun(what: str, tokens: int, context: int | None, more: int = 0) -> str | None:
+    """Why ``what`` (``tokens`` long, asking for up to ``more`` new ones) does not fit a model that reads ``context``
+    tokens; None when it fits or the context is unknown. The backends and ``berds llm serve`` refuse such texts: past
+    the context the model is at positions it never learned (vLLM refuses them too)."""
+    if context is None or tokens + more <= context:
+        return None
+    asks = f" and asks for up to {more} more" if more else ""
+    return f"{what} has {tokens} tokens{asks}, more than the model's context of {context} tokens"

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from berds.errors import BerdsError
+from berds.llm.base import context_overrun
 from berds.llm.limits import ServerLimits
 
 ROLE_ALIASES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
@@ -217,11 +218,9 @@ class _Batcher:
         if n > self.max_prompt_tokens:
             job.result.set_exception(too_many_tokens(n, self.max_prompt_tokens, "messages"))
             return False
-        context = model_context(self.llm)
-        if context is not None and n + job.max_new_tokens > context:  # (as vLLM refuses one: prompt + max_tokens)
-            job.result.set_exception(RequestError(
-                f"the prompt has {n} tokens and asks for up to {job.max_new_tokens} more, more than the model's "
-                f"context of {context} tokens", param="messages", code="context_length_exceeded"))
+        why = context_overrun("the prompt", n, model_context(self.llm), job.max_new_tokens)  # (one job, not its batch)
+        if why:
+            job.result.set_exception(RequestError(why, param="messages", code="context_length_exceeded"))
             return False
         return True
 
@@ -548,9 +547,9 @@ class ChatServer:
         n = len(tokenizer(prompt, add_special_tokens=True)["input_ids"])
         if limit and n > limit:
             raise too_many_tokens(n, limit, "prompt")
-        if context is not None and n > context:  # scored past it, the numbers would mean nothing
-            raise RequestError(f"the prompt has {n} tokens, more than the model's context of {context} tokens",
-                               param="prompt", code="context_length_exceeded")
+        why = context_overrun("the prompt", n, context)  # (the scorer refuses it too, but without the code)
+        if why:
+            raise RequestError(why, param="prompt", code="context_length_exceeded")
 
     async def score(self, request: Any, started: float) -> dict[str, Any]:
         """Handle one scoring request on a thread (the event loop never runs the model), within the request

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 from berds.errors import BerdsError
 from berds.lazy import require
-from berds.llm.base import ContinuationScore, Generation, Prompt
+from berds.llm.base import ContinuationScore, Generation, Prompt, context_overrun
 from berds.llm.shared import (
     check_generation_options,
     generation_from_token_logprobs,
@@ -191,12 +191,10 @@ class TransformersLLM:
         texts = [render_chat(self._tokenizer, m, chat_template=self.chat_template) for m in messages]
         lengths = [len(ids) for ids in self._tokenizer(texts, add_special_tokens=False)["input_ids"]]
         context = self._context_length()
-        over = [i for i, n in enumerate(lengths) if context is not None and n + max_new_tokens > context]
-        if over:  # (vLLM refuses these too: past the context the model is at positions it never learned)
-            i = over[0]
-            raise BerdsError(f"prompt {i} has {lengths[i]} tokens and asks for up to {max_new_tokens} more, more than "
-                             f"the model's context of {context} ({len(over)} of {len(texts)} prompts) — shorten it, "
-                             "or use a model that reads more")
+        over = [i for i, n in enumerate(lengths) if context_overrun("", n, context, max_new_tokens)]
+        if over:
+            why = context_overrun(f"prompt {over[0]}", lengths[over[0]], context, max_new_tokens)
+            raise BerdsError(f"{why} ({len(over)} of {len(texts)} prompts) — shorten it, or use a model that reads more")
         # Longest first: similar lengths share a batch (less padding) and memory peaks show up early.
         order = sorted(range(len(texts)), key=lambda i: -lengths[i])
         results: list[Generation | None] = [None] * len(texts)
@@ -283,9 +281,9 @@ class TransformersLLM:
         ids, offsets = list(encoded["input_ids"]), [int(a) for a, _ in encoded["offset_mapping"]]
         if not ids:
             return [], [], []
-        context = self._context_length()
-        if context is not None and len(ids) > context:  # (past it, positions the model never learned: no numbers)
-            raise BerdsError(f"the text has {len(ids)} tokens, more than the model's context of {context}")
+        why = context_overrun("the text", len(ids), self._context_length())
+        if why:
+            raise BerdsError(why)
         values = self._continuation_logprobs([ids], [1])[0] if len(ids) > 1 else []
         return [tokenizer.decode([t]) for t in ids], offsets, [None, *values]
 
