@@ -109,6 +109,11 @@ class Passage:
         return [p.judge_text(title_position) for p in passages]
 
 
+class InvalidScore(ValueError):
+    """``Hit``'s refusal of a score that is not a number (or is NaN): a ValueError callers can tell apart from
+    others (``berds.retrievers.retrieve`` names the plug-in that made it)."""
+
+
 @dataclass(frozen=True)
 class Hit:
     """A passage retrieved for a question. Rank is the position in ``Run.hits[qid]`` (1-based)."""
@@ -126,7 +131,7 @@ class Hit:
         if isinstance(self.score, numbers.Real) and not isinstance(self.score, (int, float)):
             self.__dict__["score"] = float(self.score)  # a numpy scalar (float32 from FAISS or torch): a plain float
         if not isinstance(self.score, (int, float)) or isinstance(self.score, bool) or math.isnan(self.score):
-            raise ValueError(f"score of passage {self.passage.id!r} must be a number, got {self.score!r}")
+            raise InvalidScore(f"score of passage {self.passage.id!r} must be a number, got {self.score!r}")
 
 
 def rank_hits(hits: Iterable[Hit]) -> list[Hit]:

@@ -23,7 +23,7 @@ from berds.errors import BerdsError, InputError
 from berds.io import sha256_text
 from berds.retrievers.base import contract_problems, provenance_of
 from berds.runs import one_token
-from berds.types import Hit, Passage, Question, Run
+from berds.types import Hit, InvalidScore, Passage, Question, Run
 
 PARTIAL = ".partial.jsonl"
 
@@ -106,9 +106,7 @@ def retrieve(
                 for batch in _batches(todo, batch_size):
                     try:
                         results = retriever.search(batch, k=k)
-                    except ValueError as exc:
-                        if not _made_by_hit_check(exc):
-                            raise  # the plug-in's own bug: its traceback is what helps
+                    except InvalidScore as exc:  # (the plug-in's other errors keep their traceback: it helps)
                         # (a NaN or a string score is refused where the Hit is made, deep in the plug-in)
                         raise BerdsError(f"retriever {retriever.name!r} broke the retriever contract: {exc} "
                                          "(scores are finite numbers; see `berds check-retriever`)") from None
@@ -163,14 +161,6 @@ def retrieve(
             f"{', '.join(empty[:5])}{', ...' if len(empty) > 5 else ''} — `berds eval/tune/analyze` refuse them "
             "unless --allow-short, which scores them as zero", highlight=False)
     return run
-
-
-def _made_by_hit_check(exc: BaseException) -> bool:
-    """Whether ``exc`` is ``Hit``'s own refusal of a score (raised in ``berds.types``' ``Hit.__post_init__``)."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    return tb is not None and tb.tb_frame.f_code is Hit.__post_init__.__code__
 
 
 def _batches(items: list[Question], size: int) -> Iterator[list[Question]]:
