@@ -217,6 +217,7 @@ class EvalOptions:
     allow_unparsed: bool = False
     max_unparsed: float = MAX_UNPARSED
     duplicates: str = "refuse"  # a passage twice in one ranking: "refuse", "dedupe" or "keep" (berds.runs.unique_hits)
+    description: str | None = None  # the judging bar's label (default: "judging RUN NAME")
 
     def __post_init__(self) -> None:
         if self.duplicates not in ("refuse", "dedupe", "keep"):
@@ -369,7 +370,7 @@ def evaluate_run(
         started = time.perf_counter()
         runner = judge_runner or judge_missing
         bs = batch_size or int(getattr(judge, "batch_size", 0) or 64) * 4
-        answered = runner(judge, missing, cache, batch_size=bs, progress=progress, description=f"judging {run.name or 'run'}")
+        answered = runner(judge, missing, cache, batch_size=bs, progress=progress, description=opts.description or f"judging {run.name or 'run'}")
         added: dict[bytes, list[tuple]] = {}
         for (perspective, passage), v in answered.items():
             pd, sd = digest(perspective), digest(passage)

@@ -531,15 +531,13 @@ def stance_audit(labelled: Any, predictions: Any, *, alpha: float = 0.05) -> Sta
 
 def _runs_mrecall(runs: Mapping[str, Any], judge: Any, k: int, cache: Any, progress: bool, variant: str
                   ) -> dict[str, float]:
-    import dataclasses
-
     from berds.evaluate.evaluation import evaluate_run
 
     out = {}
     for name, run in runs.items():
-        # (the judging bar is named after the run: each variant's bar says first which judge it is)
-        shown = dataclasses.replace(run, name=f"{variant} {name}") if progress else run
-        result = evaluate_run(shown, judge, (k,), cache=cache, allow_short=True, progress=progress)
+        # (each variant's bar says first which judge it is: "judging sentence-order diverse")
+        result = evaluate_run(run, judge, (k,), cache=cache, allow_short=True, progress=progress,
+                              description=f"judging {variant} {name}")
         out[name] = float(result.averages["all"][f"mrecall@{k}"])
     return out
 
@@ -596,7 +594,7 @@ def audit(
         runs = {getattr(r, "name", "") or f"run{i + 1}": r for i, r in enumerate(runs)}
     from berds.questions import require_gold
 
-    for name, run in runs.items():  # before any judging, under the run's own name (not a bar's "<variant> <run>")
+    for name, run in runs.items():  # refused before any judging (the labelled pairs are judged first)
         require_gold(list(run.questions.values()), source=run.name or name, purpose="evaluation (MRecall/Precision)")
     gold = labelled.labels
     pairs = labelled.judge_pairs()
