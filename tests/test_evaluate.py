@@ -81,14 +81,16 @@ def test_no_gc_moves_what_it_made_to_the_oldest_generation_and_keeps_a_frozen_se
     assert gc.isenabled() and in_generation(made[0], 2) and not in_generation(made[0], 0)
     assert gc.get_freeze_count() == 0
 
+    probe = [[0]]  # a container the collector tracks, frozen below
     gc.freeze()
     try:
-        frozen = gc.get_freeze_count()
         with no_gc():
             more = [[i] for i in range(100)]
-        assert gc.get_freeze_count() == frozen and more
+        # still in the permanent generation (the freeze count itself moves when another thread frees a frozen object)
+        assert more and gc.get_freeze_count() > 0 and not any(in_generation(probe, g) for g in (0, 1, 2))
     finally:
         gc.unfreeze()
+    assert in_generation(probe, 2)  # (the check above can fail: unfrozen, the probe is in the oldest generation)
 
 
 def test_cache_reuse_and_overwrite_policies(tmp_path, tiny_run):
