@@ -125,6 +125,12 @@ def unit_rows(embeddings: np.ndarray, *, inplace: bool = False) -> np.ndarray:
     return e
 
 
+def first_occurrences(hits: Sequence[Hit]) -> list[Hit]:
+    """``hits`` without repeated passages (each kept at its first rank)."""
+    seen: set[str] = set()
+    return [h for h in hits if not (h.passage.id in seen or seen.add(h.passage.id))]
+
+
 def run_max_score(run: Run, depth: int) -> float | None:
     scores = [h.score for hits in run.hits.values() for h in hits[:depth]]
     return max(scores) if scores else None
@@ -149,7 +155,10 @@ def prepare_candidates(
     normalisation = canonical_normalisation(normalisation)
     if embed_text not in EMBED_TEXTS:
         raise BerdsError(f"unknown --embed-text {embed_text!r}; use one of {', '.join(EMBED_TEXTS)}")
-    cut = {qid: list(run.hits[qid][:depth]) for qid in run.questions}
+    # A passage repeated in a ranking (an expansion run merged with duplicates kept) is one candidate, at its
+    # first rank: a reranker orders distinct passages, and a repeat would be its own most similar neighbour.
+    cut = {qid: first_occurrences(run.hits[qid])[:depth] for qid in run.questions}
+    repeats = sum(len(run.hits[qid]) - len(first_occurrences(run.hits[qid])) for qid in run.questions)
     dataset_max = run_max_score(run, depth)
     constant = sim1_constant if sim1_constant is not None else dataset_max
     constant_used = 0
@@ -185,6 +194,8 @@ def prepare_candidates(
         "depth": depth,
         "embed_text": embed_text,
     }
+    if repeats:
+        config["repeated_passages_dropped"] = repeats
     if normalisation == "question-max":
         config["sim1_constant"] = constant
         config["sim1_constant_source"] = "given" if sim1_constant is not None else "largest score of the run"
