@@ -62,20 +62,66 @@ def _import_hint(module_name: str, exc: ImportError) -> str:
 
 
 def _check_option_names(factory: Any, options: dict[str, Any], where: str) -> None:
-    """A user's misspelt option (``-o bogus=1``) is named with the accepted ones, not a TypeError traceback."""
+    """Options the call could not bind (a misspelt ``-o bogus=1``, a required one left out) are named here, with
+    the accepted ones, instead of the TypeError traceback the call would end in."""
     import inspect
 
     try:
-        params = [p for p in inspect.signature(factory).parameters.values() if p.name != "self"]
+        signature = inspect.signature(factory)
     except (TypeError, ValueError):
         return  # no signature to check against: let the call decide
-    if any(p.kind is p.VAR_KEYWORD for p in params):
-        return
+    params = [p for p in signature.parameters.values() if p.name != "self"]
     known = [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    unknown = [k for k in options if k not in known]
-    if unknown:
-        raise BerdsError(f"{where} does not take option(s) {', '.join(map(repr, unknown))} "
-                         f"(it takes: {', '.join(known) or 'none'}) — check the key=value options you passed")
+    if not any(p.kind is p.VAR_KEYWORD for p in params):
+        unknown = [k for k in options if k not in known]
+        if unknown:
+            raise BerdsError(f"{where} does not take option(s) {', '.join(map(repr, unknown))} "
+                             f"(it takes: {', '.join(known) or 'none'}) — check the key=value options you passed")
+    try:
+        signature.bind(**options)
+    except TypeError as exc:  # a required option missing, or one that is positional-only
+        raise BerdsError(f"{where} cannot be built with {_shown(options) or 'no options'}: {exc} "
+                         f"(it takes: {', '.join(known) or 'none'}) — check the key=value options you passed") from None
+
+
+def _shown(options: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in options.items())
+
+
+def _own_modules(factory: Any) -> set[str]:
+    """The modules whose code is the plug-in's own: the factory's, and those of the classes it inherits from."""
+    mro = getattr(factory, "__mro__", None) or (factory,)
+    return {m for m in (getattr(c, "__module__", None) for c in mro) if m and m != "builtins"}
+
+
+def construct(factory: Any, options: dict[str, Any], where: str, *, given: dict[str, Any] | None = None) -> Any:
+    """``factory(**options)`` under the plug-in error rule (CONTRIBUTING.md, "Plug-ins"); ``given`` are the
+    options the user passed (``options`` also holds the catalogue's defaults).
+
+    * options the call cannot bind: a one-line ``BerdsError`` before the call (``_check_option_names``);
+    * a ``ValueError`` raised by the plug-in's own code (the innermost frame is in its module or a class it
+      inherits from; builtins such as ``float()`` count as its own) while the user gave options: the
+      constructor refusing a value, one line naming the plug-in, the options and the message;
+    * anything else — a TypeError from inside (``None + 1``), a ValueError from a library the plug-in calls, any
+      exception when no option was given: a bug inside the plug-in, whose author needs the traceback.
+    """
+    given = options if given is None else given
+    _check_option_names(factory, options, where)
+    try:
+        return factory(**options)
+    except ValueError as exc:
+        if not given:
+            raise
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        if tb is None or tb.tb_frame.f_globals.get("__name__") not in _own_modules(factory):
+            raise  # raised deeper, in a library the plug-in calls: keep the traceback
+        import os
+
+        at = f"{os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"
+        raise BerdsError(f"{where} refused the option(s) {_shown(given)}: {exc} ({type(exc).__name__} at {at}) "
+                         "— check the key=value options you passed") from None
 
 
 class Catalogue(Generic[T]):
@@ -152,8 +198,7 @@ class Catalogue(Generic[T]):
         """Build an instance: the spec's default options, overridden by ``options``."""
         spec = self.spec(name)
         factory = self._import(spec)
-        _check_option_names(factory, options, f"{self.kind} {name!r}")
-        return factory(**{**spec.options, **options})
+        return construct(factory, {**spec.options, **options}, f"{self.kind} {name!r}", given=options)
 
     def __iter__(self) -> Iterator[Spec]:
         return iter(self.specs())

@@ -17,7 +17,7 @@ import inspect
 from typing import Any
 
 from berds.errors import BerdsError
-from berds.registry import Catalogue, Spec, import_object
+from berds.registry import Catalogue, Spec, construct, import_object
 from berds.retrievers.base import Retriever
 
 RETRIEVERS: Catalogue[Retriever] = Catalogue("retriever", entry_point_group="berds.retrievers")
@@ -92,7 +92,7 @@ def load_retriever(name: str | Any, **options: Any) -> Retriever:
         retriever = factory
     else:
         _check_options(factory, merged, spec.loader)
-        retriever = factory(**merged)
+        retriever = construct(factory, merged, f"retriever {spec.loader}", given=options)
     _check_is_retriever(retriever, spec.loader)
     return retriever
 
