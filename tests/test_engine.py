@@ -163,6 +163,32 @@ def test_batch_timeout_is_refused_without_the_ray_engine(tmp_path, capsys, comma
     assert exit_info.value.code == 2 and "add --engine ray" in capsys.readouterr().err.replace("\n", "")
 
 
+@pytest.mark.parametrize("command", [["eval", "RUN", "--judge", "embedded", "--out", "OUT"],
+                                     ["index", "dense", "STORE", "--encoder", "minilm", "--out", "OUT"],
+                                     ["engine", "info", "--engine", "local"]])
+def test_workers_must_be_positive_and_is_refused_without_the_ray_engine(tmp_path, capsys, command):
+    from berds.cli import main
+
+    command = [str(tmp_path / "o") if word == "OUT" else word for word in command]
+    for value in ("0", "-2", "two"):
+        with pytest.raises(SystemExit) as exit_info:
+            main([*command, "--workers", value])
+        assert exit_info.value.code == 2 and "Invalid value for '--workers'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main([*command, "--workers", "2"])
+    assert exit_info.value.code == 2
+    assert "--workers is for --engine ray" in capsys.readouterr().err.replace("\n", "")
+    assert not (tmp_path / "o").exists()
+
+
+def test_workers_reaches_the_ray_engine():
+    pytest.importorskip("ray")
+    from berds.cli.options import engine_for
+
+    engine = engine_for("ray", None, None, 3)  # not connected: sizing happens on first use
+    assert engine.name == "ray" and engine._num_workers == 3
+
+
 def test_engine_info_cli_for_the_local_engine(capsys):
     from berds.cli import main
 
@@ -396,6 +422,19 @@ def test_ray_refuses_workers_larger_than_the_cluster(ray_engine):
             ray_engine.workers_for(None)
     finally:
         ray_engine.cpus_per_worker = 1.0
+
+
+@ray_mark
+def test_engine_info_cli_sizes_the_pool_by_workers(ray_engine, capsys):
+    from berds.cli import main
+
+    ray_engine.connect()  # the CLI's engine joins this instance (and leaves it running)
+    main(["engine", "info", "--engine", "ray", "--workers", "1"])
+    assert "— 1 worker of 1 CPU" in capsys.readouterr().out.replace("\n", "")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["engine", "info", "--engine", "ray", "--workers", "3"])
+    assert exit_info.value.code == 2
+    assert "num_workers=3: the Ray cluster (2 CPUs, 0 GPUs) has room for 2 workers" in capsys.readouterr().err.replace("\n", "")
 
 
 @ray_mark

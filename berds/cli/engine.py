@@ -6,6 +6,8 @@ from typing import Optional
 
 import typer
 
+from berds.cli.options import WORKERS_HELP
+
 engine_app = typer.Typer(help="Execution engines (local, ray): inspect where encoding and judging run.",
                          no_args_is_help=True)
 
@@ -22,6 +24,7 @@ def info_command(
     num_cpus: Optional[int] = typer.Option(None, "--num-cpus", help="CPUs of a local Ray instance started here."),
     cpus_per_worker: float = typer.Option(1.0, "--cpus-per-worker", help="CPUs each worker reserves."),
     gpus_per_worker: float = typer.Option(0.0, "--gpus-per-worker", help="GPUs each worker reserves (1 for a 7B judge)."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help=WORKERS_HELP),
 ) -> None:
     """Show the engine's nodes, CPUs, GPUs and memory, and how many workers a job would get."""
     from rich.console import Console
@@ -30,10 +33,12 @@ def info_command(
 
     options = {}
     if engine == "ray":
-        options = {"num_cpus": num_cpus, "cpus_per_worker": cpus_per_worker, "gpus_per_worker": gpus_per_worker}
+        options = {"num_cpus": num_cpus, "cpus_per_worker": cpus_per_worker, "gpus_per_worker": gpus_per_worker,
+                   "num_workers": workers}
     else:  # (they were ignored without a word: the local engine is this one process)
         given = [flag for flag, value, default in (("--num-cpus", num_cpus, None), ("--cpus-per-worker",
-                 cpus_per_worker, 1.0), ("--gpus-per-worker", gpus_per_worker, 0.0)) if value != default]
+                 cpus_per_worker, 1.0), ("--gpus-per-worker", gpus_per_worker, 0.0), ("--workers", workers, None))
+                 if value != default]
         if given:
             from berds.errors import BerdsError
 

@@ -8,7 +8,8 @@ from typing import List, Optional
 import typer
 
 from berds.cli.options import (ALLOW_SHORT_HELP, ALLOW_UNPARSED_HELP, BATCH_TIMEOUT_HELP, JUDGE_REQUIRED_HELP, K_HELP,
-                               cache_file_callback, check_run_args, ks_callback, out_folder_callback, parse_ks, require_judge)
+                               WORKERS_HELP, cache_file_callback, check_run_args, ks_callback, out_folder_callback, parse_ks,
+                               require_judge)
 
 judges_app = typer.Typer(help="Perspective judges: list what is available.", no_args_is_help=True)
 cache_app = typer.Typer(help="The judgement cache.", no_args_is_help=True)
@@ -40,6 +41,7 @@ def eval_command(
     engine: str = typer.Option("local", "--engine", help="local | ray"),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (with --engine ray)."),
     batch_timeout: Optional[float] = typer.Option(None, "--batch-timeout", help=BATCH_TIMEOUT_HELP),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help=WORKERS_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
     measure: List[str] = typer.Option([], "--measure", help="Also compute an ir_measures diversity measure over the judgements as qrels (alpha_nDCG@10, ERR_IA@10, StRecall@10; repeatable)."),
     qrels: Optional[Path] = typer.Option(None, "--qrels", help="Write the judgements as TREC diversity qrels (qid subtopic docid rel); a folder when several runs."),
@@ -90,11 +92,12 @@ def eval_command(
                                progress=not quiet, cache_path=cache, use_cache=not no_cache, out=out,
                                write_legacy=write_legacy, duplicates=duplicates,
                                allow_unparsed=True)  # checked below, after the table
-    if engine != "local" or batch_timeout is not None or address is not None:  # (refuses options for another engine)
+    # (any Ray-only option goes through engine_for, which refuses it with another engine)
+    if engine != "local" or batch_timeout is not None or workers is not None or address is not None:
         from berds.cli.options import engine_for
         from berds.evaluate.judging import judge_runner_for
 
-        eval_options = eval_options.but(judge_runner=judge_runner_for(engine_for(engine, address, batch_timeout)))
+        eval_options = eval_options.but(judge_runner=judge_runner_for(engine_for(engine, address, batch_timeout, workers)))
     check_run = None
     if qrels is not None:
         from berds.evaluate.qrels import check_trec_ids as check_run

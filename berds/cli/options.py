@@ -206,14 +206,21 @@ BATCH_TIMEOUT_HELP = ("With --engine ray: seconds a worker may hold batches with
                       "batch on a worker includes loading its model.")
 
 
-def engine_for(engine: str, address: str | None, batch_timeout: float | None) -> Any:
-    """The engine ``--engine/--address/--batch-timeout`` name (``berds.engine.get_engine``)."""
+WORKERS_HELP = ("With --engine ray: how many workers to start, each holding one copy of the model (default: one per "
+                "CPU of the cluster, or one per GPU for a GPU model). More than the cluster has room for is refused.")
+
+
+def engine_for(engine: str, address: str | None, batch_timeout: float | None, workers: int | None = None) -> Any:
+    """The engine ``--engine/--address/--batch-timeout/--workers`` name (``berds.engine.get_engine``)."""
     from berds.engine import get_engine
     from berds.errors import BerdsError
 
-    if batch_timeout is not None and engine != "ray":
-        raise BerdsError(f"--batch-timeout is for --engine ray (workers that can be replaced); got --engine {engine}")
-    return get_engine(engine, address=address, **({} if batch_timeout is None else {"batch_timeout": batch_timeout}))
+    ray_only = [flag for flag, value in (("--batch-timeout", batch_timeout), ("--workers", workers)) if value is not None]
+    if ray_only and engine != "ray":
+        raise BerdsError(f"{' and '.join(ray_only)} {'is' if len(ray_only) == 1 else 'are'} for --engine ray; got "
+                         f"--engine {engine}, which runs every batch in this one process")
+    options = {"batch_timeout": batch_timeout, "num_workers": workers}
+    return get_engine(engine, address=address, **{k: v for k, v in options.items() if v is not None})
 
 
 JUDGE_REQUIRED_HELP = ("Judge (required; `berds judges list`): a catalogue name, BACKEND:MODEL, debate:NAME or "

@@ -10,7 +10,7 @@ from typing import List, Optional
 
 import typer
 
-from berds.cli.options import BATCH_TIMEOUT_HELP, out_folder_callback
+from berds.cli.options import BATCH_TIMEOUT_HELP, WORKERS_HELP, out_folder_callback
 
 index_app = typer.Typer(help="Build indexes of a passage store (Lucene BM25, dense FAISS).", no_args_is_help=True)
 retrievers_app = typer.Typer(help="Retrievers: list what is available.", no_args_is_help=True)
@@ -102,12 +102,13 @@ def index_dense(
     engine: str = typer.Option("local", "--engine", help="local | ray: where the shards are encoded (same files either way)."),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address, e.g. ray://HEAD:10001 (with --engine ray)."),
     batch_timeout: Optional[float] = typer.Option(None, "--batch-timeout", help=BATCH_TIMEOUT_HELP),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help=WORKERS_HELP),
 ) -> None:
     """Embed a passage store in shards (resumable) and build a FAISS index."""
     from berds.cli.options import engine_for
     from berds.indexes.faiss import FAISS_KIND_SETTINGS, build_dense_index
 
-    runner = engine_for(engine, address, batch_timeout)
+    runner = engine_for(engine, address, batch_timeout, workers)
     try:
         meta = build_dense_index(
             _store_folder(corpus), out, encoder=encoder, encoder_options=_options(encoder_option), device=device, dtype=dtype,
