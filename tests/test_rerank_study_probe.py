@@ -23,3 +23,25 @@ def test_rerank_of_an_expansion_run_that_kept_duplicates_ranks_each_passage_once
     assert sorted(ids) == sorted({h.passage.id for h in base.hits["q0"]})
     assert reranked.manifest["rerank"]["repeated_passages_dropped"] == 1
     assert [h.passage.id for h in load_run(folder).hits["q0"]] == ids
+
+
+def test_study_table_keeps_each_tuned_value_and_difference_whole_at_80_columns(monkeypatch, capsys):
+    import re
+
+    from berds.cli.analysis import _print_table
+    from berds.studies.diversify import split_questions, study_diversify
+    from judges_for_tests import OverlapJudge
+
+    dev, test = split_questions(make_run(n_questions=6, depth=12), 0.5)
+    study = study_diversify(test, dev, OverlapJudge(), encoder=LettersEncoder(), strategies=["dpp"],
+                            grids={"dpp": [0.1]}, depth=12, n_resamples=100)
+    monkeypatch.setenv("COLUMNS", "80")
+    _print_table(*study.table(detail=False))  # what `berds study diversify` prints
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= 80
+    # the tuned value was folded mid-number ("diversity=0" over ".1") and each Δ onto a line of its own
+    values = [line for line in lines if re.match(r"│ dpp\s+│", line)]
+    deltas = [line for line in lines if re.match(r"│\s+diversity=0\.1, Δ\s+│", line)]
+    assert len(values) == 1 and len(deltas) == 1, lines
+    assert len(re.findall(r"│\s+\d+\.\d\s", values[0])) == 4
+    assert len(re.findall(r"│\s+[+-]\d+\.\d\*?\s", deltas[0])) == 4

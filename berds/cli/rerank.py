@@ -254,8 +254,7 @@ def study_diversify_command(
     for line in result.notes:
         _console().print(f"[yellow]note:[/] {line}", highlight=False)
     title, header, rows = result.table(detail=False)
-    _table(title.replace("[95% bootstrap CI], Holm-corrected permutation p; ", "(intervals and p in results.md); "),
-           header, rows)
+    _table(title, header, rows)
     print_judge_warning(result.judge_id)
     for key, path in result.files.items():
         _console().print(f"  {key}: {path}", highlight=False)

@@ -75,8 +75,12 @@ class DiversifyStudy:
     files: dict[str, Path] = field(default_factory=dict)
 
     def table(self, *, detail: bool = True) -> tuple[str, list[str], list[list[str]]]:
-        """Rows per setting; ``detail`` adds the interval and Holm p to each cell (the files have them)."""
+        """Rows per setting; ``detail`` adds the interval and Holm p to each cell (the files have them).
+        Without ``detail`` (the terminal's 80 columns): each setting's values on one line, and under it its
+        tuned parameter and the differences from the base run."""
         metrics = [f"mrecall@{k}" for k in self.ks] + [f"precision@{k}" for k in self.ks]
+        if not detail:
+            return self._narrow_table(metrics)
         # (the terminal table says Prec@k, as eval's does: "Precision@10" folds into "Precision@1" / "0" at 80 columns)
         header = ["setting", "parameter (tuned on dev)",
                   *[m.replace("mrecall", "MRecall").replace("precision", "Precision" if detail else "Prec")
@@ -97,6 +101,24 @@ class DiversifyStudy:
             body.append([row.label, param, *cells])
         title = (f"diversification on {len(self.test_questions)} test questions (judge {self.judge_id}); % with "
                  f"Δ vs the base run [95% bootstrap CI], Holm-corrected permutation p; * significant")
+        return title, header, body
+
+    def _narrow_table(self, metrics: list[str]) -> tuple[str, list[str], list[list[str]]]:
+        # (the wide layout folded a parameter mid-number, "diversity=0" over ".1", and every Δ onto a second line)
+        header = ["setting", *[m.replace("mrecall", "MRecall").replace("precision", "Prec") for m in metrics]]
+        body = []
+        for row in self.rows:
+            body.append([row.label, *[f"{100 * row.metrics[m]:.1f}" for m in metrics]])
+            found = [self.comparison.find(row.label, m) if self.comparison is not None else None for m in metrics]
+            if row.chosen is None and all(f is None for f in found):
+                continue
+            param = "" if row.chosen is None else f"{row.parameter}={row.chosen:g}"
+            body.append([f"  {param}{', ' if param else ''}Δ",
+                         *["" if f is None else f"{100 * f.difference:+.1f}{'*' if f.significant else ''}"
+                           for f in found]])
+        title = (f"diversification on {len(self.test_questions)} test questions (judge {self.judge_id}); %, and "
+                 f"under each setting its parameter tuned on dev and Δ vs the base run in points (intervals and "
+                 f"Holm-corrected p in results.md); * significant")
         return title, header, body
 
     def to_json(self) -> dict[str, Any]:
