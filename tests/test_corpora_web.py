@@ -8,6 +8,7 @@ import json
 import pytest
 
 from berds.corpora.build import BuildReport
+from berds.corpora.docstore import PassageStore
 from berds.corpora.web import JsonlFields, build_web, iter_jsonl_documents, iter_warc_documents
 from berds.errors import InputError
 from berds.types import Passage
@@ -313,3 +314,18 @@ def test_a_folder_given_as_jsonl_input_is_named_as_a_folder_with_the_pattern_to_
     with pytest.raises(InputError, match=r"is a folder; give the files in it — pass a glob pattern in quotes, "
                                          r"e.g. --jsonl '.*shards/\*.jsonl'"):
         build_web(tmp_path / "store", jsonl=[tmp_path / "shards"])
+
+
+def test_a_build_that_yields_no_passage_is_refused_and_replaces_nothing(tmp_path):
+    # every record empty gave an empty store (exit 0) that indexed and searched without complaint; with
+    # overwrite it replaced a good store
+    good = build_web(tmp_path / "store", jsonl=[write_jsonl(tmp_path / "good.jsonl", [{"id": "a", "text": "some words"}])],
+                     progress=False)[0]
+    blank = write_jsonl(tmp_path / "blank.jsonl", [{"id": "a", "text": " "}, {"id": "b", "text": ""}])
+    with pytest.raises(InputError, match=r"blank.jsonl: no passages to store \(2 documents read, skipped: empty text 2\); "
+                                         r".*store is left as it was"):
+        build_web(tmp_path / "store", jsonl=[blank], overwrite=True, progress=False)
+    assert PassageStore.open(tmp_path / "store").fingerprint == good.fingerprint
+    with pytest.raises(InputError, match=r"no passages to store .*new is not created"):
+        build_web(tmp_path / "new", jsonl=[blank], progress=False)
+    assert not (tmp_path / "new").exists() and not (tmp_path / "new.building").exists()

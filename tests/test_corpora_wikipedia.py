@@ -195,6 +195,7 @@ def test_read_dpr_tsv_with_csv_quoting(tmp_path):
     ("pid\tbody\ttitle\n1\tx\tT\n", r"line 1: first line must be the header"),
     ("id\ttext\ttitle\n1\tx\tT\n2\tonly two\n", r"line 3: expected 3 tab-separated fields"),
     ("id\ttext\ttitle\n\tx\tT\n", r"line 2: empty passage id"),
+    ("id\ttext\ttitle\n", r"line 2: holds no passages, only the header line"),  # was an empty store, exit 0
 ])
 def test_bad_dpr_tsv_names_the_line(tmp_path, content, message):
     path = tmp_path / "bad.tsv"

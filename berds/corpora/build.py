@@ -224,6 +224,18 @@ def resume_problem(recorded: dict | None, current: dict | None) -> str | None:
     return None
 
 
+def _empty_build_error(report: BuildReport, metadata: dict | None, out: Any) -> InputError:
+    """Why a build wrote no passages, naming its input (when it has one file) and what was skipped."""
+    source = (metadata or {}).get("source") or {}
+    paths = source.get("paths") or ([source["path"]] if source.get("path") else [])
+    n = report.documents_read
+    skipped = ", ".join(f"{reason} {k:,}" for reason, k in report.skipped.most_common())
+    what = f"{n:,} document{'s' * (n != 1)} read" + (f", skipped: {skipped}" if skipped else "")
+    kept = "left as it was" if Path(out).exists() else "not created"
+    return InputError(f"no passages to store ({what}); {out} is {kept}", path=paths[0] if len(paths) == 1 else None,
+                      fix="check the input: every document in it was empty or skipped")
+
+
 def write_passages(
     stream: Iterable[tuple[Passage, str | None]],
     out: str | os.PathLike,
@@ -236,8 +248,12 @@ def write_passages(
     shard_size: int = 1_000_000,
     compression: str = "none",
     locate: Callable[[], dict] | None = None,
+    allow_empty: bool = False,
 ) -> PassageStore:
     """Write ``(passage, group)`` pairs to a store at ``out``, filling ``report`` as it goes.
+
+    A build that yields no passage at all is refused (``allow_empty`` lets it through): an empty store
+    would index and search without complaint, and with ``overwrite`` it would replace a good one.
 
     With ``resume=True`` the finished shards of an interrupted build of ``out`` are kept and the first
     ``writer.resumed_passages`` items of ``stream`` (which must be deterministic) are skipped.
@@ -266,6 +282,10 @@ def write_passages(
                 raise InputError(exc.what, **where) from None
             if progress is not None:
                 progress.update(report.documents_read, len(writer))
+        if not len(writer) and not allow_empty:
+            writer.abort()
+            shutil.rmtree(writer.building, ignore_errors=True)  # nothing in it worth resuming
+            raise _empty_build_error(report, metadata, out)
         report.passages_written = len(writer)
         report.seconds = time.monotonic() - start
         report.fingerprint = writer.fingerprint

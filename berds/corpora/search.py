@@ -882,7 +882,8 @@ def build_search_corpus(
         "options": {"words_per_passage": words_per_passage, "cleaner": CLEANER_VERSION, "max_bytes": fetcher.options.max_bytes},
     }
     metadata["questions"] = [q.id for q in qs]
-    store = write_passages(with_empty_questions(stream()), out, report, overwrite=overwrite, metadata=metadata)
+    store = write_passages(with_empty_questions(stream()), out, report, overwrite=overwrite, metadata=metadata,
+                           allow_empty=True)  # (every failure is listed in failures.jsonl)
     report.seconds = time.monotonic() - start
     write_jsonl(out / "failures.jsonl", (asdict(f) for f in failures))
     report.extra["failures listed in"] = str(out / "failures.jsonl")

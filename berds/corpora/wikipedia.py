@@ -89,6 +89,9 @@ def read_dpr_tsv(path: str | os.PathLike, report: BuildReport | None = None, *, 
                 start = reader.line_num + 1  # where the next record starts (a quoted field may span lines)
                 row = next(reader, None)
                 if row is None:
+                    if start == 2:  # an empty store would index and search without complaint
+                        raise InputError("holds no passages, only the header line", path=path, line=2,
+                                         fix="pass the whole DPR passages tsv (is the file cut short?)")
                     break
                 if len(row) != 3:
                     raise InputError(
