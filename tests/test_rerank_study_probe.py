@@ -45,3 +45,44 @@ def test_study_table_keeps_each_tuned_value_and_difference_whole_at_80_columns(m
     assert len(values) == 1 and len(deltas) == 1, lines
     assert len(re.findall(r"│\s+\d+\.\d\s", values[0])) == 4
     assert len(re.findall(r"│\s+[+-]\d+\.\d\*?\s", deltas[0])) == 4
+
+
+class _NeverJudge:
+    id = "never"
+
+    def judge(self, pairs, **_):
+        raise AssertionError("judged before the depth was checked")
+
+
+def test_a_depth_below_the_largest_k_is_refused_before_any_judging():
+    # the reranked runs hold only the top depth passages: the study judged the base run, then failed naming the
+    # input file as the one with too few passages
+    import pytest
+
+    from berds.errors import BerdsError
+    from berds.studies.diversify import split_questions, study_diversify
+    from berds.studies.tuning import tune_mmr
+
+    dev, test = split_questions(make_run(n_questions=4, depth=12), 0.5)
+    with pytest.raises(BerdsError, match="--depth 5 is smaller than --k 10"):
+        study_diversify(test, dev, _NeverJudge(), encoder=LettersEncoder(), strategies=["mmr"], depth=5, ks=(5, 10))
+    with pytest.raises(BerdsError, match="--depth 8 is smaller than --k 10"):
+        tune_mmr(dev, _NeverJudge(), encoder=LettersEncoder(), depth=8, ks=(5, 10))
+
+
+def test_a_reranked_run_is_its_own_source(tmp_path):
+    # the reranked manifest inherited the input's "source", so errors about the reranked run named the input file
+    from berds.runs import CTXS, write_ctxs_jsonl
+
+    run = make_run(n_questions=2, depth=6)
+    write_ctxs_jsonl(run, tmp_path / "in.jsonl")
+    _, _, folder = rerank_file("mmr", tmp_path / "in.jsonl", tmp_path / "mmr",
+                               options={"lam": 0.5, "encoder": LettersEncoder(), "depth": 4})
+    again = load_run(folder)
+    assert again.manifest["source"]["path"] == str(folder)
+    from berds.evaluate.evaluation import question_passages
+    import pytest
+    from berds.errors import InputError
+
+    with pytest.raises(InputError, match=f"{folder / CTXS}.*has 4 passages but k=5"):
+        question_passages(again, 5)

@@ -35,6 +35,15 @@ DEFAULT_EMBED_TEXT = "text-title"
 DEFAULT_DEPTH = 100
 
 
+def check_depth_covers(depth: int, ks: Sequence[int]) -> None:
+    """Refuse, before any judging, a depth below the largest cut-off: a reranked run holds only its top ``depth``
+    passages, so every question would fail (or, with --allow-short, lose) the ranks past it."""
+    if ks and depth < max(ks):
+        raise BerdsError(f"--depth {depth} is smaller than --k {max(ks)}: a reranked run holds only the top --depth "
+                         f"passages of each question, so its top {max(ks)} cannot be judged — use --depth "
+                         f"{max(ks)} or more (the study: 100), or a smaller --k")
+
+
 def canonical_normalisation(method: str) -> str:
     method = NORMALISATION_ALIASES.get(method, method)
     if method not in NORMALISATIONS:
@@ -211,9 +220,11 @@ def finish_run(run: Run, ordered: Mapping[str, Sequence[Hit]], *, method: str, n
     """The reranked run: hits scored ``n - position`` (reranker objectives tie, and TREC tools order by
     score), the input's provenance kept, ``manifest["rerank"]`` and ``manifest["input_run"]`` added."""
     hits = {qid: [Hit(h.passage, float(len(hs) - pos)) for pos, h in enumerate(hs)] for qid, hs in ordered.items()}
+    # ("source" is where the input was read from: inherited, it made errors about the reranked run name the input's
+    # file; input_run keeps it)
     inherited = {k: v for k, v in run.manifest.items()
                  if k not in ("kind", "created", "versions", "name", "questions", "min_depth", "max_depth",
-                              "rerank", "input_run")}
+                              "rerank", "input_run", "source")}
     manifest = {
         **inherited,
         "rerank": {"method": method, **dict(parameters), "score": "n - position after reranking",

@@ -163,6 +163,7 @@ def study_diversify(
     perspectives (their rows are labelled "(oracle aspects)": an upper bound, not a system)."""
     from berds.evaluate.compare import compare_results
     from berds.evaluate.evaluation import evaluate_run
+    from berds.rerank.candidates import check_depth_covers
     from berds.rerank.catalogue import RERANKERS, load_reranker
     from berds.rerank.embeddings import MemoEncoder
     from berds.studies.tuning import CLOSER_TO_ORIGINAL, check_select, tune_reranker
@@ -170,6 +171,7 @@ def study_diversify(
     ks = tuple(sorted({int(k) for k in ks}))
     select = select or f"mrecall@{ks[0]}"
     check_select(select, ks)
+    check_depth_covers(depth, ks)
     if tradeoff_split not in ("dev", "test"):
         raise BerdsError(f"tradeoff_split must be 'dev' or 'test', got {tradeoff_split!r}")
     overlap = set(test_run.questions) & set(dev_run.questions)

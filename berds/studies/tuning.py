@@ -15,6 +15,7 @@ from berds.errors import BerdsError
 from berds.evaluate.analyses.common import build_judge
 from berds.evaluate.cache import JudgementCache
 from berds.evaluate.evaluation import evaluate_run
+from berds.rerank.candidates import check_depth_covers
 from berds.rerank.mmr import DEFAULT_DEPTH, DEFAULT_LAMBDAS, MMRReranker
 from berds.types import Run
 
@@ -168,6 +169,7 @@ def tune_mmr(
         raise BerdsError("give at least one λ (--lambdas 0.5,0.75,0.9,0.95,0.99)")
     if select is not None:  # before the encoder loads
         check_select(select, sorted({int(k) for k in ks}))
+    check_depth_covers(depth, [int(k) for k in ks])
     encoder = encoder if encoder is not None else load_encoder()
 
     def make(lam: float) -> MMRReranker:
