@@ -280,3 +280,18 @@ def test_a_dpr_tsv_with_a_byte_order_mark_is_read(tmp_path):
     path = tmp_path / "bom.tsv"
     path.write_bytes(b"\xef\xbb\xbfid\ttext\ttitle\n1\tsome text\tT\n")
     assert list(read_dpr_tsv(path)) == [Passage("1", "some text", "T")]
+
+
+@pytest.mark.parametrize("compress", ["gzip", "bz2"])
+def test_a_compressed_dump_or_tsv_without_its_suffix_is_read(tmp_path, compress):
+    # a saved download that lost its .gz/.bz2 failed as "malformed XML: line 1, column 0" / "not UTF-8 text"
+    import gzip
+
+    pack = (gzip if compress == "gzip" else bz2).compress
+    (tmp_path / "d.xml").write_bytes(pack(SMALL_DUMP.encode("utf-8")))
+    (tmp_path / "p.tsv").write_bytes(pack(b"id\ttext\ttitle\n1\tsome text\tT\n"))
+    plain = tmp_path / "plain.xml"
+    plain.write_text(SMALL_DUMP, encoding="utf-8")
+    assert [(d.id, d.text) for d in iter_dump_documents(tmp_path / "d.xml")] == \
+        [(d.id, d.text) for d in iter_dump_documents(plain)]
+    assert list(read_dpr_tsv(tmp_path / "p.tsv")) == [Passage("1", "some text", "T")]

@@ -44,11 +44,16 @@ _LIST_LINE = re.compile(r"^[*#;:]")
 
 
 def _open_text_stream(path: Path) -> tuple[IO[bytes], IO[bytes]]:
-    """(decompressed stream, raw file) for .bz2 / .gz / plain files; raw.tell() measures progress."""
+    """(decompressed stream, raw file) for .bz2 / .gz / plain files; raw.tell() measures progress.
+
+    A file whose first bytes are gzip's or bzip2's magic is decompressed whatever its name (a saved
+    download often loses its suffix): read as text, it failed as "malformed XML at line 1, column 0"."""
     raw = open(path, "rb")
-    if path.suffix == ".bz2":
+    head = raw.read(3)
+    raw.seek(0)
+    if path.suffix == ".bz2" or (path.suffix != ".gz" and head == b"BZh"):
         return bz2.BZ2File(raw), raw
-    if path.suffix == ".gz":
+    if path.suffix == ".gz" or head[:2] == b"\x1f\x8b":
         return gzip.GzipFile(fileobj=raw), raw
     return raw, raw
 
