@@ -144,6 +144,21 @@ def test_bm25_retriever_searches_each_question_in_its_own_group(tmp_path):
 
 
 @pytest.mark.java
+def test_a_grouped_index_with_a_cut_id_list_is_named_damaged(tmp_path):
+    # a docids.txt shorter than the term counts raised IndexError from inside a search
+    from berds.corpora.docstore import PassageStoreWriter
+
+    with PassageStoreWriter(tmp_path / "store") as w:
+        w.add_many([Passage(f"a{i}", f"storm harbor {i}") for i in range(3)], group="qa")
+    bm25_index.build_bm25_index(tmp_path / "store", tmp_path / "index", progress=False)
+    ids = tmp_path / "index" / "docids.txt"
+    ids.write_text("".join(ids.read_text().splitlines(keepends=True)[:2]))
+    with pytest.raises(InputError, match=r"docids.txt: damaged index file \(2 row ids for 3 rows of term counts\).*"
+                                         r"--overwrite always"):
+        bm25_index.GroupedBM25(tmp_path / "index")
+
+
+@pytest.mark.java
 def test_index_folder_rules(toy_index, tmp_path):
     root, meta = toy_index
     again = bm25_index.build_bm25_index(root / "store", root / "index", contents="text", progress=False)

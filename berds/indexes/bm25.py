@@ -534,6 +534,9 @@ class GroupedBM25:
         self._group_number = {g: i for i, g in enumerate(self.group_names)}
         self._group_rows = group_row_lists(self.row_groups, len(self.group_names))
         self.ids = IdTable(Path(index_dir) / "docids.txt")
+        if len(self.ids) != rows:  # (a cut id list gave an IndexError from deep inside a search)
+            raise damaged_index(index_dir / "docids.txt", f"{len(self.ids)} row ids for {rows} rows of term counts",
+                                folder=index_dir, meta=meta)
         self._analyzer: LuceneAnalyzer | None = None
 
     def has_group(self, group: str) -> bool:
