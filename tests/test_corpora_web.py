@@ -329,3 +329,16 @@ def test_a_build_that_yields_no_passage_is_refused_and_replaces_nothing(tmp_path
     with pytest.raises(InputError, match=r"no passages to store .*new is not created"):
         build_web(tmp_path / "new", jsonl=[blank], progress=False)
     assert not (tmp_path / "new").exists() and not (tmp_path / "new.building").exists()
+
+
+def test_ids_an_index_cannot_carry_are_refused_by_line_and_file_names_give_indexable_ids(tmp_path):
+    # a record id with a space, or a file named "my docs.jsonl" naming id-less records "my docs:1", built a store
+    # whose every index build then failed
+    path = write_jsonl(tmp_path / "spaced.jsonl", [{"id": "a", "text": "x"}, {"id": "b\u00a0c", "text": "y"}])
+    with pytest.raises(InputError, match=r"spaced.jsonl, line 2: the id 'b\\xa0c' \(field 'id'\) holds whitespace"):
+        list(iter_jsonl_documents([path]))
+    (tmp_path / "a b").mkdir()
+    named = write_jsonl(tmp_path / "my docs.jsonl", [{"text": "x"}])
+    other = write_jsonl(tmp_path / "a b" / "my docs.jsonl", [{"text": "y"}])
+    assert [d.id for d in iter_jsonl_documents([named])] == ["my_docs:1"]
+    assert [d.id for d in iter_jsonl_documents([named, other])] == ["my_docs:1", "a_b/my_docs:1"]

@@ -196,6 +196,8 @@ def test_read_dpr_tsv_with_csv_quoting(tmp_path):
     ("id\ttext\ttitle\n1\tx\tT\n2\tonly two\n", r"line 3: expected 3 tab-separated fields"),
     ("id\ttext\ttitle\n\tx\tT\n", r"line 2: empty passage id"),
     ("id\ttext\ttitle\n", r"line 2: holds no passages, only the header line"),  # was an empty store, exit 0
+    # an id `berds index` refuses was only caught after the build, by passage, not line
+    ("id\ttext\ttitle\n1\tx\tT\n2 \tx\tT\n", r"line 3: passage id '2 ' holds whitespace"),
 ])
 def test_bad_dpr_tsv_names_the_line(tmp_path, content, message):
     path = tmp_path / "bad.tsv"

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from typing import Callable, Iterator, Sequence
 from berds.corpora.build import BuildProgress, BuildReport, check_disk_and_announce, write_passages
 from berds.corpora.docstore import PassageStore
 from berds.questions import record_id
+from berds.runs import one_token
 from berds.corpora.html import HTML_TYPES, clean_html, decode_html
 from berds.corpora.split import DEFAULT_WORDS, Document, split_document
 from berds.errors import InputError
@@ -121,6 +123,10 @@ def iter_jsonl_documents(
                       if resolved.id and record.get(resolved.id) is not None else "")  # (a float id: refused, not "1.5")
             if not doc_id.strip():
                 doc_id = f"{prefix}:{line}"
+            elif not one_token(doc_id):  # refused here, by line, rather than by `berds index` after the build
+                raise InputError(f"the id {doc_id!r} (field {resolved.id!r}) holds whitespace, which indexes and TREC "
+                                 "run files cannot carry", path=path, line=line,
+                                 fix="give records ids without spaces, tabs or line breaks, or name another field with --id-field")
             if html:
                 page = clean_html(text, url=url)
                 text, title = page.text, title or page.title
@@ -143,8 +149,9 @@ def auto_id_prefixes(paths: Sequence[Path]) -> list[str]:
     """What names a record without an id (``<prefix>:<line>``): the file's stem, or where two inputs share a
     stem (``a/data.jsonl``, ``b/data.jsonl``), its path from their nearest common folder without the suffix
     (``a/data``, ``b/data``), so their records do not collide. The same file given twice gets one prefix (its
-    records are then duplicates, and refused as such)."""
-    stems = [p.stem for p in paths]
+    records are then duplicates, and refused as such). Whitespace in a name becomes ``_``: an id with a space
+    cannot be indexed (``my docs.jsonl`` gave ids ``my docs:1-0`` that `berds index` refused)."""
+    stems = [_no_spaces(p.stem) for p in paths]
     out = list(stems)
     for stem in {s for s in stems if stems.count(s) > 1}:
         idx = [i for i, s in enumerate(stems) if s == stem]
@@ -153,8 +160,12 @@ def auto_id_prefixes(paths: Sequence[Path]) -> list[str]:
             continue
         common = Path(os.path.commonpath([r.parent for r in resolved]))
         for i, r in zip(idx, resolved):
-            out[i] = (r.parent.relative_to(common) / r.stem).as_posix()
+            out[i] = _no_spaces((r.parent.relative_to(common) / r.stem).as_posix())
     return out
+
+
+def _no_spaces(name: str) -> str:
+    return re.sub(r"\s", "_", name)  # (\s is str.isspace: what one_token refuses)
 
 
 def _url_id(url: str) -> str:

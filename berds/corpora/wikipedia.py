@@ -30,6 +30,7 @@ from berds.corpora.docstore import PassageStore
 from berds.corpora.split import DEFAULT_WORDS, Document, DprCounterIds, doc_ids, split_document
 from berds.errors import InputError
 from berds.lazy import require
+from berds.runs import one_token
 from berds.types import Passage
 
 DPR_HEADER = ["id", "text", "title"]
@@ -106,6 +107,9 @@ def read_dpr_tsv(path: str | os.PathLike, report: BuildReport | None = None, *, 
                 pid, body, title = row
                 if not pid.strip():
                     raise InputError("empty passage id", path=path, line=start)
+                if not one_token(pid):  # refused here, by line, rather than by `berds index` after the build
+                    raise InputError(f"passage id {pid!r} holds whitespace, which indexes and TREC run files cannot "
+                                     "carry", path=path, line=start, fix="DPR's ids are numbers; fix that line")
                 if report is not None:
                     report.input_bytes = raw.tell()
                     if title != last_title:
