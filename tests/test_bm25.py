@@ -228,6 +228,11 @@ def test_cli_index_and_retrieve_write_a_deterministic_run(tmp_path, capsys):
     assert exited.value.code == 2
     assert "already holds a run" in capsys.readouterr().err
 
+    # the same command again keeps the index: the summary says so (it showed the old build time as if just built)
+    capsys.readouterr()
+    main(["index", "bm25", str(tmp_path / "store"), "--out", str(tmp_path / "index"), "-q"])
+    assert "nothing rebuilt" in " ".join(capsys.readouterr().out.split())
+
 
 def _fake_java_home(folder, version: str, modules: str = "java.base"):
     folder.mkdir(parents=True)

@@ -58,6 +58,8 @@ def _print_meta(title: str, meta: dict, rows: list[tuple[str, str]]) -> None:
     table.add_column(overflow="fold")
     corpus = meta.get("corpus", {})
     table.add_row("corpus", f"{corpus.get('path')} ({corpus.get('passages')} passages, {str(corpus.get('fingerprint'))[:12]})")
+    if meta.get("kept"):  # the times below are the earlier build's
+        table.add_row("kept", "an identical index was already here: nothing rebuilt (--overwrite always rebuilds it)")
     for key, value in rows:
         table.add_row(key, value)
     Console().print(table)

@@ -379,7 +379,8 @@ def build_bm25_index(
     overwrite: str = "missing",
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Build a Lucene BM25 index of a passage store into the folder ``out``; returns its ``meta.json``.
+    """Build a Lucene BM25 index of a passage store into the folder ``out``; returns its ``meta.json`` (plus
+    ``"kept": True`` when an identical finished index was already there and nothing was built).
 
     ``corpus`` is a ``PassageStore`` or its folder. ``threads`` are Lucene indexing threads (default: every
     core; the store is read and encoded on another thread meanwhile). ``batch_size`` passages go to Lucene per
@@ -392,7 +393,7 @@ def build_bm25_index(
     settings = {"type": "bm25", "corpus_fingerprint": store.fingerprint, "contents": contents, "analyzer": ANALYZER}
     out = Path(out).resolve()  # the JVM resolves relative paths against its own start folder, not our cwd
     if not prepare_index_folder(out, settings, overwrite=overwrite):
-        return read_index_meta(out, "bm25")
+        return {**read_index_meta(out, "bm25"), "kept": True}  # (not in the file: says nothing was built)
     from berds.java import autoclass, jvm_info, lucene_bridge
 
     partial = out / (LUCENE_DIR + ".partial")

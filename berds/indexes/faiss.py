@@ -255,7 +255,8 @@ def build_dense_index(
     progress: bool = True,
     engine: Any = None,
 ) -> dict[str, Any]:
-    """Embed a passage store with ``encoder`` and build a FAISS index in ``out``; returns ``meta.json``.
+    """Embed a passage store with ``encoder`` and build a FAISS index in ``out``; returns ``meta.json``
+    (plus ``"kept": True`` when an identical finished index was already there and nothing was built).
 
     ``keep_embeddings`` keeps the shard files after FAISS is built (default: only for stores with
     groups, whose per-question search reads them; a flat FAISS index holds the same vectors anyway).
@@ -283,7 +284,7 @@ def build_dense_index(
         settings["encoder_files"] = files
     out = Path(out)
     if not prepare_index_folder(out, settings, overwrite=overwrite):
-        return read_index_meta(out, "dense")
+        return {**read_index_meta(out, "dense"), "kept": True}  # (not in the file: says nothing was built)
     emb_dir = out / EMBEDDINGS_DIR
     if engine is not None and engine != "local":  # shards encoded by an execution engine's workers
         stats = embed_corpus_on_engine(engine, store, spec, emb_dir, shard_size=shard_size, device=device,
