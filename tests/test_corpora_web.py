@@ -342,3 +342,12 @@ def test_ids_an_index_cannot_carry_are_refused_by_line_and_file_names_give_index
     other = write_jsonl(tmp_path / "a b" / "my docs.jsonl", [{"text": "y"}])
     assert [d.id for d in iter_jsonl_documents([named])] == ["my_docs:1"]
     assert [d.id for d in iter_jsonl_documents([named, other])] == ["my_docs:1", "a_b/my_docs:1"]
+
+
+def test_the_summary_rate_counts_only_the_passages_this_run_wrote():
+    from rich.console import Console
+
+    report = BuildReport(kind="web (jsonl)", out="x", passages_written=1000, passages_resumed=800, seconds=2.0)
+    console = Console(width=100, record=True, file=io.StringIO())
+    console.print(report.table())
+    assert "2.0 s (100 passages/s)" in console.export_text()  # was 500/s, the kept 800 counted as written

@@ -66,7 +66,8 @@ class BuildReport:
         for key, value in self.extra.items():
             if isinstance(value, (int, float, str)) and not isinstance(value, bool):
                 t.add_row(key.replace("_", " "), f"{value:,}" if isinstance(value, int) else str(value))
-        rate = self.passages_written / self.seconds if self.seconds else 0.0
+        # passages this run wrote: those kept from an interrupted build took no time here
+        rate = (self.passages_written - self.passages_resumed) / self.seconds if self.seconds else 0.0
         t.add_row("time", f"{self.seconds:,.1f} s ({rate:,.0f} passages/s)")
         if self.fingerprint:
             t.add_row("fingerprint", self.fingerprint[:16])
