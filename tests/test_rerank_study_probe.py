@@ -100,3 +100,18 @@ def test_study_command_takes_a_comma_list_of_ks_like_eval(tmp_path):
         "--cache", str(tmp_path / "j.sqlite"), "--out", str(tmp_path / "study"), "-q"])
     # `--k 5,10` was a usage error here while eval, compare and tune take it; the depth check shows 10 was read
     assert "--depth 3 is smaller than --k 10" in str(result.exception), result.output
+
+
+def test_study_ties_go_to_the_value_closest_to_the_original_ranking_for_xquad_too():
+    # xQuAD's λ weights the aspects (λ = 0: the retriever's order), but the study sent its ties to the larger λ as
+    # for MMR, whose λ = 1 is the original order: with nothing told apart, it reported the most diverse xQuAD
+    from berds.studies.diversify import split_questions, study_diversify
+    from judges_for_tests import OverlapJudge
+
+    dev, test = split_questions(make_run(n_questions=4, depth=10), 0.5)
+    study = study_diversify(test, dev, OverlapJudge(threshold=2.0), encoder=LettersEncoder(),  # says No to all
+                            strategies=["mmr", "xquad"], aspects="oracle", grids={"mmr": [0.5, 0.9],
+                                                                               "xquad": [0.1, 0.9]},
+                            depth=10, n_resamples=100)
+    chosen = {r.strategy: r.chosen for r in study.rows[1:]}
+    assert chosen == {"mmr": 0.9, "xquad": 0.1}

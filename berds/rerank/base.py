@@ -61,6 +61,8 @@ class EmbeddingReranker:
     method = ""
     parameter: str | None = None
     grid: tuple[float, ...] = ()
+    # which end of the grid is closer to the original ranking ("larger"/"smaller"): tuning ties go there
+    closer_to_original: str | None = None
 
     def __init__(self, *, encoder: Any = None, model: str | None = None, pooling: str | None = None,
                  device: str | None = None, batch_size: int = 32, embedding_cache: Any = None,

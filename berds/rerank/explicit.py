@@ -188,6 +188,7 @@ class ExplicitReranker(EmbeddingReranker):
 
 class XQuADReranker(ExplicitReranker):
     method = "xquad"
+    closer_to_original = "smaller"  # λ weights the aspects: λ = 0 ranks by P(d|q) alone
 
     def select(self, cand: QuestionCandidates, k: int) -> np.ndarray:
         return xquad_order(cand.sim1, self.aspect_relevance(cand), self.lam, k)

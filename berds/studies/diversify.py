@@ -245,7 +245,8 @@ def study_diversify(
         make = factory(name)
         result = tune_reranker(dev, judge, make, grid, parameter=parameter, method=label, ks=ks, select=select,
                                judgement_cache=judgement_cache, allow_short=allow_short, progress=progress,
-                               prefer=CLOSER_TO_ORIGINAL.get(parameter, "larger"))
+                               prefer=getattr(cls, "closer_to_original", None)
+                               or CLOSER_TO_ORIGINAL.get(parameter, "larger"))
         tuning[label] = result.to_json()
         points = result.rows[1:]
         if tradeoff_split == "test":
