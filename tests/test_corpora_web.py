@@ -351,3 +351,14 @@ def test_the_summary_rate_counts_only_the_passages_this_run_wrote():
     console = Console(width=100, record=True, file=io.StringIO())
     console.print(report.table())
     assert "2.0 s (100 passages/s)" in console.export_text()  # was 500/s, the kept 800 counted as written
+
+
+def test_a_jsonl_build_follows_the_input_bytes_read(tmp_path):
+    # jsonl builds showed elapsed time only, no bar or ETA, though the input sizes are known
+    path = write_jsonl(tmp_path / "d.jsonl", [{"id": f"d{i}", "text": "some words " * 20} for i in range(3)])
+    read = [0]
+    docs = iter_jsonl_documents([path], read_bytes=read)
+    next(docs)
+    assert read[0] == len(path.read_bytes().splitlines(keepends=True)[0])
+    list(docs)
+    assert read[0] == path.stat().st_size

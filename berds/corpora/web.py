@@ -36,7 +36,7 @@ from berds.runs import one_token
 from berds.corpora.html import HTML_TYPES, clean_html, decode_html
 from berds.corpora.split import DEFAULT_WORDS, Document, split_document
 from berds.errors import InputError
-from berds.io import iter_jsonl
+from berds.io import jsonl_lines, jsonl_record
 from berds.lazy import require
 from berds.types import Passage
 
@@ -99,17 +99,24 @@ def iter_jsonl_documents(
     fields: JsonlFields = JsonlFields(),
     html: bool = False,
     position: dict | None = None,
+    read_bytes: list[int] | None = None,
 ) -> Iterator[Document]:
     """Documents from jsonl files (see the module docstring for field detection).
 
-    ``position`` (optional) is kept at the ``path`` and ``line`` of the document last yielded.
+    ``position`` (optional) is kept at the ``path`` and ``line`` of the document last yielded;
+    ``read_bytes[0]`` (optional) at the input bytes read so far, over all files (what the progress bar shows).
     """
     seen_fields: dict[str, dict[str, str]] = {}
     paths = [Path(p) for p in paths]
     prefixes = auto_id_prefixes(paths)
     for path, prefix in zip(paths, prefixes):
         resolved: JsonlFields | None = None
-        for line, record in iter_jsonl(path):  # (refuses a compressed shard: CCNet ships .json.gz)
+        for line, raw in jsonl_lines(path):  # (refuses a compressed shard: CCNet ships .json.gz)
+            if read_bytes is not None:
+                read_bytes[0] += len(raw)
+            record = jsonl_record(raw, path, line)
+            if record is None:
+                continue
             if resolved is None:
                 resolved = fields.resolve(record, path, line)
                 seen_fields[str(path)] = {"text": resolved.text, "title": resolved.title, "url": resolved.url, "id": resolved.id}  # type: ignore[dict-item]
@@ -350,7 +357,8 @@ def build_web(
     jsonl_at: dict = {}  # path and line of the record being written
     locate: Callable[[], dict] | None = None
     if jsonl:
-        docs = iter_jsonl_documents(paths, report, fields=fields, html=html, position=jsonl_at)
+        read_bytes = [0]
+        docs = iter_jsonl_documents(paths, report, fields=fields, html=html, position=jsonl_at, read_bytes=read_bytes)
 
         def record_position() -> dict:  # a repeated id is reported at the record that repeats it
             return {**jsonl_at, "fix": "passage ids must be unique within a store: give each record a unique id "
@@ -368,8 +376,10 @@ def build_web(
         "options": {"html": html, "as_passages": as_passages, "words_per_passage": words_per_passage,
                     "fields": {k: v for k, v in vars(fields).items() if v is not None}},
     }
-    with BuildProgress(kind, total_bytes=total if warc else None, enabled=progress) as bar:
-        if warc:
+    with BuildProgress(kind, total_bytes=total, enabled=progress) as bar:
+        if jsonl:
+            bar.position = lambda: read_bytes[0]
+        else:
             def position() -> int:
                 done = sum(sizes[: max(len(raw_holder) - 1, 0)])
                 cur = raw_holder[-1] if raw_holder else None
