@@ -362,3 +362,15 @@ def test_a_jsonl_build_follows_the_input_bytes_read(tmp_path):
     assert read[0] == len(path.read_bytes().splitlines(keepends=True)[0])
     list(docs)
     assert read[0] == path.stat().st_size
+
+
+def test_options_a_build_would_ignore_are_refused(tmp_path):
+    # --words with --as-passages, and --html with --warc, were accepted and did nothing
+    path = write_jsonl(tmp_path / "d.jsonl", [{"id": "d1", "text": "some words"}])
+    with pytest.raises(InputError, match=r"--words does not apply with --as-passages"):
+        build_web(tmp_path / "s", jsonl=[path], as_passages=True, words_per_passage=50, progress=False)
+    with pytest.raises(InputError, match=r"--html and the --\*-field options apply to jsonl records only"):
+        build_web(tmp_path / "s", warc=[path], html=True, progress=False)
+    with pytest.raises(InputError, match=r"--html and the --\*-field options apply to jsonl records only"):
+        build_web(tmp_path / "s", warc=[path], fields=JsonlFields(title="t"), progress=False)
+    assert not (tmp_path / "s").exists()

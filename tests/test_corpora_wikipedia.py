@@ -297,3 +297,14 @@ def test_a_compressed_dump_or_tsv_without_its_suffix_is_read(tmp_path, compress)
     assert [(d.id, d.text) for d in iter_dump_documents(tmp_path / "d.xml")] == \
         [(d.id, d.text) for d in iter_dump_documents(plain)]
     assert list(read_dpr_tsv(tmp_path / "p.tsv")) == [Passage("1", "some text", "T")]
+
+
+def test_splitting_options_with_a_dpr_tsv_are_refused_not_ignored(tmp_path):
+    # DPR's tsv is taken as it is: --words 50 built the same 100-word passages without a word
+    path = tmp_path / "p.tsv"
+    path.write_text("id\ttext\ttitle\n1\tsome text\tT\n")
+    with pytest.raises(InputError, match=r"p.tsv: --words, --ids apply to --dump only"):
+        build_wikipedia(tmp_path / "w", dpr_tsv=path, words_per_passage=50, id_scheme="dpr", progress=False)
+    with pytest.raises(InputError, match=r"p.tsv: --no-title-in-text applies to --dump only"):
+        build_wikipedia(tmp_path / "w", dpr_tsv=path, title_in_text=False, progress=False)
+    assert build_wikipedia(tmp_path / "w", dpr_tsv=path, progress=False)[1].passages_written == 1

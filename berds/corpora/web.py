@@ -336,6 +336,12 @@ def build_web(
         raise InputError("give jsonl files (--jsonl) or WARC files (--warc), one kind per build")
     if as_passages and warc:
         raise InputError("--as-passages applies to jsonl records only")
+    if as_passages and words_per_passage != DEFAULT_WORDS:  # would be ignored silently: records are not split
+        raise InputError("--words does not apply with --as-passages: each record is kept as one passage, not split",
+                         fix="leave out --words (without --as-passages, records are split into --words-word passages)")
+    if warc and (html or any(v is not None for v in vars(fields).values())):
+        raise InputError("--html and the --*-field options apply to jsonl records only: WARC responses are cleaned "
+                         "by their content type", fix="leave them out with --warc")
     paths = [Path(p) for p in (jsonl or warc)]
     for p in paths:
         if p.is_dir():

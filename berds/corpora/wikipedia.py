@@ -331,6 +331,14 @@ def build_wikipedia(
         raise InputError("give exactly one of a DPR tsv (--dpr-tsv) or an XML dump (--dump)")
     if id_scheme not in ("page", "dpr"):
         raise InputError(f"id_scheme must be 'page' or 'dpr', got {id_scheme!r}")
+    if dpr_tsv is not None:  # DPR's passages are taken as they are: a splitting option would be ignored silently
+        ignored = [name for name, given in (("--words", words_per_passage != DEFAULT_WORDS), ("--no-title-in-text", not title_in_text),
+                                            ("--ids", id_scheme != "page"), ("--keep-lists", keep_lists),
+                                            ("--workers", workers != 1)) if given]
+        if ignored:
+            raise InputError(f"{', '.join(ignored)} appl{'ies' if len(ignored) == 1 else 'y'} to --dump only: a DPR tsv is "
+                             "taken as it is, already split",
+                             path=dpr_tsv, fix=f"leave out {', '.join(ignored)}, or build from an XML dump (--dump)")
     out = Path(out)
     source = Path(dpr_tsv if dpr_tsv is not None else dump)  # type: ignore[arg-type]
     if not source.is_file():
