@@ -149,7 +149,9 @@ def anserini_jar() -> Path:
 def jvm_options(runtime: JavaRuntime, env: dict[str, str] | None = None) -> list[str]:
     """JVM options for Anserini on ``runtime``: pyserini's, minus what the runtime cannot honour."""
     env = dict(os.environ if env is None else env)
-    options = []
+    # -Xrs: the JVM leaves SIGINT/SIGTERM to Python. Its own handler ended the process at once on Ctrl-C (exit 130
+    # with no message and no cleanup: an index build left its temporary id file inside the finished index).
+    options = ["-Xrs"]
     # Lucene uses the Panama vector API when present (faster); pyserini always asks for it.
     if "jdk.incubator.vector" in runtime.modules:
         options.append("--add-modules=jdk.incubator.vector")

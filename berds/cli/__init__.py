@@ -53,7 +53,8 @@ plain_help_types()
 # What an interrupted command leaves behind, by command word (said in the one line Ctrl-C prints).
 KEPT_ON_INTERRUPT = {
     "eval": "the judgement cache keeps every answered batch; run the same command again to judge only the rest",
-    "index": "finished embedding shards are kept; run the same command again to resume (no partial index is used)",
+    "index": "an unfinished index is never searched; run the same command again to resume it (a dense build's "
+             "finished embedding shards are kept)",
     "retrieve": "finished batches are kept in OUT/.partial.jsonl; run the same command again to carry on",
     "corpus": "finished shards and fetched pages are kept; run the same command with --resume to carry on",
     "tune": "the judgement and embedding caches keep every finished batch; run the same command again",
