@@ -245,6 +245,9 @@ def _prepare(folder: Path, settings: Mapping[str, Any], overwrite: str) -> bool:
         elif started != json.loads(json.dumps(settings)):
             raise InputError("an unfinished index build with different settings is here", path=folder,
                              fix="pass --overwrite always to start over, or choose another --out")
+        else:  # resumed: a killed build's half-written temporary files would stay in the finished index
+            for stale in [*folder.glob(".*.tmp"), *folder.glob("*/.*.tmp")]:
+                stale.unlink(missing_ok=True)
     elif folder.is_dir() and any(folder.iterdir()):
         raise InputError("exists and holds files that are not a berds index", path=folder,
                          fix="choose another (new or empty) --out folder")

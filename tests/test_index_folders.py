@@ -1,0 +1,26 @@
+"""Index folders across builds: what an interrupted build left behind when it is resumed."""
+
+from __future__ import annotations
+
+from berds.indexes.base import BUILDING_MARKER, prepare_index_folder, release_index_folder
+from berds.io import write_json
+
+
+def test_a_resumed_build_drops_the_temporary_files_of_the_killed_one(tmp_path):
+    # a build killed inside an atomic write left ".docids.txt.<hex>.tmp"; the resumed build finished around it and
+    # the finished index carried it for good
+    settings = {"type": "dense", "corpus_fingerprint": "f" * 64}
+    out = tmp_path / "idx"
+    (out / "embeddings").mkdir(parents=True)
+    write_json(out / BUILDING_MARKER, settings)
+    stale = [out / ".docids.txt.0123456789ab.tmp", out / "embeddings" / ".shard-00001.npy.ba9876543210.tmp"]
+    for path in stale:
+        path.write_bytes(b"half")
+    shard = out / "embeddings" / "shard-00000.npy"
+    shard.write_bytes(b"a finished shard")
+    try:
+        assert prepare_index_folder(out, settings, overwrite="missing") is True
+    finally:
+        release_index_folder(out)
+    assert not any(path.exists() for path in stale)
+    assert shard.read_bytes() == b"a finished shard"  # what the resume is for stays
