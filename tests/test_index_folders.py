@@ -24,3 +24,17 @@ def test_a_resumed_build_drops_the_temporary_files_of_the_killed_one(tmp_path):
         release_index_folder(out)
     assert not any(path.exists() for path in stale)
     assert shard.read_bytes() == b"a finished shard"  # what the resume is for stays
+
+
+def test_a_damaged_meta_json_names_the_index_and_the_way_out(tmp_path):
+    # it was the bare JSON error, with no fix, and --overwrite always could not get past it either
+    import pytest
+
+    from berds.errors import InputError
+    from berds.indexes.base import read_index_meta
+
+    (tmp_path / "idx").mkdir()
+    (tmp_path / "idx" / "meta.json").write_text('{"kind": "index", "ty')
+    with pytest.raises(InputError, match=r"^damaged index \(.*meta.json, line 1: invalid JSON.*\) — remove .*idx and build "
+                                         r"one with `berds index bm25 CORPUS"):
+        read_index_meta(tmp_path / "idx", "bm25")

@@ -88,7 +88,11 @@ def read_index_meta(path: str | os.PathLike, expect_type: str | None = None) -> 
         why = "unfinished index (no meta.json yet)" if unfinished else "not an index folder (no meta.json)"
         fix = "re-run the same `berds index ...` command to resume it" if unfinished else build_hint
         raise InputError(why, path=folder, fix=fix)
-    meta = read_json(meta_path)
+    try:
+        meta = read_json(meta_path)
+    except InputError as exc:  # (written atomically: damaged from outside, so nothing in it can be trusted)
+        what = str(exc).removesuffix(f" — {exc.fix}") if exc.fix else str(exc)
+        raise InputError(f"damaged index ({what})", fix=f"remove {folder} and {build_hint}") from None
     if not isinstance(meta, dict) or meta.get("kind") != INDEX_KIND:
         raise InputError("meta.json does not describe a berds index", path=meta_path, fix=build_hint)
     if meta.get("format") != INDEX_FORMAT:
