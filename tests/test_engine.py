@@ -408,6 +408,50 @@ def test_ray_replaces_a_hung_worker_and_fails_a_batch_that_always_hangs(ray_engi
 
 
 @ray_mark
+def test_ray_workers_waiting_for_resources_are_reported_and_hold_no_batches(ray_engine, capsys):
+    """Other jobs hold the cluster's CPUs: the wait is said in one line and lasts until resources free up; then the
+    job runs on the workers placed, without leaving batches with a worker that is still waiting."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    from berds.engine.ray_engine import RayEngine
+
+    ray_engine.connect()
+    held = [placement_group([{"CPU": 1}]) for _ in range(2)]  # "other jobs": one CPU each
+    ray.get([pg.ready() for pg in held], timeout=60)
+    engine = RayEngine(num_workers=2, runtime_env=ray_engine.runtime_env)
+    engine.placement_notice = 0.5
+    results, errors = [], []
+
+    def job():
+        try:
+            results.extend(engine.map_batches(Recipe.function("engine_fixtures:double_all"), [[i] for i in range(6)]))
+        except BaseException as exc:  # re-raised below, in the test's thread
+            errors.append(exc)
+
+    worker = threading.Thread(target=job, daemon=True)
+    try:
+        worker.start()
+        said, deadline = "", time.monotonic() + 30
+        while "waiting for resources" not in said and time.monotonic() < deadline:
+            time.sleep(0.2)
+            said += capsys.readouterr().err
+        said = " ".join(said.split())
+        assert ("note: 2 of 2 Ray workers for 'double_all' are waiting for resources: each needs 1 CPU, and the cluster "
+                "has 0 of 2 CPUs free (other jobs hold them)") in said and "nothing runs until one is placed" in said
+        assert worker.is_alive() and not results  # it waits (no time limit)
+        remove_placement_group(held.pop(0))  # one CPU free: one worker is placed, the other still waits
+        worker.join(45)
+        assert not worker.is_alive() and not errors, errors  # the waiting worker kept none of the batches
+        assert sorted(r.output[0] for r in results) == [2 * i for i in range(6)]
+        assert len({r.pid for r in results}) == 1
+    finally:
+        for pg in held:
+            remove_placement_group(pg)
+        engine.close()
+
+
+@ray_mark
 def test_ray_refuses_gpu_workers_on_a_cluster_without_gpus(ray_engine):
     with pytest.raises(BerdsError, match="ask for 1 GPU each but the Ray cluster has 0 GPUs"):
         ray_engine.workers_for(JudgeRecipe("mistral-berds").recipe())

@@ -16,7 +16,13 @@ How a job runs (``RayEngine.map_batches``):
    workers stops the job with an error naming it (a "poison" batch would otherwise kill the pool
    forever). An exception raised by the model code is not retried (it would fail again): it stops the
    job, and a ``BerdsError`` from the worker reaches the user unchanged.
-5. Hung workers: with ``batch_timeout`` set, a worker that holds batches but has finished none for that
+5. Placement: a worker gets batches only once its process runs, so workers that wait for resources other
+   jobs hold never keep batches from the placed ones: the job goes on with the workers that are running
+   (and waits, with nothing running, while none is). When workers are still not running
+   ``PLACEMENT_NOTICE_SECONDS`` after they were asked for and the cluster lacks the free CPUs/GPUs one of them
+   needs, one line on stderr says how many wait and for what; another says when all run. There is no
+   time limit on that wait (a shared cluster frees resources when other jobs end).
+6. Hung workers: with ``batch_timeout`` set, a worker that holds batches but has finished none for that
    many seconds (a wedged GPU, a deadlock) is killed and replaced like a dead one; its batches go back in
    the queue, and the one it was running counts an attempt.
 
@@ -42,6 +48,7 @@ from berds.errors import BerdsError
 from berds.lazy import require
 
 _BIND = "berds.engine.recipes:bind_function"  # Recipe.function's factory (its target is an option)
+PLACEMENT_NOTICE_SECONDS = 10.0  # workers not running after this long, for want of free resources, are reported
 
 
 class BatchWorker:
@@ -112,7 +119,9 @@ class _Slot:
     node: str = ""
     since: float = 0.0  # when the batch it is running now started (its last result, or work after idling)
     ready: Any = None  # resolves once the actor process runs (until then it may wait for resources: not hung)
-    started: bool = False
+    started: bool = False  # its ``ready`` resolved (or it returned a batch): it may be given batches
+    created: float = 0.0  # when its actor was asked for
+    reported: bool = False  # its wait for resources was reported (or found not to be one)
 
 
 @dataclass
@@ -134,7 +143,9 @@ class RayEngine:
       An already initialised Ray (``ray.init`` by the caller) is used as it is. Ray starts on first use
       (or ``connect()``), so an evaluation that finds every judgement cached never starts it.
     * ``num_workers`` — actors in the pool (default: fill the cluster, see the module docstring); more than the
-      cluster has room for is refused (the actors Ray cannot place would hold their batches for ever).
+      cluster has room for is refused (the actors Ray cannot place would wait for ever). Actors waiting for
+      resources other jobs hold get no batches meanwhile; ``placement_notice`` (attribute, seconds) is when
+      such a wait is reported (module docstring, point 5).
     * ``cpus_per_worker`` / ``gpus_per_worker`` — resources each actor reserves (CPU encoding:
       ``cpus_per_worker`` = threads per model). ``gpus_per_worker=None`` (default) takes the recipe's
       hint: 1 for a GPU judge (``mistral-berds``, ``vllm:...``) or an encoder on ``device="cuda"``, else 0.
@@ -201,6 +212,8 @@ class RayEngine:
         self._pool_key: str | None = None
         self._slots: list[_Slot] = []
         self.replaced_workers = 0  # over the engine's life: how many dead workers were replaced
+        self.placement_notice = PLACEMENT_NOTICE_SECONDS
+        self._waiting_reported = False  # a "waiting for resources" line was printed and no "all running" yet
 
     # -- connection --------------------------------------------------------------------------------
 
@@ -305,6 +318,7 @@ class RayEngine:
         slot.actor = self._new_actor(recipe)
         slot.pid, slot.node = None, ""
         slot.ready, slot.started = slot.actor.ping.remote(), False
+        slot.created, slot.reported = time.monotonic(), False
 
     def _kill_pool(self) -> None:
         for slot in self._slots:
@@ -375,9 +389,15 @@ class RayEngine:
         try:
             with batch_progress(progress, description or recipe.label, total) as advance:
                 while True:
-                    # Fill every live worker up to its in-flight limit.
+                    # (checked every round, not only when a wait times out: results streaming in from the other
+                    # workers may never let it time out)
+                    self._report_waiting(slots, recipe)
+                    if self.batch_timeout is not None:
+                        self._replace_hung(slots, load, in_flight, retry, recipe)
+                    # Fill every running worker up to its in-flight limit (one still waiting to be placed would
+                    # hold its batches until then, while the others idle).
                     for i, slot in enumerate(slots):
-                        while load(i) < self.in_flight_per_worker:
+                        while slot.started and load(i) < self.in_flight_per_worker:
                             task = next_task()
                             if task is None:
                                 break
@@ -387,12 +407,21 @@ class RayEngine:
                             task.submitted = next(submitted)
                             in_flight[slot.actor.run.remote(task.index, task.batch_ref, task.attempt)] = task
                     if not in_flight:
-                        break
-                    ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=self._wait_seconds(slots, load))
-                    if not ready:
-                        self._replace_hung(slots, load, in_flight, retry, recipe)
-                        continue
+                        task = next_task()
+                        if task is None:
+                            break
+                        retry.appendleft(task)  # work left, but no worker runs yet: wait for one to be placed
+                    placing = {slot.ready: slot for slot in slots if not slot.started}
+                    ready, _ = ray.wait([*in_flight, *placing], num_returns=1, timeout=self._wait_seconds(slots, load))
                     for ref in ready:
+                        if ref in placing:  # its process runs (or its start failed: its batches will say how)
+                            try:
+                                ray.get(ref)  # read, or Ray prints a failed start as an "Unhandled error"
+                            except Exception:  # (the start's error reaches the user through its first batch)
+                                pass
+                            placing[ref].started, placing[ref].since = True, time.monotonic()
+                            self._report_all_running(slots)
+                            continue
                         task = in_flight.pop(ref)
                         slot = slots[task.slot]
                         if task.generation == slot.generation:
@@ -428,19 +457,48 @@ class RayEngine:
                 _discard(ray, list(in_flight))
 
     def _wait_seconds(self, slots: list[_Slot], load: Any) -> float | None:
-        """How long to wait for a result before checking for hung workers (None: no timeout set)."""
-        if self.batch_timeout is None:
-            return None
+        """How long to wait for a result (or a worker starting) before checking for hung workers and reporting
+        workers that wait for resources (None: nothing to check)."""
         now = time.monotonic()
-        for slot in slots:
-            if not slot.started and self._ray.wait([slot.ready], timeout=0)[0]:
-                slot.started, slot.since = True, now  # its process runs: the clock starts now
-        busy = [slot.since for i, slot in enumerate(slots) if load(i) and slot.started]
-        deadline = min(busy, default=now) + self.batch_timeout
-        waiting = any(load(i) and not slot.started for i, slot in enumerate(slots))
+        deadlines = [min((slot.created for slot in slots if not slot.started and not slot.reported), default=math.inf)
+                     + self.placement_notice]
+        if self.batch_timeout is not None:
+            busy = [slot.since for i, slot in enumerate(slots) if load(i) and slot.started]
+            deadlines.append(min(busy, default=now) + self.batch_timeout)
+        if min(deadlines) == math.inf:
+            return None
         # at most an hour at a time (the loop checks again): ray.wait takes whole milliseconds in a C long, which
         # --batch-timeout inf (or 1e30) overflowed
-        return max(0.05, min(deadline - now, 1.0 if waiting else 3600.0))
+        return max(0.05, min(min(deadlines) - now, 3600.0))
+
+    def _report_waiting(self, slots: list[_Slot], recipe: Recipe) -> None:
+        """One line when workers are still not running ``placement_notice`` s after they were asked for and the
+        cluster lacks the free resources one needs (other jobs hold them); a slow start with resources free is not
+        a wait for resources and says nothing."""
+        now = time.monotonic()
+        if not any(not s.started and not s.reported and now - s.created >= self.placement_notice for s in slots):
+            return
+        pending = [s for s in slots if not s.started]
+        for slot in pending:
+            slot.reported = True
+        free, total = self._ray.available_resources(), self._ray.cluster_resources()
+        needs = [(self.gpus_for(recipe), "GPU"), (self.cpus_per_worker, "CPU")]
+        short = [f"{float(free.get(key, 0.0)):g} of {float(total.get(key, 0.0)):g} {key}s free" for each, key in needs
+                 if each > 0 and float(free.get(key, 0.0)) < each]
+        if not short:
+            return
+        each = " and ".join(f"{n:g} {key}" for n, key in needs if n > 0)
+        running = len(slots) - len(pending)
+        goes_on = (f"the job goes on with the {running} running" if running else "nothing runs until one is placed")
+        self._waiting_reported = True
+        _say(f"{len(pending)} of {len(slots)} Ray workers for {recipe.label!r} are waiting for resources: each needs "
+             f"{each}, and the cluster has {' and '.join(short)} (other jobs hold them) — they start as those are "
+             f"released; {goes_on}")
+
+    def _report_all_running(self, slots: list[_Slot]) -> None:
+        if self._waiting_reported and all(slot.started for slot in slots):
+            self._waiting_reported = False
+            _say(f"all {len(slots)} Ray workers are running")
 
     def _replace_hung(self, slots: list[_Slot], load: Any, in_flight: dict[Any, _Task], retry: deque[_Task],
                       recipe: Recipe) -> None:
@@ -512,6 +570,13 @@ class RayEngine:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _say(message: str) -> None:
+    """A note on stderr (above a progress bar, which rich keeps drawing below it)."""
+    from rich.console import Console
+
+    Console(stderr=True).print(f"[yellow]note:[/] {message}", highlight=False, soft_wrap=True)
 
 
 def _user_error(exc: Any, recipe: Recipe, task: _Task, slot: _Slot) -> BerdsError:
