@@ -374,3 +374,11 @@ def test_options_a_build_would_ignore_are_refused(tmp_path):
     with pytest.raises(InputError, match=r"--html and the --\*-field options apply to jsonl records only"):
         build_web(tmp_path / "s", warc=[path], fields=JsonlFields(title="t"), progress=False)
     assert not (tmp_path / "s").exists()
+
+
+def test_an_input_file_given_twice_is_named_as_such(tmp_path):
+    # overlapping patterns gave "d.jsonl, line 1: duplicate passage id" (and a WARC's second copy was skipped as
+    # repeated urls)
+    path = write_jsonl(tmp_path / "d.jsonl", [{"id": "d1", "text": "some words"}])
+    with pytest.raises(InputError, match=r"d.jsonl: is given twice as input"):
+        build_web(tmp_path / "s", jsonl=[path, tmp_path / "." / "d.jsonl"], progress=False)

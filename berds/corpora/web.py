@@ -350,6 +350,10 @@ def build_web(
                              fix=f"pass a glob pattern in quotes, e.g. --{'jsonl' if jsonl else 'warc'} '{pattern}'")
         if not p.is_file():
             raise InputError(_not_found(p), path=p)
+    resolved = [p.resolve() for p in paths]
+    twice = next((p for p, r in zip(paths, resolved) if resolved.count(r) > 1), None)
+    if twice is not None:  # (its records would fail as duplicate ids, on line 1 of a file that holds none twice)
+        raise InputError("is given twice as input", path=twice, fix="name each input file once (check overlapping patterns)")
     out = Path(out)
     kind = "web (jsonl)" if jsonl else "web (WARC)"
     report = BuildReport(kind=kind, out=str(out))
