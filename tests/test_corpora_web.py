@@ -258,8 +258,9 @@ def test_a_duplicate_id_names_the_input_file_and_line(tmp_path):
     from berds.corpora.docstore import PassageStore
 
     assert sorted(PassageStore.open(tmp_path / "s").ids()) == ["a/data:1-0", "b/data:1-0", "c:1-0"]
-    with pytest.raises(InputError, match=r"a/data.jsonl, line 1: duplicate passage id 'a/data:1-0' .*--id-field"):
-        build_web(tmp_path / "s2", jsonl=[first, second, first], progress=False)
+    again = write_jsonl(tmp_path / "e.jsonl", [{"id": "a/data:1", "text": "again"}])  # (a file given twice: named so)
+    with pytest.raises(InputError, match=r"e.jsonl, line 1: duplicate passage id 'a/data:1-0' .*--id-field"):
+        build_web(tmp_path / "s2", jsonl=[first, second, again], progress=False)
     fourth = write_jsonl(tmp_path / "d.jsonl", [{"id": "x", "text": "one"}, {"id": "y", "text": "two"}, {"id": "x", "text": "3"}])
     with pytest.raises(InputError, match=r"d.jsonl, line 3: duplicate passage id 'x'"):
         build_web(tmp_path / "t", jsonl=[fourth], as_passages=True, progress=False)
