@@ -383,3 +383,11 @@ def test_an_input_file_given_twice_is_named_as_such(tmp_path):
     path = write_jsonl(tmp_path / "d.jsonl", [{"id": "d1", "text": "some words"}])
     with pytest.raises(InputError, match=r"d.jsonl: is given twice as input"):
         build_web(tmp_path / "s", jsonl=[path, tmp_path / "." / "d.jsonl"], progress=False)
+
+
+def test_a_passage_the_store_refuses_is_named_by_input_file_and_line(tmp_path):
+    # a lone surrogate (a broken \uXXXX escape) was named by the store folder and passage only
+    path = tmp_path / "s.jsonl"
+    path.write_text('{"id": "a", "text": "fine"}\n{"id": "b", "text": "bad \\ud800 escape"}\n', encoding="utf-8")
+    with pytest.raises(InputError, match=r"s.jsonl, line 2: passage 'b-0' holds a lone surrogate .* — fix the source text"):
+        build_web(tmp_path / "store", jsonl=[path], progress=False)

@@ -16,7 +16,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from berds.corpora.docstore import DuplicatePassageIdError, PassageStore, PassageStoreWriter, human_bytes, estimate_store_size
+from berds.corpora.docstore import DuplicatePassageIdError, PassageRefusedError, PassageStore, PassageStoreWriter, human_bytes, estimate_store_size
 from berds.errors import BerdsError, InputError
 from berds.types import Passage
 
@@ -276,10 +276,14 @@ def write_passages(
         for passage, group in iterator:
             try:
                 writer.add(passage, group=group)
-            except DuplicatePassageIdError as exc:
+            except PassageRefusedError as exc:  # named where it came from: the input file and line
                 if locate is None:
                     raise
-                where = {"fix": f"passage ids must be unique within a store ({out})", **locate()}
+                where = locate()
+                if isinstance(exc, DuplicatePassageIdError):
+                    where = {"fix": f"passage ids must be unique within a store ({out})", **where}
+                else:  # (the builder's fix is about repeated ids)
+                    where["fix"] = exc.fix
                 raise InputError(exc.what, **where) from None
             if progress is not None:
                 progress.update(report.documents_read, len(writer))

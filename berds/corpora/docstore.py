@@ -70,6 +70,7 @@ __all__ = [
     "PassageStore",
     "PassageNotFoundError",
     "DuplicatePassageIdError",
+    "PassageRefusedError",
     "write_passage_store",
     "upgrade_passage_store",
     "load_passages_jsonl",
@@ -118,12 +119,16 @@ def _fingerprint_bytes(p: Passage, group: str | None) -> bytes:
 _new_passage = object.__new__
 
 
-class DuplicatePassageIdError(InputError):
-    """A passage id added twice; ``what`` is the message without the place, for builders that know the input line."""
+class PassageRefusedError(InputError):
+    """A passage the writer refuses; ``what`` is the message without the place, for builders that know the input line."""
 
     def __init__(self, what: str, **where: Any):
         super().__init__(what, **where)
         self.what = what
+
+
+class DuplicatePassageIdError(PassageRefusedError):
+    """A passage id added twice."""
 
 
 class DamagedRecordError(ValueError):
@@ -400,7 +405,7 @@ class PassageStoreWriter:
         try:
             id_b, title_b, source_b, text_b = pid.encode("utf-8"), title.encode("utf-8"), passage.source.encode("utf-8"), text.encode("utf-8")
         except UnicodeEncodeError as e:  # a lone surrogate (JSON's "\ud800" escapes decode to one): UTF-8 has no bytes for it
-            raise InputError(f"passage {pid!r} holds a lone surrogate ({e.object[e.start:e.end]!r}), which UTF-8 "
+            raise PassageRefusedError(f"passage {pid!r} holds a lone surrogate ({e.object[e.start:e.end]!r}), which UTF-8 "
                              "cannot store", path=self.out, record=pid,
                              fix="fix the source text (a broken \\uXXXX escape), or drop the passage") from None
         record = _REC.pack(self._count)
