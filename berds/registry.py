@@ -88,10 +88,11 @@ def _shown(options: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in options.items())
 
 
-def _own_modules(factory: Any) -> set[str]:
-    """The modules whose code is the plug-in's own: the factory's, and those of the classes it inherits from."""
+def _own_packages(factory: Any) -> set[str]:
+    """The top-level packages whose code is the plug-in's own: the factory's, and those of the classes it inherits
+    from (a factory function in ``my_pkg`` may build a class from ``my_pkg.judges``)."""
     mro = getattr(factory, "__mro__", None) or (factory,)
-    return {m for m in (getattr(c, "__module__", None) for c in mro) if m and m != "builtins"}
+    return {m.partition(".")[0] for m in (getattr(c, "__module__", None) for c in mro) if m and m != "builtins"}
 
 
 def construct(factory: Any, options: dict[str, Any], where: str, *, given: dict[str, Any] | None = None) -> Any:
@@ -99,8 +100,8 @@ def construct(factory: Any, options: dict[str, Any], where: str, *, given: dict[
     options the user passed (``options`` also holds the catalogue's defaults).
 
     * options the call cannot bind: a one-line ``BerdsError`` before the call (``_check_option_names``);
-    * a ``ValueError`` raised by the plug-in's own code (the innermost frame is in its module or a class it
-      inherits from; builtins such as ``float()`` count as its own) while the user gave options: the
+    * a ``ValueError`` raised by the plug-in's own code (the innermost frame is in its package or that of a class
+      it inherits from; builtins such as ``float()`` count as its own) while the user gave options: the
       constructor refusing a value, one line naming the plug-in, the options and the message;
     * anything else — a TypeError from inside (``None + 1``), a ValueError from a library the plug-in calls, any
       exception when no option was given: a bug inside the plug-in, whose author needs the traceback.
@@ -115,7 +116,7 @@ def construct(factory: Any, options: dict[str, Any], where: str, *, given: dict[
         tb = exc.__traceback__
         while tb is not None and tb.tb_next is not None:
             tb = tb.tb_next
-        if tb is None or tb.tb_frame.f_globals.get("__name__") not in _own_modules(factory):
+        if tb is None or str(tb.tb_frame.f_globals.get("__name__")).partition(".")[0] not in _own_packages(factory):
             raise  # raised deeper, in a library the plug-in calls: keep the traceback
         import os
 

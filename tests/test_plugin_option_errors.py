@@ -99,6 +99,19 @@ def test_a_value_error_with_no_option_given_is_a_bug():
         cat.create("plain")
 
 
+def test_a_factory_function_building_a_class_elsewhere_in_its_package_counts_as_the_plugin(tmp_path, monkeypatch):
+    pkg = tmp_path / "optpkg_h26"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("def make(**options):\n    from optpkg_h26.judge import Judge\n"
+                                     "    return Judge(**options)\n")
+    (pkg / "judge.py").write_text("class Judge:\n    def __init__(self, *, size=1):\n        self.size = int(size)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cat = Catalogue("judge")
+    with pytest.raises(BerdsError, match=r"judge 'optpkg_h26:make' refused the option\(s\) size='big': invalid literal "
+                                         r"for int\(\) with base 10: 'big' \(ValueError at judge.py:3\)"):
+        cat.create("optpkg_h26:make", size="big")
+
+
 def test_retrievers_follow_the_same_rule():
     with pytest.raises(BerdsError, match=r"retriever .*:BadRetriever refused the option\(s\) threshold='high': "
                                          r"could not convert string to float"):
