@@ -197,6 +197,14 @@ def test_empty_passages_are_counted_not_silently_dropped(tmp_path):
     assert meta["skipped_examples"] == ["empty", "spaces-é", "ascii-spaces"]
 
 
+def test_an_empty_store_is_refused_before_java_starts(tmp_path):
+    # it built an index of nothing that every search then answered with no hits (a dense build refused it)
+    write_passage_store([], tmp_path / "store")
+    with pytest.raises(InputError, match=r"store: the passage store is empty: nothing to index"):
+        bm25_index.build_bm25_index(tmp_path / "store", tmp_path / "index", progress=False)
+    assert not (tmp_path / "index").exists()
+
+
 def test_has_words_is_str_strip_on_utf8():
     for text in ("", " ", "\x1c\x1d\x1e\x1f", "\u2003", "\u3000x", "a", " \t\n\r\x0b\x0c", "é", "\x00"):
         assert bm25_index._has_words(text.encode("utf-8")) == bool(text.strip()), repr(text)

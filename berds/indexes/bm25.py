@@ -389,6 +389,8 @@ def build_bm25_index(
     Lucene part is built in ``out/lucene.partial`` and renamed when complete; ``meta.json`` comes last.
     """
     store = open_store(corpus)
+    if len(store) == 0:  # (as a dense build does: an empty index searched without complaint)
+        raise InputError("the passage store is empty: nothing to index", path=getattr(store, "path", None))
     passage_contents("", "", contents)  # validate the mode before starting Java
     settings = {"type": "bm25", "corpus_fingerprint": store.fingerprint, "contents": contents, "analyzer": ANALYZER}
     out = Path(out).resolve()  # the JVM resolves relative paths against its own start folder, not our cwd
