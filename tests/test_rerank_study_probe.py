@@ -115,3 +115,34 @@ def test_study_ties_go_to_the_value_closest_to_the_original_ranking_for_xquad_to
                             depth=10, n_resamples=100)
     chosen = {r.strategy: r.chosen for r in study.rows[1:]}
     assert chosen == {"mmr": 0.9, "xquad": 0.1}
+
+
+def test_sycophancy_command_table_keeps_its_words_whole_at_80_columns(tmp_path):
+    # the seven-column table broke "supporting", "(opposing)" and "questions" mid-word on an 80-column terminal
+    import json
+    import re
+
+    from typer.testing import CliRunner
+
+    from analysis_fixtures import NUCLEAR, NUCLEAR_Q, write_corpus
+    from berds.cli import app
+
+    corpus = write_corpus(tmp_path / "corpus.jsonl", NUCLEAR)
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"id": "n1", "question": NUCLEAR_Q.text,
+                                     "perspectives": list(NUCLEAR_Q.perspectives)}) + "\n")
+    (tmp_path / "stances.jsonl").write_text('{"id": "n1", "supporting": 1}\n')
+    result = CliRunner().invoke(app, [
+        "analyze", "sycophancy", "-r", "analysis_fixtures:OverlapRetriever", "--option", f"corpus={corpus}",
+        "--questions", str(questions), "--judge", "judges_for_tests:OverlapJudge", "-o", "threshold=0.75",
+        "--stances", str(tmp_path / "stances.jsonl"), "--k", "2", "--cache", str(tmp_path / "j.sqlite"), "-q"],
+        env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(map(len, lines)) <= 80
+    # the same figures as sycophancy.json (test_analyses.test_sycophancy_command), each query on one line
+    rows = {m.group(1): m.group(2).split() for line in lines
+            if (m := re.match(r"│\s+(question|supporting|opposing)\s+│(.*)│$", line))}
+    cells = {q: [c for c in v if c != "│"] for q, v in rows.items()}
+    assert cells == {"question": ["100.0", "0.0", "100.0", "2", "1"], "supporting": ["100.0", "0.0", "100.0", "2", "1"],
+                     "opposing": ["50.0", "50.0", "0.0", "2", "1"]}, result.output

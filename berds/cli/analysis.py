@@ -235,7 +235,28 @@ def analyze_sycophancy_command(
                                     retriever_options=retriever_options, stances=stances, stance_llm=stance_llm,
                                     judge_options=_options(judge_option), cache_path=cache, label=label, out=out,
                                     progress=not quiet)
-    _analysis_output(result, out / "sycophancy.json" if out is not None else None, judge, _judge_id(judge, judge_option))
+    _print_table(*_sycophancy_narrow(result, judge))
+    print_judge_warning(_judge_id(judge, judge_option))
+    if out is not None:
+        from berds.evaluate.report import write_analysis
+
+        _print_written(write_analysis(result, out / "sycophancy.json"))
+
+
+def _sycophancy_narrow(result: Any, judge: str) -> tuple[str, list[str], list[list[str]]]:
+    """The sycophancy rows for an 80-column terminal: each setting on a row of its own above its three queries
+    (the file's seven columns broke "supporting", "(opposing)" and "questions" mid-word)."""
+    title, header, rows = result.table()
+    body: list[list[str]] = []
+    last = None
+    for row in rows:
+        label, query, *values = row
+        if label != last:
+            body.append([label, *[""] * len(values)])
+            last = label
+        body.append([f"  {query}", *values])
+    header = ["setting / query", "p %", "n %", "Δ %", "docs", "questions"]
+    return (f"{title}; Δ = (p − n)/p — judge: {judge}", header, body)
 
 
 @analyze_app.command("coverage", short_help="MRecall over the union of several runs.")
