@@ -391,3 +391,17 @@ def test_a_passage_the_store_refuses_is_named_by_input_file_and_line(tmp_path):
     path.write_text('{"id": "a", "text": "fine"}\n{"id": "b", "text": "bad \\ud800 escape"}\n', encoding="utf-8")
     with pytest.raises(InputError, match=r"s.jsonl, line 2: passage 'b-0' holds a lone surrogate .* — fix the source text"):
         build_web(tmp_path / "store", jsonl=[path], progress=False)
+
+
+def test_the_summary_shows_which_record_fields_were_read(tmp_path):
+    # detected per file from its first record, they went only into the manifest: a file read without ids (so
+    # named by line) looked like any other in the table
+    from rich.console import Console
+
+    with_ids = write_jsonl(tmp_path / "a.jsonl", [{"id": "a1", "raw_content": "some words"}])
+    without = write_jsonl(tmp_path / "b.jsonl", [{"raw_content": "other words"}])
+    _, report = build_web(tmp_path / "s", jsonl=[with_ids, without], progress=False)
+    console = Console(width=100, record=True, file=io.StringIO())
+    console.print(report.table())
+    text = console.export_text()
+    assert "text: raw_content, title: -, url: -, id: id" in text and "text: raw_content, title: -, url: -, id: -" in text
