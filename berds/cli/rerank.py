@@ -67,6 +67,7 @@ def rerank_command(
     embed_text: Optional[str] = typer.Option(None, "--embed-text", help="text-title (the study: text + ' ' + title), text, or title-text."),
     expansions: Optional[Path] = typer.Option(None, "--expansions", help="xquad/pm2: perspectives jsonl (e.g. the study's expansions)."),
     llm: Optional[str] = typer.Option(None, "--llm", help="xquad/pm2: write the perspectives with this LLM (BACKEND:MODEL)."),
+    llm_option: List[str] = typer.Option([], "--llm-option", help="key=value for the --llm backend, e.g. base_url=http://127.0.0.1:8000/v1 (repeatable)."),
     device: Optional[str] = typer.Option(None, "--device", help="torch device for the embedding model."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help="Embedding batch size."),
     embedding_cache: Optional[Path] = typer.Option(None, "--embedding-cache", help="Embedding cache file (default: $BERDS_HOME/embeddings.sqlite)."),
@@ -91,6 +92,10 @@ def rerank_command(
         raise BerdsError("mmr needs its λ: give exactly one of --lambda X, --lambda-preset RETRIEVER-CORPUS "
                          "or --lambda-from TUNING_FOLDER")
     options = parse_options(option)
+    if llm_option:  # (the backend could not be pointed at a local server, nor given any other setting)
+        if llm is None:
+            raise BerdsError("--llm-option is for --llm (the LLM that writes xquad/pm2's perspectives)")
+        options["llm_options"] = parse_options(llm_option)
     if lam is not None or lambda_preset is not None:
         from berds.rerank.mmr import parse_lambda
 
@@ -208,6 +213,7 @@ def study_diversify_command(
     strategy: List[str] = typer.Option([], "--strategy", "-s", help="Rerankers to study (default: mmr dpp msd cover ssd, plus xquad pm2 with aspects)."),
     expansions: Optional[Path] = typer.Option(None, "--expansions", help="Perspectives jsonl for xquad/pm2."),
     llm: Optional[str] = typer.Option(None, "--llm", help="Or write the perspectives for xquad/pm2 with this LLM."),
+    llm_option: List[str] = typer.Option([], "--llm-option", help="key=value for the --llm backend, e.g. base_url=http://127.0.0.1:8000/v1 (repeatable)."),
     aspects: Optional[str] = typer.Option(None, "--aspects", help="oracle: give xquad/pm2 the gold perspectives (an upper bound, labelled so)."),
     expanded_run: Optional[Path] = typer.Option(None, "--expanded-run", help="A query-expansion run (berds retrieve --expand) of the test split: studied as is and reranked with MMR."),
     expanded_dev_run: Optional[Path] = typer.Option(None, "--expanded-dev-run", help="Its dev-split run (default: split like RUN)."),
@@ -234,6 +240,8 @@ def study_diversify_command(
     from berds.rerank.embeddings import default_embedding_cache_path
     from berds.studies.diversify import study_diversify_paths
 
+    if llm_option and llm is None:
+        raise BerdsError("--llm-option is for --llm (the LLM that writes xquad/pm2's perspectives)")
     grids = {}
     for item in grid:
         name, eq, values = item.partition("=")
@@ -245,7 +253,7 @@ def study_diversify_command(
             raise BerdsError(f"--grid {item!r}: write NAME=v1,v2,..., e.g. mmr=0.5,0.9,0.99")
     result = study_diversify_paths(
         run, out, judge, dev_run=dev_run, split_dev=split_dev, strategies=list(strategy) or None,
-        expansions=expansions, llm=llm, aspects=aspects, expanded_run=expanded_run, expanded_dev_run=expanded_dev_run, model=model,
+        expansions=expansions, llm=llm, llm_options=parse_options(llm_option) or None, aspects=aspects, expanded_run=expanded_run, expanded_dev_run=expanded_dev_run, model=model,
         pooling=pooling, depth=depth, ks=k, select=select, grids=grids or None, tradeoff_split=tradeoff_split,
         n_resamples=resamples, seed=seed,
         judge_options=parse_options(judge_option), cache_path=cache,

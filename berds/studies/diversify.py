@@ -143,6 +143,7 @@ def study_diversify(
     reranker_options: Mapping[str, Mapping[str, Any]] | None = None,
     expansions: str | Path | None = None,
     llm: str | None = None,
+    llm_options: Mapping[str, Any] | None = None,
     aspects: str | None = None,
     expanded_test_run: Run | None = None,
     expanded_dev_run: Run | None = None,
@@ -213,7 +214,7 @@ def study_diversify(
         from berds.retrievers.expansion import LLMExpander
 
         # one model, each question's perspectives written once for the whole grid
-        aspect_options["expander"] = MemoExpander(LLMExpander(load_llm_by_name(llm)))
+        aspect_options["expander"] = MemoExpander(LLMExpander(load_llm_by_name(llm, **dict(llm_options or {}))))
 
     def evaluate(run: Run) -> Any:
         return evaluate_run(run, judge, ks, cache=judgement_cache, allow_short=allow_short, progress=progress)
