@@ -308,3 +308,10 @@ def test_splitting_options_with_a_dpr_tsv_are_refused_not_ignored(tmp_path):
     with pytest.raises(InputError, match=r"p.tsv: --no-title-in-text applies to --dump only"):
         build_wikipedia(tmp_path / "w", dpr_tsv=path, title_in_text=False, progress=False)
     assert build_wikipedia(tmp_path / "w", dpr_tsv=path, progress=False)[1].passages_written == 1
+
+
+def test_blank_lines_in_a_dpr_tsv_are_skipped(tmp_path):
+    # a trailing newline an editor added failed as "expected 3 tab-separated fields, got 0 — quote fields ..."
+    path = tmp_path / "p.tsv"
+    path.write_text("id\ttext\ttitle\n1\tsome text\tT\n\n2\tmore\tU\n\n")
+    assert [p.id for p in read_dpr_tsv(path)] == ["1", "2"]

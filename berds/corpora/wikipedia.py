@@ -90,15 +90,17 @@ def read_dpr_tsv(path: str | os.PathLike, report: BuildReport | None = None, *, 
                     f"first line must be the header id<TAB>text<TAB>title, got {header[:3]!r}", path=path, line=1,
                     fix="use DPR's psgs_w100.tsv format, or `berds corpus build web --jsonl` for other layouts",
                 )
-            last_title = None
+            last_title, rows = None, 0
             while True:
                 start = reader.line_num + 1  # where the next record starts (a quoted field may span lines)
                 row = next(reader, None)
                 if row is None:
-                    if start == 2:  # an empty store would index and search without complaint
-                        raise InputError("holds no passages, only the header line", path=path, line=2,
+                    if not rows:  # no passage came: an empty store would index and search without complaint
+                        raise InputError("holds no passages, only the header line", path=path, line=start,
                                          fix="pass the whole DPR passages tsv (is the file cut short?)")
                     break
+                if not row:  # a blank line (an editor's trailing newline): skipped, as blank jsonl lines are
+                    continue
                 if len(row) != 3:
                     raise InputError(
                         f"expected 3 tab-separated fields (id, text, title), got {len(row)}", path=path,
@@ -118,6 +120,7 @@ def read_dpr_tsv(path: str | os.PathLike, report: BuildReport | None = None, *, 
                         last_title = title
                 if position is not None:
                     position["path"], position["line"] = path, start
+                rows += 1
                 yield Passage(id=pid, text=body, title=title, source="")
         except UnicodeDecodeError as exc:  # (decoding runs a chunk ahead of the reader: find the line in the bytes)
             line = _line_of_bad_utf8(path)
