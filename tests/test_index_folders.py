@@ -1,4 +1,4 @@
-"""Index folders across builds: what an interrupted build left behind when it is resumed."""
+"""Index folders across builds (what an interrupted build left, a damaged meta.json) and the build progress line."""
 
 from __future__ import annotations
 
@@ -38,3 +38,23 @@ def test_a_damaged_meta_json_names_the_index_and_the_way_out(tmp_path):
     with pytest.raises(InputError, match=r"^damaged index \(.*meta.json, line 1: invalid JSON.*\) — remove .*idx and build "
                                          r"one with `berds index bm25 CORPUS"):
         read_index_meta(tmp_path / "idx", "bm25")
+
+
+def test_the_progress_line_shows_a_rate_and_the_time_left_in_80_columns():
+    # a build advanced in one batch showed "- passages/s" to the end; "0:00:01 left -:--:--" read as 1 s left
+    import io
+
+    from rich.console import Console
+
+    from berds.indexes.base import progress_bar
+
+    bar = progress_bar("passages")
+    task = bar.add_task("BM25 index", total=21_015_324)
+    bar.tasks[0].start_time -= 600  # ten minutes in: a realistic rate
+    bar.advance(task, 10_000_000)
+    console = Console(file=io.StringIO(), width=80, record=True)
+    console.print(bar.make_tasks_table(bar.tasks))
+    lines = [line for line in console.export_text().splitlines() if line.strip()]
+    assert len(lines) == 1 and len(lines[0]) <= 80, lines
+    assert "- passages/s" not in lines[0] and "passages/s" in lines[0]
+    assert lines[0].rstrip().endswith("left") and lines[0].count(":") == 2  # one time shown: the time left

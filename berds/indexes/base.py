@@ -353,15 +353,18 @@ def progress_bar(unit: str, *, enabled: bool = True) -> Any:
 
     Use as ``with progress_bar("passages") as bar: task = bar.add_task("indexing", total=n); bar.advance(task, m)``.
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeRemainingColumn
     from rich.text import Text
 
     class RateColumn(ProgressColumn):
         def render(self, task: Any) -> Text:
-            speed = task.finished_speed or task.speed
+            # rich's speed needs two samples: a build advanced in one big batch showed "- passages/s" to the end
+            speed = task.finished_speed or task.speed or (task.completed / task.elapsed if task.elapsed else None)
             return Text(f"{speed:,.1f} {unit}/s" if speed else f"- {unit}/s", style="progress.data.speed")
 
+    # "left" follows the time left (it stood between the elapsed and the remaining time: "0:00:01 left -:--:--"
+    # read as one second left); the elapsed time is left out so that 21M passages fit 80 columns
     return Progress(
-        TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(), RateColumn(),
-        TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(), disable=not enabled, transient=False,
+        TextColumn("[progress.description]{task.description}"), BarColumn(bar_width=12), MofNCompleteColumn(),
+        RateColumn(), TimeRemainingColumn(), TextColumn("left"), disable=not enabled, transient=False,
     )
