@@ -195,7 +195,8 @@ def test_training_script_runs_end_to_end_on_a_tiny_dataset(tmp_path):
     out = tmp_path / "out"
     code = trainer.main(["--berds-dev", str(dev), "--train-sets", "tiny", "--check-sets", "tiny",
                          "--dev-pairs", str(labels), "--out", str(out), "--trained-layers", "1",
-                         "--max-length", "48", "--judge-max-length", "48", "--batch-size", "8"])
+                         "--max-length", "48", "--judge-max-length", "48", "--batch-size", "8",
+                         "--max-pairs", "16"])  # (a sample: the smoke run trains, it does not need to learn)
     assert code == 0
     assert {p.name for p in out.iterdir()} == {"stance.json", "stance.safetensors", "stance_card.json"}
     card = json.loads((out / "stance_card.json").read_text())
