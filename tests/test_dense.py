@@ -264,3 +264,15 @@ def test_a_half_precision_checkpoint_runs_in_float32_unless_a_dtype_is_asked_for
         asked = load_encoder(spec, dtype="bfloat16")
         asked.encode_queries(["apple river storm"])
         assert next(asked._load("query")[0].parameters()).dtype == torch.bfloat16, backend
+
+
+def test_ivfpq_sizes_the_store_cannot_train_are_refused_before_embedding(tmp_path, spec):
+    # FAISS refused them only after every passage was embedded, with a C++ assertion (a traceback), and the
+    # shards could not be reused under the corrected settings
+    small = word_store(tmp_path / "small", n=100)
+    with pytest.raises(InputError, match=r"pq_bits=8 trains 256 centroids .* the store has 100 — use --faiss flat"):
+        build_dense_index(small, tmp_path / "idx", encoder=spec, faiss="ivfpq", progress=False)
+    with pytest.raises(InputError, match=r"nlist=500 needs at least 500 training vectors, but the store has 100"):
+        build_dense_index(small, tmp_path / "idx", encoder=spec, faiss="ivfpq", faiss_options={"nlist": 500, "pq_bits": 4},
+                          progress=False)
+    assert not (tmp_path / "idx").exists()  # refused before any folder or encoding

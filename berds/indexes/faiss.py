@@ -166,6 +166,28 @@ def resolve_sizes(settings: FaissSettings, n: int, dim: int) -> FaissSettings:
     return FaissSettings(**{**asdict(settings), "nlist": nlist, "pq_m": pq_m, "train_size": min(train, n)})
 
 
+def check_faiss_fits(settings: FaissSettings, n: int, dim: int | None) -> None:
+    """Refuse IVF-PQ sizes that ``n`` vectors cannot train, before any passage is embedded (FAISS refused them
+    only after the whole corpus was encoded, with a C++ assertion, and shards made under other settings are not
+    reused). ``dim`` None (an encoder that does not declare it) skips the ``pq_m`` check."""
+    if settings.kind != "ivfpq":
+        return
+    resolved = resolve_sizes(settings, n, dim or 8 * (settings.pq_m or 1))  # (pq_m is checked below, with the real dim)
+    train, centroids = resolved.train_size, 2 ** settings.pq_bits
+    flag = "--faiss-option"
+    if resolved.nlist > train:
+        raise InputError(f"IVF-PQ with nlist={resolved.nlist} needs at least {resolved.nlist} training vectors, but "
+                         f"{'the store has' if train == n else 'train_size is'} {train}",
+                         fix=f"lower nlist ({flag} nlist=N, N <= {train}) or leave it to its default")
+    if centroids > train:
+        raise InputError(f"IVF-PQ with pq_bits={settings.pq_bits} trains {centroids} centroids per sub-quantiser and needs "
+                         f"at least {centroids} training vectors, but {'the store has' if train == n else 'train_size is'} {train}",
+                         fix=f"use --faiss flat (exact; a store of {n:,} passages needs no compression) or {flag} "
+                             f"pq_bits={max(1, int(math.log2(train)))}")
+    if dim and settings.pq_m and dim % settings.pq_m:
+        raise InputError(f"pq_m={settings.pq_m} must divide the embedding dimension {dim}", fix=f"{flag} pq_m=N with N dividing {dim}")
+
+
 def new_faiss_index(settings: FaissSettings, dim: int) -> Any:
     """An empty (untrained) FAISS index for inner-product search."""
     faiss = _faiss()
@@ -191,8 +213,7 @@ def build_faiss(chunks: Any, n: int, dim: int, settings: FaissSettings, *, devic
     settings = resolve_sizes(settings, n, dim)
     index = _to_device(new_faiss_index(settings, dim), device)
     if settings.kind == "ivfpq":
-        if training_sample is None or len(training_sample) < settings.nlist:
-            raise BerdsError(f"IVF-PQ needs at least nlist={settings.nlist} training vectors")
+        check_faiss_fits(settings, n if training_sample is None else len(training_sample), dim)
         index.train(np.ascontiguousarray(training_sample, dtype=np.float32))
     for chunk in chunks:
         index.add(np.ascontiguousarray(chunk, dtype=np.float32))
@@ -270,6 +291,7 @@ def build_dense_index(
         raise BerdsError(f"shard_size must be at least 1, got {shard_size}")
     if len(store) == 0:
         raise InputError("the passage store is empty: nothing to index", path=getattr(store, "path", None))
+    check_faiss_fits(fsettings, len(store), spec.dim)
     if engine is None or engine == "local":  # before any folder or progress bar (workers check their own device)
         from berds.lazy import check_device
 
