@@ -33,9 +33,10 @@ def judge_missing(
 ) -> dict[tuple[str, str], Verdict]:
     """Judge ``pairs`` batch by batch, committing each batch to ``cache`` as soon as it is answered.
 
-    The bar moves after each of the judge's own batches (``judge.batch_size`` pairs, the slices it would
-    cut anyway, so answers are the same), not once per committed batch; model-loading bars are silenced
-    so they do not print into it.
+    ``pairs[lo:lo + batch_size]`` are the slices ``judge_on_engine`` sends to workers; here each is handed to the
+    judge in its own batches (``judge.batch_size`` pairs, the slices it would cut anyway, so answers are the same),
+    and each of those is committed and moves the bar as soon as it is answered, so an interrupt loses only the batch
+    being judged. Model-loading bars are silenced so they do not print into the bar.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -53,24 +54,24 @@ def judge_missing(
         with Progress(*columns, disable=not progress, transient=False) as bar:
             task = bar.add_task(description, total=len(pairs), rate="-")
             start = time.perf_counter()
+            weights_checked = False
             for lo in range(0, len(pairs), batch_size):
                 batch = list(pairs[lo:lo + batch_size])
-                verdicts = []
                 for sub in range(0, len(batch), step):
                     part = batch[sub:sub + step]
                     answered = check_verdicts(judge, judge_id, part, judge.judge(part))
-                    verdicts.extend(answered)
+                    # Each of the judge's batches is committed the moment it is answered: committed once per
+                    # `batch_size`, a Ctrl-C or SIGTERM in a later one lost those answered before it (~60 us a
+                    # transaction here, nothing beside a judge's call)
+                    if cache is not None:
+                        if not weights_checked:  # (the model is loaded now) the weights of the verdicts cached under this id
+                            cache.check_weights(judge_id, unpinned_hub_weights(judge))
+                            weights_checked = True
+                        cache.put_many(judge_id, judge.prompt_version, part, answered)
+                    for p, v in zip(part, answered):
+                        out[(p.perspective, p.passage)] = v
                     done = lo + sub + len(part)
                     bar.update(task, completed=done, rate=f"{done / max(time.perf_counter() - start, 1e-9):,.1f}")
-                if cache is not None:
-                    if lo == 0:  # (the model is loaded now) the weights of the verdicts cached under this id
-                        cache.check_weights(judge_id, unpinned_hub_weights(judge))
-                    cache.put_many(judge_id, judge.prompt_version, batch, verdicts)
-                for p, v in zip(batch, verdicts):
-                    out[(p.perspective, p.passage)] = v
-                done = lo + len(batch)
-                elapsed = max(time.perf_counter() - start, 1e-9)
-                bar.update(task, completed=done, rate=f"{done / elapsed:,.1f}")
     return out
 
 
