@@ -66,17 +66,18 @@ def test_the_study_evaluator_changed_is_not_called_validated(judge_id, change):
 def test_compare_and_analyses_warn_with_the_id_of_the_judge_they_ran(tmp_path):
     """`compare` printed no judge warning; `analyze`/`report` warned by the judge's name, so `-o threshold=0.3`
     was shown the shipped judge's held-out figure as if it were its own."""
-    import subprocess
+    from typer.testing import CliRunner
 
+    from berds.cli import app
     from berds.runs import save_run
-    from conftest import berds_cmd, make_run, subprocess_env
+    from conftest import make_run
 
     runs = [save_run(make_run(name=f"r{i}", depth=3), tmp_path / f"r{i}") for i in (1, 2)]
 
     def stderr(*args: str) -> str:  # (warnings go to stderr, tables to stdout)
-        done = subprocess.run(berds_cmd(*args, "--judge", "embedded", "--cache", str(tmp_path / "c.sqlite"), "-q"),
-                              capture_output=True, text=True, env={**subprocess_env(), "COLUMNS": "400"}, timeout=300)
-        assert done.returncode == 0, done.stderr
+        done = CliRunner().invoke(app, [*args, "--judge", "embedded", "--cache", str(tmp_path / "c.sqlite"), "-q"],
+                                  env={"COLUMNS": "400"})
+        assert done.exit_code == 0, done.output
         return " ".join(done.stderr.split())
 
     assert "judge embedded: NOT validated" in stderr("compare", *map(str, runs), "--k", "2")
