@@ -254,12 +254,17 @@ DUPLICATE_POLICIES = ("refuse", "dedupe", "keep")
 DUPLICATES_KEY = "duplicate_passages"  # manifest key of a run folder whose rankings repeat passages on purpose
 
 
-def unique_hits(hits: list[Hit], *, duplicates: str, path: Path, line: int, qid: str) -> list[Hit]:
+def unique_hits(hits: list[Hit], *, duplicates: str, path: Path, line: int, qid: str,
+                duplicates_option: str | None = None) -> list[Hit]:
     """A question's ranking with each passage once. A passage listed twice would count twice in
     Precision@k (and fill two of the k slots); ``duplicates="refuse"`` (default) stops with an error naming
     the file, line and both positions, ``"dedupe"`` keeps the first (best-ranked) occurrence, ``"keep"``
     keeps every occurrence (what the study's query-expansion merge produced and its evaluation counted; a
-    run folder written with repeats says so in its manifest and is read this way by default)."""
+    run folder written with repeats says so in its manifest and is read this way by default).
+
+    ``duplicates_option`` names the caller's option that sets the policy (``berds eval``'s ``--duplicates``):
+    the refusal's fix offers it. Without one (``rerank``, ``study``, ``report``, ... have none) it offers only
+    what the user can do there: remove the repeat from the file."""
     if duplicates not in DUPLICATE_POLICIES:
         raise BerdsError(f"duplicates must be one of {', '.join(DUPLICATE_POLICIES)}, got {duplicates!r}")
     if duplicates == "keep" or len({hit.passage.id for hit in hits}) == len(hits):  # (the usual case: no repeats)
@@ -272,7 +277,9 @@ def unique_hits(hits: list[Hit], *, duplicates: str, path: Path, line: int, qid:
             if duplicates == "refuse":
                 raise InputError(f"passage {pid!r} is listed twice in this question's ctxs (positions {first[pid]} and {pos})",
                                  path=path, line=line, record=qid,
-                                 fix="remove the repeat, or pass --duplicates dedupe to keep only its first occurrence")
+                                 fix=f"remove the repeat, or pass {duplicates_option} dedupe to keep only its first "
+                                     "occurrence" if duplicates_option else
+                                     "remove the repeat from the file, keeping its first (best-ranked) occurrence")
             continue
         first[pid] = pos
         kept.append(hit)
@@ -280,18 +287,19 @@ def unique_hits(hits: list[Hit], *, duplicates: str, path: Path, line: int, qid:
 
 
 def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False, duplicates: str = "refuse",
-                    require_perspectives: bool = True) -> Run:
+                    require_perspectives: bool = True, duplicates_option: str | None = None) -> Run:
     """A BERDS-format jsonl -> ``Run`` (hits in file order, which is the ranking; see ``unique_hits``).
 
     ``require_perspectives=False`` reads runs over questions without gold perspectives (DELPHI retrievals)."""
     with no_gc():
-        return _read_ctxs_jsonl(Path(path), allow_empty_ctxs, duplicates, require_perspectives)
+        return _read_ctxs_jsonl(Path(path), allow_empty_ctxs, duplicates, require_perspectives, duplicates_option)
 
 
 NO_QUESTION_TEXT = "(question on line {line})"  # the text of a record that has none (the exchange format)
 
 
-def _read_ctxs_jsonl(path: Path, allow_empty_ctxs: bool, duplicates: str, require_perspectives: bool) -> Run:
+def _read_ctxs_jsonl(path: Path, allow_empty_ctxs: bool, duplicates: str, require_perspectives: bool,
+                     duplicates_option: str | None = None) -> Run:
     questions: list[Question] = []
     hits: list[list[Hit]] = []
     seen: dict[str, int] = {}
@@ -330,7 +338,8 @@ def _read_ctxs_jsonl(path: Path, allow_empty_ctxs: bool, duplicates: str, requir
         parsed, synth = parsed
         synthesized += synth
         questions.append(q)
-        hits.append(unique_hits(parsed, duplicates=duplicates, path=path, line=line, qid=q.id))
+        hits.append(unique_hits(parsed, duplicates=duplicates, path=path, line=line, qid=q.id,
+                                duplicates_option=duplicates_option))
     if not questions:
         raise InputError("holds no questions", path=path)
     manifest: dict[str, Any] = {"source": {"format": "berds-ctxs-jsonl", "path": str(path)}}
@@ -392,9 +401,9 @@ def _written_together(manifest: Mapping[str, Any], trec: Path) -> bool:
 
 
 def load_run(path: str | Path, *, allow_empty: bool = False, duplicates: str = "refuse",
-             require_perspectives: bool = True) -> Run:
+             require_perspectives: bool = True, duplicates_option: str | None = None) -> Run:
     """A run folder (``manifest.json`` + ``run.ctxs.jsonl``, checked against its ``run.trec``) or a single
-    BERDS-format jsonl. ``duplicates``: see ``unique_hits``.
+    BERDS-format jsonl. ``duplicates`` and ``duplicates_option``: see ``unique_hits``.
 
     Questions with no passages are refused unless ``allow_empty`` (they then score zero). A run folder's
     manifest is checked against its ctxs file.
@@ -423,7 +432,7 @@ def load_run(path: str | Path, *, allow_empty: bool = False, duplicates: str = "
         if duplicates == "refuse" and manifest.get(DUPLICATES_KEY) == "kept":
             duplicates = "keep"  # written so on purpose (the study's expansion merge)
         run = read_ctxs_jsonl(ctxs, allow_empty_ctxs=allow_empty, duplicates=duplicates,
-                              require_perspectives=require_perspectives)
+                              require_perspectives=require_perspectives, duplicates_option=duplicates_option)
         if (path / TREC).exists() and duplicates in ("refuse", "keep") and not _written_together(manifest, path / TREC):
             check_trec_matches(path / TREC, run)  # (a deduplicated ranking differs from it)
         if manifest:
@@ -434,7 +443,7 @@ def load_run(path: str | Path, *, allow_empty: bool = False, duplicates: str = "
         raise InputError("no such run folder or file", path=path)
     _refuse_non_jsonl_run(path)
     return read_ctxs_jsonl(path, allow_empty_ctxs=allow_empty, duplicates=duplicates,
-                           require_perspectives=require_perspectives)
+                           require_perspectives=require_perspectives, duplicates_option=duplicates_option)
 
 
 def _refuse_non_jsonl_run(path: Path) -> None:

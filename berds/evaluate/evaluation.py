@@ -642,7 +642,8 @@ def evaluate_paths(
     if isinstance(judge, str):
         check_judge_name(judge)
     # parse everything first: bad input fails fast
-    runs = [(Path(p), load_run(p, allow_empty=opts.allow_short, duplicates=opts.duplicates)) for p in paths]
+    runs = [(Path(p), load_run(p, allow_empty=opts.allow_short, duplicates=opts.duplicates,
+                               duplicates_option="--duplicates")) for p in paths]
     targets = eval_output_dirs([p for p, _ in runs], opts.out)
     for target in targets:  # every output path is checked before anything is judged
         check_writable(target, folder=True)
