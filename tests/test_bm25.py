@@ -424,9 +424,9 @@ def test_an_index_folder_is_locked_before_anything_in_it_is_read_or_cleared(tmp_
     seen = []
     original = base._prepare
 
-    def checked(folder, settings, overwrite):
+    def checked(folder, settings, overwrite, *rest):
         seen.append(str(folder.resolve()) in base._BUILD_LOCKS)
-        return original(folder, settings, overwrite)
+        return original(folder, settings, overwrite, *rest)
 
     monkeypatch.setattr(base, "_prepare", checked)
     out = tmp_path / "new" / "index"

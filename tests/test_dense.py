@@ -276,3 +276,16 @@ def test_ivfpq_sizes_the_store_cannot_train_are_refused_before_embedding(tmp_pat
         build_dense_index(small, tmp_path / "idx", encoder=spec, faiss="ivfpq", faiss_options={"nlist": 500, "pq_bits": 4},
                           progress=False)
     assert not (tmp_path / "idx").exists()  # refused before any folder or encoding
+
+
+def test_an_interrupted_build_resumes_under_other_faiss_settings(tmp_path, spec, store):
+    # the FAISS index is made afresh from the shards on every run, yet a changed --faiss refused the unfinished
+    # build: --overwrite always, and every passage embedded again
+    with pytest.raises(KeyboardInterrupt):
+        build_dense_index(InterruptedStore(store, 3), tmp_path / "idx", encoder=spec, shard_size=64, progress=False)
+    meta = build_dense_index(store, tmp_path / "idx", encoder=spec, shard_size=64, faiss="hnsw", progress=False)
+    assert meta["encoded_now"] == 300 - 128 and meta["faiss_resolved"]["kind"] == "hnsw"
+    with pytest.raises(InputError, match=r"unfinished index build with different settings \(shard_size\)"):
+        with pytest.raises(KeyboardInterrupt):
+            build_dense_index(InterruptedStore(store, 3), tmp_path / "other", encoder=spec, shard_size=64, progress=False)
+        build_dense_index(store, tmp_path / "other", encoder=spec, shard_size=32, progress=False)

@@ -159,13 +159,15 @@ def open_index_corpus(meta: Mapping[str, Any], corpus: Any, *, index_path: str |
     return store
 
 
-def prepare_index_folder(out: str | os.PathLike, settings: Mapping[str, Any], *, overwrite: str) -> bool:
+def prepare_index_folder(out: str | os.PathLike, settings: Mapping[str, Any], *, overwrite: str,
+                         redone: Sequence[str] = ()) -> bool:
     """Get ``out`` ready for a build; return False when a finished, identical index is already there.
 
     ``settings`` are the build's identity (type, corpus fingerprint, analyzer/encoder, FAISS choice). A
     finished index whose ``meta.json`` has the same values is kept under ``overwrite="missing"``; an
-    unfinished build of the same settings (marked by ``.building.json``) is resumed. A folder holding
-    anything else is never cleared.
+    unfinished build of the same settings (marked by ``.building.json``) is resumed. ``redone`` names
+    settings of a step every run does from scratch (the FAISS index over the embeddings): an unfinished
+    build that differs only in those is resumed too. A folder holding anything else is never cleared.
     """
     if overwrite not in OVERWRITE_MODES:
         raise BerdsError(f"overwrite must be one of {', '.join(OVERWRITE_MODES)}, got {overwrite!r}")
@@ -178,7 +180,7 @@ def prepare_index_folder(out: str | os.PathLike, settings: Mapping[str, Any], *,
     folder.mkdir(parents=True, exist_ok=True)
     lock_index_folder(folder)
     try:
-        building = _prepare(folder, settings, overwrite)
+        building = _prepare(folder, settings, overwrite, redone)
     except BaseException:
         release_index_folder(folder)
         if created and folder.is_dir() and not any(folder.iterdir()):
@@ -227,7 +229,7 @@ def releases_on_failure(build: Any) -> Any:
     return wrapper
 
 
-def _prepare(folder: Path, settings: Mapping[str, Any], overwrite: str) -> bool:
+def _prepare(folder: Path, settings: Mapping[str, Any], overwrite: str, redone: Sequence[str] = ()) -> bool:
     marker = folder / BUILDING_MARKER
     settings = dict(settings)
     if (folder / INDEX_META).is_file():
@@ -246,9 +248,9 @@ def _prepare(folder: Path, settings: Mapping[str, Any], overwrite: str) -> bool:
         started = read_json(marker)
         if overwrite == "always":
             empty_folder(folder)  # (only a folder holding a berds index or an unfinished build)
-        elif started != json.loads(json.dumps(settings)):
-            raise InputError("an unfinished index build with different settings is here", path=folder,
-                             fix="pass --overwrite always to start over, or choose another --out")
+        elif differing := sorted(_differing(started, json.loads(json.dumps(settings))) - set(redone)):
+            raise InputError(f"an unfinished index build with different settings ({', '.join(differing)}) is here",
+                             path=folder, fix="pass --overwrite always to start over, or choose another --out")
         else:  # resumed: a killed build's half-written temporary files would stay in the finished index
             for stale in [*folder.glob(".*.tmp"), *folder.glob("*/.*.tmp")]:
                 stale.unlink(missing_ok=True)
@@ -257,6 +259,13 @@ def _prepare(folder: Path, settings: Mapping[str, Any], overwrite: str) -> bool:
                          fix="choose another (new or empty) --out folder")
     write_json(marker, settings)
     return True
+
+
+def _differing(a: Any, b: Any) -> set[str]:
+    """Keys whose values differ between two settings dicts (everything, when either is not a dict)."""
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return {"*"}
+    return {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
 
 
 def finish_index_folder(out: str | os.PathLike, index_type: str, **fields: Any) -> dict[str, Any]:

@@ -305,7 +305,8 @@ def build_dense_index(
     if files:  # local model folders: their contents, so weights changed in place are not mixed with old shards
         settings["encoder_files"] = files
     out = Path(out)
-    if not prepare_index_folder(out, settings, overwrite=overwrite):
+    # (the FAISS index is built afresh from the shards on every run: shards embedded under other FAISS settings are kept)
+    if not prepare_index_folder(out, settings, overwrite=overwrite, redone=("faiss",)):
         return {**read_index_meta(out, "dense"), "kept": True}  # (not in the file: says nothing was built)
     emb_dir = out / EMBEDDINGS_DIR
     if engine is not None and engine != "local":  # shards encoded by an execution engine's workers
