@@ -405,3 +405,10 @@ def test_the_summary_shows_which_record_fields_were_read(tmp_path):
     console.print(report.table())
     text = console.export_text()
     assert "text: raw_content, title: -, url: -, id: id" in text and "text: raw_content, title: -, url: -, id: -" in text
+
+
+def test_an_empty_warc_is_named_empty(tmp_path):
+    # it failed as "not a readable WARC file (starts with b'', expected b'WARC/')"
+    (tmp_path / "c.warc.gz").write_bytes(b"")
+    with pytest.raises(InputError, match=r"c.warc.gz: is empty \(0 bytes\)"):
+        build_web(tmp_path / "s", warc=[tmp_path / "c.warc.gz"], progress=False)

@@ -315,3 +315,10 @@ def test_blank_lines_in_a_dpr_tsv_are_skipped(tmp_path):
     path = tmp_path / "p.tsv"
     path.write_text("id\ttext\ttitle\n1\tsome text\tT\n\n2\tmore\tU\n\n")
     assert [p.id for p in read_dpr_tsv(path)] == ["1", "2"]
+
+
+def test_an_empty_dump_is_named_empty(tmp_path):
+    # it failed as "malformed XML: no element found: line 1, column 0 — is the dump truncated?"
+    (tmp_path / "d.xml").write_bytes(b"")
+    with pytest.raises(InputError, match=r"d.xml, line 1: is empty \(0 bytes\)"):
+        build_wikipedia(tmp_path / "w", dump=tmp_path / "d.xml", progress=False)

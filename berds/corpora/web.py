@@ -358,6 +358,8 @@ def build_web(
     kind = "web (jsonl)" if jsonl else "web (WARC)"
     report = BuildReport(kind=kind, out=str(out))
     sizes = [p.stat().st_size for p in paths]
+    if warc and 0 in sizes:  # (it failed as "starts with b'', expected b'WARC/'"; an empty jsonl says "holds no records")
+        raise InputError("is empty (0 bytes)", path=paths[sizes.index(0)], fix="is the download unfinished? pass the whole file")
     total = sum(sizes)
     from rich.console import Console
 

@@ -351,6 +351,9 @@ def build_wikipedia(
     kind = "wikipedia (DPR tsv)" if dpr_tsv is not None else "wikipedia (XML dump)"
     report = BuildReport(kind=kind, out=str(out))
     size = source.stat().st_size
+    if size == 0 and dump is not None:  # (it failed as "malformed XML: no element found: line 1, column 0")
+        raise InputError("is empty (0 bytes)", path=source, line=1,
+                         fix="is the download unfinished? pass the whole file")
     from rich.console import Console
 
     console = Console(stderr=True)
