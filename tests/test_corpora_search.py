@@ -219,3 +219,16 @@ def test_cli_builds_a_search_corpus_and_shows_it(site, tmp_path, monkeypatch):
     pid = store.group_ids("q2")[0]
     result = runner.invoke(app, ["corpus", "show", str(tmp_path / "c"), pid])
     assert result.exit_code == 0 and "good2" in result.output and "q2" in result.output
+
+
+def test_ctrl_c_during_a_search_build_does_not_advise_a_resume_flag_it_lacks(capsys):
+    # it said "run the same command with --resume", an option `corpus build search` does not have
+    from berds.cli import _interrupted
+
+    with pytest.raises(SystemExit) as exited:
+        _interrupted(["corpus", "build", "search", "--questions", "kialo", "--out", "x"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert exited.value.code == 130 and "--resume" not in err and "run the same command again" in err
+    with pytest.raises(SystemExit):
+        _interrupted(["corpus", "build", "web", "--jsonl", "a.jsonl", "--out", "x"])
+    assert "--resume" in capsys.readouterr().err

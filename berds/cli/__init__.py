@@ -57,6 +57,8 @@ KEPT_ON_INTERRUPT = {
              "finished embedding shards are kept)",
     "retrieve": "finished batches are kept in OUT/.partial.jsonl; run the same command again to carry on",
     "corpus": "finished shards and fetched pages are kept; run the same command with --resume to carry on",
+    # (search builds have no --resume: their cache of searches and pages is what a rerun reuses)
+    "corpus build search": "searches and fetched pages are cached; run the same command again to fetch only the rest",
     "tune": "the judgement and embedding caches keep every finished batch; run the same command again",
     "study": "the judgement and embedding caches keep every finished batch; run the same command again",
     "rerank": "the embedding cache keeps every finished batch; run the same command again",
@@ -81,8 +83,9 @@ def _modernise(args: list[str]) -> list[str]:
 def _interrupted(args: list[str]) -> None:
     from rich.console import Console
 
-    command = next((a for a in args if not a.startswith("-")), "")
-    kept = KEPT_ON_INTERRUPT.get(command, "work already written stays on disk")
+    words = [a for a in args if not a.startswith("-")][:3]
+    kept = KEPT_ON_INTERRUPT.get(" ".join(words)) or KEPT_ON_INTERRUPT.get(words[0] if words else "",
+                                                                        "work already written stays on disk")
     Console(stderr=True).print(f"[bold yellow]interrupted[/] (Ctrl-C): {kept}.", highlight=False, soft_wrap=True)
     sys.exit(130)
 
