@@ -213,7 +213,7 @@ def test_llm_expander_uses_the_prompt_and_falls_back_only_when_asked():
         LLMExpander(llm, n=3)  # the study's Table 12 prompt has no count
     lenient = LLMExpander(llm, on_error="question", n=3, prompt="paraphrase")
     out = lenient.expand([bikes, other])
-    assert out["o"] == [Expansion("question", "Is chess a sport?")]
+    assert out["o"] == [Expansion("question", "Is chess a sport?", standalone=True)]
     assert lenient.fallbacks == ["o"]
     assert "Write 3 diverse perspectives" in llm.prompts[-1]
     prov = lenient.provenance()
@@ -346,3 +346,23 @@ def test_an_expansions_file_of_another_question_set_is_refused_by_its_question_t
         FileExpander(path).expand([other])
     path.write_text(json.dumps({"id": "q1", "expansions": ["Uniforms help."]}) + "\n")
     assert FileExpander(path).expand([other])["q1"][0].text == "Uniforms help."  # no question given: ids only
+
+
+def test_every_perspective_is_queried_with_the_question_even_one_named_question(tmp_path):
+    # A perspective named "question" whose text is the question was searched as the question alone; the study
+    # queries question + " " + text for every perspective. Only the question berds adds itself stands alone,
+    # and a recorded file marks it, so replaying the record searches the same queries.
+    path = tmp_path / "e.jsonl"
+    path.write_text(json.dumps({"id": "q1", "question": QUESTION.text, "expansions": [
+        {"name": "question", "text": QUESTION.text}, EXPANSIONS[0]]}) + "\n")
+    base, record = OverlapRetriever(passages=PASSAGES), tmp_path / "used.jsonl"
+    ExpandedRetriever(base, FileExpander(path), include_question=True, record_to=record).search([QUESTION], k=3)
+    q = QUESTION.text
+    searched = [q, f"{q} {q}", f"{q} {EXPANSIONS[0]['text']}"]
+    assert base.queries == searched
+    assert json.loads(record.read_text())["expansions"][:2] == [
+        {"name": "question", "text": q, "standalone": True}, {"name": "question", "text": q}]
+    replay = OverlapRetriever(passages=PASSAGES)
+    ExpandedRetriever(replay, FileExpander(record)).search([QUESTION], k=3)
+    assert replay.queries == searched
+

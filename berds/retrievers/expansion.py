@@ -46,10 +46,16 @@ EXPANSION_SEP = "::exp"
 
 @dataclass(frozen=True)
 class Expansion:
-    """One generated perspective: a short name and the text used as a query."""
+    """One generated perspective: a short name and the text used as a query.
+
+    ``standalone`` marks a query searched as it is, without the question in front: the question itself, which
+    berds adds (``include_question``, ``on_error="question"``) and which is no perspective. Anything a model
+    wrote or a file gives is searched as the study did, ``question + " " + text``, whatever its name and text
+    (a file records the mark as ``"standalone": true``, so a recorded run replays the same queries)."""
 
     name: str
     text: str
+    standalone: bool = False
 
 
 class ExpansionParseError(BerdsError):
@@ -330,7 +336,8 @@ def read_expansions_and_questions(path: str | Path) -> tuple[dict[str, list[Expa
             if not isinstance(text, str) or not text.strip():
                 raise InputError(f"expansions[{i}] has no 'text' string", path=path, line=line, record=qid)
             # the text as the file has it: the study queried question + " " + text, end spaces included
-            exps.append(Expansion(str(item.get("name") or f"perspective_{i + 1}"), text))
+            exps.append(Expansion(str(item.get("name") or f"perspective_{i + 1}"), text,
+                                  standalone=item.get("standalone") is True if isinstance(item, dict) else False))
         if qid in out:
             raise InputError("duplicate question id", path=path, line=line, record=qid)
         out[qid] = exps
@@ -341,12 +348,18 @@ def read_expansions_and_questions(path: str | Path) -> tuple[dict[str, list[Expa
     return out, texts
 
 
+def expansion_record(e: Expansion) -> dict[str, Any]:
+    """An expansion as a file holds it: ``{"name", "text"}`` (the study's format), plus ``"standalone": true``
+    for a query searched without the question in front."""
+    return {"name": e.name, "text": e.text, **({"standalone": True} if e.standalone else {})}
+
+
 def write_expansions(path: str | Path, questions: Sequence[Question], expansions: Mapping[str, Sequence[Expansion]]) -> int:
     """Write expansions in the same jsonl format ``read_expansions`` reads (atomic)."""
     from berds.io import write_jsonl
 
     return write_jsonl(path, (
-        {"id": q.id, "question": q.text, "expansions": [{"name": e.name, "text": e.text} for e in expansions[q.id]]}
+        {"id": q.id, "question": q.text, "expansions": [expansion_record(e) for e in expansions[q.id]]}
         for q in questions if q.id in expansions
     ))
 
@@ -446,7 +459,7 @@ class LLMExpander:
                     if self.on_error == "raise":
                         raise
                     self.fallbacks.append(q.id)
-                    out[q.id] = [Expansion("question", q.text)]
+                    out[q.id] = [Expansion("question", q.text, standalone=True)]
         return out
 
     def provenance(self) -> dict[str, Any]:
@@ -536,15 +549,17 @@ class ExpandedRetriever:
         for q in questions:
             exps = list(expansions[q.id])
             if self.include_question:
-                exps = [Expansion("question", q.text)] + exps
+                exps = [Expansion("question", q.text, standalone=True)] + exps
             if not exps:
                 raise BerdsError(f"question {q.id!r}: the expander gave no perspectives")
             self.used[q.id] = exps
             self._records[q.id] = {"id": q.id, "question": q.text,
-                                   "expansions": [{"name": e.name, "text": e.text} for e in exps]}
+                                   "expansions": [expansion_record(e) for e in exps]}
             start = len(queries)
+            # the study's query for every perspective, even one named "question" whose text is the question
+            # (it searched "Q Q" then); only the question berds adds itself is searched alone
             queries += [Question(f"{q.id}{EXPANSION_SEP}{i}",
-                                 q.text if e.name == "question" and e.text == q.text else expansion_query(q.text, e.text, self.query),
+                                 e.text if e.standalone else expansion_query(q.text, e.text, self.query),
                                  q.perspectives, q.dataset)
                         for i, e in enumerate(exps)]
             spans.append((start, len(queries)))
