@@ -366,3 +366,15 @@ def test_every_perspective_is_queried_with_the_question_even_one_named_question(
     ExpandedRetriever(replay, FileExpander(record)).search([QUESTION], k=3)
     assert replay.queries == searched
 
+
+def test_an_expansions_file_lacking_questions_names_the_options_of_the_command(tmp_path, expansions_file):
+    # `berds rerank xquad|pm2` and `study diversify` take --expansions or --llm; only `berds retrieve` has --expand
+    from berds.retrievers.expansion import expanded_retriever
+
+    other = Question("q9", "Is chess a sport?", ("yes", "no"))
+    with pytest.raises(InputError, match=r"no expansions for 1 question.*'q9'") as plain:
+        FileExpander(expansions_file).expand([other])
+    assert "--expand" not in str(plain.value) and "--llm BACKEND:MODEL in place of --expansions" in str(plain.value)
+    wrapped = expanded_retriever(base=OverlapRetriever(passages=PASSAGES), expand="file", expansions=expansions_file)
+    with pytest.raises(InputError, match="--expand llm --llm BACKEND:MODEL in place of --expand file --expansions"):
+        wrapped.search([other], k=3)

@@ -377,12 +377,22 @@ class Expander(Protocol):
         ...
 
 
-class FileExpander:
-    """Precomputed perspectives from a jsonl file (e.g. the study's GPT-4 expansions)."""
+# What a user can do instead of a file that lacks some questions, in the commands that read one: `berds rerank
+# xquad|pm2` and `berds study diversify` take --expansions or --llm; `berds retrieve` takes --expand file|llm.
+LLM_INSTEAD = "or have an LLM write them: --llm BACKEND:MODEL in place of --expansions"
+RETRIEVE_LLM_INSTEAD = "or have an LLM write them: --expand llm --llm BACKEND:MODEL in place of --expand file --expansions"
 
-    def __init__(self, path: str | Path):
+
+class FileExpander:
+    """Precomputed perspectives from a jsonl file (e.g. the study's GPT-4 expansions).
+
+    ``instead`` ends the fix of the error for questions the file lacks: the other source of perspectives in the
+    caller's command (default: ``--llm``, as ``rerank xquad|pm2`` and ``study diversify`` take it)."""
+
+    def __init__(self, path: str | Path, *, instead: str = LLM_INSTEAD):
         from berds.io import sha256_file
 
+        self.instead = instead
         self.path = Path(path)
         self.expansions, self.question_texts = read_expansions_and_questions(self.path)
         self.sha256 = sha256_file(self.path)
@@ -392,7 +402,7 @@ class FileExpander:
         if missing:
             raise InputError(
                 f"no expansions for {len(missing)} question(s), e.g. {', '.join(map(repr, missing[:3]))}",
-                path=self.path, fix="expand those questions (--expand llm) or use an expansions file for this question set",
+                path=self.path, fix=f"use an expansions file written for this question set, {self.instead}",
             )
         # Ids are matched first; where the file names its question, it must be this one (without case or spacing):
         # two question sets that both number their questions q0, q1, ... would otherwise mix silently.
@@ -621,7 +631,7 @@ def expanded_retriever(
             raise BerdsError("--expand file needs --expansions FILE (a jsonl of {id, question, expansions})")
         if llm is not None or llm_options:  # an LLM that would not be asked anything
             raise BerdsError("--llm and --llm-option are for --expand llm; --expand file reads --expansions only")
-        expander: Any = FileExpander(expansions)
+        expander: Any = FileExpander(expansions, instead=RETRIEVE_LLM_INSTEAD)
     elif expand == "llm":
         if llm is None:
             raise BerdsError("--expand llm needs --llm BACKEND:MODEL (e.g. openai:gpt-4, transformers:/path)")
