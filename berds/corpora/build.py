@@ -66,11 +66,13 @@ class BuildReport:
         for key, value in self.extra.items():
             if isinstance(value, (int, float, str)) and not isinstance(value, bool):
                 t.add_row(key.replace("_", " "), f"{value:,}" if isinstance(value, int) else str(value))
-        # which record fields were read (detected from each file's first record): one row per distinct choice
-        chosen = sorted({", ".join(f"{role}: {name or '-'}" for role, name in roles.items())
-                         for roles in (self.extra.get("jsonl_fields") or {}).values()})
-        for i, fields in enumerate(chosen):
-            t.add_row("jsonl fields" if i == 0 else "", fields)
+        # which record fields were read (detected from each file's first record), under the table: a row this
+        # wide squeezed the labels into wrapping in 80 columns
+        chosen = Counter(" ".join(f"{role}={name}" for role, name in roles.items() if name) + (" (no id: FILE:LINE)"
+                                                                                             if not roles.get("id") else "")
+                         for roles in (self.extra.get("jsonl_fields") or {}).values())
+        if chosen:
+            t.caption = "fields read: " + "; ".join(f"{fields} ({n} file{'s' * (n != 1)})" for fields, n in sorted(chosen.items()))
         # passages this run wrote: those kept from an interrupted build took no time here
         rate = (self.passages_written - self.passages_resumed) / self.seconds if self.seconds else 0.0
         t.add_row("time", f"{self.seconds:,.1f} s ({rate:,.0f} passages/s)")
