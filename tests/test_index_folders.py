@@ -58,3 +58,17 @@ def test_the_progress_line_shows_a_rate_and_the_time_left_in_80_columns():
     assert len(lines) == 1 and len(lines[0]) <= 80, lines
     assert "- passages/s" not in lines[0] and "passages/s" in lines[0]
     assert lines[0].rstrip().endswith("left") and lines[0].count(":") == 2  # one time shown: the time left
+
+
+def test_a_passage_store_given_as_out_is_named_as_the_corpus(tmp_path):
+    # `berds index bm25 corpora/wiki --out corpora/wiki` said only "holds files that are not a berds index"
+    import pytest
+
+    from berds.corpora.docstore import write_passage_store
+    from berds.errors import InputError
+    from berds.types import Passage
+
+    write_passage_store([Passage("p1", "words")], tmp_path / "wiki")
+    with pytest.raises(InputError, match=r"wiki: is a passage store \(a corpus\), not an index"):
+        prepare_index_folder(tmp_path / "wiki", {"type": "bm25"}, overwrite="always")
+    assert (tmp_path / "wiki" / "manifest.json").is_file()

@@ -255,8 +255,11 @@ def _prepare(folder: Path, settings: Mapping[str, Any], overwrite: str, redone: 
             for stale in [*folder.glob(".*.tmp"), *folder.glob("*/.*.tmp")]:
                 stale.unlink(missing_ok=True)
     elif folder.is_dir() and any(folder.iterdir()):
-        raise InputError("exists and holds files that are not a berds index", path=folder,
-                         fix="choose another (new or empty) --out folder")
+        from berds.corpora.docstore import is_passage_store
+
+        what = "is a passage store (a corpus), not an index" if is_passage_store(folder) else \
+            "exists and holds files that are not a berds index"  # (--out given the corpus folder)
+        raise InputError(what, path=folder, fix="choose another (new or empty) --out folder")
     write_json(marker, settings)
     return True
 
