@@ -236,6 +236,11 @@ def test_cli_index_and_retrieve_write_a_deterministic_run(tmp_path, capsys):
     assert exited.value.code == 2
     assert "already holds a run" in capsys.readouterr().err
 
+    # an index given where its corpus goes is named as such (it said "not a passage store (no manifest.json)")
+    with pytest.raises(SystemExit):
+        main(["index", "bm25", str(tmp_path / "index"), "--out", str(tmp_path / "index2"), "-q"])
+    assert "index: is an index, not a passage store — pass the passage store it was built from" in \
+        " ".join(capsys.readouterr().err.split())
     # the same command again keeps the index: the summary says so (it showed the old build time as if just built)
     capsys.readouterr()
     main(["index", "bm25", str(tmp_path / "store"), "--out", str(tmp_path / "index"), "-q"])

@@ -46,6 +46,15 @@ def _store_folder(corpus: Path) -> Path:
                          fix=f"build the store first: `{build}`, then index corpora/NAME"
                              + ("" if ".tsv" in suffixes else " (--as-passages keeps each record as one "
                                 "passage; leave it out to split documents into 100-word passages)"))
+    from berds.indexes.base import is_index
+
+    if is_index(corpus):  # (it said "not a passage store (no manifest.json)")
+        from berds.errors import InputError
+        from berds.indexes.base import read_index_meta
+
+        built_from = (read_index_meta(corpus).get("corpus") or {}).get("path")
+        raise InputError("is an index, not a passage store", path=corpus,
+                         fix=f"pass the passage store it was built from{f' ({built_from})' if built_from else ''}")
     return corpus
 
 
