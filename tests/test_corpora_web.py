@@ -419,3 +419,16 @@ def test_an_empty_warc_is_named_empty(tmp_path):
     (tmp_path / "c.warc.gz").write_bytes(b"")
     with pytest.raises(InputError, match=r"c.warc.gz: is empty \(0 bytes\)"):
         build_web(tmp_path / "s", warc=[tmp_path / "c.warc.gz"], progress=False)
+
+
+def test_a_build_refused_before_its_first_commit_leaves_no_building_folder(tmp_path):
+    # every input error left an empty <out>.building/, and `corpus info` then advised a --resume of nothing
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b'{"id": "a", "text": "x"}\n{"id": "b", "text": "caf\xe9"}\n')
+    with pytest.raises(InputError, match=r"d.jsonl, line 2: not UTF-8"):
+        build_web(tmp_path / "s", jsonl=[path], progress=False)
+    assert not (tmp_path / "s.building").exists()
+    path.write_bytes(b'{"id": "a", "text": "x"}\n{"id": "c", "text": "y"}\n{"id": "b", "text": "caf\xe9"}\n')
+    with pytest.raises(InputError, match=r"d.jsonl, line 3: not UTF-8"):
+        build_web(tmp_path / "s", jsonl=[path], shard_size=1, progress=False)
+    assert (tmp_path / "s.building" / "data.mdb").is_file()  # committed passages stay for --resume

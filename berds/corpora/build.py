@@ -295,8 +295,7 @@ def write_passages(
             if progress is not None:
                 progress.update(report.documents_read, len(writer))
         if not len(writer) and not allow_empty:
-            writer.abort()
-            shutil.rmtree(writer.building, ignore_errors=True)  # nothing in it worth resuming
+            writer.abort()  # (nothing committed: the folder goes)
             raise _empty_build_error(report, metadata, out)
         report.passages_written = len(writer)
         report.seconds = time.monotonic() - start

@@ -565,12 +565,16 @@ class PassageStoreWriter:
         return PassageStore.open(self.out)
 
     def abort(self) -> None:
-        """Stop without finishing; committed passages stay in ``<out>.building/`` for ``resume=True``."""
+        """Stop without finishing; committed passages stay in ``<out>.building/`` for ``resume=True``. With
+        none committed the folder goes (while still locked): it held nothing to resume, yet `corpus info` and
+        the next build's advice pointed to it (every input error before the first commit left one behind)."""
         if self._closed:
             return
         self._txn.abort()
         self._env.close()
         self._closed = True
+        if self._count - self._txn_passages == 0:
+            shutil.rmtree(self.building, ignore_errors=True)
         _unlock(self._lock)
 
 
