@@ -72,3 +72,21 @@ def test_a_passage_store_given_as_out_is_named_as_the_corpus(tmp_path):
     with pytest.raises(InputError, match=r"wiki: is a passage store \(a corpus\), not an index"):
         prepare_index_folder(tmp_path / "wiki", {"type": "bm25"}, overwrite="always")
     assert (tmp_path / "wiki" / "manifest.json").is_file()
+
+
+def test_an_unfinished_corpus_build_given_as_corpus_is_named_as_such(tmp_path, capsys):
+    # `berds index bm25 corpora/wiki.building` said "not a passage store (no manifest.json)"
+    import pytest
+
+    from berds.cli import main
+    from berds.corpora.docstore import PassageStoreWriter
+    from berds.types import Passage
+
+    with pytest.raises(RuntimeError):
+        with PassageStoreWriter(tmp_path / "wiki", shard_size=1) as writer:
+            writer.add_many([Passage("p1", "words"), Passage("p2", "more")])
+            raise RuntimeError("killed")
+    with pytest.raises(SystemExit):
+        main(["index", "bm25", str(tmp_path / "wiki.building"), "--out", str(tmp_path / "idx"), "-q"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert "wiki.building: is an unfinished corpus build, not a passage store" in err and "--resume" in err

@@ -48,6 +48,12 @@ def _store_folder(corpus: Path) -> Path:
                                 "passage; leave it out to split documents into 100-word passages)"))
     from berds.indexes.base import is_index
 
+    if corpus.name.endswith(".building") and (corpus / "data.mdb").is_file():  # (said "no manifest.json")
+        from berds.errors import InputError
+
+        raise InputError("is an unfinished corpus build, not a passage store", path=corpus,
+                         fix=f"finish it: run its `berds corpus build ... --out {corpus.with_name(corpus.name[:-9])}` "
+                             "command again with --resume")
     if is_index(corpus):  # (it said "not a passage store (no manifest.json)")
         from berds.errors import InputError
         from berds.indexes.base import read_index_meta
