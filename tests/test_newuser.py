@@ -219,8 +219,13 @@ def test_version_module_entry_and_completion():
     for cmd in (berds_cmd("--version"), [sys.executable, "-m", "berds", "--version"]):
         done = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(), timeout=60)
         assert done.returncode == 0 and done.stdout.strip() == f"berds {__version__}", done.stderr
-    shown = subprocess.run(berds_cmd("--show-completion", "bash"), capture_output=True, text=True,
-                           env=subprocess_env(SHELL="/bin/bash"), timeout=60)
+    # typer finds the shell by walking up the process tree (shellingham), so run berds under a bash of its own:
+    # a suite started without a shell above it (a detached job, some CI runners) would otherwise find none.
+    # ("; exit" keeps bash from exec-ing the command in its place.)
+    import shlex
+
+    shown = subprocess.run(["bash", "-c", shlex.join(berds_cmd("--show-completion")) + '; exit "$?"'],
+                           capture_output=True, text=True, env=subprocess_env(SHELL="/bin/bash"), timeout=60)
     assert shown.returncode == 0 and "complete" in shown.stdout and "berds" in shown.stdout
 
 
@@ -547,7 +552,7 @@ def test_reprs_are_short_and_say_what_matters(tmp_path):
         assert "e.sqlite" in repr(cache) and len(repr(cache)) < 200
 
 
-def test_the_judging_bar_moves_per_judge_batch_not_per_commit(tmp_path, monkeypatch):
+def test_the_judging_bar_moves_per_judge_batch(tmp_path, monkeypatch):
     from rich.progress import Progress
 
     from berds.evaluate.cache import JudgementCache
@@ -568,5 +573,5 @@ def test_the_judging_bar_moves_per_judge_batch_not_per_commit(tmp_path, monkeypa
     with JudgementCache(tmp_path / "c.sqlite") as cache:
         out = judge_missing(Small(batch_size=4), pairs, cache, batch_size=16, progress=True)
         assert len(out) == 20 and cache.count() == 20
-    assert sizes == [4, 4, 4, 4, 4]  # the judge's own slices of each committed batch of 16
-    assert [u for u in updates if u is not None][:5] == [4, 8, 12, 16, 16]
+    assert sizes == [4, 4, 4, 4, 4]  # the judge's own slices of each engine batch of 16
+    assert [u for u in updates if u is not None][:5] == [4, 8, 12, 16, 20]  # (each judge batch, not each 16)

@@ -75,8 +75,6 @@ def judge_missing(
     return out
 
 
-
-
 def judge_on_engine(
     engine: Any,
     judge: Any,
