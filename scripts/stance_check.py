@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             table.add_row(judge_name, *cells)
         console.print(table)
     except BerdsError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True, highlight=False)  # (a path stays whole)
         return 2
     return 0 if ok else 1
 

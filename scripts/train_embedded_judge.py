@@ -547,7 +547,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(args)
     except BerdsError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True, highlight=False)  # (a path stays whole)
         return 2
 
 

@@ -217,5 +217,7 @@ def test_training_script_reports_bad_input_clearly(tmp_path, capsys):
         import train_embedded_judge as trainer
     finally:
         sys.path.remove(str(ROOT / "scripts"))
-    assert trainer.main(["--berds-dev", str(tmp_path), "--train-sets", "nope", "--out", str(tmp_path / "o")]) == 2
-    assert "nope.dev.jsonl" in capsys.readouterr().out
+    deep = tmp_path / ("a-folder-name-long-enough-to-pass-eighty-columns-" * 2)  # (rich folded the path)
+    deep.mkdir()
+    assert trainer.main(["--berds-dev", str(deep), "--train-sets", "nope", "--out", str(tmp_path / "o")]) == 2
+    assert str(deep / "nope.dev.jsonl") in capsys.readouterr().out
