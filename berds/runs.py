@@ -287,19 +287,23 @@ def unique_hits(hits: list[Hit], *, duplicates: str, path: Path, line: int, qid:
 
 
 def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False, duplicates: str = "refuse",
-                    require_perspectives: bool = True, duplicates_option: str | None = None) -> Run:
+                    require_perspectives: bool = True, duplicates_option: str | None = None,
+                    allow_empty_option: str | None = "--allow-short") -> Run:
     """A BERDS-format jsonl -> ``Run`` (hits in file order, which is the ranking; see ``unique_hits``).
 
-    ``require_perspectives=False`` reads runs over questions without gold perspectives (DELPHI retrievals)."""
+    ``require_perspectives=False`` reads runs over questions without gold perspectives (DELPHI retrievals).
+    ``allow_empty_option``: the command's option that takes empty questions, offered when one is refused
+    (``None``: the command has none)."""
     with no_gc():
-        return _read_ctxs_jsonl(Path(path), allow_empty_ctxs, duplicates, require_perspectives, duplicates_option)
+        return _read_ctxs_jsonl(Path(path), allow_empty_ctxs, duplicates, require_perspectives, duplicates_option,
+                                allow_empty_option)
 
 
 NO_QUESTION_TEXT = "(question on line {line})"  # the text of a record that has none (the exchange format)
 
 
 def _read_ctxs_jsonl(path: Path, allow_empty_ctxs: bool, duplicates: str, require_perspectives: bool,
-                     duplicates_option: str | None = None) -> Run:
+                     duplicates_option: str | None = None, allow_empty_option: str | None = "--allow-short") -> Run:
     questions: list[Question] = []
     hits: list[list[Hit]] = []
     seen: dict[str, int] = {}
@@ -329,9 +333,12 @@ def _read_ctxs_jsonl(path: Path, allow_empty_ctxs: bool, duplicates: str, requir
         if not isinstance(ctxs, list):
             raise InputError("'ctxs' must be a list of passages", path=path, line=line, record=q.id)
         if not ctxs and not allow_empty_ctxs:
+            fix = "re-run retrieval for it or drop the question"
+            if allow_empty_option:
+                fix = (f"re-run retrieval for it, drop the question, or pass {allow_empty_option} to score it as "
+                       "zero (no passage supports any perspective)")
             raise InputError("'ctxs' is empty: nothing was retrieved for this question", path=path, line=line,
-                             record=q.id, fix="re-run retrieval for it, drop the question, or pass --allow-short "
-                                              "to score it as zero (no passage supports any perspective)")
+                             record=q.id, fix=fix)
         parsed = _parse_ctxs(ctxs, path=path, line=line, qid=q.id, exact=exact)
         if parsed is None:  # a ctx not in berds' own form, in a line orjson read: read it with json
             parsed = _parse_ctxs(jsonl_record(raw, path, line)["ctxs"], path=path, line=line, qid=q.id)
@@ -401,12 +408,14 @@ def _written_together(manifest: Mapping[str, Any], trec: Path) -> bool:
 
 
 def load_run(path: str | Path, *, allow_empty: bool = False, duplicates: str = "refuse",
-             require_perspectives: bool = True, duplicates_option: str | None = None) -> Run:
+             require_perspectives: bool = True, duplicates_option: str | None = None,
+             allow_empty_option: str | None = "--allow-short") -> Run:
     """A run folder (``manifest.json`` + ``run.ctxs.jsonl``, checked against its ``run.trec``) or a single
     BERDS-format jsonl. ``duplicates`` and ``duplicates_option``: see ``unique_hits``.
 
-    Questions with no passages are refused unless ``allow_empty`` (they then score zero). A run folder's
-    manifest is checked against its ctxs file.
+    Questions with no passages are refused unless ``allow_empty`` (they then score zero); the refusal offers
+    ``allow_empty_option`` (``None`` where the command has no such option). A run folder's manifest is checked
+    against its ctxs file.
     """
     path = Path(path)
     if path.is_dir():
@@ -432,7 +441,8 @@ def load_run(path: str | Path, *, allow_empty: bool = False, duplicates: str = "
         if duplicates == "refuse" and manifest.get(DUPLICATES_KEY) == "kept":
             duplicates = "keep"  # written so on purpose (the study's expansion merge)
         run = read_ctxs_jsonl(ctxs, allow_empty_ctxs=allow_empty, duplicates=duplicates,
-                              require_perspectives=require_perspectives, duplicates_option=duplicates_option)
+                              require_perspectives=require_perspectives, duplicates_option=duplicates_option,
+                           allow_empty_option=allow_empty_option)
         if (path / TREC).exists() and duplicates in ("refuse", "keep") and not _written_together(manifest, path / TREC):
             check_trec_matches(path / TREC, run)  # (a deduplicated ranking differs from it)
         if manifest:
@@ -443,7 +453,8 @@ def load_run(path: str | Path, *, allow_empty: bool = False, duplicates: str = "
         raise InputError("no such run folder or file", path=path)
     _refuse_non_jsonl_run(path)
     return read_ctxs_jsonl(path, allow_empty_ctxs=allow_empty, duplicates=duplicates,
-                           require_perspectives=require_perspectives, duplicates_option=duplicates_option)
+                           require_perspectives=require_perspectives, duplicates_option=duplicates_option,
+                           allow_empty_option=allow_empty_option)
 
 
 def _refuse_non_jsonl_run(path: Path) -> None:
@@ -549,14 +560,14 @@ def write_legacy_predictions(run: Run, support: Mapping[str, Any], path: str | P
     return path
 
 
-def read_predictions(path: str | Path) -> tuple[Run, dict[str, list[list[bool]]]]:
+def read_predictions(path: str | Path, *, allow_empty: bool = False) -> tuple[Run, dict[str, list[list[bool]]]]:
     """A file with predictions already in it (the original compute-only mode): ``(run, support)``, where
     ``support[qid][i][j]`` is ctx ``j``'s ``mistral-preds[i]``. Predictions must be booleans (the original
     code counts any non-empty string, "No" included, as true, so strings are refused rather than guessed)."""
     import json
 
     path = Path(path)
-    run = read_ctxs_jsonl(path)
+    run = read_ctxs_jsonl(path, allow_empty_ctxs=allow_empty)
     support: dict[str, list[list[bool]]] = {}
     with open(path, encoding="utf-8") as f:
         records = [(n, json.loads(line)) for n, line in enumerate(f, start=1) if line.strip()]

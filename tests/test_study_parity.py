@@ -432,6 +432,19 @@ def test_compute_only_metrics_by_hand_and_strings_refused(tmp_path):
         evaluate_predictions(path, (1,))
 
 
+def test_compute_only_allow_short_takes_a_question_that_retrieved_nothing(tmp_path):
+    """The refusal of an empty question said "pass --allow-short", and with it the same refusal came back."""
+    from berds.evaluate.evaluation import evaluate_predictions
+
+    path = tmp_path / "run.mistralpred.jsonl"
+    path.write_text(json.dumps({"perspectives": ["p1"], "ctxs": [{"text": "a", "mistral-preds": [True]}]}) + "\n"
+                    + json.dumps({"perspectives": ["p1"], "ctxs": []}) + "\n")
+    with pytest.raises(InputError, match="pass --allow-short"):
+        evaluate_predictions(path, (1,))
+    _, result = evaluate_predictions(path, (1,), allow_short=True)
+    assert [m["mrecall@1"] for m in result.per_question.values()] == [1.0, 0.0]
+
+
 def test_cli_eval_from_predictions(tmp_path):
     from typer.testing import CliRunner
 

@@ -266,3 +266,18 @@ def test_audit_options_that_decide_the_verdict_are_refused(tmp_path, options, me
         audit(labelled(tmp_path, questions=2), YesJudge(), progress=False, **options)
     with pytest.raises(BerdsError, match=message):  # (before the labelled file is even read)
         audit_files(str(tmp_path / "missing.tsv"), "embedded", progress=False, **options)
+
+
+def test_audit_refuses_a_run_question_with_no_passages_without_offering_an_option_it_lacks(tmp_path):
+    # the refusal said "pass --allow-short", which `judge audit` does not have
+    import json
+
+    from berds.trust.audit import audit_files
+
+    labelled(tmp_path, questions=2)
+    run = tmp_path / "run.jsonl"
+    run.write_text(json.dumps({"id": "q1", "question": "?", "perspectives": ["p"], "ctxs": []}) + "\n")
+    with pytest.raises(BerdsError, match="'ctxs' is empty") as refused:
+        audit_files(str(tmp_path / "pairs-2.tsv"), "judges_for_tests:OverlapJudge", runs=[str(run)], progress=False,
+                    use_cache=False)
+    assert "--allow-short" not in str(refused.value) and "drop the question" in str(refused.value)

@@ -484,7 +484,7 @@ def evaluate_predictions(path: str | Path, options: EvalOptions | Sequence[int] 
     from berds.runs import read_predictions
 
     opts = as_options(options, changes)
-    run, labels = read_predictions(path)
+    run, labels = read_predictions(path, allow_empty=opts.allow_short)  # (an empty question scores zero)
     depth = max(opts.ks)
     support: dict[str, np.ndarray] = {}
     per_question: dict[str, dict[str, float]] = {}

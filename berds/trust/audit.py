@@ -777,7 +777,8 @@ def audit_files(
 
             raise UnknownNameError("audit variant", name, list(VARIANTS))
     check_judge_name(judge)
-    loaded = [load_run(p) for p in runs]  # parse every run first: bad input fails before judging
+    # parse every run first: bad input fails before judging (audit has no --allow-short to offer)
+    loaded = [load_run(p, allow_empty_option=None) for p in runs]
     names = run_labels(loaded, runs)
     cache = JudgementCache(cache_path) if use_cache else None
     try:
