@@ -5,6 +5,8 @@ PY := $(VENV)/bin/python
 # CPU machines take the light torch build (on this image it lies on local disk); override on GPU hosts.
 TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= all,dev
+# Test files are shared out between this many pytest-xdist workers (a file's tests stay together in one).
+TEST_WORKERS ?= 2
 
 .PHONY: setup demo test bench clean
 
@@ -22,7 +24,7 @@ demo: setup
 	$(VENV)/bin/berds demo
 
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 bench: setup
 	for f in benchmarks/*.py; do $(PY) $$f || exit 1; done
