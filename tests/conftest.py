@@ -78,6 +78,14 @@ def ctxs_file(tmp_path, tiny_run) -> Path:
     return path
 
 
+def default_sigint() -> None:
+    """``preexec_fn`` for a child the test interrupts: a suite started in the background by a shell without job
+    control inherits SIGINT ignored, and so would the child, which then never sees the Ctrl-C the test sends."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def berds_cmd(*args: str) -> list[str]:
     """Command line running the berds CLI with this interpreter (works without the console script on PATH)."""
     return [sys.executable, "-c", "from berds.cli import main; main()", *args]

@@ -286,7 +286,10 @@ def test_ctrl_c_reaches_python_after_the_jvm_started(tmp_path):
 
     code = ("import os, signal, time\nfrom berds.java import start_jvm\nstart_jvm()\ntry:\n"
             "    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(10)\nexcept KeyboardInterrupt:\n    print('python')\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    from conftest import default_sigint
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          preexec_fn=default_sigint)
     assert done.returncode == 0 and done.stdout.strip() == "python", (done.returncode, done.stderr[-500:])
 
 

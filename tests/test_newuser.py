@@ -17,7 +17,7 @@ from berds.errors import BerdsError, InputError
 from berds.evaluate.evaluation import evaluate_paths, evaluate_run
 from berds.runs import load_run, save_run
 from berds.types import Hit, Passage, Question, Run
-from conftest import berds_cmd, make_run, subprocess_env
+from conftest import berds_cmd, default_sigint, make_run, subprocess_env
 from judges_for_tests import OverlapJudge
 
 JUDGE = "judges_for_tests:OverlapJudge"
@@ -185,7 +185,8 @@ def test_ctrl_c_during_eval_exits_130_and_says_what_was_kept(tmp_path):
     proc = subprocess.Popen(
         berds_cmd("eval", str(folder), "--judge", JUDGE, "--k", "10", "-o", "delay=0.05", "-o", "batch_size=1",
                   "--cache", str(cache), "-q"),
-        env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        preexec_fn=default_sigint)
     code, err = _interrupt_when(proc, lambda: _cached_rows(cache) >= 4)
     assert code == 130, err
     assert "interrupted" in err and "judgement cache keeps every answered batch" in err
@@ -203,7 +204,8 @@ def test_ctrl_c_during_index_dense_exits_130_and_keeps_shards(tmp_path):
     proc = subprocess.Popen(
         berds_cmd("index", "dense", str(tmp_path / "store"), "--out", str(out), "--encoder", f"transformers:{model}",
                   "--batch-size", "1", "--shard-size", "20", "-q"),
-        env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        preexec_fn=default_sigint)
     code, err = _interrupt_when(proc, lambda: len(list((out / "embeddings").glob("shard-*.npy"))) >= 1)
     assert code == 130, err
     assert "interrupted" in err and "shards are kept" in err and "Traceback" not in err
