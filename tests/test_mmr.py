@@ -387,3 +387,15 @@ def test_rerank_and_tune_commands(tmp_path, minilm_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["rerank", "mmr", str(run_dir), "--out", str(tmp_path / "x")])
     assert exc.value.code == 2 and "exactly one of --lambda" in capsys.readouterr().err
+
+
+def test_a_run_cut_to_a_smaller_depth_is_not_counted_as_reordered():
+    # `rerank --depth 5` keeps 5 passages: its summary counted every question as "top 10 changed"
+    from berds.rerank.base import questions_reordered
+
+    before = make_run(n_questions=2, depth=10)
+    cut = Run(before.questions, {q: hits[:5] for q, hits in before.hits.items()}, {}, "cut")
+    assert questions_reordered(before, cut) == 0
+    swapped = dict(cut.hits, q0=[cut.hits["q0"][1], cut.hits["q0"][0], *cut.hits["q0"][2:]])
+    assert questions_reordered(before, Run(before.questions, swapped, {}, "swapped")) == 1
+    assert questions_reordered(before, before) == 0

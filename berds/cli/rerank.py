@@ -10,7 +10,7 @@ from typing import Any, List, Optional
 import typer
 
 from berds.cli.analysis import _console, _print_table as _table  # one table style for every command
-from berds.cli.options import (JUDGE_REQUIRED_HELP, K_HELP, cache_file_callback, ks_callback, out_folder_callback, parse_ks,
+from berds.cli.options import (ALLOW_UNPARSED_HELP, JUDGE_REQUIRED_HELP, K_HELP, cache_file_callback, ks_callback, out_folder_callback, parse_ks,
                                print_judge_warning, require_judge)
 
 rerankers_app = typer.Typer(help="Rerankers: list what is available.", no_args_is_help=True)
@@ -119,8 +119,9 @@ def rerank_command(
     from berds.runs import load_run
 
     before = load_run(run, allow_empty=True, require_perspectives=False)
-    moved = sum([h.passage.id for h in before.hits[q][:10]] != [h.passage.id for h in reranked.hits[q][:10]]
-                for q in before.questions)
+    from berds.rerank.base import questions_reordered
+
+    moved = questions_reordered(before, reranked)
     info = reranked.manifest.get("rerank", {})
     rows = [["reranker", reranker.name], ["method", str(info.get("method"))]]
     for key in ("lambda", "diversity", "encoder", "normalisation", "depth", "top", "embedded_now"):
@@ -180,6 +181,7 @@ def compare_command(
     judge_option: List[str] = typer.Option([], "--judge-option", help="key=value for the judge (repeatable)."),
     cache: Optional[Path] = typer.Option(None, "--cache", callback=cache_file_callback, help="Judgement cache file."),
     allow_short: bool = typer.Option(False, "--allow-short", help="Score questions with fewer than k passages, or none: missing ranks count as unsupported."),
+    allow_unparsed: bool = typer.Option(False, "--allow-unparsed", help=ALLOW_UNPARSED_HELP),
     out: Optional[Path] = typer.Option(None, "--out", callback=out_folder_callback, help="Write compare.json/.md/.csv into this folder."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -190,7 +192,7 @@ def compare_command(
 
     result = compare_paths([str(r) for r in runs], judge, ks=parse_ks(k), baseline=baseline, n_resamples=resamples,
                            alpha=alpha, seed=seed, judge_options=parse_options(judge_option), cache_path=cache,
-                           allow_short=allow_short, progress=not quiet)
+                           allow_short=allow_short, allow_unparsed=allow_unparsed, progress=not quiet)
     title, header, rows = result.table(narrow=True)
     _table(title, header, rows)
     for line in result.notes:  # e.g. runs compared on the questions they share: never silently fewer

@@ -140,6 +140,17 @@ class EmbeddingReranker:
                           input_path=input_path, extra_provenance=extra_provenance)
 
 
+def questions_reordered(before: Run, after: Run, top: int = 10) -> int:
+    """How many questions of ``after`` rank other passages, or the same in another order, in their first ``top``
+    places than ``before`` does. Only the places ``after`` still holds are compared: a reranked run cut to a
+    smaller ``--depth`` is not "changed" for the passages it no longer has."""
+    moved = 0
+    for qid, hits in after.hits.items():
+        n = min(top, len(hits))
+        moved += [h.passage.id for h in before.hits[qid][:n]] != [h.passage.id for h in hits[:n]]
+    return moved
+
+
 def check_fraction(name: str, value: float) -> float:
     value = float(value)
     if not 0.0 <= value <= 1.0 or np.isnan(value):

@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from berds.errors import BerdsError
-from berds.rerank.base import EmbeddingReranker, check_fraction
+from berds.rerank.base import EmbeddingReranker, check_fraction, questions_reordered
 from berds.rerank.candidates import (DEFAULT_DEPTH, DEFAULT_EMBED_TEXT, DEFAULT_NORMALISATION, EMBED_TEXTS,
                                      NORMALISATIONS, QuestionCandidates, normalise_scores, passage_embed_text,
                                      unit_rows)
@@ -206,10 +206,9 @@ class RerankStats:
 
 def stats_of(before: Run, after: Run, reranker: EmbeddingReranker) -> RerankStats:
     cands = reranker.last
-    moved = sum([h.passage.id for h in before.hits[q][:10]] != [h.passage.id for h in after.hits[q][:10]]
-                for q in before.questions)
     return RerankStats(questions=len(before.questions), passages=sum(len(c.hits) for c in cands.questions.values()),
-                       embedded=cands.embedded_now, constant_scores=cands.constant_scores, moved=moved)
+                       embedded=cands.embedded_now, constant_scores=cands.constant_scores,
+                       moved=questions_reordered(before, after))
 
 
 def mmr_rerank(
