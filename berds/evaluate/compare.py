@@ -224,8 +224,8 @@ def resolve_baseline(baseline: str | None, labels: Sequence[str], paths: Sequenc
 
 def compare_paths(run_paths: Sequence[str | Path], judge: str | Any, *, ks: Sequence[int] = (5,),
                   baseline: str | None = None, judge_options: Mapping[str, Any] | None = None,
-                  cache_path: str | Path | None = None, allow_short: bool = False, progress: bool = False,
-                  **options: Any) -> CompareResult:
+                  cache_path: str | Path | None = None, allow_short: bool = False, allow_unparsed: bool = False,
+                  progress: bool = False, **options: Any) -> CompareResult:
     """``berds compare``: judge the runs (through the cache) and compare them with the baseline."""
     from berds.evaluate.analyses.common import check_same_question_per_id, judge_runs, run_labels
     from berds.runs import load_run
@@ -243,5 +243,5 @@ def compare_paths(run_paths: Sequence[str | Path], judge: str | Any, *, ks: Sequ
     check_same_question_per_id(runs, labels)
     index = resolve_baseline(baseline, labels, run_paths)
     results = judge_runs(runs, judge, ks[-1], judge_options=judge_options, cache_path=cache_path,
-                         allow_short=allow_short, progress=progress)
+                         allow_short=allow_short, allow_unparsed=allow_unparsed, progress=progress)
     return compare_results(results, labels, ks=ks, baseline=index, **options)
