@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,14 +103,14 @@ def _save(fig: Any, path: str | Path) -> Path:
 
 def plot_leaning(result: Any, path: str | Path) -> Path:
     """Horizontal stacked bars: for each run, the share of questions in each leaning category."""
-    from berds.evaluate.analyses.leaning import CATEGORIES
+    from berds.evaluate.analyses.leaning import CATEGORIES, row_shares
 
     labels = [r["run"] for r in result.rows]
     fig = _figure(7.5, 0.55 * len(labels) + 1.6)
     ax = fig.add_subplot(1, 1, 1)
     left = np.zeros(len(labels))
     for cat, colour in zip(CATEGORIES, LEANING_COLOURS):
-        values = np.array([100 * result.shares(l)[cat] for l in labels])
+        values = np.array([100 * row_shares(r)[cat] for r in result.rows])
         values = np.nan_to_num(values)
         bars = ax.barh(labels, values, left=left, color=colour, label=cat, edgecolor="white")
         for bar, v in zip(bars, values):
@@ -236,23 +237,68 @@ class Report:
     sections: list[str] = field(default_factory=list)
 
 
+def result_judges(res: Any) -> tuple[str, ...]:
+    """The judge ids a result records (sycophancy: per row), ``()`` for a file from an earlier berds."""
+    judges = [res.judge] if getattr(res, "judge", None) else [r.get("judge") for r in res.rows if r.get("judge")]
+    return tuple(dict.fromkeys(judges))
+
+
+def _label_key(res: Any) -> str:
+    return "label" if res.KIND == "sycophancy" else "run"
+
+
+def _renamed(res: Any, taken: set[str]) -> Any:
+    """``res`` with each run label that is already ``taken`` made distinct (``bm25#2``): tables and figures find
+    a run's rows by its label, so two files naming a run alike showed the first one's numbers twice."""
+    key = _label_key(res)
+    renames: dict[str, str] = {}
+    for label in dict.fromkeys(r[key] for r in res.rows):
+        new, n = label, 1
+        while new in taken or new in renames.values():
+            n += 1
+            new = f"{label}#{n}"
+        renames[label] = new
+    if all(a == b for a, b in renames.items()):
+        return res
+    import copy
+
+    res = copy.copy(res)
+    res.rows = [{**r, key: renames[r[key]]} for r in res.rows]
+    if hasattr(res, "per_question"):
+        res.per_question = {renames.get(k, k): v for k, v in res.per_question.items()}
+    return res
+
+
 def merge_results(results: Sequence[Any]) -> list[Any]:
-    """Results of the same kind and depth/k are merged into one (rows concatenated), in first-seen order."""
+    """Results of the same kind, depth/k and judge are merged into one (rows concatenated, run labels that repeat
+    made distinct), in first-seen order. A coverage result is never merged: its union row belongs to its runs."""
     merged: list[Any] = []
     for res in results:
-        key = (res.KIND, getattr(res, "k", None), getattr(res, "depth", None))
+        key = (res.KIND, getattr(res, "k", None), getattr(res, "depth", None), result_judges(res))
         for i, m in enumerate(merged):
-            if (m.KIND, getattr(m, "k", None), getattr(m, "depth", None)) == key:
+            if res.KIND != "coverage" and (m.KIND, getattr(m, "k", None), getattr(m, "depth", None),
+                                           result_judges(m)) == key:
+                res = _renamed(res, {r[_label_key(m)] for r in m.rows})
                 rows = m.rows + res.rows
                 extra = {}
                 if hasattr(m, "per_question"):
                     extra["per_question"] = {**m.per_question, **res.per_question}
+                if hasattr(m, "judge"):
+                    extra["judge"] = m.judge
                 kwargs = {"k": m.k} if hasattr(m, "k") else {"depth": m.depth}
                 merged[i] = type(m)(**kwargs, rows=rows, **extra)
                 break
         else:
             merged.append(res)
     return merged
+
+
+def judge_line(res: Any) -> str:
+    """Which judge a result's numbers come from, for the report and the written table."""
+    judges = result_judges(res)
+    if not judges:
+        return "Judge: not recorded (a result written by an earlier berds)."
+    return "Judge: " + ", ".join(f"`{j}`" for j in judges) + "."
 
 
 def build_report(
@@ -349,7 +395,7 @@ def build_report(
         stem = res.KIND if seen_kinds[res.KIND] == 1 else f"{res.KIND}-{seen_kinds[res.KIND]}"
         table_title, header, rows = res.table()
         report.files.update({f"{stem}.{k}": v for k, v in write_table(out / stem, header, rows).items()})
-        md += ["", f"## {table_title}", "", markdown_table(header, rows)]
+        md += ["", f"## {table_title}", "", judge_line(res), "", markdown_table(header, rows)]
         figure = None
         if res.KIND == "leaning":
             figure = plot_leaning(res, out / f"{stem}.png")
@@ -360,7 +406,31 @@ def build_report(
             md += [f"![{res.KIND}]({figure.name})", ""]
     write_text(out / "report.md", "\n".join(md).rstrip() + "\n")
     report.files["report.md"] = out / "report.md"
+    _record_files(out, report.files.values())
     return report
+
+
+REPORT_FILES = "report-files.json"
+
+
+def _record_files(out: Path, files: Any) -> None:
+    """List this report's files in ``out`` and delete those a previous report there wrote and this one did not: a
+    report made again into its folder (without ``--baseline``, or with fewer analyses) left the old ``compare.*``
+    or ``leaning-2.*`` beside it, tables that no longer belonged to it."""
+    from berds.io import write_json
+
+    names = sorted({Path(f).name for f in files})
+    record = out / REPORT_FILES
+    try:
+        old = json.loads(record.read_text(encoding="utf-8")).get("files", [])
+    except (OSError, ValueError, AttributeError):
+        old = []
+    for name in old if isinstance(old, list) else []:
+        # only plain names of the kinds this module writes (never a path out of the folder)
+        if (isinstance(name, str) and name not in names and name == Path(name).name
+                and Path(name).suffix in (".md", ".csv", ".png", ".json") and name != REPORT_FILES):
+            (out / name).unlink(missing_ok=True)
+    write_json(record, {"kind": "berds-report", "files": names})
 
 
 def write_compare(result: Any, out: str | Path) -> dict[str, Path]:
@@ -386,7 +456,7 @@ def write_analysis(result: Any, json_path: str | Path) -> dict[str, Path]:
     stem = json_path.with_suffix("")
     paths = {"json": save_result(result, json_path)}
     table_title, header, rows = result.table()
-    paths.update(write_table(stem, header, rows, title=table_title))
+    paths.update(write_table(stem, header, rows, title=f"{table_title}\n\n{judge_line(result)}"))
     if result.KIND == "leaning":
         paths["png"] = plot_leaning(result, stem.with_name(stem.name + ".png"))
     elif result.KIND == "sycophancy":

@@ -37,13 +37,14 @@ class CoverageResult:
     KIND = "coverage"
     depth: int
     rows: list[dict[str, Any]]  # {"run", "questions", "mrecall", "perspective_recall"}; last row = union
+    judge: str | None = None  # the judge id that judged the runs (None: a file from an earlier berds)
 
     def to_json(self) -> dict[str, Any]:
-        return {"depth": self.depth, "rows": self.rows}
+        return {"depth": self.depth, "judge": self.judge, "rows": self.rows}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "CoverageResult":
-        return cls(int(data["depth"]), list(data["rows"]))
+        return cls(int(data["depth"]), list(data["rows"]), data.get("judge"))
 
     def table(self) -> tuple[str, list[str], list[list[str]]]:
         header = ["run", "questions", f"MRecall@{self.depth} %", "perspectives covered %"]
@@ -51,7 +52,7 @@ class CoverageResult:
         return f"Coverage of the union of the top {self.depth} passages", header, body
 
 
-def coverage(supports: Mapping[str, Supports], depth: int = 100) -> CoverageResult:
+def coverage(supports: Mapping[str, Supports], depth: int = 100, judge: str | None = None) -> CoverageResult:
     """Each run's coverage at ``depth`` and their union's (``supports[label][qid]`` = support matrix)."""
     if depth < 1:
         raise BerdsError(f"depth must be at least 1, got {depth}")
@@ -70,7 +71,7 @@ def coverage(supports: Mapping[str, Supports], depth: int = 100) -> CoverageResu
         rows.append({"run": name if name != UNION else f"union of {len(labels)} runs", "questions": len(qids),
                      "mrecall": float(np.mean(complete)) if qids else float("nan"),
                      "perspective_recall": float(np.mean(share)) if qids else float("nan")})
-    return CoverageResult(depth, rows)
+    return CoverageResult(depth, rows, judge)
 
 
 def analyze_coverage(run_paths: Sequence[str], judge: str | Any, *, depth: int = 100,
@@ -85,4 +86,4 @@ def analyze_coverage(run_paths: Sequence[str], judge: str | Any, *, depth: int =
     check_same_question_per_id(runs, labels, ordered=True)  # (the union is taken question by question, row by row)
     results = judge_runs(runs, judge, depth, judge_options=judge_options, cache_path=cache_path,
                          allow_short=allow_short, allow_unparsed=allow_unparsed, progress=progress)
-    return coverage({lab: res.support for lab, res in zip(labels, results)}, depth)
+    return coverage({lab: res.support for lab, res in zip(labels, results)}, depth, results[0].judge_id)

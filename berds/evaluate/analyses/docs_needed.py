@@ -38,13 +38,14 @@ class DocsNeededResult:
     depth: int
     rows: list[dict[str, Any]]  # {"run", "dataset", "questions", "covered", "covered_share", "mean", "median"}
     per_question: dict[str, dict[str, int | None]] = field(default_factory=dict)
+    judge: str | None = None  # the judge id that judged the runs (None: a file from an earlier berds)
 
     def to_json(self) -> dict[str, Any]:
-        return {"depth": self.depth, "rows": self.rows, "per_question": self.per_question}
+        return {"depth": self.depth, "judge": self.judge, "rows": self.rows, "per_question": self.per_question}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "DocsNeededResult":
-        return cls(int(data["depth"]), list(data["rows"]), dict(data.get("per_question", {})))
+        return cls(int(data["depth"]), list(data["rows"]), dict(data.get("per_question", {})), data.get("judge"))
 
     def table(self) -> tuple[str, list[str], list[list[str]]]:
         header = ["run", "set", "questions", f"covered within {self.depth} %", "mean docs needed", "median docs needed"]
@@ -55,13 +56,16 @@ class DocsNeededResult:
 
 
 def docs_needed_analysis(supports: Mapping[str, Supports], depth: int = 100,
-                         datasets: Mapping[str, str] | None = None) -> DocsNeededResult:
-    """Per run: docs needed for every question, summarised overall and per dataset."""
+                         datasets: Mapping[str, Any] | None = None, judge: str | None = None) -> DocsNeededResult:
+    """Per run: docs needed for every question, summarised overall and per dataset (``datasets``: qid -> name,
+    or run label -> {qid -> name} where runs of different question sets share ids)."""
     if depth < 1:
         raise BerdsError(f"depth must be at least 1, got {depth}")
-    datasets = datasets or {}
+    all_datasets = datasets or {}
     rows, per_question = [], {}
     for label, support in supports.items():
+        by_run = all_datasets.get(label)
+        datasets = by_run if isinstance(by_run, Mapping) else all_datasets
         needed = {qid: docs_needed(np.asarray(m, dtype=bool)[:, :depth]) for qid, m in support.items()}
         per_question[label] = needed
         rows.append({"run": label, "dataset": "all", **docs_needed_summary(list(needed.values()))})
@@ -70,7 +74,7 @@ def docs_needed_analysis(supports: Mapping[str, Supports], depth: int = 100,
             for name in names:
                 rows.append({"run": label, "dataset": name,
                              **docs_needed_summary([n for q, n in needed.items() if (datasets.get(q) or "-") == name])})
-    return DocsNeededResult(depth, rows, per_question)
+    return DocsNeededResult(depth, rows, per_question, judge)
 
 
 def analyze_docs_needed(run_paths: Sequence[str], judge: str | Any, *, depth: int = 100,
@@ -84,5 +88,6 @@ def analyze_docs_needed(run_paths: Sequence[str], judge: str | Any, *, depth: in
     results = judge_runs(runs, judge, depth, judge_options=judge_options, cache_path=cache_path,
                          allow_short=allow_short, allow_unparsed=allow_unparsed, progress=progress)
     labels = run_labels(runs, run_paths)
-    datasets = {qid: q.dataset for r in runs for qid, q in r.questions.items()}
-    return docs_needed_analysis({lab: res.support for lab, res in zip(labels, results)}, depth, datasets)
+    datasets = {lab: {qid: q.dataset for qid, q in r.questions.items()} for lab, r in zip(labels, runs)}
+    return docs_needed_analysis({lab: res.support for lab, res in zip(labels, results)}, depth, datasets,
+                                results[0].judge_id)

@@ -49,30 +49,36 @@ class LeaningResult:
     k: int
     rows: list[dict[str, Any]]
     per_question: dict[str, dict[str, str]] = field(default_factory=dict)
+    judge: str | None = None  # the judge id that judged the runs (None: a file from an earlier berds)
 
     def shares(self, label: str) -> dict[str, float]:
-        row = next(r for r in self.rows if r["run"] == label)
-        total = row["questions"]
-        return {c: (row[c] / total if total else float("nan")) for c in CATEGORIES}
+        return row_shares(next(r for r in self.rows if r["run"] == label))
 
     def to_json(self) -> dict[str, Any]:
-        return {"k": self.k, "rows": self.rows, "per_question": self.per_question}
+        return {"k": self.k, "judge": self.judge, "rows": self.rows, "per_question": self.per_question}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "LeaningResult":
-        return cls(int(data["k"]), list(data["rows"]), dict(data.get("per_question", {})))
+        return cls(int(data["k"]), list(data["rows"]), dict(data.get("per_question", {})), data.get("judge"))
 
     def table(self) -> tuple[str, list[str], list[list[str]]]:
         header = ["run", "questions", *[f"{c} %" for c in CATEGORIES], "no stance"]
         body = []
         for row in self.rows:
-            shares = self.shares(row["run"])
+            shares = row_shares(row)  # by row: two rows may carry one run name
             body.append([row["run"], str(row["questions"]), *[pct(shares[c]) for c in CATEGORIES],
                          str(row["no_stance"])])
         return f"Leaning of the top {self.k} (share of two-perspective questions)", header, body
 
 
-def leaning(supports: Mapping[str, Supports], stances: Mapping[str, Stance], k: int) -> LeaningResult:
+def row_shares(row: Mapping[str, Any]) -> dict[str, float]:
+    """The share of a row's questions in each category."""
+    total = row["questions"]
+    return {c: (row[c] / total if total else float("nan")) for c in CATEGORIES}
+
+
+def leaning(supports: Mapping[str, Supports], stances: Mapping[str, Stance], k: int,
+            judge: str | None = None) -> LeaningResult:
     """Leaning of each run (``supports[label][qid]`` = support matrix) at depth ``k``."""
     if k < 1:
         raise BerdsError(f"k must be at least 1, got {k}")
@@ -94,7 +100,7 @@ def leaning(supports: Mapping[str, Supports], stances: Mapping[str, Stance], k: 
     if all(r["questions"] == 0 for r in rows):
         raise BerdsError("no question has two perspectives and a known stance — check the stances file "
                          "(`berds analyze stance`) belongs to these runs' questions")
-    return LeaningResult(k, rows, per_question)
+    return LeaningResult(k, rows, per_question, judge)
 
 
 def analyze_leaning(
@@ -112,15 +118,17 @@ def analyze_leaning(
     progress: bool = False,
 ) -> LeaningResult:
     """``berds analyze leaning``: judge the top k of each run and count the leaning categories."""
-    from berds.evaluate.analyses.common import judge_runs, run_labels
+    from berds.evaluate.analyses.common import check_same_question_per_id, judge_runs, run_labels
     from berds.evaluate.analyses.stance import resolve_stances
     from berds.runs import load_run
 
     runs = [load_run(p, allow_empty=allow_short) for p in run_paths]
+    labels = run_labels(runs, run_paths)
+    # a stance is a perspective's position: runs must agree on each question and on its perspectives' order
+    check_same_question_per_id(runs, labels, ordered=True)
     questions = {qid: q for r in runs for qid, q in r.questions.items()}
     stance_map = resolve_stances(list(questions.values()), stances=stances, llm=stance_llm, llm_options=llm_options,
                                  progress=progress)
     results = judge_runs(runs, judge, k, judge_options=judge_options, cache_path=cache_path, allow_short=allow_short,
                          allow_unparsed=allow_unparsed, progress=progress)
-    labels = run_labels(runs, run_paths)
-    return leaning({lab: res.support for lab, res in zip(labels, results)}, stance_map, k)
+    return leaning({lab: res.support for lab, res in zip(labels, results)}, stance_map, k, results[0].judge_id)

@@ -90,6 +90,9 @@ def check_rows(result: Any, path: str | Path) -> None:
     if not _count(getattr(result, size)) or getattr(result, size) < 1:
         raise InputError(f"malformed {result.KIND} result: {size!r} must be a positive integer, "
                          f"got {getattr(result, size)!r}", path=path)
+    if getattr(result, "judge", None) is not None and not _text(result.judge):
+        raise InputError(f"malformed {result.KIND} result: 'judge' must be a judge id or null, got {result.judge!r}",
+                         path=path)
     if not result.rows:
         raise InputError(f"{result.KIND} result has no rows", path=path, fix="run `berds analyze` again")
     for i, row in enumerate(result.rows, start=1):

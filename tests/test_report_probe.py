@@ -1,0 +1,117 @@
+"""Reports, comparisons and analyses probed as an IR researcher would: analysis files that name a run alike, results
+of different judges, runs of other question sets, and a judge that often answers neither Yes nor No."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from berds.evaluate.analyses.leaning import LeaningResult
+from berds.evaluate.analyses.results import load_result, save_result
+from berds.evaluate.report import build_report
+from berds.runs import save_run
+from berds.types import Question, Run, Verdict
+from conftest import make_run
+from judges_for_tests import OverlapJudge
+
+
+class HalfMaybeJudge(OverlapJudge):
+    """Answers every other pair with neither Yes nor No."""
+
+    prompt_version = "half-maybe-v1"
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.id = "test-half-maybe"
+
+    def judge(self, pairs):
+        out = super().judge(pairs)
+        return [Verdict(False, None, "Maybe", {"unparsed": True}) if i % 2 else v for i, v in enumerate(out)]
+
+
+def lean(run: str, counts: tuple[int, int, int, int], judge: str | None = "judge-a") -> LeaningResult:
+    cats = dict(zip(("supporting only", "opposing only", "both", "neither"), counts))
+    return LeaningResult(5, [{"run": run, "questions": sum(counts), **cats, "no_stance": 0}], {run: {}}, judge)
+
+
+def test_two_leaning_files_naming_a_run_alike_keep_their_own_numbers(tmp_path):
+    # the merged table looked each row up by run name: the second file's "bm25" showed the first one's shares
+    a = save_result(lean("bm25", (4, 0, 0, 0)), tmp_path / "a.json")
+    b = save_result(lean("bm25", (0, 0, 0, 4)), tmp_path / "b.json")
+    build_report([], None, tmp_path / "r", analyses=[a, b])
+    rows = (tmp_path / "r" / "leaning.csv").read_text().splitlines()[1:]
+    assert rows == ["bm25,4,100.0,0.0,0.0,0.0,0", "bm25#2,4,0.0,0.0,0.0,100.0,0"]
+
+
+def test_analyses_record_their_judge_and_results_of_two_judges_are_never_one_table(tmp_path):
+    from berds.evaluate.analyses.coverage import analyze_coverage
+    from berds.evaluate.analyses.docs_needed import analyze_docs_needed
+
+    folder = save_run(make_run(n_questions=2, depth=4, name="bm25"), tmp_path / "bm25")
+    cache = tmp_path / "j.sqlite"
+    cov = analyze_coverage([str(folder)], "judges_for_tests:OverlapJudge", depth=4, cache_path=cache)
+    needed = analyze_docs_needed([str(folder)], "judges_for_tests:OverlapJudge", depth=4, cache_path=cache)
+    assert cov.judge == needed.judge == OverlapJudge().id
+    assert load_result(save_result(cov, tmp_path / "cov.json")).judge == cov.judge
+    # leaning of one run by two judges: two tables, each saying whose numbers it holds
+    a = save_result(lean("bm25", (4, 0, 0, 0), "judge-a"), tmp_path / "a.json")
+    b = save_result(lean("dense", (0, 0, 0, 4), "judge-b"), tmp_path / "b.json")
+    old = tmp_path / "old.json"  # written before results recorded their judge
+    old.write_text(json.dumps({"analysis": "leaning", "version": 1, "k": 5, "rows": lean("x", (1, 1, 1, 1)).rows}))
+    build_report([], None, tmp_path / "r", analyses=[a, b, old])
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert md.count("## Leaning") == 3 and (tmp_path / "r" / "leaning-3.csv").exists()
+    assert "Judge: `judge-a`." in md and "Judge: `judge-b`." in md and "Judge: not recorded" in md
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"analysis": "leaning", "k": 5, "judge": 3, "rows": lean("x", (1, 1, 1, 1)).rows}))
+    with pytest.raises(Exception, match="bad.json: .*'judge' must be a judge id or null"):
+        load_result(bad)
+
+
+def test_leaning_refuses_runs_whose_question_ids_mean_other_questions(tmp_path):
+    # a stance is a perspective's position: run b lists q0's perspectives the other way round, so one stances file
+    # would call the opposing side "supporting" in one of the two runs
+    from berds.errors import BerdsError
+    from berds.evaluate.analyses.leaning import analyze_leaning
+
+    run = make_run(n_questions=1, depth=4, name="a")
+    q = run.questions["q0"]
+    swapped = Run({"q0": Question("q0", q.text, tuple(reversed(q.perspectives)), q.dataset)}, run.hits, {}, "b")
+    stances = tmp_path / "stances.jsonl"
+    stances.write_text('{"id": "q0", "supporting": 0}\n')
+    paths = [str(save_run(run, tmp_path / "a")), str(save_run(swapped, tmp_path / "b"))]
+    with pytest.raises(BerdsError, match="another order in runs 'a' and 'b'"):
+        analyze_leaning(paths, "judges_for_tests:OverlapJudge", stances=str(stances), k=4,
+                        cache_path=str(tmp_path / "j.sqlite"))
+
+
+def test_compare_takes_allow_unparsed_as_its_refusal_says(tmp_path):
+    from typer.testing import CliRunner
+
+    from berds.cli import app
+
+    base = make_run(n_questions=2, depth=5, name="base")
+    a = save_run(base, tmp_path / "base")
+    b = save_run(Run(base.questions, {q: list(reversed(h)) for q, h in base.hits.items()}, {}, "rev"), tmp_path / "rev")
+    args = ["compare", str(a), str(b), "--judge", "test_report_probe:HalfMaybeJudge", "--k", "5", "--resamples",
+            "200", "--cache", str(tmp_path / "j.sqlite"), "-q"]
+    refused = CliRunner().invoke(app, args)
+    assert "pass --allow-unparsed" in str(refused.exception)  # (main() turns it into one line and exit 2)
+    allowed = CliRunner().invoke(app, [*args, "--allow-unparsed"])
+    assert allowed.exit_code == 0, allowed.output
+    assert "paired comparison against base" in allowed.output
+
+
+def test_a_report_made_again_into_its_folder_drops_the_tables_it_no_longer_has(tmp_path):
+    # the old compare.* and leaning-2.* stayed beside the new report as if they belonged to it
+    a = save_result(lean("bm25", (4, 0, 0, 0), "judge-a"), tmp_path / "a.json")
+    b = save_result(lean("dense", (0, 0, 0, 4), "judge-b"), tmp_path / "b.json")
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "notes.md").write_text("mine")
+    build_report([], None, out, analyses=[a, b])
+    assert (out / "leaning-2.csv").exists()
+    build_report([], None, out, analyses=[a])
+    assert not (out / "leaning-2.csv").exists() and not (out / "leaning-2.png").exists()
+    assert (out / "leaning.csv").exists() and (out / "notes.md").read_text() == "mine"
