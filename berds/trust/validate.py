@@ -386,6 +386,8 @@ def validate(
         (getattr(j, "name", None) or j.id, j) for j in judges]
     if not named and not annotators:
         raise BerdsError("validate needs at least one judge (or an annotator column)")
+    # an annotator column that is missing or not 0/1 is refused before any judge runs (judging may take hours)
+    annotated = [(column, annotator_labels(labelled, column)) for column in annotators]
     pairs = labelled.judge_pairs()
     rows: list[JudgeValidity] = []
     for name, judge in named:
@@ -393,9 +395,8 @@ def validate(
                                progress=progress, description=f"judging with {name}")
         rows.append(score_predictions(name, gold, verdicts, judge_id=judge.id, prompt_version=judge.prompt_version,
                                       n_boot=n_boot, seed=seed, groups=groups))
-    for column in annotators:
-        rows.append(score_predictions(f"column:{column}", gold, annotator_labels(labelled, column), n_boot=n_boot,
-                                      seed=seed, groups=groups))
+    for column, values in annotated:
+        rows.append(score_predictions(f"column:{column}", gold, values, n_boot=n_boot, seed=seed, groups=groups))
     return ValidationReport(labelled.path, labelled.sha256, len(labelled), float(gold.mean()), rows,
                             compare_judges(gold, rows), n_boot, seed, resample, len(set(questions)), labelled.repeats())
 
@@ -454,7 +455,8 @@ def annotator_labels(labelled: Any, column: str) -> np.ndarray:
                              fix=f"extra columns in this file: {', '.join(sorted(p.extra)) or '(none)'}")
         raw = p.extra[column].strip()
         if raw not in ("0", "1"):
-            raise InputError(f"column {column!r} must hold 0 or 1, got {raw!r}", path=labelled.path or None, line=p.line)
+            raise InputError(f"column {column!r} must hold 0 or 1, got {raw!r}", path=labelled.path or None, line=p.line,
+                             record=p.id or None)
         values.append(raw == "1")
     return np.array(values, dtype=bool)
 
