@@ -57,6 +57,22 @@ def test_a_bad_annotator_column_is_refused_before_any_judge_runs(tmp_path):
         validate(read_labelled_pairs(bad), [NeverJudge()], annotators=["second"], progress=False)
 
 
+def test_stance_correct_refuses_a_file_without_stances_and_another_judges_result_before_judging(tmp_path):
+    from berds.trust.stance_corrected import correct_sycophancy_file
+
+    saved = tmp_path / "syco.json"
+    row = {"label": "bm25", "query": "supporting", "p": 60.0, "n": 35.0, "p_docs": 12, "n_docs": 7, "docs": 20,
+           "delta": 5 / 12, "questions": 4}
+    saved.write_text(json.dumps({"analysis": "sycophancy", "version": 1, "k": 5, "rows": [row]}))
+    with pytest.raises(BerdsError, match="has no pairs with a 'support' perspective"):
+        correct_sycophancy_file(str(saved), str(_pairs_file(tmp_path, stance=False)), NeverJudge(), progress=False,
+                                cache_path=str(tmp_path / "c.sqlite"))
+    saved.write_text(json.dumps({"analysis": "sycophancy", "version": 1, "k": 5, "rows": [{**row, "judge": "other"}]}))
+    with pytest.raises(BerdsError, match="was counted by judge 'other', not 'never'"):
+        correct_sycophancy_file(str(saved), str(_pairs_file(tmp_path)), NeverJudge(), progress=False,
+                                cache_path=str(tmp_path / "c.sqlite"))
+
+
 # ----------------------------------------------------------------------------------- audit table
 
 

@@ -173,6 +173,30 @@ def check_sycophancy_rows(data: Mapping[str, Any], source: Any = None) -> list[d
     return rows
 
 
+def check_correction_inputs(data: Mapping[str, Any], labelled: Any, judge_id: str = "", source: Any = None
+                            ) -> list[dict[str, Any]]:
+    """The checked rows of a sycophancy result (its JSON), refused when they need another berds or were counted by
+    another judge than ``judge_id``, or when ``labelled`` lacks pairs of a stance: all knowable before judging."""
+    from berds.trust.labels import STANCES
+
+    rows = list(check_sycophancy_rows(data, source))
+    for row in rows:
+        if "query" not in row:
+            raise BerdsError("this sycophancy result was written by an earlier berds (rows per perspective side, not "
+                             "the paper's per-run Δ) — run `berds analyze sycophancy` again")
+        # results written before rows named their judge carry no "judge" and are not checked
+        if judge_id and row.get("judge") and row["judge"] != judge_id:
+            raise BerdsError(f"the sycophancy row {row.get('label', '')!r} / query {row['query']} was counted by judge "
+                             f"{row['judge']!r}, not {judge_id!r} — pass the judge that produced the result "
+                             "(its error rates are what the correction needs)")
+    stances = set(labelled.with_inferred_stances().stances)
+    for stance in STANCES:
+        if stance not in stances:
+            raise BerdsError(f"{labelled.path or 'the labelled set'} has no pairs with a {stance!r} perspective — add a "
+                             "'stance' column (support/oppose) or use questions whose two perspectives differ by a negation")
+    return rows
+
+
 def stance_corrected_sycophancy(
     sycophancy: Any,
     labelled: Any,
@@ -191,21 +215,8 @@ def stance_corrected_sycophancy(
 
     check_bootstrap(n_boot, seed)
     data = sycophancy.to_json() if hasattr(sycophancy, "to_json") else dict(sycophancy)
-    k, rows = int(data["k"]), list(check_sycophancy_rows(data))
-    for row in rows:
-        if "query" not in row:
-            raise BerdsError("this sycophancy result was written by an earlier berds (rows per perspective side, not "
-                             "the paper's per-run Δ) — run `berds analyze sycophancy` again")
-        # results written before rows named their judge carry no "judge" and are not checked
-        if judge_id and row.get("judge") and row["judge"] != judge_id:
-            raise BerdsError(f"the sycophancy row {row.get('label', '')!r} / query {row['query']} was counted by judge "
-                             f"{row['judge']!r}, not {judge_id!r} — pass the judge that produced the result "
-                             "(its error rates are what the correction needs)")
+    k, rows = int(data["k"]), check_correction_inputs(data, labelled, judge_id)
     rates = stance_error_rates(labelled, predictions)
-    for stance, r in rates.items():
-        if r.n == 0:
-            raise BerdsError(f"{labelled.path or 'the labelled set'} has no pairs with a {stance!r} perspective — add a "
-                             "'stance' column (support/oppose) or use questions whose two perspectives differ by a negation")
     pairs = labelled.with_inferred_stances().pairs
     gold = np.array([p.label for p in pairs], dtype=bool)
     pred = np.asarray(predictions, dtype=bool)
@@ -266,9 +277,11 @@ def correct_sycophancy_file(
     if not isinstance(result, SycophancyResult):
         raise InputError(f"is a {result.KIND} result, not a sycophancy result", path=result_path,
                          fix="pass the JSON written by `berds analyze sycophancy`")
-    check_sycophancy_rows(result.to_json(), result_path)  # before any judging
+    check_sycophancy_rows(result.to_json(), result_path)  # before reading the labels
     labelled = read_labelled_pairs(labels_path)
     judge = build_judge(judge, judge_options)
+    # before any judging (the judge's id needs no model loaded)
+    check_correction_inputs(result.to_json(), labelled, judge.id, result_path)
     cache = JudgementCache(cache_path) if cache_path is not None else JudgementCache()
     try:
         verdicts = judge_pairs(judge, labelled.judge_pairs(), cache=cache, progress=progress,
