@@ -115,3 +115,13 @@ def test_a_report_made_again_into_its_folder_drops_the_tables_it_no_longer_has(t
     build_report([], None, out, analyses=[a])
     assert not (out / "leaning-2.csv").exists() and not (out / "leaning-2.png").exists()
     assert (out / "leaning.csv").exists() and (out / "notes.md").read_text() == "mine"
+
+
+def test_runs_named_alike_are_told_apart_by_their_folders_as_eval_does(tmp_path):
+    # compare, report and analyze labelled them 'bm25' and 'bm25#2', which does not say which run is which
+    from berds.evaluate.analyses.coverage import analyze_coverage
+
+    run = make_run(n_questions=2, depth=4, name="bm25")
+    paths = [str(save_run(run, tmp_path / side / "bm25")) for side in ("wiki", "web")]
+    result = analyze_coverage(paths, "judges_for_tests:OverlapJudge", depth=4, cache_path=str(tmp_path / "j.sqlite"))
+    assert [r["run"] for r in result.rows] == ["wiki-bm25", "web-bm25", "union of 2 runs"]

@@ -79,8 +79,17 @@ def unique_labels(labels: Sequence[str]) -> list[str]:
 
 
 def run_labels(runs: Sequence[Run], paths: Sequence[str | Path]) -> list[str]:
-    """Distinct table labels for runs loaded from ``paths`` (``run_label`` each, repeats numbered)."""
-    return unique_labels([run_label(r, p) for r, p in zip(runs, paths)])
+    """Distinct table labels for runs loaded from ``paths``: ``run_label`` each, and where two are alike the folders
+    that tell them apart, as ``berds eval`` names them (``a/run.jsonl``, ``b/run.jsonl`` -> ``a-run``, ``b-run``;
+    ``run``, ``run#2`` did not say which was which); the same path given twice is numbered."""
+    from berds.evaluate.evaluation import distinct_names
+
+    names = [run_label(r, p) for r, p in zip(runs, paths)]
+    try:
+        names = distinct_names(names, [Path(p) for p in paths])
+    except BerdsError:  # the same run given twice
+        pass
+    return unique_labels(names)
 
 
 def pct(x: float | None) -> str:
