@@ -33,15 +33,20 @@ def study_answer(reply: str) -> tuple[bool, bool]:
     ``Based on the information provided in the document, the answer is`` (case-sensitive, in that order)
     is stripped and lower-cased; it is Yes when it starts with ``yes`` or ``(yes``, equals ``y`` or ``ye``,
     ends with ``yes``, ``yes.`` or ``yes".``, or starts with ``entail`` or ``true``; everything else is No.
+
+    An empty (or all-space) reply is No, as in the study, but ``parsed=False``: no answer came (a server's
+    null content, a model that ended at once), and evaluations count and flag such replies.
     """
     text = reply.strip()
+    if not text:
+        return False, False
     if text.startswith("{"):
         import ast
         import json
 
         try:
             record = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # (nesting past the parser's depth)
             try:
                 record = ast.literal_eval(text)
             except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
@@ -97,10 +102,13 @@ def p_yes_from_logprobs(logprobs: Mapping[str, float] | None) -> float | None:
     yes = no = 0.0
     for token, lp in logprobs.items():
         word = token.replace("▁", " ").replace("Ġ", " ").strip().lower()
+        if word not in ("yes", "no") or math.isnan(lp):
+            continue
+        p = math.exp(min(lp, 0.0))  # (a log-probability is <= 0; above it exp() overflows or passes 1)
         if word == "yes":
-            yes += math.exp(lp)
-        elif word == "no":
-            no += math.exp(lp)
+            yes += p
+        else:
+            no += p
     if yes + no == 0.0:
         return None
     return yes / (yes + no)
@@ -112,12 +120,32 @@ def p_yes_from_logprobs(logprobs: Mapping[str, float] | None) -> float | None:
 SYSTEM_TURN = ("auto", "keep", "drop")
 
 
-def drops_system_turn(system: str, llm_id: str) -> bool:
+def drops_system_turn(system: str, llm_id: str, llm: Any = None) -> bool:
     """``auto``: drop the system turn for Mistral models (the study's code passed Mistral only the turns
-    after it; GPT-4 got them all); ``keep`` / ``drop`` force it."""
+    after it; GPT-4 got them all) — a model whose id says "mistral", or a local folder whose ``config.json``
+    says ``model_type: mistral`` (a merged evaluator saved as ``/models/evaluator``); ``keep`` / ``drop``
+    force it."""
     if system not in SYSTEM_TURN:
         raise BerdsError(f"unknown system option {system!r}; use one of {', '.join(SYSTEM_TURN)}")
-    return system == "drop" or (system == "auto" and "mistral" in llm_id.lower())
+    return system == "drop" or (system == "auto" and ("mistral" in llm_id.lower() or _local_mistral(llm)))
+
+
+def _local_mistral(llm: Any) -> bool:
+    """Whether ``llm`` loads a local model folder whose config names the Mistral architecture (read without
+    loading anything; a hub name or a server says nothing here)."""
+    import json
+    from pathlib import Path
+
+    from berds.llm.shared import looks_like_local_path
+
+    name = getattr(llm, "model_name", None)
+    if not isinstance(name, str) or not looks_like_local_path(name):
+        return False
+    try:
+        config = json.loads((Path(name).expanduser() / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):  # (no folder, a GGUF file, an unreadable config: not known)
+        return False
+    return isinstance(config, dict) and config.get("model_type") == "mistral"
 
 
 class LLMJudge:
@@ -149,6 +177,16 @@ class LLMJudge:
     ):
         if parse not in PARSE_MODES:
             raise BerdsError(f"unknown answer parsing mode {parse!r}; use one of {', '.join(PARSE_MODES)}")
+        # Checked here, before they enter the id (a "0.5" string, a bool or NaN would key the cache and answer wrongly)
+        for option, value, low in (("max_new_tokens", max_new_tokens, 1), ("top_logprobs", top_logprobs, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise BerdsError(f"{option} must be an integer >= {low}, got {value!r}")
+        if threshold is not None:
+            if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
+                raise BerdsError(f"threshold must be a number in [0, 1] (a P(Yes)), got {threshold!r}")
+            if top_logprobs == 0:
+                raise BerdsError("threshold needs P(Yes), which needs top_logprobs > 0; leave top_logprobs at its "
+                                 "default (5)")
         self.llm = llm
         self.prompt = get_prompt(prompt) if isinstance(prompt, str) else prompt
         self.parse = parse
@@ -166,7 +204,7 @@ class LLMJudge:
                   + (f"|threshold={id_number(threshold)}" if threshold is not None else ""))
         self.id = redact_text(f"{llm.id}{suffix}")
         self.system = system
-        self.drop_system = drops_system_turn(system, llm.id) and self.prompt.has_system_turn
+        self.drop_system = drops_system_turn(system, llm.id, llm) and self.prompt.has_system_turn
         self.prompt_version = prompt_version(self.prompt) + ("+no-system" if self.drop_system else "")
 
     def render(self, pair: JudgePair) -> list[dict[str, str]]:
@@ -194,9 +232,13 @@ class LLMJudge:
         for gen in generations:
             label, parsed = parse_answer(gen.text, self.parse)
             p_yes = p_yes_from_logprobs(gen.first_token_logprobs)
-            if self.threshold is not None and p_yes is not None:
-                label = p_yes >= self.threshold
-            verdicts.append(Verdict(label=label, p_yes=p_yes, raw=gen.text, detail=None if parsed else {"unparsed": True}))
+            detail = {} if parsed else {"unparsed": True}
+            if self.threshold is not None:
+                if p_yes is not None:
+                    label = p_yes >= self.threshold
+                else:  # (a server that refused logprobs): the parsed answer decides, and says so
+                    detail["no_p_yes"] = True
+            verdicts.append(Verdict(label=label, p_yes=p_yes, raw=gen.text, detail=detail or None))
         return verdicts
 
 
