@@ -76,6 +76,37 @@ def test_stance_correct_refuses_a_file_without_stances_and_another_judges_result
 # ----------------------------------------------------------------------------------- audit table
 
 
+def test_a_verdict_resting_on_correctness_shows_that_p_beside_the_answers_p(tmp_path):
+    # The sentence-order variant fixes 8 wrong answers, 4 each way: the answers' Yes rate is unchanged (p = 1) but
+    # correctness moved (p = 2/2^8); the table printed "p 1 ... Holm p 0.016 BIAS" with nothing to explain it.
+    from rich.console import Console
+
+    from berds.trust.audit import audit, reverse_sentences, variant_table
+
+    rows = [LabelledPair(f"question {i % 4}?", str(i), f"First sentence {i}. Second sentence {i}.", f"claim {i}",
+                         i % 2 == 0) for i in range(20)]
+    path = tmp_path / "pairs.tsv"
+    write_labelled_pairs(path, rows)
+    labelled = read_labelled_pairs(path)
+    broken = {r.document for r in rows[:8]}
+    truth = {r.document: r.label for r in rows} | {reverse_sentences(r.document): r.label for r in rows}
+
+    class OrderSensitive:
+        id, prompt_version, name = "order-sensitive", "v1", "order-sensitive"
+
+        def judge(self, pairs):
+            return [Verdict(truth[p.passage] != (p.passage in broken), None, "") for p in pairs]
+
+    report = audit(labelled, OrderSensitive(), variants=["sentence-order"], progress=False)
+    v = report.variant("sentence-order")
+    assert (v.yes_to_no, v.no_to_yes, v.mcnemar_answers.exact_p) == (4, 4, 1.0)
+    assert v.mcnemar_correct.exact_p == pytest.approx(2 / 2**8) and v.biased
+    console = Console(record=True, width=80)
+    console.print(variant_table(report))
+    text = " ".join(console.export_text().split())
+    assert "sentence-order: McNemar p on correctness 0.0078 (8 flips fixed, 0 broke an answer)" in text
+
+
 # ----------------------------------------------------------------------------------- in-sample figures
 
 
@@ -85,3 +116,20 @@ def _overlap_file(path, questions):
             for q in questions for i in range(6)]
     write_labelled_pairs(path, rows)
     return path
+
+
+def test_one_run_gets_no_tau_rather_than_nan(tmp_path):
+    # Kendall's τ between the rankings of one run is undefined: the run table printed "nan"
+    from rich.console import Console
+
+    from berds.trust.audit import audit, run_table
+    from conftest import make_run
+    from judges_for_tests import OverlapJudge
+
+    labelled = read_labelled_pairs(_overlap_file(tmp_path / "pairs.tsv", range(2)))
+    report = audit(labelled, OverlapJudge(), variants=["sentence-order"], runs={"tiny": make_run()}, progress=False)
+    assert report.variant("sentence-order").runs.tau != report.variant("sentence-order").runs.tau  # NaN
+    console = Console(record=True, width=80)
+    console.print(run_table(report))
+    [row] = [line for line in console.export_text().splitlines() if "sentence-order" in line]
+    assert "nan" not in row and row.split("│")[5].strip() == "-"

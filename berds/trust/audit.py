@@ -699,6 +699,11 @@ def variant_table(report: AuditReport) -> Any:
                 notes.append(f"{v.name}: " + ("ignores negation" if v.biased else "respects negation")
                              + f" ({v.negation_still_yes}/{v.negation_base_true_positives} true positives stay Yes)")
             continue
+        if v.mcnemar_correct is not None and v.mcnemar_correct.exact_p < v.mcnemar_answers.exact_p:
+            # (the Holm p then rests on the correctness test, which the p column does not show)
+            notes.append(f"{v.name}: McNemar p on correctness {v.mcnemar_correct.exact_p:.2g} "
+                         f"({v.mcnemar_correct.c} flips fixed, {v.mcnemar_correct.b} broke an answer); "
+                         "Holm p adjusts 2 × the smaller p")
         table.add_row(name, f"{v.yes_to_no}/{v.no_to_yes}", f"{v.mcnemar_answers.exact_p:.2g}",
                       f"{v.p_adjusted:.2g}", _signed(v.delta("accuracy")), _signed(v.delta("f1")),
                       _signed(v.delta("positive_share")), "[red]BIAS[/]" if v.biased else "no")
@@ -723,7 +728,7 @@ def run_table(report: AuditReport) -> Any | None:
     for v in with_runs:
         for i, (run, score) in enumerate(report.base_runs.items()):
             table.add_row(v.name if i == 0 else "", run, _pct(v.runs.variant[run]), _signed(v.runs.variant[run] - score),
-                          f"{v.runs.tau:.2f}" if i == 0 else "",
+                          ("-" if v.runs.tau != v.runs.tau else f"{v.runs.tau:.2f}") if i == 0 else "",  # (one run: no τ)
                           ("changed" if v.runs.ranking_changed else "same") if i == 0 else "")
     return table
 
