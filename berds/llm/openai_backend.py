@@ -15,8 +15,10 @@ from __future__ import annotations
 import email.utils
 import hashlib
 import json
+import math
 import os
 import random
+import re
 import threading
 import time
 import warnings
@@ -34,6 +36,7 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 OPENAI_KEY_ENV = "OPENAI_API_KEY"
 OPENAI_HOSTS = frozenset({"api.openai.com"})  # the only hosts $OPENAI_API_KEY is sent to unless asked
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class OpenAILLM:
@@ -241,15 +244,41 @@ class OpenAILLM:
         except (KeyError, IndexError, TypeError, AttributeError):
             raise BerdsError(f"POST {self.url}: the reply is not a chat completion (no choices[0].message): "
                              f"{self._scrub(str(payload)[:2000])[:300]}") from None
+        if not isinstance(text, str):  # (a server's own shape: a list of parts, a number)
+            raise BerdsError(f"POST {self.url}: choices[0].message.content is a {type(text).__name__}, not text: "
+                             f"{self._scrub(str(text)[:2000])[:300]}")
+        # A "\udXXX" escape without its pair decodes to a lone surrogate, which is not text: no file or cache could
+        # store the reply. It becomes U+FFFD, as undecodable bytes do (http_text).
+        text = _LONE_SURROGATE.sub("\ufffd", text)
         pairs = None
         if top_logprobs:
-            content = ((choice.get("logprobs") or {}).get("content") or []) if isinstance(choice, dict) else []
-            if content and isinstance(content[0], dict):
-                first = content[0]
-                entries = first.get("top_logprobs") or [first]
-                pairs = [(e["token"], float(e["logprob"])) for e in entries
-                         if isinstance(e, dict) and "token" in e and e.get("logprob") is not None]
+            pairs = self._first_token_pairs(choice.get("logprobs"))
         return generation_from_token_logprobs(text.strip(), pairs, top_logprobs)
+
+    def _first_token_pairs(self, logprobs: Any) -> list[tuple[str, float]] | None:
+        """``[(token, logprob), ...]`` of the first generated token from ``choices[0].logprobs``; None when the
+        server sent none. A shape that is not OpenAI's, or values that are not log-probabilities (above 0, not a
+        number), are the server's fault and named, not turned into a wrong P(Yes)."""
+        if logprobs is None:
+            return None
+        content = logprobs.get("content") if isinstance(logprobs, dict) else logprobs
+        if content is None or content == []:
+            return None
+        first = content[0] if isinstance(content, list) else None
+        entries = (first.get("top_logprobs") or [first]) if isinstance(first, dict) else None
+        pairs = []
+        for entry in entries if isinstance(entries, list) else [None]:
+            token = entry.get("token") if isinstance(entry, dict) else None
+            value = entry.get("logprob") if isinstance(entry, dict) else None
+            if isinstance(token, str) and value is None:
+                continue  # (a token the server has no value for)
+            if (not isinstance(token, str) or isinstance(value, bool) or not isinstance(value, (int, float))
+                    or math.isnan(value) or value > 1e-6):
+                raise BerdsError(f"POST {self.url}: choices[0].logprobs is not OpenAI's {{content: [{{token, logprob, "
+                                 f"top_logprobs: [{{token, logprob <= 0}}]}}]}}: "
+                                 f"{self._scrub(str(logprobs)[:2000])[:300]}")
+            pairs.append((token, min(float(value), 0.0)))
+        return pairs
 
     # ---------------------------------------------------------------------------------- scoring
 
@@ -373,7 +402,7 @@ class OpenAILLM:
                 if response.status_code not in RETRY_STATUSES:
                     try:
                         return response.status_code, json.loads(text)
-                    except ValueError:
+                    except (ValueError, RecursionError):  # (nested past the parser's depth: not an answer either)
                         if response.status_code == 200:
                             raise BerdsError(f"POST {url}: HTTP 200 but the body is not JSON: "
                                              f"{self._scrub(text[:2000])[:300]!r}") from None
@@ -448,7 +477,7 @@ def parse_retry_after(value: str | None) -> float | None:
 def _parse_json_or_text(text: str) -> Any:
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return text
 
 

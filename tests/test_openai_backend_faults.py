@@ -1,0 +1,112 @@
+"""The openai backend against a server that answers in shapes OpenAI's API never takes: content that is not
+text, log-probabilities that are not (a list of strings, text, values above 0, tokens that are not strings), JSON
+nested past the parser, and lone surrogates. Each is a one-line BerdsError naming the field, or read safely."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from berds.errors import BerdsError
+from berds.judges.llm_judge import LLMJudge
+from berds.llm.base import Generation, user_prompt
+from berds.types import JudgePair
+
+PAIR = JudgePair("Bike lanes make streets safer.", "Cities that added bike lanes saw injuries fall.")
+
+
+class EchoLLM:
+    def __init__(self, text):
+        self.id, self.text = "echo", text
+
+    def generate(self, prompts, *, max_new_tokens=16, temperature=0.0, top_logprobs=0):
+        return [Generation(self.text) for _ in prompts]
+
+
+class RawServer:
+    """A real HTTP server on 127.0.0.1 answering every POST with ``(status, body bytes)`` from ``answer(n)``."""
+
+    def __init__(self, answer):
+        self.count = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):  # noqa: N802
+                self.rfile.read(int(self.headers["Content-Length"]))
+                outer.count += 1
+                status, body = answer(outer.count)
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def reply(content, logprobs=None) -> bytes:
+    return json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                                    "logprobs": logprobs, "finish_reason": "stop"}]}).encode()
+
+
+def ask(body: bytes | list, top_logprobs=0, status=200):
+    from berds.llm.openai_backend import OpenAILLM
+
+    bodies = body if isinstance(body, list) else [body]
+    with RawServer(lambda n: (status, bodies[min(n, len(bodies)) - 1])) as server:
+        client = OpenAILLM("m", base_url=server.url, max_retries=1, backoff_base=0.001, backoff_max=0.001)
+        return client.generate([user_prompt("q")], top_logprobs=top_logprobs)[0]
+
+
+@pytest.mark.network
+def test_openai_replies_of_the_wrong_shape_are_named_not_tracebacks():
+    with pytest.raises(BerdsError, match=r"choices\[0\].message.content is a list, not text"):
+        ask(reply([{"type": "text", "text": "Yes"}]))
+    with pytest.raises(BerdsError, match=r"HTTP 200 but the body is not JSON"):
+        ask(b"[" * 200_000)
+    with pytest.raises(BerdsError, match=r"failed after 2 attempts; last answer: HTTP 500"):
+        ask(b'{"error":' * 200_000, status=500)
+    bad_logprobs = [
+        ["Yes"],                                                                # a list of strings
+        {"content": [{"token": "Yes", "logprob": "high"}]},                     # not a number
+        {"content": [{"token": "Yes", "logprob": 3.5, "top_logprobs": []}]},    # a log-probability above 0
+        {"content": [{"token": "Yes", "logprob": -0.1,
+                      "top_logprobs": [{"token": 7, "logprob": -0.1}]}]},       # a token that is not text
+    ]
+    for logprobs in bad_logprobs:
+        with pytest.raises(BerdsError, match=r"choices\[0\].logprobs is not OpenAI's"):
+            ask(reply("Yes", logprobs), top_logprobs=2)
+    # what is well formed still reads as before: no logprobs at all, and a token without a value skipped
+    assert ask(reply("Yes", None), top_logprobs=2) == Generation("Yes", None)
+    good = {"content": [{"token": "Yes", "logprob": -0.1, "top_logprobs": [{"token": "Yes", "logprob": -0.1},
+                                                                           {"token": "No", "logprob": None}]}]}
+    assert ask(reply("Yes", good), top_logprobs=2) == Generation("Yes", {"Yes": -0.1})
+
+
+@pytest.mark.network
+def test_a_lone_surrogate_in_a_reply_becomes_a_replacement_character_and_can_be_cached(tmp_path):
+    from berds.evaluate.cache import JudgementCache
+
+    generation = ask(b'{"choices": [{"message": {"role": "assistant", "content": "Yes \\ud800"}}]}')
+    assert generation.text == "Yes \ufffd"
+    verdict = LLMJudge(EchoLLM(generation.text)).judge([PAIR])
+    with JudgementCache(tmp_path / "c.sqlite") as cache:  # stored and read back
+        cache.put_many("j", "p", [PAIR], verdict)
+        assert cache.get_many("j", "p", [PAIR])[0].raw == "Yes \ufffd"
