@@ -26,6 +26,107 @@ def _random_labels(n=41, seed=7):
 # ----------------------------------------------------------------------------------- against libraries
 
 
+def test_metrics_and_tests_equal_sklearn_scipy_and_statsmodels():
+    from scipy import stats
+    from sklearn import metrics as skm
+    from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
+    from statsmodels.stats.multitest import multipletests
+
+    from berds.trust.audit import fisher_exact, holm_adjust, kendall_tau_b
+    from berds.trust.validate import classification_metrics, mcnemar, mcnemar_paired
+
+    gold, pred = _random_labels()
+    m = classification_metrics(gold, pred)
+    assert m["accuracy"] == pytest.approx(skm.accuracy_score(gold, pred))
+    assert m["precision"] == pytest.approx(skm.precision_score(gold, pred))
+    assert m["recall"] == pytest.approx(skm.recall_score(gold, pred))
+    assert m["f1"] == pytest.approx(skm.f1_score(gold, pred))
+    assert m["kappa"] == pytest.approx(skm.cohen_kappa_score(gold, pred))
+    for b, c in [(1, 9), (7, 3), (0, 4), (12, 12), (40, 61)]:
+        ours = mcnemar(b, c)
+        exact = sm_mcnemar([[5, b], [c, 5]], exact=True)
+        chi2 = sm_mcnemar([[5, b], [c, 5]], exact=False, correction=True)
+        assert ours.exact_p == pytest.approx(exact.pvalue, rel=1e-9)
+        if b == c:  # statsmodels squares |b - c| - 1 = -1; berds, like R's mcnemar.test, applies no correction
+            assert ours.chi2 == 0.0 and ours.chi2_p == 1.0
+            continue
+        assert ours.chi2 == pytest.approx(chi2.statistic) and ours.chi2_p == pytest.approx(chi2.pvalue, rel=1e-9)
+    other = np.roll(pred, 3)
+    paired = mcnemar_paired(pred == gold, other == gold)
+    table = [[int(((pred == gold) & (other == gold)).sum()), paired.b],
+             [paired.c, int(((pred != gold) & (other != gold)).sum())]]
+    assert paired.exact_p == pytest.approx(sm_mcnemar(table, exact=True).pvalue, rel=1e-9)
+    for table in ([[3, 9], [8, 2]], [[0, 5], [6, 1]], [[12, 1], [4, 9]], [[1, 0], [0, 1]]):
+        assert fisher_exact(*table[0], *table[1]) == pytest.approx(stats.fisher_exact(table).pvalue, rel=1e-9)
+    p_values = [0.01, 0.04, 0.03, 0.2, 0.5, 0.012]
+    assert holm_adjust(p_values) == pytest.approx(list(multipletests(p_values, method="holm")[1]))
+    x, y = [0.5, 0.58, 0.5, 0.3, 0.72], [0.4, 0.6, 0.55, 0.3, 0.6]
+    assert kendall_tau_b(x, y) == pytest.approx(stats.kendalltau(x, y).statistic)
+
+
+def test_calibration_numbers_equal_sklearn():
+    from sklearn import metrics as skm
+    from sklearn.calibration import calibration_curve
+
+    from berds.trust.calibration import (brier_score, choose_threshold, expected_calibration_error,
+                                         reliability_table, roc_auc)
+
+    rng = np.random.default_rng(3)
+    # scores off the bin edges (sklearn puts an edge value in the lower bin, berds in the upper one)
+    p = np.round(rng.random(60) * 0.98 + 0.005, 4)
+    p[np.isclose(p * 10 % 1, 0)] += 0.001
+    gold = rng.random(60) < p
+    bins = [b for b in reliability_table(p, gold, n_bins=5) if b.count]
+    observed, mean_p = calibration_curve(gold, p, n_bins=5, strategy="uniform")
+    assert [b.observed for b in bins] == pytest.approx(list(observed))
+    assert [b.mean_p for b in bins] == pytest.approx(list(mean_p))
+    counts = np.histogram(p, bins=np.linspace(0, 1, 6))[0]
+    ece = sum(n / p.size * abs(o - q) for n, o, q in zip(counts[counts > 0], observed, mean_p))
+    assert expected_calibration_error(p, gold, n_bins=5) == pytest.approx(ece)
+    assert brier_score(p, gold) == pytest.approx(skm.brier_score_loss(gold, p))
+    tied = np.round(p, 1)  # many ties: each counts half
+    assert roc_auc(p, gold) == pytest.approx(skm.roc_auc_score(gold, p))
+    assert roc_auc(tied, gold) == pytest.approx(skm.roc_auc_score(gold, tied))
+    assert roc_auc(p, np.ones(60)) != roc_auc(p, np.ones(60))  # one class: undefined
+    # the best F1 / Youden J over all cuts (label = P(Yes) >= t) is the one sklearn's curves reach
+    precision, recall, _ = skm.precision_recall_curve(gold, p)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        best_f1 = np.nanmax(2 * precision * recall / (precision + recall))
+    assert choose_threshold(p, gold, objective="f1").value == pytest.approx(best_f1)
+    fpr, tpr, _ = skm.roc_curve(gold, p)
+    assert choose_threshold(p, gold, objective="youden").value == pytest.approx(np.max(tpr - fpr))
+    t = choose_threshold(p, gold, objective="accuracy")
+    assert t.value == pytest.approx(skm.accuracy_score(gold, p >= t.threshold))
+
+
+def test_question_bootstrap_equals_resampling_whole_questions_directly():
+    from berds.trust.validate import METRIC_NAMES, bootstrap_intervals, classification_metrics
+
+    gold, pred = _random_labels(n=30, seed=11)
+    questions = [f"q{i % 7}" for i in range(30)]
+    ours = bootstrap_intervals(gold, pred, n_boot=200, seed=5, groups=questions)
+    # the same draws by hand: 7 questions (sorted), each drawn question brings all its pairs
+    names = sorted(set(questions))
+    members = [[i for i, q in enumerate(questions) if q == name] for name in names]
+    drawn = np.random.default_rng(5).integers(0, len(names), size=(200, len(names)))
+    samples = {k: [] for k in METRIC_NAMES}
+    for row in drawn:
+        idx = [i for g in row for i in members[g]]
+        for k, v in classification_metrics(gold[idx], pred[idx]).items():
+            samples[k].append(v)
+    for k in METRIC_NAMES:
+        values = np.array(samples[k])
+        values = values[~np.isnan(values)]
+        assert ours[k] == pytest.approx((np.percentile(values, 2.5), np.percentile(values, 97.5))), k
+    # seeded: the same seed gives the same intervals, another seed others
+    assert bootstrap_intervals(gold, pred, n_boot=200, seed=5, groups=questions) == ours
+    assert bootstrap_intervals(gold, pred, n_boot=200, seed=6, groups=questions) != ours
+    by_pairs = bootstrap_intervals(gold, pred, n_boot=200, seed=5)
+    direct = np.random.default_rng(5).integers(0, 30, size=(200, 30))
+    acc = [(gold[row] == pred[row]).mean() for row in direct]
+    assert by_pairs["accuracy"] == pytest.approx((np.percentile(acc, 2.5), np.percentile(acc, 97.5)))
+
+
 # ----------------------------------------------------------------------------------- refused before judging
 
 
@@ -133,3 +234,21 @@ def test_one_run_gets_no_tau_rather_than_nan(tmp_path):
     console.print(run_table(report))
     [row] = [line for line in console.export_text().splitlines() if "sentence-order" in line]
     assert "nan" not in row and row.split("│")[5].strip() == "-"
+
+
+def test_cli_calibrate_prints_what_its_json_holds_within_80_columns(tmp_path):
+    dev, held = _overlap_file(tmp_path / "dev.tsv", range(3)), _overlap_file(tmp_path / "held.tsv", range(3, 6))
+    out = tmp_path / "cal.json"
+    done = subprocess.run(berds_cmd("judge", "calibrate", "--labels", str(dev), "--holdout", str(held), "--judge",
+                                    "judges_for_tests:OverlapJudge", "--no-save", "--no-cache", "--out", str(out), "-q"),
+                          capture_output=True, text=True, timeout=120, env=subprocess_env(COLUMNS="80"))
+    assert done.returncode == 0, done.stderr
+    assert max(len(line) for line in done.stdout.splitlines()) <= 80
+    said = " ".join(done.stdout.split())
+    result = json.loads(out.read_text())
+    assert f"ECE {result['ece']:.3f}, MCE {result['mce']:.3f}, Brier {result['brier']:.3f}, AUC {result['auc']:.3f}" in said
+    assert f"ECE {result['holdout']['ece']:.3f} (18 with P(Yes)), AUC {result['holdout']['auc']:.3f}" in said
+    assert f"threshold {result['threshold']:.4f} chosen for f1" in said
+    dev_row = " ".join(f"{100 * result['dev_metrics_at_threshold'][k]:.1f}"
+                       for k in ("accuracy", "precision", "recall", "f1", "positive_share"))
+    assert f"dev │ threshold │ {dev_row.replace(' ', ' │ ')} │" in said

@@ -6,7 +6,7 @@ LLM judges expose P(Yes) through first-token log-probabilities (``p_yes_from_log
 * **reliability table** — pairs are put into bins by P(Yes) (``uniform``: [0, .1), [.1, .2), ..., [.9, 1];
   ``quantile``: bins of equal size); per bin, the mean P(Yes) against the observed share of gold positives.
 * **ECE** = Σ_b (n_b / N) · |observed_b − mean P(Yes)_b|  (and MCE = max_b of the same gap);
-  **Brier** = mean (P(Yes) − gold)².
+  **Brier** = mean (P(Yes) − gold)²; **AUC** = P(a positive pair's P(Yes) > a negative's), ties half.
 * **threshold** — the cut ``label = P(Yes) >= t`` that maximises an objective (``f1``, ``accuracy`` or
   ``youden`` = TPR + TNR − 1) on the dev pairs. Candidates are the midpoints between consecutive distinct
   P(Yes) values (with 0 and 1 added), so a chosen threshold never sits exactly on a dev score; ties go to
@@ -109,6 +109,19 @@ def maximum_calibration_error(p_yes: Any, gold: Any, *, n_bins: int = 10, strate
     return float(max(abs(b.gap) for b in bins if b.count))
 
 
+def roc_auc(p_yes: Any, gold: Any) -> float:
+    """Area under the ROC curve: the chance that a gold-positive pair gets a higher P(Yes) than a gold-negative one
+    (ties count half), from average ranks (Mann–Whitney U / (positives · negatives)); NaN with one class. It says
+    how well P(Yes) ranks pairs whatever the threshold."""
+    p, g = _check_scores(p_yes, gold)
+    pos, neg = int(g.sum()), int((~g).sum())
+    if not pos or not neg:
+        return float("nan")
+    _, inverse, counts = np.unique(p, return_inverse=True, return_counts=True)
+    ranks = (np.cumsum(counts) - (counts - 1) / 2)[inverse]  # 1-based, ties share their average rank
+    return float((ranks[g].sum() - pos * (pos + 1) / 2) / (pos * neg))
+
+
 def brier_score(p_yes: Any, gold: Any) -> float:
     """Brier score = mean (P(Yes) − gold)²  (0 is perfect; always answering 0.5 scores 0.25)."""
     p, g = _check_scores(p_yes, gold)
@@ -183,6 +196,8 @@ class CalibrationResult:
     holdout_default: dict[str, float] | None = None
     holdout_at_threshold: dict[str, float] | None = None
     holdout_ece: float | None = None
+    auc: float = float("nan")
+    holdout_auc: float | None = None
     labels: dict[str, Any] = field(default_factory=dict)
     holdout_labels: dict[str, Any] | None = None
     strategy: str = "uniform"
@@ -195,9 +210,9 @@ class CalibrationResult:
             "threshold": self.threshold.threshold, "objective": self.threshold.objective,
             "objective_value_on_dev": self.threshold.value,
             "dev": {**self.labels, "n": self.n, "n_with_p_yes": self.n_scored},
-            "ece": self.ece, "mce": self.mce, "brier": self.brier, "bins": len(self.bins), "binning": self.strategy,
+            "ece": self.ece, "mce": self.mce, "brier": self.brier, "auc": self.auc, "bins": len(self.bins), "binning": self.strategy,
             "dev_metrics_default": self.dev_default, "dev_metrics_at_threshold": self.dev_at_threshold,
-            **({"holdout": {**(self.holdout_labels or {}), "ece": self.holdout_ece,
+            **({"holdout": {**(self.holdout_labels or {}), "ece": self.holdout_ece, "auc": self.holdout_auc,
                             "metrics_default": self.holdout_default,
                             "metrics_at_threshold": self.holdout_at_threshold}} if self.holdout_default else {}),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -266,7 +281,7 @@ def calibrate(
         bins=reliability_table(p, g, n_bins=n_bins, strategy=strategy), threshold=choice,
         dev_default=classification_metrics(gold, default_pred), dev_at_threshold=classification_metrics(gold, tuned_pred),
         labels={"path": labelled.path, "sha256": labelled.sha256, "positive_share": float(gold.mean())},
-        strategy=strategy,
+        strategy=strategy, auc=roc_auc(p, g),
     )
     if holdout is not None:
         h_gold = holdout.labels
@@ -274,6 +289,7 @@ def calibrate(
                                  description="judging held-out pairs")
         hp, hg = _scored(h_verdicts, h_gold, judge_id=judge.id, path=holdout.path)
         result.holdout_ece = expected_calibration_error(hp, hg, n_bins=n_bins, strategy=strategy)
+        result.holdout_auc = roc_auc(hp, hg)
         result.holdout_default = classification_metrics(h_gold, [v.label for v in h_verdicts])
         result.holdout_at_threshold = classification_metrics(
             h_gold, [v.label if v.p_yes is None else v.p_yes >= choice.threshold for v in h_verdicts])
@@ -290,10 +306,15 @@ def calibrate(
     return result
 
 
+def _num(x: float | None) -> str:
+    return "-" if x is None or x != x else f"{x:.3f}"
+
+
 def reliability_rich_table(result: CalibrationResult) -> Any:
     from rich.table import Table
 
-    table = Table(title=f"reliability of P(Yes) — ECE {result.ece:.3f}, MCE {result.mce:.3f}, Brier {result.brier:.3f} "
+    table = Table(title=f"reliability of P(Yes) — ECE {result.ece:.3f}, MCE {result.mce:.3f}, Brier {result.brier:.3f}, "
+                        f"AUC {_num(result.auc)} "
                         f"({result.n_scored} of {result.n} pairs with P(Yes))")
     for col in ("bin", "pairs", "mean P(Yes)", "observed Yes", "gap"):
         table.add_column(col, justify="right")
@@ -312,7 +333,7 @@ def threshold_rich_table(result: CalibrationResult) -> Any:
     held = result.holdout_labels
     if result.holdout_default is not None and held is not None:
         caption += (f"; held-out: {held.get('n')} pairs, ECE {result.holdout_ece:.3f} "
-                    f"({held.get('n_with_p_yes', held.get('n'))} with P(Yes))")
+                    f"({held.get('n_with_p_yes', held.get('n'))} with P(Yes)), AUC {_num(result.holdout_auc)}")
         if held.get("pairs_in_dev") or held.get("questions_in_dev"):
             caption += (f" — NOT held out: {held.get('pairs_in_dev', 0)} of its pairs and "
                         f"{held.get('questions_in_dev', 0)} of its questions are in the dev file")
