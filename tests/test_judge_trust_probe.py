@@ -219,6 +219,31 @@ def _overlap_file(path, questions):
     return path
 
 
+def test_validating_a_calibrated_judge_on_its_own_dev_pairs_says_the_figures_are_in_sample(tmp_path):
+    # `judge calibrate --labels dev.tsv` then `judge validate --labels dev.tsv --judge calibrated:X` printed the
+    # tuned threshold's figures on the very pairs it was chosen on, as if they measured the judge
+    from berds.judges.threshold import CalibrationStore
+    from berds.trust.calibration import calibrate
+    from berds.trust.validate import in_sample_notes, validate_files
+    from judges_for_tests import OverlapJudge
+
+    dev = _overlap_file(tmp_path / "dev.tsv", range(3))
+    store = CalibrationStore(tmp_path / "calibration.json")
+    calibrate(read_labelled_pairs(dev), OverlapJudge(), store=store, progress=False)
+    mixed = _overlap_file(tmp_path / "mixed.tsv", range(2, 5))  # one question of the dev file, two new ones
+    fresh = _overlap_file(tmp_path / "fresh.tsv", range(5, 8))
+    name, options = "calibrated:judges_for_tests:OverlapJudge", {"calibration": str(store.path)}
+    reports = {p.stem: validate_files(str(p), [name], judge_options=options, use_cache=False, n_boot=0, progress=False)
+               for p in (dev, mixed, fresh)}
+    assert reports["dev"].judges[0].tuned_on == {"dev": str(dev), "pairs_in_dev": 18, "questions_in_dev": 3}
+    assert reports["mixed"].judges[0].tuned_on == {"dev": str(dev), "pairs_in_dev": 6, "questions_in_dev": 1}
+    assert reports["fresh"].judges[0].tuned_on is None and in_sample_notes(reports["fresh"]) == []
+    [note] = in_sample_notes(reports["mixed"])
+    assert (f"threshold was chosen on {dev}, which holds 6 of these 18 pairs and 1 of their 3 questions: its figures "
+            "here are in-sample") in note
+    assert reports["dev"].to_json()["judges"][0]["threshold_tuned_on"]["pairs_in_dev"] == 18
+
+
 def test_one_run_gets_no_tau_rather_than_nan(tmp_path):
     # Kendall's τ between the rankings of one run is undefined: the run table printed "nan"
     from rich.console import Console

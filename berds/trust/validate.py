@@ -250,6 +250,7 @@ class JudgeValidity:
     debate: Any = None  # DebateSummary when the judge is a debate judge
     predictions: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool), repr=False)
     p_yes: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
+    tuned_on: dict[str, Any] | None = None  # a calibrated judge's threshold was chosen on some of these pairs
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -257,6 +258,7 @@ class JudgeValidity:
             "metrics": self.metrics, "ci95": {k: list(v) for k, v in self.intervals.items()},
             "counts": self.counts, "unparsed": self.unparsed,
             **({"debate": self.debate.to_json()} if self.debate is not None else {}),
+            **({"threshold_tuned_on": self.tuned_on} if self.tuned_on else {}),
         }
 
 
@@ -373,6 +375,8 @@ def validate(
     ``annotators`` names extra 0/1 columns of the labelled file (e.g. a second human's labels) to score
     as if they were judges. ``resample`` is what the bootstrap draws: ``pairs`` or ``questions``.
     """
+    from berds.trust.calibration import threshold_tuned_on
+
     if resample not in RESAMPLE_UNITS:
         raise BerdsError(f"resample must be one of {', '.join(RESAMPLE_UNITS)}, got {resample!r}")
     check_bootstrap(n_boot, seed)  # (0 resamples: no intervals)
@@ -395,6 +399,7 @@ def validate(
                                progress=progress, description=f"judging with {name}")
         rows.append(score_predictions(name, gold, verdicts, judge_id=judge.id, prompt_version=judge.prompt_version,
                                       n_boot=n_boot, seed=seed, groups=groups))
+        rows[-1].tuned_on = threshold_tuned_on(judge, labelled)
     for column, values in annotated:
         rows.append(score_predictions(f"column:{column}", gold, values, n_boot=n_boot, seed=seed, groups=groups))
     return ValidationReport(labelled.path, labelled.sha256, len(labelled), float(gold.mean()), rows,
@@ -496,6 +501,19 @@ def one_class_note(report: ValidationReport) -> str | None:
                 "and κ is 0 or undefined whatever the judge answers; only accuracy and the Yes share measure it")
     return (f"note: every pair in {report.labels_path or 'the labelled file'} is labelled 1: precision is 100 and κ "
             "is 0 or undefined whatever the judge answers; only recall (= accuracy = Yes share) measures it")
+
+
+def in_sample_notes(report: ValidationReport) -> list[str]:
+    """One line per calibrated judge whose threshold was chosen on pairs of this file: its figures here are
+    in-sample, not a measure of how it does on new pairs."""
+    notes = []
+    for row in report.judges:
+        if row.tuned_on:
+            t = row.tuned_on
+            notes.append(f"note: {row.name}'s threshold was chosen on {t['dev']}, which holds {t['pairs_in_dev']} of "
+                         f"these {row.n} pairs and {t['questions_in_dev']} of their {report.questions} questions: its "
+                         "figures here are in-sample — validate it on pairs of other questions")
+    return notes
 
 
 def validity_table(report: ValidationReport, *, title: str | None = None) -> Any:
