@@ -277,3 +277,34 @@ def test_cli_calibrate_prints_what_its_json_holds_within_80_columns(tmp_path):
     dev_row = " ".join(f"{100 * result['dev_metrics_at_threshold'][k]:.1f}"
                        for k in ("accuracy", "precision", "recall", "f1", "positive_share"))
     assert f"dev │ threshold │ {dev_row.replace(' ', ' │ ')} │" in said
+
+
+# ----------------------------------------------------------------------------------- the labelled file
+
+
+HEADER = "question\tid\tdocument\tperspective\tlabel"
+
+
+@pytest.mark.parametrize("data, message", [
+    ((HEADER + "\r\nq\t1\td\tp\t1\r\nq\t2\td2\tp\t2\r\n").encode(), r"line 3, record '2': label must be 0 or 1, got '2'"),
+    (b"\xef\xbb\xbf" + (HEADER + "\r\nq\t1\td\tp\r\n").encode(), r"line 2: expected 5 tab-separated fields"),
+    (b"\xef\xbb\xbf", r"the file is empty"),
+    (b"\n \n", r"the file is empty"),
+    # Excel's "Unicode Text" is UTF-16: the fix named latin1
+    ((HEADER + "\nq\t1\td\tp\t1\n").encode("utf-16"), r"line 1: UTF-16 text, expected UTF-8 — .*iconv -f utf-16 -t utf-8"),
+])
+def test_crlf_bom_empty_and_utf16_files_get_one_line_naming_file_and_line(tmp_path, data, message):
+    path = tmp_path / "pairs.tsv"
+    path.write_bytes(data)
+    with pytest.raises(InputError, match=message) as info:
+        read_labelled_pairs(path)
+    assert str(info.value).startswith(str(path)) and "\n" not in str(info.value)
+
+
+def test_a_crlf_file_with_a_byte_order_mark_reads_as_its_lf_twin(tmp_path):
+    body = HEADER + "\nq\t1\t\"two\nlines\"\tp\t1\nq\t2\td\tp\t0\n"
+    (tmp_path / "lf.tsv").write_text(body, encoding="utf-8")
+    (tmp_path / "crlf.tsv").write_bytes(b"\xef\xbb\xbf" + body.replace("\n", "\r\n").encode())
+    lf, crlf = read_labelled_pairs(tmp_path / "lf.tsv"), read_labelled_pairs(tmp_path / "crlf.tsv")
+    assert [(p.line, p.label, p.perspective) for p in crlf] == [(p.line, p.label, p.perspective) for p in lf]
+    assert crlf.pairs[0].document.replace("\r\n", "\n") == lf.pairs[0].document

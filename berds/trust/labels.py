@@ -192,6 +192,9 @@ def read_labelled_pairs(path: str | Path) -> LabelledSet:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
+        if data[:2] in (b"\xff\xfe", b"\xfe\xff"):  # a byte-order mark of UTF-16 (Excel's "Unicode Text")
+            raise InputError("UTF-16 text, expected UTF-8", path=path, line=1,
+                             fix="re-encode the file as UTF-8 (e.g. iconv -f utf-16 -t utf-8)") from None
         line = data[: exc.start].count(b"\n") + 1
         raise InputError(f"not UTF-8 text (byte {exc.start})", path=path, line=line,
                          fix="re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
