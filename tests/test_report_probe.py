@@ -125,3 +125,19 @@ def test_runs_named_alike_are_told_apart_by_their_folders_as_eval_does(tmp_path)
     paths = [str(save_run(run, tmp_path / side / "bm25")) for side in ("wiki", "web")]
     result = analyze_coverage(paths, "judges_for_tests:OverlapJudge", depth=4, cache_path=str(tmp_path / "j.sqlite"))
     assert [r["run"] for r in result.rows] == ["wiki-bm25", "web-bm25", "union of 2 runs"]
+
+
+def test_a_question_too_short_for_depth_or_curve_depth_names_that_option(tmp_path):
+    # the refusal said "k=5 ... use a smaller --k" to `analyze docs-needed --depth 5` and `report --k 2 --curve-depth 5`
+    from berds.errors import InputError
+    from berds.evaluate.analyses.docs_needed import analyze_docs_needed
+
+    folder = save_run(make_run(n_questions=2, depth=3, name="short"), tmp_path / "short")
+    judge, cache = "judges_for_tests:OverlapJudge", tmp_path / "j.sqlite"
+    with pytest.raises(InputError, match=r"run.ctxs.jsonl, line 1, record 'q0': question has 3 passages but --depth 5 "
+                                         r"needs 5 — use a smaller --depth"):
+        analyze_docs_needed([str(folder)], judge, depth=5, cache_path=cache)
+    with pytest.raises(InputError, match="but --curve-depth 5 needs 5 — use a smaller --curve-depth"):
+        build_report([folder], judge, tmp_path / "r", ks=(2,), curve_depth=5, cache_path=cache)
+    report = build_report([folder], judge, tmp_path / "r", ks=(2,), curve_depth=5, cache_path=cache, allow_short=True)
+    assert (report.out / "mrecall_curve.csv").read_text().count("\nshort,") == 5

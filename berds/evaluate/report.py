@@ -350,7 +350,8 @@ def build_report(
 
             check_same_question_per_id(runs, run_labels(runs, run_paths))
         results = judge_runs(runs, judge, depth, judge_options=judge_options, cache_path=cache_path,
-                             allow_short=allow_short, allow_unparsed=allow_unparsed, progress=progress)
+                             allow_short=allow_short, allow_unparsed=allow_unparsed, progress=progress,
+                             depth_option="--curve-depth" if depth > ks[-1] else "--k")
         labels = run_labels(runs, run_paths)
         header = ["run", "set", "questions", *[f"MRecall@{k}" for k in ks], *[f"Precision@{k}" for k in ks]]
         rows = []

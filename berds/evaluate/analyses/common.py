@@ -45,11 +45,15 @@ def judge_runs(
     allow_short: bool = False,
     allow_unparsed: bool = False,
     progress: bool = False,
+    depth_option: str = "--k",
 ) -> list[Any]:
-    """``EvalResult`` of each run at ``depth`` (its ``support[qid]`` is the matrix over the top ``depth``)."""
+    """``EvalResult`` of each run at ``depth`` (its ``support[qid]`` is the matrix over the top ``depth``);
+    ``depth_option`` is the option that asked for that depth, named when a question has fewer passages."""
     from berds.evaluate.cache import JudgementCache
     from berds.evaluate.evaluation import evaluate_run
 
+    if not allow_short:
+        check_depth(runs, depth, depth_option)
     judge = build_judge(judge, judge_options)
     cache = JudgementCache(cache_path) if use_cache else None
     try:
@@ -59,6 +63,24 @@ def judge_runs(
     finally:
         if cache is not None:
             cache.close()
+
+
+def check_depth(runs: Sequence[Run], depth: int, option: str) -> None:
+    """Refuse, before judging, a question with fewer than ``depth`` passages, naming the option that asked for the
+    depth (the evaluation's own refusal says --k, which misled ``--depth`` and ``--curve-depth`` users)."""
+    from berds.errors import InputError
+    from berds.runs import CTXS, question_line
+
+    for run in runs:
+        short = next((qid for qid, hits in run.hits.items() if len(hits) < depth), None)
+        if short is None:
+            continue
+        source = run.manifest.get("source", {}).get("path")
+        source = Path(source) / CTXS if source and Path(source).is_dir() else source
+        raise InputError(f"question has {len(run.hits[short])} passages but {option} {depth} needs {depth}",
+                         path=source or run.name or None, line=question_line(source, short), record=short,
+                         fix=f"use a smaller {option}, retrieve more passages, or pass --allow-short to count the "
+                             "missing ranks as unsupported")
 
 
 def run_label(run: Run, path: str | Path | None = None) -> str:

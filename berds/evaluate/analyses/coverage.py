@@ -85,5 +85,6 @@ def analyze_coverage(run_paths: Sequence[str], judge: str | Any, *, depth: int =
     labels = run_labels(runs, run_paths)
     check_same_question_per_id(runs, labels, ordered=True)  # (the union is taken question by question, row by row)
     results = judge_runs(runs, judge, depth, judge_options=judge_options, cache_path=cache_path,
-                         allow_short=allow_short, allow_unparsed=allow_unparsed, progress=progress)
+                         allow_short=allow_short, allow_unparsed=allow_unparsed, progress=progress,
+                         depth_option="--depth")
     return coverage({lab: res.support for lab, res in zip(labels, results)}, depth, results[0].judge_id)

@@ -86,7 +86,8 @@ def analyze_docs_needed(run_paths: Sequence[str], judge: str | Any, *, depth: in
 
     runs = [load_run(p, allow_empty=allow_short) for p in run_paths]
     results = judge_runs(runs, judge, depth, judge_options=judge_options, cache_path=cache_path,
-                         allow_short=allow_short, allow_unparsed=allow_unparsed, progress=progress)
+                         allow_short=allow_short, allow_unparsed=allow_unparsed, progress=progress,
+                         depth_option="--depth")
     labels = run_labels(runs, run_paths)
     datasets = {lab: {qid: q.dataset for qid, q in r.questions.items()} for lab, r in zip(labels, runs)}
     return docs_needed_analysis({lab: res.support for lab, res in zip(labels, results)}, depth, datasets,
