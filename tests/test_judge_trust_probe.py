@@ -308,3 +308,25 @@ def test_a_crlf_file_with_a_byte_order_mark_reads_as_its_lf_twin(tmp_path):
     lf, crlf = read_labelled_pairs(tmp_path / "lf.tsv"), read_labelled_pairs(tmp_path / "crlf.tsv")
     assert [(p.line, p.label, p.perspective) for p in crlf] == [(p.line, p.label, p.perspective) for p in lf]
     assert crlf.pairs[0].document.replace("\r\n", "\n") == lf.pairs[0].document
+
+
+@pytest.mark.parametrize("command", ["validate", "audit"])
+def test_cli_names_in_sample_figures_of_a_calibrated_judge(tmp_path, command):
+    from berds.judges.threshold import CalibrationStore
+    from berds.trust.calibration import calibrate
+    from judges_for_tests import OverlapJudge
+
+    dev = _overlap_file(tmp_path / "dev.tsv", range(3))
+    store = CalibrationStore(tmp_path / "calibration.json")
+    calibrate(read_labelled_pairs(dev), OverlapJudge(), store=store, progress=False)
+    out = tmp_path / "report.json"
+    done = subprocess.run(berds_cmd("judge", command, "--labels", str(dev), "--judge",
+                                    "calibrated:judges_for_tests:OverlapJudge", "-o", f"calibration={store.path}",
+                                    "--no-cache", "-q", "--out", str(out)),
+                          capture_output=True, text=True, timeout=120, env=subprocess_env(COLUMNS="300"))
+    assert done.returncode == 0, done.stderr
+    assert f"threshold was chosen on {dev}, which holds 18 of these 18 pairs" in done.stdout
+    assert "in-sample" in done.stdout
+    report = json.loads(out.read_text())
+    tuned = report["judges"][0]["threshold_tuned_on"] if command == "validate" else report["threshold_tuned_on"]
+    assert tuned == {"dev": str(dev), "pairs_in_dev": 18, "questions_in_dev": 3}

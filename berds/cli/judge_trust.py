@@ -132,6 +132,11 @@ def audit_command(
                       "supporting and opposing perspectives", highlight=False)
     _write_json(out, report.to_json())
     _note_repeats(labels, console)
+    if report.tuned_on:
+        t = report.tuned_on
+        console.print(f"note: the judge's threshold was chosen on {t['dev']}, which holds {t['pairs_in_dev']} of these "
+                      f"{report.n} pairs: its accuracy, F1 and stance error rates here are in-sample", style="yellow",
+                      highlight=False)
     print_judge_warning(report.judge_id)
     found = report.biases_found
     console.print(("biases found: " + ", ".join(found)) if found else "no bias found at this significance level",

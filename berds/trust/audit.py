@@ -470,6 +470,7 @@ class AuditReport:
     stance: StanceAudit | None
     k: int
     base_runs: dict[str, float] = field(default_factory=dict)
+    tuned_on: dict[str, Any] | None = None  # a calibrated judge's threshold was chosen on some of these pairs
 
     @property
     def biases_found(self) -> list[str]:
@@ -490,6 +491,7 @@ class AuditReport:
             "variants": [v.to_json() for v in self.variants],
             "stance": self.stance.to_json() if self.stance else None,
             "runs_base_mrecall": self.base_runs, "biases_found": self.biases_found,
+            **({"threshold_tuned_on": self.tuned_on} if self.tuned_on else {}),
         }
 
 
@@ -581,6 +583,7 @@ def audit(
     ``runs`` (``{name: Run}`` or runs with ``.name``) are judged to depth ``k`` by the base judge and by
     each applicable ``same`` variant, to show the change in MRecall@k and in the runs' ranking.
     """
+    from berds.trust.calibration import threshold_tuned_on
     from berds.trust.validate import classification_metrics, is_unparsed, judge_pairs, mcnemar_paired
 
     check_audit_options(k=k, alpha=alpha, negation_tolerance=negation_tolerance)
@@ -653,7 +656,7 @@ def audit(
     return AuditReport(
         judge_id=judge.id, prompt_version=judge.prompt_version, labels_path=labelled.path,
         labels_sha256=labelled.sha256, n=len(labelled), alpha=alpha, base_metrics=base_metrics,
-        variants=results, stance=stance, k=k, base_runs=base_runs,
+        variants=results, stance=stance, k=k, base_runs=base_runs, tuned_on=threshold_tuned_on(judge, labelled),
     )
 
 
