@@ -330,3 +330,15 @@ def test_cli_names_in_sample_figures_of_a_calibrated_judge(tmp_path, command):
     report = json.loads(out.read_text())
     tuned = report["judges"][0]["threshold_tuned_on"] if command == "validate" else report["threshold_tuned_on"]
     assert tuned == {"dev": str(dev), "pairs_in_dev": 18, "questions_in_dev": 3}
+
+
+def test_a_variant_named_twice_is_run_and_adjusted_for_once(tmp_path):
+    # `--variant sentence-order --variant sentence-order` gave two rows and Holm's m = 2: a doubled p-value
+    from berds.trust.audit import audit
+    from judges_for_tests import OverlapJudge
+
+    labelled = read_labelled_pairs(_overlap_file(tmp_path / "pairs.tsv", range(2)))
+    once = audit(labelled, OverlapJudge(), variants=["sentence-order", "negation"], progress=False)
+    twice = audit(labelled, OverlapJudge(), variants=["sentence-order", "negation", "sentence-order"], progress=False)
+    assert [v.name for v in twice.variants] == ["sentence-order", "negation"]
+    assert twice.to_json() == once.to_json()

@@ -587,7 +587,8 @@ def audit(
     from berds.trust.validate import classification_metrics, is_unparsed, judge_pairs, mcnemar_paired
 
     check_audit_options(k=k, alpha=alpha, negation_tolerance=negation_tolerance)
-    names = list(variants) if variants is not None else list(VARIANTS)
+    # (a variant named twice would be judged twice and counted twice by Holm's adjustment)
+    names = list(dict.fromkeys(variants)) if variants is not None else list(VARIANTS)
     for name in names:
         if name not in VARIANTS:
             from berds.errors import UnknownNameError
