@@ -141,3 +141,19 @@ def test_a_question_too_short_for_depth_or_curve_depth_names_that_option(tmp_pat
         build_report([folder], judge, tmp_path / "r", ks=(2,), curve_depth=5, cache_path=cache)
     report = build_report([folder], judge, tmp_path / "r", ks=(2,), curve_depth=5, cache_path=cache, allow_short=True)
     assert (report.out / "mrecall_curve.csv").read_text().count("\nshort,") == 5
+
+
+def test_export_of_a_run_judged_by_two_judges_names_both_evaluations(tmp_path):
+    # "holds 2 judgements.jsonl files, expected one" left the user to find them
+    from berds.errors import InputError
+    from berds.evaluate.qrels import export_qrels
+
+    line = '{"qid": "q0", "docid": "d0", "rank": 1, "perspective": 0, "label": 1}\n'
+    for judge in ("judge-a", "judge-b"):
+        (tmp_path / "run" / "eval" / judge).mkdir(parents=True)
+        (tmp_path / "run" / "eval" / judge / "judgements.jsonl").write_text(line)
+    with pytest.raises(InputError, match=r"expected one \(eval/judge-a, eval/judge-b\) — pass the folder of the "
+                                         r"evaluation you want, e.g. .*run/eval/judge-a"):
+        export_qrels(tmp_path / "run", tmp_path / "q.qrels")
+    assert export_qrels(tmp_path / "run" / "eval" / "judge-b", tmp_path / "q.qrels") == 1
+    assert (tmp_path / "q.qrels").read_text() == "q0 1 d0 1\n"

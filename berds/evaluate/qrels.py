@@ -48,9 +48,12 @@ def read_judgements(path: str | Path) -> tuple[list[QrelRow], list[RunRow]]:
     path = Path(path)
     if path.is_dir():
         found = sorted(path.rglob("judgements.jsonl"))
-        if len(found) != 1:
-            raise InputError(f"holds {len(found)} judgements.jsonl files, expected one" if found else
-                             "holds no judgements.jsonl", path=path,
+        if len(found) > 1:  # e.g. a run folder judged by two judges: say which, so one can be picked
+            where = ", ".join(str(f.parent.relative_to(path)) for f in found[:5]) + (", ..." if len(found) > 5 else "")
+            raise InputError(f"holds {len(found)} judgements.jsonl files, expected one ({where})", path=path,
+                             fix=f"pass the folder of the evaluation you want, e.g. {found[0].parent}")
+        if not found:
+            raise InputError("holds no judgements.jsonl", path=path,
                              fix="pass the evaluation folder `berds eval` wrote (or the judgements.jsonl itself)")
         path = found[0]
     if not path.is_file():
