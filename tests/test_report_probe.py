@@ -157,3 +157,16 @@ def test_export_of_a_run_judged_by_two_judges_names_both_evaluations(tmp_path):
         export_qrels(tmp_path / "run", tmp_path / "q.qrels")
     assert export_qrels(tmp_path / "run" / "eval" / "judge-b", tmp_path / "q.qrels") == 1
     assert (tmp_path / "q.qrels").read_text() == "q0 1 d0 1\n"
+
+
+def test_coverage_refuses_runs_of_other_questions_before_judging_anything(tmp_path):
+    # the refusal came after every passage of every run had been judged
+    from berds.errors import BerdsError
+    from berds.evaluate.analyses.coverage import analyze_coverage
+
+    log = tmp_path / "judged.log"
+    a = save_run(make_run(n_questions=3, depth=4, name="a"), tmp_path / "a")
+    b = save_run(make_run(n_questions=2, depth=4, name="b"), tmp_path / "b")
+    with pytest.raises(BerdsError, match=r"cover different questions \(only in the first: \['q2'\]"):
+        analyze_coverage([str(a), str(b)], OverlapJudge(log=str(log)), depth=4, cache_path=str(tmp_path / "j.sqlite"))
+    assert not log.exists()

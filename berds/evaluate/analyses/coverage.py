@@ -84,6 +84,7 @@ def analyze_coverage(run_paths: Sequence[str], judge: str | Any, *, depth: int =
     runs = [load_run(p, allow_empty=allow_short) for p in run_paths]
     labels = run_labels(runs, run_paths)
     check_same_question_per_id(runs, labels, ordered=True)  # (the union is taken question by question, row by row)
+    same_questions(labels, [r.questions for r in runs])  # before judging, which can take hours
     results = judge_runs(runs, judge, depth, judge_options=judge_options, cache_path=cache_path,
                          allow_short=allow_short, allow_unparsed=allow_unparsed, progress=progress,
                          depth_option="--depth")
