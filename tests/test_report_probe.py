@@ -170,3 +170,20 @@ def test_coverage_refuses_runs_of_other_questions_before_judging_anything(tmp_pa
     with pytest.raises(BerdsError, match=r"cover different questions \(only in the first: \['q2'\]"):
         analyze_coverage([str(a), str(b)], OverlapJudge(log=str(log)), depth=4, cache_path=str(tmp_path / "j.sqlite"))
     assert not log.exists()
+
+
+def test_compare_and_report_baseline_refuse_runs_sharing_no_question_before_judging(tmp_path):
+    from berds.errors import BerdsError
+    from berds.evaluate.compare import compare_paths
+
+    log = tmp_path / "judged.log"
+    run = make_run(n_questions=2, depth=5, name="a")
+    other = Run({"x" + q: Question("x" + q, "Another question " + q, v.perspectives, v.dataset)
+                 for q, v in run.questions.items()}, {"x" + q: h for q, h in run.hits.items()}, {}, "b")
+    paths = [save_run(run, tmp_path / "a"), save_run(other, tmp_path / "b")]
+    judge = OverlapJudge(log=str(log))
+    with pytest.raises(BerdsError, match="runs 'a' and 'b' share no question"):
+        compare_paths(paths, judge, ks=(5,), cache_path=tmp_path / "j.sqlite", n_resamples=200)
+    with pytest.raises(BerdsError, match="runs 'a' and 'b' share no question"):
+        build_report(paths, judge, tmp_path / "r", ks=(5,), baseline="a", cache_path=tmp_path / "j.sqlite")
+    assert not log.exists()

@@ -212,6 +212,15 @@ def compare_results(results: Sequence[Any], labels: Sequence[str], *, ks: Sequen
                          confidence=options.get("confidence", 0.95), seed=options.get("seed", 0), notes=notes)
 
 
+def check_shared_questions(runs: Sequence[Any], labels: Sequence[str], baseline: int) -> None:
+    """Refuse, before judging, a run that shares no question with the baseline (found only after judging before)."""
+    base = runs[baseline].questions
+    for run, label in zip(runs, labels):
+        if run is not runs[baseline] and not any(q in base for q in run.questions):
+            raise BerdsError(f"runs {labels[baseline]!r} and {label!r} share no question — compare runs of one "
+                             "question set")
+
+
 def resolve_baseline(baseline: str | None, labels: Sequence[str], paths: Sequence[str | Path]) -> int:
     """The index of the baseline run given by label or path (default: the first run)."""
     if baseline is None:
@@ -242,6 +251,7 @@ def compare_paths(run_paths: Sequence[str | Path], judge: str | Any, *, ks: Sequ
     labels = run_labels(runs, run_paths)
     check_same_question_per_id(runs, labels)
     index = resolve_baseline(baseline, labels, run_paths)
+    check_shared_questions(runs, labels, index)
     results = judge_runs(runs, judge, ks[-1], judge_options=judge_options, cache_path=cache_path,
                          allow_short=allow_short, allow_unparsed=allow_unparsed, progress=progress)
     return compare_results(results, labels, ks=ks, baseline=index, **options)

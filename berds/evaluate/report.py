@@ -347,8 +347,11 @@ def build_report(
         runs = [load_run(p, allow_empty=allow_short) for p in run_paths]
         if baseline is not None:  # (compared question by question)
             from berds.evaluate.analyses.common import check_same_question_per_id
+            from berds.evaluate.compare import check_shared_questions, resolve_baseline
 
             check_same_question_per_id(runs, run_labels(runs, run_paths))
+            check_shared_questions(runs, run_labels(runs, run_paths),
+                                   resolve_baseline(baseline, run_labels(runs, run_paths), run_paths))
         results = judge_runs(runs, judge, depth, judge_options=judge_options, cache_path=cache_path,
                              allow_short=allow_short, allow_unparsed=allow_unparsed, progress=progress,
                              depth_option="--curve-depth" if depth > ks[-1] else "--k")
