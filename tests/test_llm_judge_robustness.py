@@ -66,3 +66,33 @@ def test_a_local_mistral_folder_named_otherwise_gets_no_system_turn(tiny_mistral
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "model_type": "llama"}))
     assert LLMJudge(TransformersLLM(str(folder), device="cpu")).prompt_version == "berds-study-chat-v1"
+
+
+def test_a_plain_prompt_is_bos_then_its_own_tokens_for_tokenizers_that_mark_only_the_first_word(tiny_mistral, tmp_path):
+    # Sentencepiece tokenizers with Metaspace(prepend_scheme="first") read "<s>Document" as a word in mid-text:
+    # the literal BOS string must not be glued to the text before tokenising (docs: "only the tokenizer's BOS").
+    import torch
+    from tokenizers import pre_tokenizers
+    from transformers import AutoTokenizer
+
+    from berds.judges.prompts import PLAIN
+    from berds.llm.shared import prompt_token_ids, score_token_rows
+    from berds.llm.transformers_backend import TransformersLLM
+
+    folder = shutil.copytree(tiny_mistral, tmp_path / "first-scheme")
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Metaspace(prepend_scheme="first"), pre_tokenizers.Punctuation()])
+    tokenizer.save_pretrained(folder)
+    llm = TransformersLLM(str(folder), device="cpu")
+    [message] = prompt = PLAIN.render(document=PAIR.passage, perspective=PAIR.perspective)
+    expected = [llm.tokenizer.bos_token_id] + llm.tokenizer(message["content"], add_special_tokens=False)["input_ids"]
+    assert expected[1] == llm.tokenizer.convert_tokens_to_ids("▁Document")  # the word as tokenizer(text) reads it
+    assert prompt_token_ids(llm.tokenizer, prompt) == expected
+    assert score_token_rows(llm.tokenizer, [prompt], ["Yes"])[0][0][0] == expected
+    [generation] = llm.generate([prompt], max_new_tokens=2, top_logprobs=3)
+    with torch.inference_mode():
+        logits = llm.model(torch.tensor([expected])).logits[0, -1]
+    top = torch.topk(torch.log_softmax(logits.float(), -1), 3)
+    for token_id, value in zip(top.indices.tolist(), top.values.tolist()):
+        assert generation.first_token_logprobs[llm.tokenizer.decode([token_id])] == pytest.approx(value, abs=1e-4)

@@ -113,6 +113,23 @@ def render_chat(tokenizer: Any, messages: Sequence[Mapping[str, str]], *, chat_t
                          f"into the first user turn): {exc}") from exc
 
 
+def prompt_token_ids(tokenizer: Any, messages: Sequence[Mapping[str, str]], *,
+                     chat_template: str | None = None) -> list[int]:
+    """The token ids a model is given for one prompt (what ``render_chat`` shows, as ids).
+
+    A chat prompt: the rendered template tokenised without adding special tokens (the template writes BOS). A
+    plain prompt: the tokenizer's BOS id, then its text tokenised on its own — not the text after a literal BOS
+    string, which tokenizers whose sentencepiece marker is prepended only at the start of the input
+    (``Metaspace(prepend_scheme="first")``) read as a word in mid-text, a different first token than
+    ``tokenizer(text)`` gives."""
+    if len(messages) == 1 and messages[0]["role"] == PLAIN_ROLE:
+        bos = getattr(tokenizer, "bos_token", None) and getattr(tokenizer, "bos_token_id", None)
+        ids = list(tokenizer(messages[0]["content"], add_special_tokens=False)["input_ids"])
+        return ([bos] if bos is not None else []) + ids
+    text = render_chat(tokenizer, messages, chat_template=chat_template)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
 # ---------------------------------------------------------------------------------------- logprobs
 
 
@@ -458,8 +475,7 @@ def score_token_rows(tokenizer: Any, prompts: Sequence[Any], continuations: Sequ
         if isinstance(prompt, str):
             prompt_ids = list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
         else:
-            text = render_chat(tokenizer, normalise_prompts([prompt])[0], chat_template=chat_template)
-            prompt_ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+            prompt_ids = prompt_token_ids(tokenizer, normalise_prompts([prompt])[0], chat_template=chat_template)
         if not prompt_ids:  # the first token needs something to be conditioned on
             start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
             prompt_ids = [start]

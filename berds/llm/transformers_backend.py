@@ -23,6 +23,7 @@ from berds.llm.shared import (
     looks_like_local_path,
     model_identity,
     normalise_prompts,
+    prompt_token_ids,
     render_chat,
     score_token_rows,
 )
@@ -188,16 +189,16 @@ class TransformersLLM:
         if not messages:
             return []
         self.load()
-        texts = [render_chat(self._tokenizer, m, chat_template=self.chat_template) for m in messages]
-        lengths = [len(ids) for ids in self._tokenizer(texts, add_special_tokens=False)["input_ids"]]
+        prompts_ids = [prompt_token_ids(self._tokenizer, m, chat_template=self.chat_template) for m in messages]
+        lengths = [len(ids) for ids in prompts_ids]
         context = self._context_length()
         over = [i for i, n in enumerate(lengths) if context_overrun("", n, context, max_new_tokens)]
         if over:
             why = context_overrun(f"prompt {over[0]}", lengths[over[0]], context, max_new_tokens)
-            raise BerdsError(f"{why} ({len(over)} of {len(texts)} prompts) — shorten it, or use a model that reads more")
+            raise BerdsError(f"{why} ({len(over)} of {len(prompts_ids)} prompts) — shorten it, or use a model that reads more")
         # Longest first: similar lengths share a batch (less padding) and memory peaks show up early.
-        order = sorted(range(len(texts)), key=lambda i: -lengths[i])
-        results: list[Generation | None] = [None] * len(texts)
+        order = sorted(range(len(prompts_ids)), key=lambda i: -lengths[i])
+        results: list[Generation | None] = [None] * len(prompts_ids)
         for start in range(0, len(order), self.batch_size):
             chunk = order[start:start + self.batch_size]
             flags = None if cancel is None else [cancel[i] for i in chunk]
@@ -206,21 +207,25 @@ class TransformersLLM:
                     results[index] = Generation("", None)
                 continue
             for index, generation in zip(
-                chunk, self._generate_batch([texts[i] for i in chunk], max_new_tokens, temperature, top_logprobs,
+                chunk, self._generate_batch([prompts_ids[i] for i in chunk], max_new_tokens, temperature, top_logprobs,
                                             flags)
             ):
                 results[index] = generation
         return results  # type: ignore[return-value]
 
     def _generate_batch(
-        self, texts: list[str], max_new_tokens: int, temperature: float, top_logprobs: int,
+        self, prompts_ids: list[list[int]], max_new_tokens: int, temperature: float, top_logprobs: int,
         cancel: list[Any] | None = None,
     ) -> list[Generation]:
         torch, tokenizer, model = self._torch, self._tokenizer, self._model
-        # The chat template already wrote BOS; adding special tokens again would double it.
-        encoded = tokenizer(texts, add_special_tokens=False, padding=True, return_tensors="pt")
-        # Only ids and mask: some tokenizers add token_type_ids, which causal LMs' generate() rejects.
-        encoded = {k: encoded[k].to(model.device) for k in ("input_ids", "attention_mask")}
+        # Token ids as prompt_token_ids built them (BOS written once), left-padded: decoder-only models generate
+        # after the prompt's last token
+        width = max(len(ids) for ids in prompts_ids)
+        encoded = {
+            "input_ids": torch.tensor([[tokenizer.pad_token_id] * (width - len(ids)) + ids for ids in prompts_ids]),
+            "attention_mask": torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompts_ids]),
+        }
+        encoded = {k: v.to(model.device) for k, v in encoded.items()}
         sampling: dict[str, Any] = {"do_sample": False}
         if temperature > 0:
             torch.manual_seed(self.seed)
@@ -242,7 +247,7 @@ class TransformersLLM:
             k = min(top_logprobs, log_probs.shape[-1])
             first_step = torch.topk(log_probs, k, dim=-1)
         generations = []
-        for row in range(len(texts)):
+        for row in range(len(prompts_ids)):
             text = tokenizer.decode(new_tokens[row], skip_special_tokens=True).strip()
             pairs = None
             if first_step is not None:

@@ -3,7 +3,7 @@
 The study's judge asks one long instruction thousands of times with different passages; vLLM's prefix
 cache reuses the shared instruction's attention state and its scheduler batches every prompt at once.
 
-Prompts are rendered by the *same* code as the transformers backend (``berds.llm.shared.render_chat``,
+Prompts are rendered by the *same* code as the transformers backend (``berds.llm.shared.prompt_token_ids``,
 including the fallback for chat templates that reject system messages) and handed to vLLM as token ids,
 so both backends feed the model identical tokens (``LLM.chat`` would apply the template its own way and
 re-add BOS). vLLM pins its own transformers version: install ``berds[vllm]`` in its own environment, or
@@ -26,6 +26,7 @@ from berds.llm.shared import (
     looks_like_local_path,
     model_identity,
     normalise_prompts,
+    prompt_token_ids,
     render_chat,
     score_token_rows,
 )
@@ -127,11 +128,8 @@ class VLLMLLM:
             return []
         self.load()
         vllm = require("vllm", extra="vllm")
-        token_prompts = [
-            {"prompt_token_ids": self._tokenizer(render_chat(self._tokenizer, m, chat_template=self.chat_template),
-                                                 add_special_tokens=False)["input_ids"]}
-            for m in messages
-        ]
+        token_prompts = [{"prompt_token_ids": prompt_token_ids(self._tokenizer, m, chat_template=self.chat_template)}
+                         for m in messages]
         params = vllm.SamplingParams(**sampling_options(max_new_tokens, temperature, top_logprobs,
                                                         seed=self.engine_args.get("seed")))
         outputs = self._engine.generate(token_prompts, params, use_tqdm=self.show_progress,
