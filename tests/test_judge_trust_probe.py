@@ -292,7 +292,7 @@ HEADER = "question\tid\tdocument\tperspective\tlabel"
     (b"\n \n", r"the file is empty"),
     # Excel's "Unicode Text" is UTF-16: the fix named latin1
     ((HEADER + "\nq\t1\td\tp\t1\n").encode("utf-16"), r"line 1: UTF-16 text, expected UTF-8 — .*iconv -f utf-16 -t utf-8"),
-])
+], ids=["crlf-bad-label", "bom-crlf-short-row", "bom-only", "blank-lines", "utf-16"])
 def test_crlf_bom_empty_and_utf16_files_get_one_line_naming_file_and_line(tmp_path, data, message):
     path = tmp_path / "pairs.tsv"
     path.write_bytes(data)
