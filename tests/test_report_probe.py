@@ -14,6 +14,7 @@ from berds.runs import save_run
 from berds.types import Question, Run, Verdict
 from conftest import make_run
 from judges_for_tests import OverlapJudge
+from test_tables_80 import headers  # noqa: F401 (a fixture)
 
 
 class HalfMaybeJudge(OverlapJudge):
@@ -187,3 +188,16 @@ def test_compare_and_report_baseline_refuse_runs_sharing_no_question_before_judg
     with pytest.raises(BerdsError, match="runs 'a' and 'b' share no question"):
         build_report(paths, judge, tmp_path / "r", ks=(5,), baseline="a", cache_path=tmp_path / "j.sqlite")
     assert not log.exists()
+
+
+def test_leaning_table_beside_a_long_run_name_fits_80_columns_with_header_words_whole(tmp_path, headers):
+    # 'supportin' / 'g only %': the other columns were squeezed for the run name, and the table was cropped
+    from test_tables_80 import check, run_80
+
+    run = make_run(n_questions=3, depth=6, name="kialo-test-wikipedia-contriever-mmr0.75")
+    folder = save_run(run, tmp_path / run.name)
+    stances = tmp_path / "stances.jsonl"
+    stances.write_text('{"id": "q0", "supporting": 0}\n{"id": "q2", "supporting": 1}\n')
+    output = run_80(["analyze", "leaning", str(folder), "--judge", "judges_for_tests:OverlapJudge", "--stances",
+                     str(stances), "--k", "5", "--cache", str(tmp_path / "j.sqlite"), "-q"], headers)
+    check(output, headers, "analyze leaning")

@@ -41,12 +41,20 @@ def _print_table(title: str, header: list[str], rows: list[list[str]], *, values
     """A summary table; ``values="left"`` for a key-value table whose values are text (numbers go right)."""
     from rich.table import Table
 
+    console = _console()
     table = Table(title=title)
+    # no header word is cut ('supportin' / 'g only %' beside a long run name): each other column keeps its longest
+    # word or cell, and the first column (run names) folds into what is left
+    widths = [max([len(w) for w in str(col).split()] + [len(str(r[i])) for r in rows if i < len(r)] + [1])
+              for i, col in enumerate(header)]
+    room = console.width - sum(widths[1:]) - 3 * len(header) - 1
+    squeeze = 8 <= room < widths[0]  # (a long value elsewhere, e.g. a path: rich folds it as before)
     for i, col in enumerate(header):
-        table.add_column(col, justify="left" if i == 0 else values, overflow="fold")
+        table.add_column(col, justify="left" if i == 0 else values, overflow="fold",
+                         width=widths[i] if squeeze and i else None, max_width=room if squeeze and not i else None)
     for row in rows:
         table.add_row(*row)
-    _console().print(table)
+    console.print(table)
 
 
 def _check_run_path(run: Path) -> None:
