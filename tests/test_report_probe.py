@@ -201,3 +201,9 @@ def test_leaning_table_beside_a_long_run_name_fits_80_columns_with_header_words_
     output = run_80(["analyze", "leaning", str(folder), "--judge", "judges_for_tests:OverlapJudge", "--stances",
                      str(stances), "--k", "5", "--cache", str(tmp_path / "j.sqlite"), "-q"], headers)
     check(output, headers, "analyze leaning")
+
+
+def test_a_metric_column_with_significance_marks_stays_right_aligned():
+    from berds.evaluate.report import markdown_table
+
+    assert markdown_table(["run", "MRecall@5"], [["a", "100.0*"], ["b", "0.0"]]).splitlines()[1] == "| :--- | ---: |"

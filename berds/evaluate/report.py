@@ -51,7 +51,7 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def _is_number(text: str) -> bool:
     try:
-        float(text)
+        float(text.removesuffix("*"))  # (a value --baseline marks as significant is still a number)
     except ValueError:
         return False
     return True
