@@ -207,3 +207,16 @@ def test_a_metric_column_with_significance_marks_stays_right_aligned():
     from berds.evaluate.report import markdown_table
 
     assert markdown_table(["run", "MRecall@5"], [["a", "100.0*"], ["b", "0.0"]]).splitlines()[1] == "| :--- | ---: |"
+
+
+def test_docs_needed_groups_each_run_by_its_own_datasets(tmp_path):
+    # the datasets of all runs were pooled by question id: run a's rows took run b's dataset names
+    from berds.evaluate.analyses.docs_needed import analyze_docs_needed
+
+    a = make_run(n_questions=2, depth=4, name="a")
+    b = Run({q: Question(q, "Other " + v.text, v.perspectives, "delphi-" + v.dataset) for q, v in a.questions.items()},
+            a.hits, {}, "b")
+    paths = [str(save_run(a, tmp_path / "a")), str(save_run(b, tmp_path / "b"))]
+    result = analyze_docs_needed(paths, "judges_for_tests:OverlapJudge", depth=4, cache_path=str(tmp_path / "j.sqlite"))
+    assert [(r["run"], r["dataset"]) for r in result.rows] == [
+        ("a", "all"), ("a", "arguana"), ("a", "kialo"), ("b", "all"), ("b", "delphi-arguana"), ("b", "delphi-kialo")]
