@@ -101,7 +101,7 @@ NOT_RUN = {
     "berds eval runs/bm25-arguana --judge transformers:/models/mistral-berds-merged": GPU,
     "berds eval runs/bm25-arguana --judge mistral-berds-vllm -o gpu_memory_utilization=0.85": GPU,
     "berds llm generate -m /models/mistral -o adapter=/models/berds-lora \"Does the sky look blue? Answer Yes or No.\"": GPU,
-    "berds eval runs/bm25-arguana --judge openai:berds -o base_url=http://127.0.0.1:8000/v1 -o concurrency=32": NET,
+    "berds eval runs/bm25-arguana --judge openai:berds -o base_url=http://127.0.0.1:8000/v1 -o concurrency=32 -o system=drop": NET,
     "berds eval runs/bm25-arguana --judge openai:mistral -o base_url=http://127.0.0.1:8080/v1 "
     "-o id=llamacpp:mistral-7b-v0.2-q4km+berds-lora": NET,
     "berds llm serve -m /models/mistral -o adapter=/models/berds-lora --port 8000": GPU,
