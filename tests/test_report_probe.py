@@ -220,3 +220,16 @@ def test_docs_needed_groups_each_run_by_its_own_datasets(tmp_path):
     result = analyze_docs_needed(paths, "judges_for_tests:OverlapJudge", depth=4, cache_path=str(tmp_path / "j.sqlite"))
     assert [(r["run"], r["dataset"]) for r in result.rows] == [
         ("a", "all"), ("a", "arguana"), ("a", "kialo"), ("b", "all"), ("b", "delphi-arguana"), ("b", "delphi-kialo")]
+
+
+@pytest.mark.parametrize("kind, row, message", [
+    ("leaning", {"run": "a", "questions": 5, "supporting only": 1, "opposing only": 1, "both": 1, "neither": 0,
+                 "no_stance": 0}, "row 1: the four categories hold 3 questions but 'questions' is 5"),
+    ("docs-needed", {"run": "a", "dataset": "all", "questions": 4, "covered": 3, "covered_share": 1.0, "mean": 2.0,
+                     "median": 2.0}, "row 1: 'covered' \\(3\\) and 'covered_share' \\(1.0\\) disagree"),
+])
+def test_a_result_whose_counts_do_not_add_up_is_refused(tmp_path, kind, row, message):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"analysis": kind, "k": 5, "depth": 5, "rows": [row]}))
+    with pytest.raises(Exception, match=f"bad.json: .*{message}"):
+        load_result(path)

@@ -103,3 +103,20 @@ def check_rows(result: Any, path: str | Path) -> None:
                 got = f"got {row[key]!r}" if key in row else "missing"
                 raise InputError(f"malformed {result.KIND} result: row {i}: {key!r} must be {expected} ({got})",
                                  path=path)
+        _check_totals(result.KIND, row, i, path)
+
+
+def _check_totals(kind: str, row: dict, i: int, path: str | Path) -> None:
+    """Counts that must add up: shares are computed from them (a hand-edited leaning row whose categories did not
+    sum to its questions printed shares that did not sum to 100)."""
+    if kind == "leaning":
+        total = sum(row[c] for c in ("supporting only", "opposing only", "both", "neither"))
+        if total != row["questions"]:
+            raise InputError(f"malformed leaning result: row {i}: the four categories hold {total} questions but "
+                             f"'questions' is {row['questions']}", path=path)
+    elif kind == "docs-needed":
+        if row["covered"] > row["questions"] or (row["questions"] and
+                                                  abs(row["covered_share"] - row["covered"] / row["questions"]) > 1e-9):
+            raise InputError(f"malformed docs-needed result: row {i}: 'covered' ({row['covered']}) and "
+                             f"'covered_share' ({row['covered_share']}) disagree with 'questions' ({row['questions']})",
+                             path=path)
