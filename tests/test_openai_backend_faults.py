@@ -110,3 +110,25 @@ def test_a_lone_surrogate_in_a_reply_becomes_a_replacement_character_and_can_be_
     with JudgementCache(tmp_path / "c.sqlite") as cache:  # stored and read back
         cache.put_many("j", "p", [PAIR], verdict)
         assert cache.get_many("j", "p", [PAIR])[0].raw == "Yes \ufffd"
+
+
+class InfiniteLogprobsLLM:
+    """A backend whose first-token log-probabilities hold -inf (a masked token) and NaN."""
+
+    id = "inf"
+
+    def generate(self, prompts, *, max_new_tokens=16, temperature=0.0, top_logprobs=0):
+        import math
+
+        return [Generation("Yes", {"Yes": -0.1, "No": -2.0, "masked": -math.inf, "odd": math.nan}) for _ in prompts]
+
+
+@pytest.mark.network
+def test_the_server_leaves_out_log_probabilities_json_cannot_carry():
+    from berds.llm.openai_backend import OpenAILLM
+    from berds.llm.server import ChatServer
+
+    with ChatServer(InfiniteLogprobsLLM(), port=0, served_model_name="m") as server:
+        client = OpenAILLM("m", base_url=server.url, max_retries=0)
+        [generation] = client.generate([user_prompt("q")], top_logprobs=4)
+    assert generation == Generation("Yes", {"Yes": -0.1, "No": -2.0})  # was HTTP 500, retried, then failed

@@ -411,8 +411,11 @@ class ChatServer:
 
     def chat_payload(self, job: _Job, generation: Any, top_logprobs_requested: int) -> dict[str, Any]:
         logprobs = None
-        if job.top_logprobs and generation.first_token_logprobs:
-            ranked = sorted(generation.first_token_logprobs.items(), key=lambda kv: kv[1], reverse=True)
+        # JSON has no -inf or NaN (the answer would fail to encode, a 500 the client retries): a token the backend
+        # gives probability 0, or no number, says nothing and is left out
+        ranked = sorted(((t, float(lp)) for t, lp in (generation.first_token_logprobs or {}).items()
+                         if math.isfinite(float(lp))), key=lambda kv: kv[1], reverse=True)
+        if job.top_logprobs and ranked:
             token, logprob = ranked[0]
             logprobs = {"content": [{
                 "token": token, "logprob": logprob, "bytes": list(token.encode("utf-8")),
