@@ -583,7 +583,7 @@ def audit(
     ``runs`` (``{name: Run}`` or runs with ``.name``) are judged to depth ``k`` by the base judge and by
     each applicable ``same`` variant, to show the change in MRecall@k and in the runs' ranking.
     """
-    from berds.trust.calibration import threshold_tuned_on
+    from berds.trust.overlap import threshold_tuned_on
     from berds.trust.validate import classification_metrics, is_unparsed, judge_pairs, mcnemar_paired
 
     check_audit_options(k=k, alpha=alpha, negation_tolerance=negation_tolerance)

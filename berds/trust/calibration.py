@@ -257,6 +257,7 @@ def calibrate(
     tuned on. With ``store``, the record is saved under the judge id. Pairs for which the judge gave no
     P(Yes) are left out of the calibration numbers (``n_scored`` says how many remain).
     """
+    from berds.trust.overlap import shared_with
     from berds.trust.validate import classification_metrics, judge_pairs
 
     if objective not in OBJECTIVES:
@@ -295,48 +296,12 @@ def calibrate(
         result.holdout_at_threshold = classification_metrics(
             h_gold, [v.label if v.p_yes is None else v.p_yes >= choice.threshold for v in h_verdicts])
         # a "held-out" file that shares pairs or questions with the dev file is not held out: say how much
-        dev_pairs = {(x.perspective, x.document) for x in labelled}
-        dev_questions = set(labelled.questions)
         result.holdout_labels = {"path": holdout.path, "sha256": holdout.sha256, "n": len(holdout),
-                                 "n_with_p_yes": int(hp.size),
-                                 "pairs_in_dev": sum((x.perspective, x.document) in dev_pairs for x in holdout),
-                                 "questions_in_dev": sum(q in dev_questions for q in holdout.questions)}
+                                 "n_with_p_yes": int(hp.size), **shared_with(labelled, holdout)}
     if store is not None:
         store.put(result.record())
         result.store_path = str(store.path)
     return result
-
-
-def threshold_tuned_on(judge: Any, labelled: Any) -> dict[str, Any] | None:
-    """When ``judge`` is a ``calibrated:`` judge whose stored threshold was chosen on pairs of ``labelled``, what
-    they share: ``{"dev": path, "pairs_in_dev": n, "questions_in_dev": m}`` (None when nothing is shared or the
-    dev file can no longer be compared). Its figures on those pairs are in-sample, and the commands say so."""
-    from berds.judges.base import LazyJudge
-    from berds.judges.threshold import ThresholdJudge
-    from berds.trust.labels import read_labelled_pairs
-
-    while isinstance(judge, LazyJudge):
-        judge = judge.inner
-    if not isinstance(judge, ThresholdJudge) or not judge.source:
-        return None
-    try:
-        record = CalibrationStore(judge.source).get(judge.inner.id) or {}
-        dev = record.get("dev") or {}
-        if record.get("threshold") != judge.threshold or not dev.get("path"):
-            return None
-        if dev.get("sha256") == labelled.sha256:
-            tuned = labelled
-        else:
-            tuned = read_labelled_pairs(dev["path"])
-            if tuned.sha256 != dev.get("sha256"):  # the file changed since: what it held then is unknown
-                return None
-    except (OSError, BerdsError):
-        return None
-    dev_pairs = {(x.perspective, x.document) for x in tuned}
-    dev_questions = set(tuned.questions)
-    shared = {"dev": dev["path"], "pairs_in_dev": sum((x.perspective, x.document) in dev_pairs for x in labelled),
-              "questions_in_dev": sum(q in dev_questions for q in labelled.questions)}
-    return shared if shared["pairs_in_dev"] or shared["questions_in_dev"] else None
 
 
 def _num(x: float | None) -> str:

@@ -375,7 +375,7 @@ def validate(
     ``annotators`` names extra 0/1 columns of the labelled file (e.g. a second human's labels) to score
     as if they were judges. ``resample`` is what the bootstrap draws: ``pairs`` or ``questions``.
     """
-    from berds.trust.calibration import threshold_tuned_on
+    from berds.trust.overlap import threshold_tuned_on
 
     if resample not in RESAMPLE_UNITS:
         raise BerdsError(f"resample must be one of {', '.join(RESAMPLE_UNITS)}, got {resample!r}")
