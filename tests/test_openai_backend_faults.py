@@ -132,3 +132,16 @@ def test_the_server_leaves_out_log_probabilities_json_cannot_carry():
         client = OpenAILLM("m", base_url=server.url, max_retries=0)
         [generation] = client.generate([user_prompt("q")], top_logprobs=4)
     assert generation == Generation("Yes", {"Yes": -0.1, "No": -2.0})  # was HTTP 500, retried, then failed
+
+
+def test_options_given_as_text_or_without_bound_are_named():
+    from berds.llm.openai_backend import OpenAILLM
+
+    for options, message in [({"timeout": "30"}, "timeout must be a finite number of seconds > 0, got '30'"),
+                             ({"timeout": float("inf")}, "timeout must be a finite number"),
+                             ({"backoff_max": -1}, "backoff_max must be a finite number of seconds >= 0"),
+                             ({"max_retry_after": "a"}, "max_retry_after must be"),
+                             ({"extra_body": ["x"]}, "extra_body must be a JSON object"),
+                             ({"seed": "3"}, "seed must be an integer")]:
+        with pytest.raises(BerdsError, match=message):
+            OpenAILLM("m", base_url="http://127.0.0.1:9/v1", **options)

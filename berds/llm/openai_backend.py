@@ -104,8 +104,16 @@ class OpenAILLM:
             raise BerdsError(f"max_retries must be an integer >= 0, got {max_retries!r}")
         if not isinstance(max_response_bytes, int) or max_response_bytes < 1:
             raise BerdsError(f"max_response_bytes must be a positive integer, got {max_response_bytes!r}")
-        if not float(timeout) > 0:
-            raise BerdsError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        # (numbers from -o key=value may arrive as text; a NaN or infinite wait bounds nothing)
+        for option, value, low in (("timeout", timeout, "> 0"), ("backoff_base", backoff_base, ">= 0"),
+                                   ("backoff_max", backoff_max, ">= 0"), ("max_retry_after", max_retry_after, ">= 0")):
+            if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                    or not (value > 0 if low == "> 0" else value >= 0)):
+                raise BerdsError(f"{option} must be a finite number of seconds {low}, got {value!r}")
+        if extra_body is not None and not isinstance(extra_body, Mapping):
+            raise BerdsError(f"extra_body must be a JSON object (fields merged into every request), got {extra_body!r:.80}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise BerdsError(f"seed must be an integer, got {seed!r:.80}")
         self.max_response_bytes = max_response_bytes
         self.model = model
         host = parts.hostname
