@@ -90,7 +90,8 @@ def render_chat(tokenizer: Any, messages: Sequence[Mapping[str, str]], *, chat_t
     needs ``chat_template=`` (a Jinja string).
 
     A plain prompt (``berds.llm.base.plain_prompt``) gets no chat template: its text as is, after the
-    tokenizer's BOS token (what ``tokenizer(text)`` would add; backends tokenize without special tokens).
+    tokenizer's BOS token. This is the text shown; the model is given ``prompt_token_ids`` (BOS, then the text
+    tokenised on its own).
     """
     if len(messages) == 1 and messages[0]["role"] == PLAIN_ROLE:
         bos = getattr(tokenizer, "bos_token", None) or ""
