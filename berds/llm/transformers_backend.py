@@ -221,8 +221,9 @@ class TransformersLLM:
         # Token ids as prompt_token_ids built them (BOS written once), left-padded: decoder-only models generate
         # after the prompt's last token
         width = max(len(ids) for ids in prompts_ids)
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0  # (masked out: any id does)
         encoded = {
-            "input_ids": torch.tensor([[tokenizer.pad_token_id] * (width - len(ids)) + ids for ids in prompts_ids]),
+            "input_ids": torch.tensor([[pad] * (width - len(ids)) + ids for ids in prompts_ids]),
             "attention_mask": torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompts_ids]),
         }
         encoded = {k: v.to(model.device) for k, v in encoded.items()}
