@@ -233,3 +233,23 @@ def test_a_result_whose_counts_do_not_add_up_is_refused(tmp_path, kind, row, mes
     path.write_text(json.dumps({"analysis": kind, "k": 5, "depth": 5, "rows": [row]}))
     with pytest.raises(Exception, match=f"bad.json: .*{message}"):
         load_result(path)
+
+
+def test_export_run_writes_the_ranking_berds_judges_for_trec_tools(tmp_path):
+    # a jsonl without scores has every score 0.0; TREC tools order tied passages by docid (z1, m1, a1), so qrels
+    # exported from its evaluation could not be paired with it in ranx or trec_eval. `export run` writes the order
+    # berds judged.
+    import ir_measures
+    from typer.testing import CliRunner
+
+    from berds.cli import app
+
+    ctxs = [{"id": d, "text": f"passage {d}"} for d in ("a1", "z1", "m1")]
+    run = tmp_path / "run.jsonl"
+    run.write_text(json.dumps({"id": "q0", "question": "Q?", "perspectives": ["p", "o"], "ctxs": ctxs}) + "\n")
+    result = CliRunner().invoke(app, ["export", "run", str(run), "--out", str(tmp_path / "run.trec")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "run.trec").read_text() == "q0 Q0 a1 1 3.0 run\nq0 Q0 z1 2 2.0 run\nq0 Q0 m1 3 1.0 run\n"
+    qrels = [ir_measures.Qrel("q0", "a1", 1), ir_measures.Qrel("q0", "z1", 0), ir_measures.Qrel("q0", "m1", 0)]
+    p1 = ir_measures.calc_aggregate([ir_measures.P @ 1], qrels, ir_measures.read_trec_run(str(tmp_path / "run.trec")))
+    assert p1[ir_measures.P @ 1] == 1.0

@@ -1,4 +1,4 @@
-"""``berds export qrels``: an evaluation's judgements as TREC diversity qrels."""
+"""``berds export qrels`` (an evaluation's judgements as TREC qrels) and ``berds export run`` (a run as a TREC run)."""
 
 from __future__ import annotations
 
@@ -29,3 +29,22 @@ def export_qrels_command(
     n = export_qrels(evaluation, out, flat=flat)
     shape = "qid 0 docid rel" if flat else "qid subtopic docid rel"
     Console().print(f"{n:,} qrels lines ({shape}) → {out}", highlight=False)
+
+
+@export_app.command("run", short_help="A run as a TREC run file, in the order berds judges it.")
+def export_run_command(
+    run: Path = typer.Argument(..., help="A run folder or BERDS jsonl."),
+    out: Path = typer.Option(..., "--out", callback=out_file_callback, help="The TREC run file to write (qid Q0 docid rank score tag)."),
+    tag: str = typer.Option(None, "--tag", help="The run tag (default: the run's name)."),
+) -> None:
+    """Write a run as `qid Q0 docid rank score tag`, scores n − rank + 1, to use with `berds export qrels` in TREC tools."""
+    from rich.console import Console
+
+    from berds.evaluate.qrels import export_run
+
+    if not run.exists():
+        from berds.errors import InputError
+
+        raise InputError("no such run folder or file", path=run)
+    n = export_run(run, out, tag=tag)
+    Console().print(f"{n:,} run lines (qid Q0 docid rank score tag) → {out}", highlight=False)

@@ -162,6 +162,20 @@ def export_qrels(source: str | Path, out: str | Path, *, flat: bool = False) -> 
     return write_qrels(flat_qrels(rows) if flat else rows, out)
 
 
+def export_run(source: str | Path, out: str | Path, *, tag: str | None = None) -> int:
+    """``berds export run``: a run (folder or BERDS jsonl) as a TREC run file in the order berds judges it, to go
+    with ``export_qrels``. Rank r of n gets the score n − r + 1, so trec_eval, ir_measures and ranx read that very
+    ranking: a jsonl without scores has every score 0.0, and TREC tools put tied passages in docid order. Returns
+    the number of lines (a passage kept twice in a ranking is written once, at its first rank)."""
+    from berds.runs import load_run, write_trec
+    from berds.types import Hit, Run
+
+    run = load_run(source, allow_empty=True)
+    hits = {q: [Hit(h.passage, float(len(hs) - i)) for i, h in enumerate(hs)] for q, hs in run.hits.items()}
+    write_trec(Run(run.questions, hits, run.manifest, run.name), out, tag=tag)
+    return sum(len({h.passage.id for h in hs}) for hs in hits.values())
+
+
 def compute_measures(measures: Sequence[Any | str], qrels: Sequence[QrelRow], ranking: Sequence[RunRow]
                      ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     """``(mean over questions, per question)`` of ir_measures ``measures`` for qrels + ranking.
