@@ -27,8 +27,9 @@ class FakeLLM:
 
 
 def test_an_empty_reply_is_no_as_in_the_study_but_counted_unparsed():
-    for reply in ("", "   ", "\n"):
-        assert parse_answer(reply) == (False, False)
+    for reply in ("", "   ", "\n", '{"answer": "Yes"}', '{"Reason": "it says yes"}'):
+        assert parse_answer(reply) == (False, False), reply
+    assert parse_answer('{"Answer": "no"}') == (False, True)
     verdicts = LLMJudge(FakeLLM(["", "Yes", " \n"])).judge([PAIR] * 3)
     assert [v.label for v in verdicts] == [False, True, False]
     assert [v.detail for v in verdicts] == [{"unparsed": True}, None, {"unparsed": True}]

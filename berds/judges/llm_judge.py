@@ -35,7 +35,8 @@ def study_answer(reply: str) -> tuple[bool, bool]:
     ends with ``yes``, ``yes.`` or ``yes".``, or starts with ``entail`` or ``true``; everything else is No.
 
     An empty (or all-space) reply is No, as in the study, but ``parsed=False``: no answer came (a server's
-    null content, a model that ended at once), and evaluations count and flag such replies.
+    null content, a model that ended at once), and evaluations count and flag such replies. So is a dict
+    without an ``Answer`` field.
     """
     text = reply.strip()
     if not text:
@@ -53,8 +54,9 @@ def study_answer(reply: str) -> tuple[bool, bool]:
                 return False, False
         if not isinstance(record, dict):
             return False, False
-        # compared as it is, no stripping: the study's rule is the field == "yes" in any case
-        return str(record.get("Answer", "")).lower() == "yes", True
+        # compared as it is, no stripping: the study's rule is the field == "yes" in any case. A dict without the
+        # field (which the study's code could not read either) is No, and unparsed
+        return str(record.get("Answer", "")).lower() == "yes", "Answer" in record
     for marker in STUDY_ANSWER_MARKERS:
         text = text.split(marker)[-1]
     text = text.strip().lower()
