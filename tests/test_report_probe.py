@@ -82,7 +82,7 @@ def test_leaning_refuses_runs_whose_question_ids_mean_other_questions(tmp_path):
     stances = tmp_path / "stances.jsonl"
     stances.write_text('{"id": "q0", "supporting": 0}\n')
     paths = [str(save_run(run, tmp_path / "a")), str(save_run(swapped, tmp_path / "b"))]
-    with pytest.raises(BerdsError, match="another order in runs 'a' and 'b'"):
+    with pytest.raises(BerdsError, match="another order in runs 'a' and 'b', and a stance names a perspective by"):
         analyze_leaning(paths, "judges_for_tests:OverlapJudge", stances=str(stances), k=4,
                         cache_path=str(tmp_path / "j.sqlite"))
 

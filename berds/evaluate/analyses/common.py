@@ -118,7 +118,8 @@ def pct(x: float | None) -> str:
     return "n/a" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{100 * x:.1f}"
 
 
-def check_same_question_per_id(runs: Sequence[Run], labels: Sequence[str], *, ordered: bool = False) -> None:
+def check_same_question_per_id(runs: Sequence[Run], labels: Sequence[str], *, ordered: bool = False,
+                               why: str = "their coverage is united perspective by perspective") -> None:
     """Runs are paired question by question on ids: an id two runs share must be the same question there (text
     and gold perspectives). Runs of two question sets that both number their questions q0, q1, ... were paired
     without a word. Checked before any judging.
@@ -146,8 +147,7 @@ def check_same_question_per_id(runs: Sequence[Run], labels: Sequence[str], *, or
             texts = text(first[1]), text(q)
             if gold(first[1]) != gold(q) and sorted(first[1].perspectives) == sorted(q.perspectives):
                 raise BerdsError(f"question {qid!r} lists its gold perspectives in another order in runs {first[0]!r} "
-                                 f"and {label!r}, and their coverage is united perspective by perspective — use "
-                                 "runs whose questions list them in one order")
+                                 f"and {label!r}, and {why} — use runs whose questions list them in one order")
             if gold(first[1]) != gold(q) or (None not in texts and texts[0] != texts[1]):
                 what = "gold perspectives" if gold(first[1]) != gold(q) else "texts"
                 raise BerdsError(f"question {qid!r} is not the same question in runs {first[0]!r} and {label!r} (the "

@@ -125,7 +125,8 @@ def analyze_leaning(
     runs = [load_run(p, allow_empty=allow_short) for p in run_paths]
     labels = run_labels(runs, run_paths)
     # a stance is a perspective's position: runs must agree on each question and on its perspectives' order
-    check_same_question_per_id(runs, labels, ordered=True)
+    check_same_question_per_id(runs, labels, ordered=True,
+                               why="a stance names a perspective by its position, so one of them would be misread")
     questions = {qid: q for r in runs for qid, q in r.questions.items()}
     stance_map = resolve_stances(list(questions.values()), stances=stances, llm=stance_llm, llm_options=llm_options,
                                  progress=progress)
