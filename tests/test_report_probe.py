@@ -253,3 +253,11 @@ def test_export_run_writes_the_ranking_berds_judges_for_trec_tools(tmp_path):
     qrels = [ir_measures.Qrel("q0", "a1", 1), ir_measures.Qrel("q0", "z1", 0), ir_measures.Qrel("q0", "m1", 0)]
     p1 = ir_measures.calc_aggregate([ir_measures.P @ 1], qrels, ir_measures.read_trec_run(str(tmp_path / "run.trec")))
     assert p1[ir_measures.P @ 1] == 1.0
+
+
+def test_report_baseline_without_runs_to_compare_is_refused(tmp_path):
+    from berds.errors import BerdsError
+
+    saved = save_result(lean("bm25", (1, 1, 1, 1)), tmp_path / "a.json")
+    with pytest.raises(BerdsError, match="--baseline .* give the baseline and at least one more run"):
+        build_report([], None, tmp_path / "r", analyses=[saved], baseline="bm25")

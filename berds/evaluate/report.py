@@ -337,6 +337,8 @@ def build_report(
         raise BerdsError(f"--k values (ks=) must be positive integers, got {list(ks)}")
     if not run_paths and not analyses:
         raise BerdsError("nothing to report: give run folders and/or --analysis result files")
+    if baseline is not None and len(run_paths) < 2:  # (was ignored without a word)
+        raise BerdsError("--baseline (baseline=) compares runs: give the baseline and at least one more run")
     report = Report(out)
     md = [f"# {title}", "", f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}."]
 
