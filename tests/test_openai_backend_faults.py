@@ -145,3 +145,26 @@ def test_options_given_as_text_or_without_bound_are_named():
                              ({"seed": "3"}, "seed must be an integer")]:
         with pytest.raises(BerdsError, match=message):
             OpenAILLM("m", base_url="http://127.0.0.1:9/v1", **options)
+
+
+def echoed(tokens, values, offsets) -> bytes:
+    return json.dumps({"choices": [{"text": "", "logprobs": {"tokens": tokens, "token_logprobs": values,
+                                                             "text_offset": offsets}}]}).encode()
+
+
+@pytest.mark.network
+def test_echoed_log_probabilities_of_the_wrong_shape_are_named_not_scored_short():
+    from berds.llm.openai_backend import OpenAILLM
+
+    tokens, offsets = ["Hi", " there", " Yes", " sir"], [0, 2, 8, 12]
+    cases = [(tokens, [None, -1.0, -0.5], offsets),                 # one short: " sir" was dropped, a 1-token score
+             (tokens, [None, -1.0, -0.5, -0.2], ["0", "2", "8", "12"]),  # offsets as text (was a TypeError)
+             (tokens, [None, -1.0, -0.5, "low"], offsets),          # a value that is not a number
+             (tokens, [None, -1.0, -0.5, 4.0], offsets)]            # a value above 0
+    for case in cases:
+        with RawServer(lambda n, body=echoed(*case): (200, body)) as server:
+            with pytest.raises(BerdsError, match="choices\\[0\\].logprobs is not three lists of one length"):
+                OpenAILLM("m", base_url=server.url, max_retries=0).score(["Hi there"], [" Yes sir"])
+    with RawServer(lambda n: (200, echoed(tokens, [None, -1.0, -0.5, -0.2], offsets))) as server:
+        [score] = OpenAILLM("m", base_url=server.url, max_retries=0).score(["Hi there"], [" Yes sir"])
+    assert (score.tokens, score.logprobs) == ((" Yes", " sir"), (-0.5, -0.2))

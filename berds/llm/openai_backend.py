@@ -349,6 +349,19 @@ class OpenAILLM:
         except (KeyError, IndexError, TypeError):
             raise BerdsError(f"POST {url}: the reply carries no choices[0].logprobs tokens/token_logprobs/"
                              f"text_offset, so the server did not echo log-probabilities: {self._scrub(str(payload)[:2000])[:300]}") from None
+        # Three lists of one length: tokens (text), offsets (ascending integers), log-probabilities (None for the
+        # first token, else numbers <= 0). zip() would silently drop the tail of a shorter list, and with it tokens
+        # of the continuation.
+        if not (isinstance(tokens, list) and isinstance(values, list) and isinstance(offsets, list)
+                and len(tokens) == len(values) == len(offsets)
+                and all(isinstance(t, str) for t in tokens)
+                and all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+                and all(a <= b for a, b in zip(offsets, offsets[1:]))
+                and all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and v <= 1e-6)
+                        for v in values)):
+            raise BerdsError(f"POST {url}: choices[0].logprobs is not three lists of one length (tokens: text, "
+                             "text_offset: ascending integers, token_logprobs: numbers <= 0 or null): "
+                             f"{self._scrub(str(payload)[:2000])[:300]}")
         # A token belongs to the continuation when it holds any of its characters: it starts before the text
         # ends (the generated token starts after) and ends (where the next token starts) after the prompt.
         ends = [*offsets[1:], len(text) + 1]
@@ -356,7 +369,7 @@ class OpenAILLM:
         if not picked or any(v is None for _, v in picked):
             raise BerdsError(f"POST {url}: no log-probabilities for the continuation tokens in the echoed reply "
                              f"(a prompt that ends inside a token, or a server that ignores echo): {self._scrub(str(payload)[:2000])[:300]}")
-        return ContinuationScore(tuple(t for t, _ in picked), tuple(float(v) for _, v in picked))
+        return ContinuationScore(tuple(t for t, _ in picked), tuple(min(float(v), 0.0) for _, v in picked))
 
     # ------------------------------------------------------------------------------------- HTTP
 
