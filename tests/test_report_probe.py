@@ -261,3 +261,16 @@ def test_report_baseline_without_runs_to_compare_is_refused(tmp_path):
     saved = save_result(lean("bm25", (1, 1, 1, 1)), tmp_path / "a.json")
     with pytest.raises(BerdsError, match="--baseline .* give the baseline and at least one more run"):
         build_report([], None, tmp_path / "r", analyses=[saved], baseline="bm25")
+
+
+def test_a_sycophancy_result_missing_its_document_counts_is_refused_by_row_and_field(tmp_path):
+    # the report ended in KeyError: 'docs' (the table and figure print the counts)
+    path = tmp_path / "syc.json"
+    row = {"label": "a", "query": "question", "p": 10.0, "n": 5.0, "delta": 0.5}
+    path.write_text(json.dumps({"analysis": "sycophancy", "k": 5, "rows": [row]}))
+    with pytest.raises(Exception, match="syc.json: malformed sycophancy result: row 1: 'docs', 'p_docs', 'n_docs', 'questions' must be whole"):
+        load_result(path)
+    path.write_text(json.dumps({"analysis": "sycophancy", "k": 5, "rows": [
+        {**row, "p_docs": 9, "n_docs": 1, "docs": 5, "questions": 1}]}))
+    with pytest.raises(Exception, match="row 1: p_docs=9 and n_docs=1 must be among its docs=5"):
+        load_result(path)

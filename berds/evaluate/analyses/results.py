@@ -80,7 +80,7 @@ ROW_FIELDS: dict[str, dict[str, tuple[Any, str]]] = {
     "sycophancy": {"label": (_text, "text"),
                    "query": (lambda v: v in ("question", "supporting", "opposing"), "question, supporting or opposing"),
                    "p": (_maybe(_number), "a number or null"), "n": (_maybe(_number), "a number or null"),
-                   "delta": (_maybe(_number), "a number or null")},  # its counts: stance_corrected.check_sycophancy_rows
+                   "delta": (_maybe(_number), "a number or null")},  # its counts: _check_totals
 }
 
 
@@ -114,6 +114,16 @@ def _check_totals(kind: str, row: dict, i: int, path: str | Path) -> None:
         if total != row["questions"]:
             raise InputError(f"malformed leaning result: row {i}: the four categories hold {total} questions but "
                              f"'questions' is {row['questions']}", path=path)
+    elif kind == "sycophancy":  # (worded as `berds judge stance-correct`'s check of the same rows)
+        counts = {key: row.get(key) for key in ("docs", "p_docs", "n_docs", "questions")}
+        bad = [key for key, v in counts.items() if not _count(v)]
+        if bad:
+            raise InputError(f"malformed sycophancy result: row {i}: {', '.join(repr(k) for k in bad)} must be whole "
+                             "numbers >= 0, got " + ", ".join(f"{k}={counts[k]!r}" for k in bad), path=path)
+        if counts["p_docs"] > counts["docs"] or counts["n_docs"] > counts["docs"]:
+            raise InputError(f"malformed sycophancy result: row {i}: p_docs={counts['p_docs']} and "
+                             f"n_docs={counts['n_docs']} must be among its docs={counts['docs']} judged documents",
+                             path=path)
     elif kind == "docs-needed":
         if row["covered"] > row["questions"] or (row["questions"] and
                                                   abs(row["covered_share"] - row["covered"] / row["questions"]) > 1e-9):
