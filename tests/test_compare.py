@@ -129,8 +129,12 @@ def test_report_marks_a_significant_difference(tmp_path):
     rows = [line.split(",") for line in report.files["metrics.csv"].read_text().splitlines()]
     good_all = next(r for r in rows if r[0] == "good" and r[1] == "all")
     bad_all = next(r for r in rows if r[0] == "bad" and r[1] == "all")
-    # twelve questions each gain MRecall@5 = 1: exact p = 2/4096, significant after Holm
-    assert good_all[3] == "100.0*" and bad_all[3] == "0.0"
+    # twelve questions each gain MRecall@5 = 1: exact p = 2/4096, significant after Holm; the mark is in the
+    # markdown, the CSV keeps numbers
+    assert good_all[3] == "100.0" and bad_all[3] == "0.0"
+    md = report.files["metrics.md"].read_text()
+    assert "| good | all | 12 | 100.0* |" in md and "| bad | all | 12 | 0.0 |" in md
+    assert "| good | all | 12 | 100.0* |" in report.files["report.md"].read_text()
 
 
 def test_compare_fits_80_columns_takes_a_k_list_and_says_when_questions_differ(tmp_path):

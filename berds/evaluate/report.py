@@ -65,14 +65,17 @@ def csv_text(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return buf.getvalue()
 
 
-def write_table(stem: str | Path, header: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str = "") -> dict[str, Path]:
-    """Write ``STEM.csv`` and ``STEM.md`` (atomically); returns their paths."""
+def write_table(stem: str | Path, header: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str = "",
+                md_rows: Sequence[Sequence[Any]] | None = None) -> dict[str, Path]:
+    """Write ``STEM.csv`` and ``STEM.md`` (atomically; ``md_rows``: other cells for the markdown, e.g. marked
+    values); returns their paths."""
     from berds.io import write_text
 
     stem = Path(stem)
     paths = {"csv": stem.with_name(stem.name + ".csv"), "md": stem.with_name(stem.name + ".md")}
     write_text(paths["csv"], csv_text(header, rows))
-    write_text(paths["md"], (f"### {title}\n\n" if title else "") + markdown_table(header, [[str(c) for c in r] for r in rows]))
+    write_text(paths["md"], (f"### {title}\n\n" if title else "")
+               + markdown_table(header, [[str(c) for c in r] for r in (rows if md_rows is None else md_rows)]))
     return paths
 
 
@@ -368,16 +371,20 @@ def build_report(
             from berds.evaluate.compare import compare_results, metric_names, resolve_baseline
 
             compared = compare_results(results, labels, ks=ks, baseline=resolve_baseline(baseline, labels, run_paths))
-            for row in rows:  # mark the overall row of each run: header columns 3.. are the metrics
-                for col, metric in enumerate(metric_names(ks), start=3):
-                    found = compared.find(row[0], metric) if row[1] == "all" else None
-                    if found is not None and found.significant:
-                        row[col] += "*"
-        report.files.update({f"metrics.{k}": v for k, v in write_table(out / "metrics", header, rows).items()})
+        # the CSV keeps plain numbers (a marked "100.0*" read as text in pandas or R; compare.csv holds the tests);
+        # the markdown marks the overall row of each run: header columns 3.. are the metrics
+        marked = [list(row) for row in rows]
+        for row in marked if compared is not None else ():
+            for col, metric in enumerate(metric_names(ks), start=3):
+                found = compared.find(row[0], metric) if row[1] == "all" else None
+                if found is not None and found.significant:
+                    row[col] += "*"
+        report.files.update({f"metrics.{k}": v for k, v in write_table(out / "metrics", header, rows,
+                                                                       md_rows=marked).items()})
         md += ["", "## Retrieval quality", "",
                f"Judge: `{results[0].judge_id}` (prompt `{results[0].prompt_version}`). Values in %.", "",
                *([f"**Warning:** {judge_warning(results[0].judge_id)}", ""] if judge_warning(results[0].judge_id) else []),
-               markdown_table(header, rows)]
+               markdown_table(header, marked)]
         if compared is not None:
             report.files.update({f"compare.{k}": v for k, v in write_compare(compared, out).items()})
             c_title, c_header, c_rows = compared.table()
