@@ -274,3 +274,19 @@ def test_a_sycophancy_result_missing_its_document_counts_is_refused_by_row_and_f
         {**row, "p_docs": 9, "n_docs": 1, "docs": 5, "questions": 1}]}))
     with pytest.raises(Exception, match="row 1: p_docs=9 and n_docs=1 must be among its docs=5"):
         load_result(path)
+
+
+def test_compare_csv_holds_one_number_per_cell(tmp_path):
+    # the interval was one text cell, "[-100.0, +100.0]"
+    import csv
+
+    from berds.evaluate.compare import Comparison, CompareResult
+    from berds.evaluate.report import write_compare
+
+    c = Comparison("b", "a", "mrecall@5", 3, 1 / 3, 2 / 3, 1 / 3, -1.0, 1.0, 1.0, 1.0, False, "BCa")
+    write_compare(CompareResult("a", [c], judge_id="j", ks=(5,)), tmp_path)
+    rows = list(csv.DictReader((tmp_path / "compare.csv").open()))
+    assert rows == [{"run": "b", "metric": "mrecall@5", "questions": "3", "baseline %": "33.3", "run %": "66.7",
+                     "Δ (points)": "33.3", "95% CI low": "-100.0", "95% CI high": "100.0", "p": "1.0000",
+                     "p (Holm)": "1.0000", "significant (α=0.05)": "no", "CI method": "BCa"}]
+    assert "| b | mrecall@5 | 3 | 33.3 | 66.7 | +33.3 | [-100.0, +100.0] |" in (tmp_path / "compare.md").read_text()

@@ -450,10 +450,21 @@ def write_compare(result: Any, out: str | Path) -> dict[str, Path]:
     """``compare.md``, ``compare.csv`` and ``compare.json`` of a ``berds.evaluate.compare.CompareResult``."""
     from berds.io import write_json
 
+    from berds.io import write_text
+
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     title, header, rows = result.table()
-    paths = write_table(out / "compare", header, rows, title=title)
+    paths = {"csv": out / "compare.csv", "md": out / "compare.md"}
+    write_text(paths["md"], f"### {title}\n\n" + markdown_table(header, rows))
+    # the CSV with one number per cell (the table's "[-1.0, +2.0]" interval was one text cell), rounded as printed
+    ci = f"{100 * result.confidence:g}% CI"
+    csv_header = ["run", "metric", "questions", "baseline %", "run %", "Δ (points)", f"{ci} low", f"{ci} high", "p",
+                  "p (Holm)", f"significant (α={result.alpha:g})", "CI method"]
+    csv_rows = [[c.run, c.metric, c.questions, f"{100 * c.baseline_mean:.1f}", f"{100 * c.run_mean:.1f}",
+                 f"{100 * c.difference:.1f}", f"{100 * c.ci_low:.1f}", f"{100 * c.ci_high:.1f}", f"{c.p_value:.4f}",
+                 f"{c.p_holm:.4f}", "yes" if c.significant else "no", c.ci_method] for c in result.comparisons]
+    write_text(paths["csv"], csv_text(csv_header, csv_rows))
     write_json(out / "compare.json", result.to_json())
     paths["json"] = out / "compare.json"
     return paths
