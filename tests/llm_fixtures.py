@@ -13,7 +13,11 @@ Use them from a test module with ``from llm_fixtures import tiny_mistral, tiny_l
 
 from __future__ import annotations
 
+import json
 import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -179,3 +183,50 @@ class SleepyLLM:
         time.sleep(self.delay)
         logprobs = {"Yes": -0.1, "No": -2.4} if top_logprobs else None
         return [Generation("Yes", logprobs) for _ in prompts]
+
+
+class ScriptedServer:
+    """A real HTTP server on 127.0.0.1 whose answers come from ``respond(body, n) -> (status, headers, payload)``
+    (a JSON value, or ``bytes`` sent as they are: a malformed body); it records every request's arrival time,
+    headers and body (``None`` where it is not JSON)."""
+
+    def __init__(self, respond):
+        self.requests: list[tuple[float, dict, dict]] = []
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):  # noqa: N802
+                raw = self.rfile.read(int(self.headers["Content-Length"]))
+                try:
+                    body = json.loads(raw)
+                except ValueError:
+                    body = None
+                with outer.lock:
+                    outer.requests.append((time.monotonic(), dict(self.headers), body))
+                    n = len(outer.requests)
+                status, headers, payload = respond(body, n)
+                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+                self.send_response(status)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()

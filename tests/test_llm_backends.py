@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -18,17 +17,15 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 import warnings
 from dataclasses import dataclass
 from email.utils import formatdate
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from judge_trust_fixtures import served
-from llm_fixtures import tiny_lora, tiny_mistral  # noqa: F401 - pytest fixtures
+from llm_fixtures import ScriptedServer, tiny_lora, tiny_mistral  # noqa: F401 - pytest fixtures
 
 from berds.errors import BerdsError, MissingExtraError
 from berds.judges.llm_judge import LLMJudge, p_yes_from_logprobs, parse_answer
@@ -536,48 +533,6 @@ def test_in_process_server_batches_concurrent_requests_and_checks_the_key(tiny_l
 
 
 # ------------------------------------------------------------------ retries against scripted servers
-
-
-class ScriptedServer:
-    """A real HTTP server on 127.0.0.1 whose answers come from ``respond(body, n) -> (status, headers, json)``;
-    it records every request's arrival time, headers and body."""
-
-    def __init__(self, respond):
-        self.requests: list[tuple[float, dict, dict]] = []
-        self.lock = threading.Lock()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with outer.lock:
-                    outer.requests.append((time.monotonic(), dict(self.headers), body))
-                    n = len(outer.requests)
-                status, headers, payload = respond(body, n)
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                for key, value in headers.items():
-                    self.send_header(key, value)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def completion(text, top=None):

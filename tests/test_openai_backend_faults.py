@@ -5,8 +5,6 @@ nested past the parser, and lone surrogates. Each is a one-line BerdsError namin
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -14,6 +12,7 @@ from berds.errors import BerdsError
 from berds.judges.llm_judge import LLMJudge
 from berds.llm.base import Generation, user_prompt
 from berds.types import JudgePair
+from llm_fixtures import ScriptedServer
 
 PAIR = JudgePair("Bike lanes make streets safer.", "Cities that added bike lanes saw injuries fall.")
 
@@ -26,41 +25,6 @@ class EchoLLM:
         return [Generation(self.text) for _ in prompts]
 
 
-class RawServer:
-    """A real HTTP server on 127.0.0.1 answering every POST with ``(status, body bytes)`` from ``answer(n)``."""
-
-    def __init__(self, answer):
-        self.count = 0
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):  # noqa: N802
-                self.rfile.read(int(self.headers["Content-Length"]))
-                outer.count += 1
-                status, body = answer(outer.count)
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 def reply(content, logprobs=None) -> bytes:
     return json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": content},
                                     "logprobs": logprobs, "finish_reason": "stop"}]}).encode()
@@ -70,7 +34,7 @@ def ask(body: bytes | list, top_logprobs=0, status=200):
     from berds.llm.openai_backend import OpenAILLM
 
     bodies = body if isinstance(body, list) else [body]
-    with RawServer(lambda n: (status, bodies[min(n, len(bodies)) - 1])) as server:
+    with ScriptedServer(lambda _, n: (status, {}, bodies[min(n, len(bodies)) - 1])) as server:
         client = OpenAILLM("m", base_url=server.url, max_retries=1, backoff_base=0.001, backoff_max=0.001)
         return client.generate([user_prompt("q")], top_logprobs=top_logprobs)[0]
 
@@ -162,9 +126,9 @@ def test_echoed_log_probabilities_of_the_wrong_shape_are_named_not_scored_short(
              (tokens, [None, -1.0, -0.5, "low"], offsets),          # a value that is not a number
              (tokens, [None, -1.0, -0.5, 4.0], offsets)]            # a value above 0
     for case in cases:
-        with RawServer(lambda n, body=echoed(*case): (200, body)) as server:
+        with ScriptedServer(lambda _, n, body=echoed(*case): (200, {}, body)) as server:
             with pytest.raises(BerdsError, match="choices\\[0\\].logprobs is not three lists of one length"):
                 OpenAILLM("m", base_url=server.url, max_retries=0).score(["Hi there"], [" Yes sir"])
-    with RawServer(lambda n: (200, echoed(tokens, [None, -1.0, -0.5, -0.2], offsets))) as server:
+    with ScriptedServer(lambda _, n: (200, {}, echoed(tokens, [None, -1.0, -0.5, -0.2], offsets))) as server:
         [score] = OpenAILLM("m", base_url=server.url, max_retries=0).score(["Hi there"], [" Yes sir"])
     assert (score.tokens, score.logprobs) == ((" Yes", " sir"), (-0.5, -0.2))
