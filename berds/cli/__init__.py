@@ -106,8 +106,10 @@ def main(argv: list[str] | None = None) -> None:
         _interrupted(args)
     except BerdsError as exc:
         from rich.console import Console
+        from rich.markup import escape
 
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        # escaped: a path or value holding "[x]" lost it as a style tag, and "[/x]" ended in a MarkupError traceback
+        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except (typer.Exit, SystemExit) as exc:  # --help and explicit exits
         code = getattr(exc, "exit_code", None)
@@ -122,9 +124,11 @@ def main(argv: list[str] | None = None) -> None:
         if exc.errno is None and exc.filename is None:
             raise
         from rich.console import Console
+        from rich.markup import escape
 
         where = f"{exc.filename}: " if exc.filename is not None else ""
-        Console(stderr=True).print(f"[bold red]error:[/] {where}{exc.strerror or exc}", highlight=False, soft_wrap=True)
+        Console(stderr=True).print(f"[bold red]error:[/] {escape(f'{where}{exc.strerror or exc}')}", highlight=False,
+                                   soft_wrap=True)
         sys.exit(1)
     except Exception as exc:
         # Usage errors (bad option value, missing argument, unknown command): typer >= 0.2x raises its own

@@ -1,0 +1,17 @@
+"""One-line errors and notes print user text as it is: rich markup in a path or value is not applied."""
+
+import pytest
+
+from berds.cli import main
+
+
+@pytest.mark.parametrize("folder", ["runs[old]", "runs[/x]"])
+def test_an_error_names_a_path_holding_brackets_as_it_is(tmp_path, capsys, folder):
+    # "[old]" was taken for a style tag and left out of the path named; "[/x]" ended in a MarkupError traceback
+    missing = tmp_path / folder / "run.jsonl"
+    with pytest.raises(SystemExit) as exit_:
+        main(["export", "run", str(missing), "--out", str(tmp_path / "o.trec")])
+    assert exit_.value.code == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{missing}: no such run folder or file" in err
+
