@@ -575,8 +575,10 @@ class RayEngine:
 def _say(message: str) -> None:
     """A note on stderr (above a progress bar, which rich keeps drawing below it)."""
     from rich.console import Console
+    from rich.markup import escape
 
-    Console(stderr=True).print(f"[yellow]note:[/] {message}", highlight=False, soft_wrap=True)
+    # (escaped: a recipe label such as a model path holding "[/x]" raised a MarkupError, ending the job)
+    Console(stderr=True).print(f"[yellow]note:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 def _user_error(exc: Any, recipe: Recipe, task: _Task, slot: _Slot) -> BerdsError:
