@@ -327,6 +327,7 @@ class RayEngine:
             except Exception:  # a dead actor cannot be killed twice; nothing else to do
                 pass
         self._slots, self._pool_key = [], None
+        self._waiting_reported = False  # (a wait of the old pool: its "all running" would be said of the new one)
 
     def _death_errors(self) -> tuple[type, ...]:
         names = ("RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError", "NodeDiedError",
