@@ -48,7 +48,11 @@ def _print_table(title: str, header: list[str], rows: list[list[str]], *, values
     widths = [max([len(w) for w in str(col).split()] + [len(str(r[i])) for r in rows if i < len(r)] + [1])
               for i, col in enumerate(header)]
     room = console.width - sum(widths[1:]) - 3 * len(header) - 1
-    squeeze = 8 <= room < widths[0]  # (a long value elsewhere, e.g. a path: rich folds it as before)
+    natural = sum(max([len(str(col))] + [len(str(r[i])) for r in rows if i < len(r)])
+                  for i, col in enumerate(header)) + 3 * len(header) + 1
+    # squeezed whenever rich would have to shrink whole headers (its own shrinking cuts words at any name
+    # length, not only beside a long one); a long value elsewhere, e.g. a path, leaves under 8: rich folds it
+    squeeze = 8 <= room and natural > console.width
     for i, col in enumerate(header):
         table.add_column(col, justify="left" if i == 0 else values, overflow="fold",
                          width=widths[i] if squeeze and i else None, max_width=room if squeeze and not i else None)
