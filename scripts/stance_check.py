@@ -27,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rich.console import Console  # noqa: E402
+from rich.markup import escape  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from berds.questions import read_questions  # noqa: E402
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             table.add_row(judge_name, *cells)
         console.print(table)
     except BerdsError as exc:
-        console.print(f"[red]error:[/red] {exc}", soft_wrap=True, highlight=False)  # (a path stays whole)
+        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True, highlight=False)  # (a path stays whole)
         return 2
     return 0 if ok else 1
 

@@ -42,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -547,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(args)
     except BerdsError as exc:
-        console.print(f"[red]error:[/red] {exc}", soft_wrap=True, highlight=False)  # (a path stays whole)
+        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True, highlight=False)  # (a path stays whole)
         return 2
 
 
