@@ -350,17 +350,16 @@ def build_report(
             raise BerdsError("reporting runs needs a judge: --judge NAME")
         depth = max(ks[-1], curve_depth or ks[-1])
         runs = [load_run(p, allow_empty=allow_short) for p in run_paths]
+        labels = run_labels(runs, run_paths)
         if baseline is not None:  # (compared question by question)
             from berds.evaluate.analyses.common import check_same_question_per_id
             from berds.evaluate.compare import check_shared_questions, resolve_baseline
 
-            check_same_question_per_id(runs, run_labels(runs, run_paths))
-            check_shared_questions(runs, run_labels(runs, run_paths),
-                                   resolve_baseline(baseline, run_labels(runs, run_paths), run_paths))
+            check_same_question_per_id(runs, labels)
+            check_shared_questions(runs, labels, resolve_baseline(baseline, labels, run_paths))
         results = judge_runs(runs, judge, depth, judge_options=judge_options, cache_path=cache_path,
                              allow_short=allow_short, allow_unparsed=allow_unparsed, progress=progress,
                              depth_option="--curve-depth" if depth > ks[-1] else "--k")
-        labels = run_labels(runs, run_paths)
         header = ["run", "set", "questions", *[f"MRecall@{k}" for k in ks], *[f"Precision@{k}" for k in ks]]
         rows = []
         for label, run, res in zip(labels, runs, results):
@@ -448,9 +447,7 @@ def _record_files(out: Path, files: Any) -> None:
 
 def write_compare(result: Any, out: str | Path) -> dict[str, Path]:
     """``compare.md``, ``compare.csv`` and ``compare.json`` of a ``berds.evaluate.compare.CompareResult``."""
-    from berds.io import write_json
-
-    from berds.io import write_text
+    from berds.io import write_json, write_text
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
