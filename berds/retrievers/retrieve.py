@@ -207,7 +207,9 @@ class _PartialWriter:
     def write(self, qid: str, hits: Sequence[Hit]) -> None:
         if self._f is None:
             return
-        rec = {"qid": qid, "hits": [[h.passage.id, h.passage.title, h.passage.text, h.passage.source, float(h.score)] for h in hits]}
+        # a passage without a title field is marked (6th item): the run files and judge texts leave its title out
+        rec = {"qid": qid, "hits": [[h.passage.id, h.passage.title, h.passage.text, h.passage.source, float(h.score)]
+                                    + ([] if h.passage.title_field else [False]) for h in hits]}
         self._f.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
     def commit(self) -> None:
@@ -244,7 +246,8 @@ def _read_partial(path: Path, identity: dict[str, Any], progress: bool) -> dict[
             rec = json.loads(line)
         except json.JSONDecodeError:
             break  # the line being written when the run stopped: everything before it is complete
-        done[rec["qid"]] = [Hit(Passage(id=i, title=t, text=x, source=s), score) for i, t, x, s, score in rec["hits"]]
+        done[rec["qid"]] = [Hit(Passage(id=i, title=t, text=x, source=s, title_field=not rest), score)
+                            for i, t, x, s, score, *rest in rec["hits"]]
     if progress and done:
         from rich.console import Console
 

@@ -1,0 +1,37 @@
+"""retrieve() as a researcher with their own retriever sees it: a resumed run equals an uninterrupted one, and a
+broken plug-in is named with the questions it failed on."""
+
+from __future__ import annotations
+
+import pytest
+
+from berds.retrievers import retrieve
+from berds.types import Hit, Passage, Question
+
+QUESTIONS = [Question(f"q{i}", f"question {i}", ("a", "b")) for i in range(4)]
+
+
+class Untitled:
+    """Passages read without a title field (as a BERDS jsonl without 'title' gives them); can fail on a call."""
+
+    name = "untitled"
+
+    def __init__(self, *, fail_on_call: int = 0):
+        self.fail_on_call, self.calls = fail_on_call, 0
+
+    def search(self, questions, *, k):
+        self.calls += 1
+        if self.calls == self.fail_on_call:
+            raise RuntimeError("stopped")
+        return [[Hit(Passage(f"{q.id}-d{r}", f"text {r}", title_field=False), float(k - r)) for r in range(k)]
+                for q in questions]
+
+
+def test_a_resumed_run_keeps_passages_without_a_title_field_as_an_uninterrupted_run_does(tmp_path):
+    retrieve(Untitled(), QUESTIONS, k=2, out=tmp_path / "whole", batch_size=2, progress=False)
+    with pytest.raises(RuntimeError, match="stopped"):
+        retrieve(Untitled(fail_on_call=2), QUESTIONS, k=2, out=tmp_path / "resumed", batch_size=2, progress=False)
+    run = retrieve(Untitled(), QUESTIONS, k=2, out=tmp_path / "resumed", batch_size=2, progress=False)
+    assert run.manifest["timing"]["resumed"] == 2
+    for name in ("run.ctxs.jsonl", "run.trec"):
+        assert (tmp_path / "resumed" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
