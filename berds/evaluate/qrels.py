@@ -170,7 +170,7 @@ def export_run(source: str | Path, out: str | Path, *, tag: str | None = None) -
     from berds.runs import load_run, write_trec
     from berds.types import Hit, Run
 
-    run = load_run(source, allow_empty=True)
+    run = load_run(source, allow_empty=True, duplicates="keep")  # (write_trec keeps a repeat's first rank)
     hits = {q: [Hit(h.passage, float(len(hs) - i)) for i, h in enumerate(hs)] for q, hs in run.hits.items()}
     write_trec(Run(run.questions, hits, run.manifest, run.name), out, tag=tag)
     return sum(len({h.passage.id for h in hs}) for hs in hits.values())
