@@ -35,3 +35,12 @@ def test_a_resumed_run_keeps_passages_without_a_title_field_as_an_uninterrupted_
     assert run.manifest["timing"]["resumed"] == 2
     for name in ("run.ctxs.jsonl", "run.trec"):
         assert (tmp_path / "resumed" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+
+
+def test_an_exception_from_a_plugin_keeps_its_traceback_and_names_the_plugin_the_questions_and_what_is_kept(tmp_path):
+    with pytest.raises(RuntimeError, match="stopped") as caught:
+        retrieve(Untitled(fail_on_call=2), QUESTIONS, k=2, out=tmp_path / "run", batch_size=2, progress=False)
+    note = caught.value.__notes__[-1]
+    assert "retriever 'untitled'" in note and f"{__name__}:Untitled" in note
+    assert "'q2', 'q3'" in note and "'q0'" not in note  # the batch it failed on, not the one before
+    assert f"the 2 questions finished before are kept in {tmp_path / 'run' / '.partial.jsonl'}" in note

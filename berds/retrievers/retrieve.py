@@ -110,6 +110,11 @@ def retrieve(
                         # (a NaN or a string score is refused where the Hit is made, deep in the plug-in)
                         raise BerdsError(f"retriever {retriever.name!r} broke the retriever contract: {exc} "
                                          "(scores are finite numbers; see `berds check-retriever`)") from None
+                    except Exception as exc:
+                        if not isinstance(exc, BerdsError):  # (a BerdsError is the plug-in's own one-line refusal)
+                            # the traceback stays (the plug-in's bug); this last line says whose, on what, what is kept
+                            exc.add_note(_failure_note(retriever, batch, len(done), out_dir))
+                        raise
                     problems = contract_problems(batch, results, k,
                                                  allow_duplicates=bool(getattr(retriever, "allows_duplicates", False)))
                     if problems:
@@ -161,6 +166,14 @@ def retrieve(
             f"{', '.join(empty[:5])}{', ...' if len(empty) > 5 else ''} — `berds eval/tune/analyze` refuse them "
             "unless --allow-short, which scores them as zero", highlight=False)
     return run
+
+
+def _failure_note(retriever: Any, batch: Sequence[Question], finished: int, out_dir: Path | None) -> str:
+    ids = ", ".join(repr(q.id) for q in batch[:3]) + (f" and {len(batch) - 3} more" if len(batch) > 3 else "")
+    kept = (f"the {finished} questions finished before are kept in {out_dir / PARTIAL}: the same command carries on "
+            "from there" if out_dir is not None and finished else "nothing was kept")
+    return (f"berds: retriever {retriever.name!r} ({type(retriever).__module__}:{type(retriever).__qualname__}) "
+            f"raised this searching question{'s' if len(batch) > 1 else ''} {ids}; {kept}")
 
 
 def _batches(items: list[Question], size: int) -> Iterator[list[Question]]:
