@@ -442,7 +442,7 @@ def load_run(path: str | Path, *, allow_empty: bool = False, duplicates: str = "
             duplicates = "keep"  # written so on purpose (the study's expansion merge)
         run = read_ctxs_jsonl(ctxs, allow_empty_ctxs=allow_empty, duplicates=duplicates,
                               require_perspectives=require_perspectives, duplicates_option=duplicates_option,
-                           allow_empty_option=allow_empty_option)
+                              allow_empty_option=allow_empty_option)
         if (path / TREC).exists() and duplicates in ("refuse", "keep") and not _written_together(manifest, path / TREC):
             check_trec_matches(path / TREC, run)  # (a deduplicated ranking differs from it)
         if manifest:

@@ -145,22 +145,26 @@ class EvalResult:
 passage_of = attrgetter("passage")  # Hit -> Passage, without a Python step per hit
 
 
+def short_question(run: Run, qid: str, asked: str, depth: int, *, fix: str) -> InputError:
+    """The refusal of question ``qid``, which has fewer passages than ``asked`` (``k=5``, ``--depth 100``) needs,
+    named by its line in the run's ctxs file."""
+    from berds.runs import CTXS, question_line
+
+    source = run.manifest.get("source", {}).get("path")
+    source = Path(source) / CTXS if source and Path(source).is_dir() else source
+    return InputError(f"question has {len(run.hits[qid])} passages but {asked} needs {depth}",
+                      path=source or run.name or None, line=question_line(source, qid), record=qid, fix=fix)
+
+
 def question_passages(run: Run, depth: int, *, allow_short: bool = False) -> dict[str, tuple[tuple[str, ...], list[Passage]]]:
     """``qid -> (perspectives, the top depth passages)``; a question with fewer is refused unless ``allow_short``."""
     out: dict[str, tuple[tuple[str, ...], list[Passage]]] = {}
     for qid, q in run.questions.items():
         hits = run.hits[qid][:depth]
         if len(hits) < depth and not allow_short:
-            from berds.runs import CTXS, question_line
-
-            source = run.manifest.get("source", {}).get("path")
-            source = Path(source) / CTXS if source and Path(source).is_dir() else source
-            raise InputError(
-                f"question has {len(hits)} passages but k={depth} needs {depth}",
-                path=source or run.name or None, line=question_line(source, qid), record=qid,
-                fix="use a smaller --k (ks=), retrieve more passages, or pass --allow-short (allow_short=True) to score "
-                    "missing ranks as unsupported",
-            )
+            raise short_question(run, qid, f"k={depth}", depth,
+                                 fix="use a smaller --k (ks=), retrieve more passages, or pass --allow-short "
+                                     "(allow_short=True) to score missing ranks as unsupported")
         out[qid] = (tuple(q.perspectives), list(map(passage_of, hits)))
     return out
 

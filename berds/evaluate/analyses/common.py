@@ -68,19 +68,14 @@ def judge_runs(
 def check_depth(runs: Sequence[Run], depth: int, option: str) -> None:
     """Refuse, before judging, a question with fewer than ``depth`` passages, naming the option that asked for the
     depth (the evaluation's own refusal says --k, which misled ``--depth`` and ``--curve-depth`` users)."""
-    from berds.errors import InputError
-    from berds.runs import CTXS, question_line
+    from berds.evaluate.evaluation import short_question
 
     for run in runs:
         short = next((qid for qid, hits in run.hits.items() if len(hits) < depth), None)
-        if short is None:
-            continue
-        source = run.manifest.get("source", {}).get("path")
-        source = Path(source) / CTXS if source and Path(source).is_dir() else source
-        raise InputError(f"question has {len(run.hits[short])} passages but {option} {depth} needs {depth}",
-                         path=source or run.name or None, line=question_line(source, short), record=short,
-                         fix=f"use a smaller {option}, retrieve more passages, or pass --allow-short to count the "
-                             "missing ranks as unsupported")
+        if short is not None:
+            raise short_question(run, short, f"{option} {depth}", depth,
+                                 fix=f"use a smaller {option}, retrieve more passages, or pass --allow-short to count "
+                                     "the missing ranks as unsupported")
 
 
 def run_label(run: Run, path: str | Path | None = None) -> str:
