@@ -44,3 +44,19 @@ def test_an_exception_from_a_plugin_keeps_its_traceback_and_names_the_plugin_the
     assert "retriever 'untitled'" in note and f"{__name__}:Untitled" in note
     assert "'q2', 'q3'" in note and "'q0'" not in note  # the batch it failed on, not the one before
     assert f"the 2 questions finished before are kept in {tmp_path / 'run' / '.partial.jsonl'}" in note
+
+
+def test_the_summary_shows_a_long_run_folder_whole_within_80_columns(tmp_path):
+    from typer.testing import CliRunner
+
+    from berds.cli import app
+
+    out = tmp_path / ("a-folder-name-long-enough-to-need-more-than-one-line-of-the-summary-table-" * 2) / "run"
+    result = CliRunner().invoke(app, ["retrieve", "-r", f"{__name__}:Untitled", "--questions", "demo", "--k", "2",
+                                      "--out", str(out)], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(map(len, lines)) <= 80
+    cells = "".join(line.split("│")[2].strip() for line in lines if line.count("│") == 3 and "questions" not in line
+                    and line.split("│")[1].strip() in ("run folder", ""))
+    assert str(out) in cells, result.output

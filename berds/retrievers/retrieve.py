@@ -275,7 +275,7 @@ def _summary(run: Run, k: int, seconds: float, retrieved: int, out: Path | None)
     depth = [len(h) for h in run.hits.values()]
     table = Table(title=f"retrieval: {run.name}", show_header=False)
     table.add_column(style="bold")
-    table.add_column()
+    table.add_column(overflow="fold")  # a long run folder or corpus path is folded, not cut to "…"
     table.add_row("questions", f"{len(run)} ({retrieved} retrieved now)")
     table.add_row("k", str(k))
     table.add_row("hits per question", f"min {min(depth)}, mean {sum(depth) / len(depth):.1f}, max {max(depth)}")
