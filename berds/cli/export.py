@@ -28,7 +28,7 @@ def export_qrels_command(
 
     n = export_qrels(evaluation, out, flat=flat)
     shape = "qid 0 docid rel" if flat else "qid subtopic docid rel"
-    Console().print(f"{n:,} qrels lines ({shape}) → {out}", highlight=False)
+    Console().print(f"{n:,} qrels lines ({shape}) → {out}", highlight=False, markup=False, soft_wrap=True)
 
 
 @export_app.command("run", short_help="A run as a TREC run file, in the order berds judges it.")
@@ -47,4 +47,4 @@ def export_run_command(
 
         raise InputError("no such run folder or file", path=run)
     n = export_run(run, out, tag=tag)
-    Console().print(f"{n:,} run lines (qid Q0 docid rank score tag) → {out}", highlight=False)
+    Console().print(f"{n:,} run lines (qid Q0 docid rank score tag) → {out}", highlight=False, markup=False, soft_wrap=True)
