@@ -60,3 +60,27 @@ def test_the_summary_shows_a_long_run_folder_whole_within_80_columns(tmp_path):
     cells = "".join(line.split("│")[2].strip() for line in lines if line.count("│") == 3 and "questions" not in line
                     and line.split("│")[1].strip() in ("run folder", ""))
     assert str(out) in cells, result.output
+
+
+class SpacedIds:
+    name = "spaced"
+
+    def __init__(self):
+        self.calls = 0
+
+    def search(self, questions, *, k):
+        self.calls += 1
+        return [[Hit(Passage("doc-1" if q.id == "q0" else "doc 1", "text"), 1.0)] for q in questions]
+
+
+def test_a_passage_id_holding_whitespace_is_refused_at_the_batch_that_returned_it_naming_the_question(tmp_path):
+    from berds.errors import BerdsError
+    from berds.testing import check_retriever
+
+    retriever = SpacedIds()
+    with pytest.raises(BerdsError, match=r"retriever 'spaced' broke the retriever contract: question 'q1': "
+                                         r"passage id 'doc 1' holds whitespace"):
+        retrieve(retriever, QUESTIONS, k=2, out=tmp_path / "run", batch_size=2, progress=False)
+    assert retriever.calls == 1  # not after searching every question
+    report = check_retriever(SpacedIds())
+    assert any("holds whitespace" in c.detail for c in report.failures), report.summary()

@@ -106,7 +106,24 @@ def contract_problems(questions: Sequence[Question], results: Any, k: int, *, al
             problems.append(f"{where}: expected a list of Hit, got {type(hits).__name__}")
             continue
         problems.extend(_list_problems(where, hits, k, allow_duplicates=allow_duplicates))
+    if not problems:
+        problems.extend(_id_problems(questions, results))
     return problems
+
+
+def _id_problems(questions: Sequence[Question], results: Sequence[Sequence[Hit]]) -> list[str]:
+    """A passage id holding whitespace cannot go into ``run.trec`` (fields split at whitespace): named here, at the
+    batch that returned it, not when the run file is written after the whole retrieval. One C-level pass a batch."""
+    ids = [h.passage.id for hits in results for h in hits]
+    joined = " ".join(ids)
+    if len(joined.split()) == len(ids) and len(joined) == sum(map(len, ids)) + max(len(ids) - 1, 0):
+        return []
+    from berds.runs import one_token
+
+    qid, pid = next((q.id, h.passage.id) for q, hits in zip(questions, results) for h in hits
+                    if not one_token(h.passage.id))
+    return [f"question {qid!r}: passage id {pid!r} holds whitespace, which a TREC run file (fields split at "
+            "whitespace) cannot carry"]
 
 
 def _list_problems(where: str, hits: Sequence[Any], k: int, *, allow_duplicates: bool = False) -> list[str]:
