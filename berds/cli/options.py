@@ -110,7 +110,9 @@ def plain_help_types() -> None:
             label = label[5:-1]
         if label == "bool":
             return None
-        if "|" in label or label.endswith("range"):
+        if label.endswith(" range"):  # click's 'int range': the bounds follow in brackets ([x>=1])
+            label = label[:-len(" range")]
+        if "|" in label:
             return label
         return _PLAIN.get(label, label.upper())
 
