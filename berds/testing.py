@@ -27,6 +27,8 @@ k                      ``k=1`` gives at most one hit, the same as the top of a d
 provenance             ``provenance()``, if defined, returns JSON plain data (``corpus`` as a dict)
 passages intact        (on the tiny corpus) returned passages exist there with their texts unchanged
 sanity (warning only)  the passage written to answer each question is retrieved in the top ``k``
+time                   each ``search`` call returns within ``timeout`` seconds (default 60; a hung
+                       one is reported and the checker stops, leaving it behind: it is not closed)
 =====================  ======================================================================
 """
 
@@ -129,12 +131,12 @@ class ContractReport:
 
 
 def check_retriever(retriever: Any, *, k: int = 3, options: dict[str, Any] | None = None,
-                    workdir: str | Path | None = None) -> ContractReport:
+                    workdir: str | Path | None = None, timeout: float | None = 60.0) -> ContractReport:
     """Check ``retriever`` (a name, ``module:attr``, class, or instance) against the retriever contract.
 
     Returns a ``ContractReport``; nothing is raised for a broken retriever (see
     ``assert_retriever_contract`` for pytest). ``workdir`` holds the tiny corpus (a temporary folder
-    by default).
+    by default). ``timeout``: seconds a ``search`` call may take (``None``: no limit).
     """
     if k < 2:
         raise BerdsError("check_retriever needs k >= 2 (it compares k=1 with a deeper search)")
@@ -145,10 +147,13 @@ def check_retriever(retriever: Any, *, k: int = 3, options: dict[str, Any] | Non
         built, on_tiny = _build(retriever, corpus, dict(options or {}), report)
         if built is None:
             return report
+        hung = False
         try:
-            _run_checks(built, on_tiny, corpus, k, report)
+            _run_checks(built, on_tiny, corpus, k, report, timeout)
+        except _Hung:
+            hung = True  # its search is still running: closing it under that call could hang too
         finally:
-            if built is not retriever and callable(getattr(built, "close", None)):
+            if not hung and built is not retriever and callable(getattr(built, "close", None)):
                 try:
                     built.close()
                 except Exception as exc:  # a plug-in's exception is a failed check, as in search()
@@ -192,13 +197,44 @@ def _build(retriever: Any, corpus: Path, options: dict[str, Any], report: Contra
     if not isinstance(getattr(built, "name", None), str) or not callable(getattr(built, "search", None)):
         report.checks.append(Check("builds", "fail", f"got {type(built).__name__}, which lacks `name` or `search`"))
         return None, False
+    given = [f"{key}=" for key in ("index", "corpus") if key in options]
     how = (f"built with corpus={corpus.name}" if on_tiny else "a ready instance, checked as it is" if ready
+           else f"built with the {' and '.join(given)} given, not the tiny corpus" if given
            else "built without the tiny corpus (factory takes no `corpus`)")
     report.checks.append(Check("builds", "pass", how))
     return built, on_tiny
 
 
-def _run_checks(r: Any, on_tiny: bool, corpus: Path, k: int, report: ContractReport) -> None:
+class _Hung(Exception):
+    """A ``search`` call outlived the checker's timeout (reported as the failed ``time`` check)."""
+
+
+def _call(fn: Any, timeout: float | None) -> tuple[bool, Any, BaseException | None]:
+    """``fn()`` in a daemon thread given ``timeout`` seconds: (finished, result, exception). A plug-in that hangs
+    cannot be stopped from Python; the thread is left behind and dies with the process."""
+    if timeout is None:
+        try:
+            return True, fn(), None
+        except Exception as exc:
+            return True, None, exc
+    import threading
+
+    box: list[Any] = [None, None]
+
+    def target() -> None:
+        try:
+            box[0] = fn()
+        except BaseException as exc:  # (handed to the caller, which decides)
+            box[1] = exc
+
+    thread = threading.Thread(target=target, name="berds-check-retriever-search", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return not thread.is_alive(), box[0], box[1]
+
+
+def _run_checks(r: Any, on_tiny: bool, corpus: Path, k: int, report: ContractReport,
+                timeout: float | None = None) -> None:
     from berds.retrievers.base import contract_problems, provenance_problems
 
     add = report.checks.append
@@ -224,12 +260,18 @@ def _run_checks(r: Any, on_tiny: bool, corpus: Path, k: int, report: ContractRep
 
     def search(qs: list[Question], kk: int) -> Any:
         given = list(qs)  # the retriever's own list: whatever it does to it is seen here, not in ``questions``
-        try:
-            return r.search(given, k=kk), None
-        except Exception as exc:  # report a plug-in's exception as a failed check
-            return None, f"search raised {type(exc).__name__}: {exc}"
-        finally:
-            changed_input.append(given != list(qs))
+        finished, result, exc = _call(lambda: r.search(given, k=kk), timeout)
+        if not finished:
+            add(Check("time", "fail", f"search({len(qs)} question{'s' if len(qs) != 1 else ''}, k={kk}) did not "
+                      f"return within {timeout:g} s{f' on the {len(TINY_PASSAGES)}-passage corpus' if on_tiny else ''}; "
+                      "the remaining checks were not run"))
+            raise _Hung
+        changed_input.append(given != list(qs))
+        if exc is not None:
+            if not isinstance(exc, Exception):
+                raise exc  # KeyboardInterrupt, SystemExit: not the plug-in's check to fail
+            return None, f"search raised {type(exc).__name__}: {exc}"  # a plug-in's exception is a failed check
+        return result, None
 
     results, err = search(questions, k)
     problems = [err] if err else contract_problems(questions, results, k)

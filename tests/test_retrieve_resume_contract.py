@@ -84,3 +84,33 @@ def test_a_passage_id_holding_whitespace_is_refused_at_the_batch_that_returned_i
     assert retriever.calls == 1  # not after searching every question
     report = check_retriever(SpacedIds())
     assert any("holds whitespace" in c.detail for c in report.failures), report.summary()
+
+
+class Hangs:
+    name = "hangs"
+    release = None  # a threading.Event the test sets, so the left-behind search thread ends with the test
+
+    def search(self, questions, *, k):
+        Hangs.release.wait(30)
+        return [[] for _ in questions]
+
+    def close(self):
+        raise AssertionError("closed while its search was still running")
+
+
+def test_check_retriever_reports_a_search_that_does_not_return_instead_of_hanging():
+    import threading
+    import time
+
+    from berds.testing import check_retriever
+
+    Hangs.release = threading.Event()
+    started = time.perf_counter()
+    try:
+        report = check_retriever(f"{__name__}:Hangs", timeout=0.3)
+    finally:
+        Hangs.release.set()
+    assert time.perf_counter() - started < 10
+    assert not report.ok and report.failures[-1].name == "time"
+    assert "did not return within 0.3 s" in report.failures[-1].detail
+    assert "close" not in [c.name for c in report.checks]

@@ -233,13 +233,14 @@ def check_retriever_command(
     retriever: str = typer.Argument(..., help="A registered name or module:attr."),
     option: List[str] = typer.Option([], "--option", "-o", help="key=value passed to the retriever (repeatable)."),
     k: int = typer.Option(3, "--k", help="Depth to check."),
+    timeout: float = typer.Option(60.0, "--timeout", min=0.001, help="Seconds one search call may take (a hung one fails the check)."),
 ) -> None:
     """Run the retriever contract test on a tiny built-in corpus (exit 1 on failure)."""
     from rich.console import Console
 
     from berds.testing import check_retriever
 
-    report = check_retriever(retriever, k=k, options=_options(option))
+    report = check_retriever(retriever, k=k, options=_options(option), timeout=timeout)
     Console().print(report.table())
     if not report.ok:
         raise SystemExit(1)  # (typer.Exit's code is swallowed when the app runs with standalone_mode=False)
