@@ -166,7 +166,8 @@ def test_tiny_mistral_sees_inst_wrapped_user_turn_and_plain_prompts_no_template(
     assert gen.text == full.split("[/INST]")[-1].split("</s>")[0].strip()
     # a plain prompt goes through the same model without any chat template
     plain_judge = LLMJudge(llm, prompt="plain")
-    assert plain_judge.prompt_version == "berds-study-plain-v1" and len(plain_judge.judge([pair])) == 1
+    # (+bos-ids: verdicts cached while plain prompts were tokenised after a literal BOS string are not reused)
+    assert plain_judge.prompt_version == "berds-study-plain-v1+bos-ids" and len(plain_judge.judge([pair])) == 1
 
 
 def test_plain_prompts_are_refused_by_chat_only_paths():

@@ -208,6 +208,10 @@ class LLMJudge:
         self.system = system
         self.drop_system = drops_system_turn(system, llm.id, llm) and self.prompt.has_system_turn
         self.prompt_version = prompt_version(self.prompt) + ("+no-system" if self.drop_system else "")
+        if self.prompt.plain:
+            # plain prompts reach a local model as BOS + the text's own tokens since 0d6a9b8 (a literal BOS string
+            # glued to the text gave some tokenizers another first token): verdicts cached before are not reused
+            self.prompt_version += "+bos-ids"
 
     def render(self, pair: JudgePair) -> list[dict[str, str]]:
         """The messages sent for one pair (the system turn left out when ``drop_system``)."""
