@@ -114,3 +114,18 @@ def test_check_retriever_reports_a_search_that_does_not_return_instead_of_hangin
     assert not report.ok and report.failures[-1].name == "time"
     assert "did not return within 0.3 s" in report.failures[-1].detail
     assert "close" not in [c.name for c in report.checks]
+
+
+def test_the_manifest_records_the_question_file_and_limit_and_no_split_that_was_not_applied(tmp_path, monkeypatch):
+    import json
+
+    questions = tmp_path / "mine.jsonl"
+    questions.write_text("".join(json.dumps({"id": f"m{i}", "question": f"question {i}"}) + "\n" for i in range(3)))
+    monkeypatch.chdir(tmp_path)
+    run = retrieve(Untitled(), "mine.jsonl", split="dev", limit=2, k=1, progress=False)
+    recorded = run.manifest["question_set"]
+    assert recorded["split"] is None  # a file is read whole: "dev" was not applied
+    assert recorded["path"] == str(questions.resolve()) and recorded["limit"] == 2 and recorded["count"] == 2
+    questions.write_text(questions.read_text().replace("question 1", "question one"))
+    again = retrieve(Untitled(), "mine.jsonl", split="dev", limit=2, k=1, progress=False).manifest["question_set"]
+    assert again["ids_sha256"] == recorded["ids_sha256"] and again["texts_sha256"] != recorded["texts_sha256"]

@@ -61,7 +61,11 @@ def retrieve(
     if isinstance(questions, (str, os.PathLike)):
         from berds.questions import load_questions
 
-        question_source = {"source": str(questions), "split": split}
+        local = Path(questions).is_file()
+        # a split applies to the named sets only (a file or the demo is read whole): not recorded where it did not
+        question_source = {"source": str(questions), "split": None if local or str(questions) == "demo" else split,
+                           **({"path": str(Path(questions).resolve())} if local else {}),
+                           **({"limit": limit} if limit else {})}
         questions = load_questions(questions, split, limit=limit, require_perspectives=False)  # DELPHI has none
     else:
         question_source = {"source": "in-memory"}
@@ -72,7 +76,10 @@ def retrieve(
         raise InputError(f"question id {bad.id!r} holds whitespace, which a TREC run file (fields split at whitespace) "
                          "cannot carry", path=question_source["source"], record=bad.id,
                          fix="give questions ids without spaces, tabs or line breaks")
-    question_source.update(count=len(questions), ids_sha256=sha256_text("\n".join(q.id for q in questions)))
+    # the question texts too: a question edited between a stopped run and its resumption is retrieved again
+    texts = sha256_text("\n".join(json.dumps([q.id, q.text], ensure_ascii=False) for q in questions))
+    question_source.update(count=len(questions), ids_sha256=sha256_text("\n".join(q.id for q in questions)),
+                           texts_sha256=texts)
 
     out_dir = Path(out) if out is not None else None
     if out_dir is not None and (out_dir / "manifest.json").exists() and not overwrite:
@@ -86,8 +93,6 @@ def retrieve(
     retrieved = False
     try:
         provenance = provenance_of(retriever)
-        # the question texts too: a question edited between a stopped run and its resumption is retrieved again
-        texts = sha256_text("\n".join(json.dumps([q.id, q.text], ensure_ascii=False) for q in questions))
         # and what the retriever says it searches (corpus fingerprint, index, encoder): an index rebuilt at the
         # same path between a stop and a restart would otherwise mix its hits with the old index's in one run
         identity = _jsonable({"retriever": spec_name or provenance["class"], "options": _persistable(options), "k": k,
