@@ -11,7 +11,7 @@ from typing import Any, Iterable
 
 K_HELP = "Cut-offs: repeat (--k 5 --k 10) or give a comma list (--k 5,10)."
 ALLOW_UNPARSED_HELP = ("Accept results although more than 5% of the judge's answers were neither Yes nor No "
-                       "(they count as No; the table flags them).")
+                       "(they count as No; eval's table flags them, other commands say so in a note).")
 ALLOW_SHORT_HELP = ("Score questions with fewer than k passages, or none: missing ranks count as unsupported, "
                     "so a question with no passages scores 0 (default: refuse them).")
 

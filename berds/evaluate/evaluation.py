@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 import time
 from operator import attrgetter
 from json.encoder import encode_basestring as json_string  # json.dumps(str, ensure_ascii=False), without its layers
@@ -429,7 +430,17 @@ def check_unparsed(results: Sequence[EvalResult], limit: float = MAX_UNPARSED, *
         raise UnparsedAnswersError(
             f"the judge {bad[0].judge_id!r} answered neither Yes nor No too often ({shares}; limit "
             f"{100 * limit:g}%), so the metrics would count those as No{written} — check the judge, its prompt and "
-            "-o parse=..., or pass --allow-unparsed to accept them (flagged in the table)")
+            "-o parse=..., or pass --allow-unparsed to accept them (they are then flagged)")
+
+
+def note_unparsed(results: Sequence[EvalResult], limit: float = MAX_UNPARSED) -> None:
+    """With ``--allow-unparsed``, one line on stderr per result over ``limit``: commands whose tables have no
+    place for the share (compare, report, analyze, tune) would otherwise accept the guesses without a word."""
+    for r in results:
+        if r.stats.unparsed_share > limit:
+            print(f"note: run {r.run_name!r}: the judge {r.judge_id!r} answered neither Yes nor No {r.stats.unparsed} "
+                  f"of {r.stats.verdicts} times ({100 * r.stats.unparsed_share:.1f}%); --allow-unparsed counts them "
+                  "as No", file=sys.stderr)
 
 
 def judge_slug(judge_id: str) -> str:

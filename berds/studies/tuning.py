@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 from berds.errors import BerdsError
 from berds.evaluate.analyses.common import build_judge
 from berds.evaluate.cache import JudgementCache
-from berds.evaluate.evaluation import evaluate_run
+from berds.evaluate.evaluation import evaluate_run, note_unparsed
 from berds.rerank.candidates import check_depth_covers
 from berds.rerank.mmr import DEFAULT_DEPTH, DEFAULT_LAMBDAS, MMRReranker
 from berds.types import Run
@@ -118,6 +118,8 @@ def tune_reranker(
     def averages(r: Run) -> dict[str, float]:
         result = evaluate_run(r, judge, ks, cache=judgement_cache, allow_short=allow_short,
                               allow_unparsed=allow_unparsed, progress=progress)
+        if allow_unparsed:
+            note_unparsed([result])
         return dict(result.averages["all"])
 
     rows: list[dict[str, Any]] = [{parameter: None, "setting": "original ranking", **averages(run)}]

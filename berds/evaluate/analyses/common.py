@@ -50,19 +50,22 @@ def judge_runs(
     """``EvalResult`` of each run at ``depth`` (its ``support[qid]`` is the matrix over the top ``depth``);
     ``depth_option`` is the option that asked for that depth, named when a question has fewer passages."""
     from berds.evaluate.cache import JudgementCache
-    from berds.evaluate.evaluation import evaluate_run
+    from berds.evaluate.evaluation import evaluate_run, note_unparsed
 
     if not allow_short:
         check_depth(runs, depth, depth_option)
     judge = build_judge(judge, judge_options)
     cache = JudgementCache(cache_path) if use_cache else None
     try:
-        return [evaluate_run(run, judge, (depth,), cache=cache, allow_short=allow_short,
-                             allow_unparsed=allow_unparsed, progress=progress)
-                for run in runs]
+        results = [evaluate_run(run, judge, (depth,), cache=cache, allow_short=allow_short,
+                                allow_unparsed=allow_unparsed, progress=progress)
+                   for run in runs]
     finally:
         if cache is not None:
             cache.close()
+    if allow_unparsed:
+        note_unparsed(results)
+    return results
 
 
 def check_depth(runs: Sequence[Run], depth: int, option: str) -> None:
