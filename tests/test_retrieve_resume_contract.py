@@ -129,3 +129,26 @@ def test_the_manifest_records_the_question_file_and_limit_and_no_split_that_was_
     questions.write_text(questions.read_text().replace("question 1", "question one"))
     again = retrieve(Untitled(), "mine.jsonl", split="dev", limit=2, k=1, progress=False).manifest["question_set"]
     assert again["ids_sha256"] == recorded["ids_sha256"] and again["texts_sha256"] != recorded["texts_sha256"]
+
+
+def test_a_refused_expanded_retrieve_into_a_finished_run_keeps_that_runs_perspectives(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from berds.cli import app
+
+    (tmp_path / "q.jsonl").write_text("".join(json.dumps({"id": f"m{i}", "question": f"question {i}"}) + "\n"
+                                              for i in range(2)))
+    (tmp_path / "exp.jsonl").write_text("".join(json.dumps(
+        {"id": f"m{i}", "question": f"question {i}", "expansions": [{"name": "a", "text": "one"}]}) + "\n"
+        for i in range(2)))
+    args = ["retrieve", "-r", f"{__name__}:Untitled", "--questions", str(tmp_path / "q.jsonl"), "--k", "2", "-q",
+            "--expand", "file", "--expansions", str(tmp_path / "exp.jsonl"), "--out", str(tmp_path / "run")]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    recorded = (tmp_path / "run" / "expansions.jsonl").read_text()
+    refused = CliRunner().invoke(app, args)  # no --overwrite: refused, and the finished run is left whole
+    assert refused.exit_code != 0 and "already holds a run" in str(refused.exception)
+    assert (tmp_path / "run" / "expansions.jsonl").read_text() == recorded
+    assert CliRunner().invoke(app, args + ["--overwrite"]).exit_code == 0
+    assert (tmp_path / "run" / "expansions.jsonl").read_text() == recorded

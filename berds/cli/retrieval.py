@@ -223,7 +223,7 @@ def retrieve_command(
 
         retriever, options = expansion_options(retriever, options, expand=expand, expansions=expansions, llm=llm,
                                                llm_options=_options(llm_option), record_to=out / "expansions.jsonl",
-                                               query=expansion_query, merge=expansion_merge,
+                                               overwrite=overwrite, query=expansion_query, merge=expansion_merge,
                                                **({"prompt": expansion_prompt} if expand == "llm" else {}))
     retrieve(retriever, questions, k=k, split=split, limit=limit, options=options, out=out, overwrite=overwrite,
              batch_size=batch_size, name=name, progress=not quiet)

@@ -665,6 +665,7 @@ def expansion_options(
     llm: str | None = None,
     llm_options: Mapping[str, Any] | None = None,
     record_to: str | Path | None = None,
+    overwrite: bool = False,
     **extra: Any,
 ) -> tuple[str, dict[str, Any]]:
     """What ``berds retrieve --expand`` hands to ``retrieve``: the wrapper's factory and its options
@@ -672,13 +673,15 @@ def expansion_options(
 
     ``record_to`` (where the perspectives used are written) is kept when ``retrieve`` will resume an
     interrupted run in that folder (its ``.partial.jsonl`` exists) and removed otherwise, so a fresh run
-    never inherits another run's perspectives.
+    never inherits another run's perspectives — but not from a finished run that ``retrieve`` will refuse to
+    replace (no ``overwrite``): that run keeps the record of its perspectives.
     """
     if record_to is not None:
         from berds.retrievers.retrieve import PARTIAL
 
         record = Path(record_to)
-        if record.exists() and not (record.parent / PARTIAL).exists():
+        finished = (record.parent / "manifest.json").exists()
+        if record.exists() and not (record.parent / PARTIAL).exists() and (overwrite or not finished):
             record.unlink()
     opts: dict[str, Any] = {"base": retriever, "base_options": dict(options), "expand": expand}
     if expansions is not None:
