@@ -17,10 +17,11 @@ class Untitled:
     name = "untitled"
 
     def __init__(self, *, fail_on_call: int = 0):
-        self.fail_on_call, self.calls = fail_on_call, 0
+        self.fail_on_call, self.calls, self.log = fail_on_call, 0, []
 
     def search(self, questions, *, k):
         self.calls += 1
+        self.log.append([q.id for q in questions])
         if self.calls == self.fail_on_call:
             raise RuntimeError("stopped")
         return [[Hit(Passage(f"{q.id}-d{r}", f"text {r}", title_field=False), float(k - r)) for r in range(k)]
@@ -152,3 +153,17 @@ def test_a_refused_expanded_retrieve_into_a_finished_run_keeps_that_runs_perspec
     assert (tmp_path / "run" / "expansions.jsonl").read_text() == recorded
     assert CliRunner().invoke(app, args + ["--overwrite"]).exit_code == 0
     assert (tmp_path / "run" / "expansions.jsonl").read_text() == recorded
+
+
+def test_work_resumed_after_a_line_cut_off_by_a_kill_survives_a_second_interruption(tmp_path):
+    out, partial = tmp_path / "run", tmp_path / "run" / ".partial.jsonl"
+    with pytest.raises(RuntimeError):
+        retrieve(Untitled(fail_on_call=2), QUESTIONS, k=2, out=out, batch_size=1, progress=False)
+    partial.write_text(partial.read_text() + '{"qid": "q1", "hi')  # killed while writing q1's line
+    with pytest.raises(RuntimeError):  # the second session finishes q1, then stops too
+        retrieve(Untitled(fail_on_call=2), QUESTIONS, k=2, out=out, batch_size=1, progress=False)
+    third = Untitled()
+    retrieve(third, QUESTIONS, k=2, out=out, batch_size=1, progress=False)
+    assert third.log == [["q2"], ["q3"]]  # q1 was kept, not glued onto the cut-off line and lost
+    retrieve(Untitled(), QUESTIONS, k=2, out=tmp_path / "whole", batch_size=1, progress=False)
+    assert (out / "run.ctxs.jsonl").read_bytes() == (tmp_path / "whole" / "run.ctxs.jsonl").read_bytes()

@@ -259,6 +259,7 @@ def _read_partial(path: Path, identity: dict[str, Any], progress: bool) -> dict[
 
             Console(stderr=True).print(f"[yellow]note:[/] {path} is from a run with other settings; starting over")
         return {}
+    good = 1
     for line in lines[1:]:
         try:
             rec = json.loads(line)
@@ -266,6 +267,13 @@ def _read_partial(path: Path, identity: dict[str, Any], progress: bool) -> dict[
             break  # the line being written when the run stopped: everything before it is complete
         done[rec["qid"]] = [Hit(Passage(id=i, title=t, text=x, source=s, title_field=not rest), score)
                             for i, t, x, s, score, *rest in rec["hits"]]
+        good += 1
+    kept = "".join(line + "\n" for line in lines[:good])
+    if len(kept) != sum(map(len, lines)) + len(lines) - 1:  # a cut-off last line: the resumed run appends
+        from berds.io import atomic_write  # after it, so it goes first (else it swallows the next record)
+
+        with atomic_write(path) as f:
+            f.write(kept)
     if progress and done:
         from rich.console import Console
 
