@@ -9,20 +9,37 @@ from analysis_fixtures import LettersEncoder
 from conftest import make_run
 
 
-def test_rerank_of_an_expansion_run_that_kept_duplicates_ranks_each_passage_once(tmp_path):
+def test_rerank_of_an_expansion_run_that_kept_duplicates_keeps_them_as_the_study_did_or_ranks_each_once(tmp_path):
     # `retrieve --expand` keeps a passage each time a perspective's list brings it (the study's merge); reranking
-    # such a run failed with "broke the reranker contract: duplicate passages"
+    # such a run failed with "broke the reranker contract: duplicate passages". The study's MMR took the repeats
+    # as candidates (its default here); repeats=first makes each passage one candidate, at its first rank.
     base = make_run(n_questions=2, depth=6)
     hits = dict(base.hits)
     hits["q0"] = [*hits["q0"][:3], hits["q0"][1], *hits["q0"][3:]]
     hits["q0"] = [Hit(h.passage, float(len(hits["q0"]) - i)) for i, h in enumerate(hits["q0"])]
     save_run(Run(base.questions, hits, {}, "expanded"), tmp_path / "expanded")
-    _, reranked, folder = rerank_file("mmr", tmp_path / "expanded", tmp_path / "mmr",
-                                      options={"lam": 0.5, "encoder": LettersEncoder()})
-    ids = [h.passage.id for h in reranked.hits["q0"]]
-    assert sorted(ids) == sorted({h.passage.id for h in base.hits["q0"]})
-    assert reranked.manifest["rerank"]["repeated_passages_dropped"] == 1
+    _, kept, folder = rerank_file("mmr", tmp_path / "expanded", tmp_path / "mmr",
+                                  options={"lam": 0.5, "encoder": LettersEncoder()})
+    ids = [h.passage.id for h in kept.hits["q0"]]
+    assert sorted(ids) == sorted(h.passage.id for h in hits["q0"])  # the repeat is still there, as in the study
+    assert "repeated_passages_dropped" not in kept.manifest["rerank"]
     assert [h.passage.id for h in load_run(folder).hits["q0"]] == ids
+    _, once, folder = rerank_file("mmr", tmp_path / "expanded", tmp_path / "mmr-first",
+                                  options={"lam": 0.5, "encoder": LettersEncoder(), "repeats": "first"})
+    ids = [h.passage.id for h in once.hits["q0"]]
+    assert sorted(ids) == sorted({h.passage.id for h in base.hits["q0"]})
+    assert once.manifest["rerank"]["repeated_passages_dropped"] == 1 and once.manifest["rerank"]["repeats"] == "first"
+    assert [h.passage.id for h in load_run(folder).hits["q0"]] == ids
+
+
+def test_a_reranker_may_not_add_repeats_the_input_does_not_have():
+    from berds.rerank.catalogue import reranked_run_problems
+
+    run = make_run(n_questions=1, depth=4)
+    hits = [*run.hits["q0"], run.hits["q0"][0]]
+    doubled = Run(run.questions, {"q0": [Hit(h.passage, float(len(hits) - i)) for i, h in enumerate(hits)]}, {}, "d")
+    assert reranked_run_problems(run, doubled) == ["question 'q0': duplicate passages"]
+    assert reranked_run_problems(doubled, doubled) == []
 
 
 def test_study_table_keeps_each_tuned_value_and_difference_whole_at_80_columns(monkeypatch, capsys):

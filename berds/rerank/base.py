@@ -6,8 +6,8 @@ A *reranker* turns a run into a new run::
         name: str
         def rerank(self, run: Run, *, progress: bool = False) -> Run: ...
 
-The returned run keeps the input's questions (every question, the same passages or a subset of them, no
-duplicates), scores that decrease with rank, and its provenance in ``manifest["rerank"]`` (at least
+The returned run keeps the input's questions (every question, the same passages or a subset of them, none
+more often than the input has it), scores that decrease with rank, and its provenance in ``manifest["rerank"]`` (at least
 ``method``) and ``manifest["input_run"]``. ``berds.testing.check_reranker`` checks all of that.
 
 ``EmbeddingReranker`` is the base of MMR, the pyversity strategies, xQuAD and PM2: it prepares the
@@ -67,13 +67,19 @@ class EmbeddingReranker:
     def __init__(self, *, encoder: Any = None, model: str | None = None, pooling: str | None = None,
                  device: str | None = None, batch_size: int = 32, embedding_cache: Any = None,
                  depth: int = DEFAULT_DEPTH, normalisation: str = DEFAULT_NORMALISATION,
-                 embed_text: str = DEFAULT_EMBED_TEXT, sim1_constant: float | None = None, top: int | None = None):
+                 embed_text: str = DEFAULT_EMBED_TEXT, sim1_constant: float | None = None, top: int | None = None,
+                 repeats: str = "keep"):
         if depth < 1:
             raise BerdsError(f"depth must be a positive integer, got {depth}")
         if top is not None and top < 1:
             raise BerdsError(f"top must be a positive integer (or unset for all candidates), got {top}")
         self.normalisation = canonical_normalisation(normalisation)
         self.depth, self.embed_text, self.sim1_constant, self.top = depth, embed_text, sim1_constant, top
+        from berds.rerank.candidates import REPEATS
+
+        if repeats not in REPEATS:
+            raise BerdsError(f"repeats must be one of {', '.join(REPEATS)}, got {repeats!r}")
+        self.repeats = repeats
         if encoder is None or isinstance(encoder, str):
             from berds.rerank.embeddings import DEFAULT_MODEL, DEFAULT_POOLING, load_encoder
 
@@ -115,7 +121,7 @@ class EmbeddingReranker:
     def prepare(self, run: Run, *, progress: bool = False) -> Candidates:
         return prepare_candidates(run, encoder=self.encoder, embedding_cache=self.embedding_cache, depth=self.depth,
                                   normalisation=self.normalisation, embed_text=self.embed_text,
-                                  sim1_constant=self.sim1_constant, progress=progress)
+                                  sim1_constant=self.sim1_constant, repeats=self.repeats, progress=progress)
 
     def rerank(self, run: Run, *, progress: bool = False, input_path: Any = None,
                extra_provenance: Mapping[str, Any] | None = None, candidates: Candidates | None = None) -> Run:

@@ -134,6 +134,9 @@ def unit_rows(embeddings: np.ndarray, *, inplace: bool = False) -> np.ndarray:
     return e
 
 
+REPEATS = ("keep", "first")  # what a passage repeated in a ranking is to a reranker (see prepare_candidates)
+
+
 def first_occurrences(hits: Sequence[Hit]) -> list[Hit]:
     """``hits`` without repeated passages (each kept at its first rank)."""
     seen: set[str] = set()
@@ -154,9 +157,14 @@ def prepare_candidates(
     normalisation: str = DEFAULT_NORMALISATION,
     embed_text: str = DEFAULT_EMBED_TEXT,
     sim1_constant: float | None = None,
+    repeats: str = "keep",
     progress: bool = False,
 ) -> Candidates:
-    """Cut every question to ``depth``, normalise its scores and embed its passages (through the cache)."""
+    """Cut every question to ``depth``, normalise its scores and embed its passages (through the cache).
+
+    ``repeats``: what a passage a ranking repeats (an expansion run merged with duplicates kept) is. ``keep``, the
+    study's code: a candidate at each of its ranks, within the first ``depth`` entries. ``first``: one candidate, at
+    its first rank (the first ``depth`` distinct passages)."""
     from berds.rerank.embeddings import embedding_map
 
     if depth < 1:
@@ -164,10 +172,14 @@ def prepare_candidates(
     normalisation = canonical_normalisation(normalisation)
     if embed_text not in EMBED_TEXTS:
         raise BerdsError(f"unknown --embed-text {embed_text!r}; use one of {', '.join(EMBED_TEXTS)}")
-    # A passage repeated in a ranking (an expansion run merged with duplicates kept) is one candidate, at its
-    # first rank: a reranker orders distinct passages, and a repeat would be its own most similar neighbour.
-    cut = {qid: first_occurrences(run.hits[qid])[:depth] for qid in run.questions}
-    repeats = sum(len(run.hits[qid]) - len(first_occurrences(run.hits[qid])) for qid in run.questions)
+    if repeats not in REPEATS:
+        raise BerdsError(f"unknown repeats {repeats!r}; use one of {', '.join(REPEATS)}")
+    if repeats == "first":
+        cut = {qid: first_occurrences(run.hits[qid])[:depth] for qid in run.questions}
+        dropped = sum(len(run.hits[qid]) - len(first_occurrences(run.hits[qid])) for qid in run.questions)
+    else:
+        cut = {qid: list(run.hits[qid][:depth]) for qid in run.questions}
+        dropped = 0
     dataset_max = run_max_score(run, depth)
     constant = sim1_constant if sim1_constant is not None else dataset_max
     constant_used = 0
@@ -203,8 +215,9 @@ def prepare_candidates(
         "depth": depth,
         "embed_text": embed_text,
     }
-    if repeats:
-        config["repeated_passages_dropped"] = repeats
+    if repeats != "keep":
+        config["repeats"] = repeats
+        config["repeated_passages_dropped"] = dropped
     if normalisation == "question-max":
         config["sim1_constant"] = constant
         config["sim1_constant_source"] = "given" if sim1_constant is not None else "largest score of the run"
