@@ -339,7 +339,8 @@ def _signature(results: Any) -> list[list[tuple[str, float]]]:
 # builds                 the factory returns an object with ``name`` and ``rerank``
 # name                   ``name`` is a non-empty string
 # contract               a ``Run`` with the same questions in the same order; each question's passages
-#                        come from its input list, texts unchanged, no duplicates; finite scores that
+#                        come from its input list, texts unchanged, none more often than the input has it;
+#                        finite scores that
 #                        do not increase down the list
 # provenance             ``manifest["rerank"]["method"]`` names the method; ``manifest["input_run"]`` is there
 # input intact           the input run is unchanged afterwards
