@@ -340,8 +340,7 @@ def _signature(results: Any) -> list[list[tuple[str, float]]]:
 # name                   ``name`` is a non-empty string
 # contract               a ``Run`` with the same questions in the same order; each question's passages
 #                        come from its input list, texts unchanged, none more often than the input has it;
-#                        finite scores that
-#                        do not increase down the list
+#                        finite scores that do not increase down the list
 # provenance             ``manifest["rerank"]["method"]`` names the method; ``manifest["input_run"]`` is there
 # input intact           the input run is unchanged afterwards
 # deterministic          the same call twice gives the same lists
