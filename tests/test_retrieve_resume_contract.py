@@ -153,6 +153,9 @@ def test_a_refused_expanded_retrieve_into_a_finished_run_keeps_that_runs_perspec
     assert (tmp_path / "run" / "expansions.jsonl").read_text() == recorded
     assert CliRunner().invoke(app, args + ["--overwrite"]).exit_code == 0
     assert (tmp_path / "run" / "expansions.jsonl").read_text() == recorded
+    # replaced by a run without expansion: the old perspectives are not left to describe it
+    assert CliRunner().invoke(app, args[:args.index("--expand")] + args[-2:] + ["--overwrite"]).exit_code == 0
+    assert not (tmp_path / "run" / "expansions.jsonl").exists()
 
 
 def test_work_resumed_after_a_line_cut_off_by_a_kill_survives_a_second_interruption(tmp_path):

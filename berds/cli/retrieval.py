@@ -227,6 +227,8 @@ def retrieve_command(
                                                **({"prompt": expansion_prompt} if expand == "llm" else {}))
     retrieve(retriever, questions, k=k, split=split, limit=limit, options=options, out=out, overwrite=overwrite,
              batch_size=batch_size, name=name, progress=not quiet)
+    if expand is None:  # a replaced expanded run's perspectives do not describe this run
+        (out / "expansions.jsonl").unlink(missing_ok=True)
 
 
 def check_retriever_command(
