@@ -232,6 +232,7 @@ def study_diversify_command(
     cache: Optional[Path] = typer.Option(None, "--cache", callback=cache_file_callback, help="Judgement cache file."),
     embedding_cache: Optional[Path] = typer.Option(None, "--embedding-cache", help="Embedding cache file (default: $BERDS_HOME/embeddings.sqlite)."),
     allow_short: bool = typer.Option(False, "--allow-short", help="Score questions with fewer than k passages, or none: missing ranks count as unsupported."),
+    allow_unparsed: bool = typer.Option(False, "--allow-unparsed", help=ALLOW_UNPARSED_HELP),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a study already in --out (its reranked runs too)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -260,7 +261,7 @@ def study_diversify_command(
         n_resamples=resamples, seed=seed,
         judge_options=parse_options(judge_option), cache_path=cache,
         embedding_cache=embedding_cache or default_embedding_cache_path(),  # as the help says (None: no cache)
-        allow_short=allow_short, overwrite=overwrite, progress=not quiet)
+        allow_short=allow_short, allow_unparsed=allow_unparsed, overwrite=overwrite, progress=not quiet)
     for line in result.notes:
         _console().print(f"[yellow]note:[/] {line}", highlight=False)
     title, header, rows = result.table(detail=False)

@@ -157,13 +157,14 @@ def study_diversify(
     alpha: float = 0.05,
     seed: int = 0,
     allow_short: bool = False,
+    allow_unparsed: bool = False,
     progress: bool = False,
 ) -> DiversifyStudy:
     """The study on runs already split (see the module docstring). ``grids`` replaces a strategy's grid;
     ``reranker_options[name]`` adds options to its factory. ``aspects="oracle"`` gives xQuAD/PM2 the gold
     perspectives (their rows are labelled "(oracle aspects)": an upper bound, not a system)."""
     from berds.evaluate.compare import compare_results
-    from berds.evaluate.evaluation import evaluate_run
+    from berds.evaluate.evaluation import evaluate_run, note_unparsed
     from berds.rerank.candidates import check_depth_covers
     from berds.rerank.catalogue import RERANKERS, load_reranker
     from berds.rerank.embeddings import MemoEncoder
@@ -217,7 +218,11 @@ def study_diversify(
         aspect_options["expander"] = MemoExpander(LLMExpander(load_llm_by_name(llm, **dict(llm_options or {}))))
 
     def evaluate(run: Run) -> Any:
-        return evaluate_run(run, judge, ks, cache=judgement_cache, allow_short=allow_short, progress=progress)
+        result = evaluate_run(run, judge, ks, cache=judgement_cache, allow_short=allow_short,
+                              allow_unparsed=allow_unparsed, progress=progress)
+        if allow_unparsed:
+            note_unparsed([result])
+        return result
 
     def factory(name: str):
         extra = dict((reranker_options or {}).get(name, {}))
@@ -245,8 +250,8 @@ def study_diversify(
             raise BerdsError(f"reranker {name!r} declares no tunable parameter/grid; pass grids={{{name!r}: [...]}}")
         make = factory(name)
         result = tune_reranker(dev, judge, make, grid, parameter=parameter, method=label, ks=ks, select=select,
-                               judgement_cache=judgement_cache, allow_short=allow_short, progress=progress,
-                               prefer=getattr(cls, "closer_to_original", None)
+                               judgement_cache=judgement_cache, allow_short=allow_short,
+                               allow_unparsed=allow_unparsed, progress=progress, prefer=getattr(cls, "closer_to_original", None)
                                or CLOSER_TO_ORIGINAL.get(parameter, "larger"))
         tuning[label] = result.to_json()
         points = result.rows[1:]
@@ -416,7 +421,7 @@ def study_diversify_paths(
         study = study_diversify(test, dev, judge_obj, encoder=encoder, embedding_cache=emb_cache,
                                 judgement_cache=cache, expanded_test_run=exp_test, expanded_dev_run=exp_dev, **options)
         base_dev = dict(evaluate_run(dev, judge_obj, study.ks, cache=cache, allow_short=options.get("allow_short", False),
-                                     progress=False).averages["all"])
+                                     allow_unparsed=options.get("allow_unparsed", False), progress=False).averages["all"])
     study.notes = notes + study.notes
     on_dev = options.get("tradeoff_split", "dev") == "dev"
     write_study(study, out, base_dev=base_dev if on_dev else study.rows[0].metrics)
