@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from berds.errors import BerdsError
 from berds.retrievers import retrieve
 from berds.types import Hit, Passage, Question
 
@@ -75,7 +76,6 @@ class SpacedIds:
 
 
 def test_a_passage_id_holding_whitespace_is_refused_at_the_batch_that_returned_it_naming_the_question(tmp_path):
-    from berds.errors import BerdsError
     from berds.testing import check_retriever
 
     retriever = SpacedIds()
@@ -170,3 +170,25 @@ def test_work_resumed_after_a_line_cut_off_by_a_kill_survives_a_second_interrupt
     assert third.log == [["q2"], ["q3"]]  # q1 was kept, not glued onto the cut-off line and lost
     retrieve(Untitled(), QUESTIONS, k=2, out=tmp_path / "whole", batch_size=1, progress=False)
     assert (out / "run.ctxs.jsonl").read_bytes() == (tmp_path / "whole" / "run.ctxs.jsonl").read_bytes()
+
+
+def test_a_second_retrieve_into_a_folder_another_is_writing_is_refused_before_touching_its_partial_file(tmp_path):
+    from berds.errors import InputError
+    from berds.io import lock_folder
+
+    out = tmp_path / "run"
+    with pytest.raises(RuntimeError):
+        retrieve(Untitled(fail_on_call=2), QUESTIONS, k=2, out=out, batch_size=2, progress=False)
+    before = (out / ".partial.jsonl").read_bytes()
+    held = lock_folder(out, what="berds retrieve")  # as the first retrieve, still running, holds it
+    try:
+        with pytest.raises(InputError, match="another berds retrieve is writing into this folder"):
+            retrieve(Untitled(), QUESTIONS, k=1, out=out, batch_size=2, progress=False)  # other settings
+    finally:
+        import os
+
+        os.close(held)
+    assert (out / ".partial.jsonl").read_bytes() == before
+    with pytest.raises(BerdsError, match="cannot import module"):
+        retrieve("no_such_module_here:R", QUESTIONS, k=1, out=tmp_path / "typo", progress=False)
+    assert not (tmp_path / "typo").exists()

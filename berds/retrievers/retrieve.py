@@ -51,8 +51,6 @@ def retrieve(
     resume unit); by default the retriever's ``search_batch_size`` (BM25: 1,000, as Lucene searches a batch on
     all cores; dense: 256, the encoder batching them itself), else 32. ``progress`` shows a progress bar and a summary.
     """
-    from berds.retrievers.registry import load_retriever
-
     if k < 1:
         raise BerdsError(f"k must be at least 1, got {k}")
     if batch_size is not None and batch_size < 1:
@@ -82,9 +80,33 @@ def retrieve(
                            texts_sha256=texts)
 
     out_dir = Path(out) if out is not None else None
-    if out_dir is not None and (out_dir / "manifest.json").exists() and not overwrite:
-        raise BerdsError(f"{out_dir} already holds a run — choose another --out or pass --overwrite")
+    lock, created = None, out_dir is not None and not out_dir.exists()
+    if out_dir is not None:
+        from berds.io import lock_folder
 
+        out_dir.mkdir(parents=True, exist_ok=True)
+        # one retrieve per folder: a second one (other settings) restarted the .partial.jsonl under its own header
+        # while the first kept appending, and a resume then took the first one's hits as the second one's
+        lock = lock_folder(out_dir, what="berds retrieve")
+    try:
+        if out_dir is not None and (out_dir / "manifest.json").exists() and not overwrite:
+            raise BerdsError(f"{out_dir} already holds a run — choose another --out or pass --overwrite")
+        return _retrieve_into(retriever, questions, question_source, k=k, options=options, out_dir=out_dir,
+                              overwrite=overwrite, batch_size=batch_size, name=name, progress=progress)
+    finally:
+        if lock is not None:
+            os.close(lock)
+        if created and not any(out_dir.iterdir()):  # (a retriever that failed to load leaves no empty folder)
+            out_dir.rmdir()
+
+
+def _retrieve_into(retriever: Any, questions: list[Question], question_source: dict[str, Any], *, k: int,
+                   options: Mapping[str, Any] | None, out_dir: Path | None, overwrite: bool, batch_size: int | None,
+                   name: str | None, progress: bool) -> Run:
+    """``retrieve`` once its questions are read (and its run folder locked)."""
+    from berds.retrievers.registry import load_retriever
+
+    texts = question_source["texts_sha256"]
     own = not hasattr(retriever, "search")
     spec_name = retriever if isinstance(retriever, str) else None
     retriever = load_retriever(retriever, **dict(options or {}))
