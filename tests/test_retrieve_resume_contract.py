@@ -192,3 +192,16 @@ def test_a_second_retrieve_into_a_folder_another_is_writing_is_refused_before_to
     with pytest.raises(BerdsError, match="cannot import module"):
         retrieve("no_such_module_here:R", QUESTIONS, k=1, out=tmp_path / "typo", progress=False)
     assert not (tmp_path / "typo").exists()
+
+
+class NumberedCorpus(Untitled):
+    name = "numbered"
+
+    def provenance(self):
+        return {"corpus": {"path": "somewhere", "passages": 3, "fingerprint": 12345678901234}}
+
+
+def test_a_corpus_fingerprint_that_is_not_a_string_is_refused_before_the_run_is_written(tmp_path):
+    with pytest.raises(BerdsError, match=r"provenance\(\)\['corpus'\]\['fingerprint'\] must be a string, got int"):
+        retrieve(NumberedCorpus(), QUESTIONS, k=1, out=tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()

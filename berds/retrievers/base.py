@@ -67,6 +67,12 @@ def provenance_problems(info: Any) -> list[str]:
     if corpus is not None and not isinstance(corpus, dict):  # manifests and summaries read its fields
         problems.append("provenance()['corpus'] must be a dict like {'path': ..., 'passages': ..., 'fingerprint': ...}, "
                         f"got {type(corpus).__name__} {corpus!r}")
+    elif corpus is not None:  # (the summary cut an int fingerprint with [:12] and crashed after the run was saved)
+        for key, kind in (("path", str), ("fingerprint", str), ("passages", int)):
+            value = corpus.get(key)
+            if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+                problems.append(f"provenance()['corpus'][{key!r}] must be {'a string' if kind is str else 'an integer'}"
+                                f", got {type(value).__name__} {value!r}")
     return problems
 
 
