@@ -380,6 +380,13 @@ class Encoder:
                                       max_length=self.spec.max_length, return_tensors="pt")
                 else:
                     batch = tokenizer(chunk, padding=True, truncation=True, max_length=self.spec.max_length, return_tensors="pt")
+                limit = getattr(model.config, "max_position_embeddings", None)
+                if isinstance(limit, int) and 0 < limit < batch["input_ids"].shape[1]:
+                    # (else it ends deep in the model: "The size of tensor a (98) must match the size of tensor b")
+                    raise BerdsError(f"encoder {self.spec.name!r}: a {side} of {batch['input_ids'].shape[1]} tokens "
+                                     f"is longer than the {limit} positions model {self.spec.model!r} has, and its "
+                                     f"max_length is {self.spec.max_length} — pass --encoder-option max_length={limit} "
+                                     "(or less)")
                 batch = {k: v.to(self.device) for k, v in batch.items()}
                 output = model(**batch)
                 vectors = pool(output, batch["attention_mask"], self.spec.pooling)
