@@ -31,3 +31,14 @@ def test_a_max_length_beyond_the_models_positions_is_one_line_naming_the_option(
     fits = EncoderSpec(name="tiny", model=str(bert), pooling="mean", max_length=64)
     build_dense_index(tmp_path / "store", tmp_path / "index2", encoder=fits, progress=False)
 
+
+def test_a_build_refused_before_writing_anything_does_not_block_the_corrected_command(tmp_path, bert):
+    from berds.indexes.faiss import build_dense_index
+
+    store = word_store(tmp_path / "store", n=20)
+    wrong = EncoderSpec(name="tiny", model=str(tmp_path / "no-model-here"), pooling="mean", max_length=32)
+    with pytest.raises(BerdsError):
+        build_dense_index(store.path, tmp_path / "index", encoder=wrong, progress=False)
+    right = EncoderSpec(name="tiny", model=str(bert), pooling="mean", max_length=32)
+    meta = build_dense_index(store.path, tmp_path / "index", encoder=right, progress=False)
+    assert meta["encoder"]["model"] == str(bert)

@@ -246,7 +246,9 @@ def _prepare(folder: Path, settings: Mapping[str, Any], overwrite: str, redone: 
             return False
     elif marker.is_file():
         started = read_json(marker)
-        if overwrite == "always":
+        if overwrite == "always" or not _wrote_anything(folder, marker):
+            # (a build refused before its first shard, e.g. an encoder option the model cannot take, has nothing
+            # to keep: the corrected command starts over instead of being told to pass --overwrite always)
             empty_folder(folder)  # (only a folder holding a berds index or an unfinished build)
         elif differing := sorted(_differing(started, json.loads(json.dumps(settings))) - set(redone)):
             raise InputError(f"an unfinished index build with different settings ({', '.join(differing)}) is here",
@@ -262,6 +264,11 @@ def _prepare(folder: Path, settings: Mapping[str, Any], overwrite: str, redone: 
         raise InputError(what, path=folder, fix="choose another (new or empty) --out folder")
     write_json(marker, settings)
     return True
+
+
+def _wrote_anything(folder: Path, marker: Path) -> bool:
+    """Whether an unfinished build in ``folder`` wrote anything besides its marker (empty sub-folders do not count)."""
+    return any(p != marker and not p.is_dir() for p in folder.rglob("*"))
 
 
 def _differing(a: Any, b: Any) -> set[str]:
