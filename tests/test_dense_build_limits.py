@@ -42,3 +42,17 @@ def test_a_build_refused_before_writing_anything_does_not_block_the_corrected_co
     right = EncoderSpec(name="tiny", model=str(bert), pooling="mean", max_length=32)
     meta = build_dense_index(store.path, tmp_path / "index", encoder=right, progress=False)
     assert meta["encoder"]["model"] == str(bert)
+
+
+def test_a_run_manifest_names_the_index_build_it_searched(tmp_path, bert):
+    from berds.indexes.faiss import build_dense_index
+    from berds.io import sha256_file
+    from berds.retrievers import retrieve
+    from berds.types import Question
+
+    store = word_store(tmp_path / "store", n=20)
+    spec = EncoderSpec(name="tiny", model=str(bert), pooling="mean", max_length=32)
+    build_dense_index(store.path, tmp_path / "index", encoder=spec, progress=False)
+    run = retrieve("dense", [Question("q1", "apple river", ("a", "b"))], k=2, progress=False,
+                   options={"index": str(tmp_path / "index"), "encoder": spec})
+    assert run.manifest["retriever"]["index_meta_sha256"] == sha256_file(tmp_path / "index" / "meta.json")

@@ -266,6 +266,14 @@ def _prepare(folder: Path, settings: Mapping[str, Any], overwrite: str, redone: 
     return True
 
 
+def index_meta_sha256(folder: str | os.PathLike) -> str:
+    """The SHA-256 of an index's ``meta.json``, written last by each build: which build of the folder was searched
+    (recorded in run manifests; a rebuild at the same path, even with the same settings, changes it)."""
+    from berds.io import sha256_file
+
+    return sha256_file(Path(folder) / INDEX_META)
+
+
 def _wrote_anything(folder: Path, marker: Path) -> bool:
     """Whether an unfinished build in ``folder`` wrote anything besides its marker (empty sub-folders do not count)."""
     return any(p != marker and not p.is_dir() for p in folder.rglob("*"))

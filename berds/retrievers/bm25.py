@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from berds.errors import BerdsError
-from berds.indexes.base import corpus_record, open_index_corpus, read_index_meta
+from berds.indexes.base import corpus_record, index_meta_sha256, open_index_corpus, read_index_meta
 from berds.indexes.bm25 import DEFAULT_B, DEFAULT_K1, GroupedBM25, build_bm25_index, open_lucene
 from berds.retrievers.base import hits_from_store
 from berds.types import Hit, Question
@@ -99,6 +99,7 @@ class BM25Retriever:
         return {
             "index": None if self._tmp else str(self.index.resolve()),
             "index_type": "bm25",
+            "index_meta_sha256": None if self._tmp else index_meta_sha256(self.index),
             "k1": self.k1,
             "b": self.b,
             "analyzer": self.meta.get("analyzer"),

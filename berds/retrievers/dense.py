@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from berds.errors import BerdsError
-from berds.indexes.base import corpus_record, open_index_corpus
+from berds.indexes.base import corpus_record, index_meta_sha256, open_index_corpus
 from berds.indexes.encoders import (Encoder, EncoderSpec, check_same_encoder, encoder_spec, index_encoder_spec,
                                     model_files_fingerprint)
 from berds.indexes.faiss import DenseIndex, build_dense_index
@@ -126,6 +126,7 @@ class DenseRetriever:
         return {
             "index": None if self._tmp else str(self.index.path.resolve()),
             "index_type": "dense",
+            "index_meta_sha256": None if self._tmp else index_meta_sha256(self.index.path),
             "encoder": self.spec.identity(),
             "encoder_files": meta.get("encoder_files"),
             "faiss": meta.get("faiss_resolved", meta.get("faiss")),
