@@ -235,24 +235,36 @@ def test_a_result_whose_counts_do_not_add_up_is_refused(tmp_path, kind, row, mes
         load_result(path)
 
 
+def _exported(tmp_path, ids: tuple[str, ...]) -> str:
+    """The TREC run `berds export run` writes for a one-question jsonl whose passages have these ids, no scores."""
+    from typer.testing import CliRunner
+
+    from berds.cli import app
+
+    ctxs = [{"id": d, "text": f"passage {d}"} for d in ids]
+    run = tmp_path / "run.jsonl"
+    run.write_text(json.dumps({"id": "q0", "question": "Q?", "perspectives": ["p", "o"], "ctxs": ctxs}) + "\n")
+    result = CliRunner().invoke(app, ["export", "run", str(run), "--out", str(tmp_path / "run.trec")])
+    assert result.exit_code == 0, result.output
+    return (tmp_path / "run.trec").read_text()
+
+
 def test_export_run_writes_the_ranking_berds_judges_for_trec_tools(tmp_path):
     # a jsonl without scores has every score 0.0; TREC tools order tied passages by docid (z1, m1, a1), so qrels
     # exported from its evaluation could not be paired with it in ranx or trec_eval. `export run` writes the order
     # berds judged.
     import ir_measures
-    from typer.testing import CliRunner
 
-    from berds.cli import app
-
-    ctxs = [{"id": d, "text": f"passage {d}"} for d in ("a1", "z1", "m1")]
-    run = tmp_path / "run.jsonl"
-    run.write_text(json.dumps({"id": "q0", "question": "Q?", "perspectives": ["p", "o"], "ctxs": ctxs}) + "\n")
-    result = CliRunner().invoke(app, ["export", "run", str(run), "--out", str(tmp_path / "run.trec")])
-    assert result.exit_code == 0, result.output
-    assert (tmp_path / "run.trec").read_text() == "q0 Q0 a1 1 3.0 run\nq0 Q0 z1 2 2.0 run\nq0 Q0 m1 3 1.0 run\n"
+    assert _exported(tmp_path, ("a1", "z1", "m1")) == "q0 Q0 a1 1 3.0 run\nq0 Q0 z1 2 2.0 run\nq0 Q0 m1 3 1.0 run\n"
     qrels = [ir_measures.Qrel("q0", "a1", 1), ir_measures.Qrel("q0", "z1", 0), ir_measures.Qrel("q0", "m1", 0)]
     p1 = ir_measures.calc_aggregate([ir_measures.P @ 1], qrels, ir_measures.read_trec_run(str(tmp_path / "run.trec")))
     assert p1[ir_measures.P @ 1] == 1.0
+
+
+def test_export_run_writes_a_repeated_passage_once_at_its_first_rank(tmp_path):
+    # a bare jsonl with a repeat was refused ("remove the repeat from the file"), though eval judges it with
+    # --duplicates keep and export_run promises to write the passage once, at its first rank
+    assert _exported(tmp_path, ("a1", "a1", "z1")) == "q0 Q0 a1 1 3.0 run\nq0 Q0 z1 2 1.0 run\n"
 
 
 def test_report_baseline_without_runs_to_compare_is_refused(tmp_path):
