@@ -103,6 +103,10 @@ def test_bad_measures_and_judgement_files(tmp_path):
     (tmp_path / "empty-dir").mkdir()
     with pytest.raises(InputError, match="holds no judgements.jsonl"):
         read_judgements(tmp_path / "empty-dir")
+    run = tmp_path / "run.jsonl"  # a run given for its judgements was "not a judgement record (KeyError: 'rank')"
+    run.write_text(json.dumps({"id": "q1", "question": "?", "perspectives": ["p"], "ctxs": []}) + "\n")
+    with pytest.raises(InputError, match=r"run.jsonl, line 1: this is a run .* pass the evaluation folder"):
+        read_judgements(run)
 
 
 def test_judgement_values_that_int_would_bend_and_non_utf8_bytes_are_refused(tmp_path):

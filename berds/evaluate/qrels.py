@@ -73,9 +73,16 @@ def read_judgements(path: str | Path) -> tuple[list[QrelRow], list[RunRow]]:
         for line_number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
+            record = None
             try:
-                fields.append(_judgement_fields(json.loads(line)))
+                record = json.loads(line)
+                fields.append(_judgement_fields(record))
             except (ValueError, KeyError, TypeError) as exc:
+                if isinstance(record, dict) and "ctxs" in record:  # (a run given for its judgements)
+                    raise InputError("this is a run (its record has 'ctxs'), not the judgements of an evaluation",
+                                     path=path, line=line_number,
+                                     fix="pass the evaluation folder `berds eval` wrote (or its judgements.jsonl)"
+                                     ) from None
                 raise InputError(f"not a judgement record ({type(exc).__name__}: {exc})", path=path, line=line_number,
                                  fix='expected {"qid", "docid", "rank", "perspective", "label"} as berds eval writes'
                                  ) from None
