@@ -45,3 +45,17 @@ class OverlapJudge:
                 for p in pairs:
                     f.write(f"{p.perspective[:30]!r}\t{p.passage[:30]!r}\n")
         return out
+class HalfUnparsedJudge(OverlapJudge):
+    """Answers every other pair with something that is neither Yes nor No (counted unparsed)."""
+
+    prompt_version = "half-unparsed-v1"
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.id = "test-half-unparsed"
+
+    def judge(self, pairs):
+        out = super().judge(pairs)
+        return [Verdict(False, None, "Maybe", {"unparsed": True}) if i % 2 else v for i, v in enumerate(out)]
+
+

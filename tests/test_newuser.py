@@ -18,7 +18,7 @@ from berds.evaluate.evaluation import evaluate_paths, evaluate_run
 from berds.runs import load_run, save_run
 from berds.types import Hit, Passage, Question, Run
 from conftest import berds_cmd, default_sigint, make_run, subprocess_env
-from judges_for_tests import OverlapJudge
+from judges_for_tests import HalfUnparsedJudge, OverlapJudge
 
 JUDGE = "judges_for_tests:OverlapJudge"
 
@@ -344,22 +344,6 @@ def test_plain_provenance_passes(tmp_path):
 # ------------------------------------------------------------------ 5: the judge is named, chosen, trusted
 
 
-class HalfUnparsedJudge(OverlapJudge):
-    """Answers every other pair with something that is neither Yes nor No."""
-
-    prompt_version = "half-unparsed-v1"
-
-    def __init__(self, **kw):
-        super().__init__(**kw)
-        self.id = "test-half-unparsed"
-
-    def judge(self, pairs):
-        from berds.types import Verdict
-
-        out = super().judge(pairs)
-        return [Verdict(False, None, "Maybe", {"unparsed": True}) if i % 2 else v for i, v in enumerate(out)]
-
-
 def _render(renderable, width=80) -> str:
     from rich.console import Console
 
@@ -413,15 +397,14 @@ def test_unparsed_answers_above_the_limit_are_flagged_and_refused(tmp_path, tiny
     assert result.stats.judged == 0 and 0.4 < result.stats.unparsed_share < 0.6
     text = _render(metrics_table([result]))
     assert "unparsed" in text and "%" in text and " !" in text
-    done = subprocess.run(berds_cmd("eval", str(folder), "--judge", "test_newuser:HalfUnparsedJudge", "--k", "4",
+    done = subprocess.run(berds_cmd("eval", str(folder), "--judge", "judges_for_tests:HalfUnparsedJudge", "--k", "4",
                                     "--cache", str(tmp_path / "c.sqlite"), "-q"),
                           capture_output=True, text=True, env=subprocess_env(), timeout=120)
     assert done.returncode == 2 and "unparsed" in done.stdout and "--allow-unparsed" in done.stderr
-    allowed = subprocess.run(berds_cmd("eval", str(folder), "--judge", "test_newuser:HalfUnparsedJudge", "--k", "4",
+    allowed = subprocess.run(berds_cmd("eval", str(folder), "--judge", "judges_for_tests:HalfUnparsedJudge", "--k", "4",
                                        "--cache", str(tmp_path / "c.sqlite"), "-q", "--allow-unparsed"),
                              capture_output=True, text=True, env=subprocess_env(), timeout=120)
     assert allowed.returncode == 0, allowed.stderr
-
 
 
 @pytest.mark.parametrize("command", [["analyze", "coverage"], ["analyze", "docs-needed"], ["report"]])
@@ -429,7 +412,7 @@ def test_analyses_and_report_refuse_unparsed_answers_unless_allowed(tmp_path, ti
     """Like eval and tune: too many answers that are neither Yes nor No stop the command; --allow-unparsed accepts them."""
     folder = save_run(tiny_run, tmp_path / "run")
     extra = ["--depth", "4"] if command[0] == "analyze" else ["--k", "4", "--out", str(tmp_path / "report")]
-    base = berds_cmd(*command, str(folder), "--judge", "test_newuser:HalfUnparsedJudge", "--cache",
+    base = berds_cmd(*command, str(folder), "--judge", "judges_for_tests:HalfUnparsedJudge", "--cache",
                      str(tmp_path / "c.sqlite"), "-q", *extra)
     refused = subprocess.run(base, capture_output=True, text=True, env=subprocess_env(), timeout=120)
     assert refused.returncode == 2 and "--allow-unparsed" in refused.stderr, refused.stderr

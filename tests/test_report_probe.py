@@ -11,24 +11,10 @@ from berds.evaluate.analyses.leaning import LeaningResult
 from berds.evaluate.analyses.results import load_result, save_result
 from berds.evaluate.report import build_report
 from berds.runs import save_run
-from berds.types import Question, Run, Verdict
+from berds.types import Question, Run
 from conftest import make_run
 from judges_for_tests import OverlapJudge
 from test_tables_80 import headers  # noqa: F401 (a fixture)
-
-
-class HalfMaybeJudge(OverlapJudge):
-    """Answers every other pair with neither Yes nor No."""
-
-    prompt_version = "half-maybe-v1"
-
-    def __init__(self, **kw):
-        super().__init__(**kw)
-        self.id = "test-half-maybe"
-
-    def judge(self, pairs):
-        out = super().judge(pairs)
-        return [Verdict(False, None, "Maybe", {"unparsed": True}) if i % 2 else v for i, v in enumerate(out)]
 
 
 def lean(run: str, counts: tuple[int, int, int, int], judge: str | None = "judge-a") -> LeaningResult:
@@ -95,7 +81,7 @@ def test_compare_takes_allow_unparsed_as_its_refusal_says(tmp_path):
     base = make_run(n_questions=2, depth=5, name="base")
     a = save_run(base, tmp_path / "base")
     b = save_run(Run(base.questions, {q: list(reversed(h)) for q, h in base.hits.items()}, {}, "rev"), tmp_path / "rev")
-    args = ["compare", str(a), str(b), "--judge", "test_report_probe:HalfMaybeJudge", "--k", "5", "--resamples",
+    args = ["compare", str(a), str(b), "--judge", "judges_for_tests:HalfUnparsedJudge", "--k", "5", "--resamples",
             "200", "--cache", str(tmp_path / "j.sqlite"), "-q"]
     refused = CliRunner().invoke(app, args)
     assert "pass --allow-unparsed" in str(refused.exception)  # (main() turns it into one line and exit 2)
