@@ -23,7 +23,7 @@ from typing import Any, Iterator, Mapping, Protocol, runtime_checkable
 import numpy as np
 
 from berds.errors import BerdsError
-from berds.rerank.candidates import (DEFAULT_DEPTH, DEFAULT_EMBED_TEXT, DEFAULT_NORMALISATION, Candidates,
+from berds.rerank.candidates import (DEFAULT_DEPTH, DEFAULT_EMBED_TEXT, DEFAULT_NORMALISATION, REPEATS, Candidates,
                                      QuestionCandidates, canonical_normalisation, finish_run, prepare_candidates)
 from berds.types import Run
 
@@ -75,8 +75,6 @@ class EmbeddingReranker:
             raise BerdsError(f"top must be a positive integer (or unset for all candidates), got {top}")
         self.normalisation = canonical_normalisation(normalisation)
         self.depth, self.embed_text, self.sim1_constant, self.top = depth, embed_text, sim1_constant, top
-        from berds.rerank.candidates import REPEATS
-
         if repeats not in REPEATS:
             raise BerdsError(f"repeats must be one of {', '.join(REPEATS)}, got {repeats!r}")
         self.repeats = repeats
