@@ -177,17 +177,20 @@ def check_encoder(bert: Path):
 def check_tart_and_mmr_encoder(t5: Path, bert: Path):
     from berds.rerank.embeddings import SentenceEncoder
     from berds.retrievers.tart import TartScorer
+    from berds.testing import rankings_agree
 
     passages = ["apple river storm", "market harbor bridge kiwi", "storm", "river kiwi apple market"] * 5
     a = np.array(TartScorer(str(t5), device="cpu").score("apple storm", passages))
     b = np.array(TartScorer(str(t5), device=DEVICE, batch_size=3).score("apple storm", passages))
     tart_gap = float(np.abs(a - b).max())
-    same_order = list(np.argsort(-a, kind="stable")) == list(np.argsort(-b, kind="stable"))
+    # Up to ties: the passages repeat, and duplicates' scores differ by float noise between batchings.
+    same_order = rankings_agree([(i, a[i]) for i in np.argsort(-a, kind="stable")],
+                                [(i, b[i]) for i in np.argsort(-b, kind="stable")], tol=1e-5)
     u = SentenceEncoder(str(bert), pooling="cls", device="cpu").encode(passages)
     v = SentenceEncoder(str(bert), pooling="cls", device=DEVICE).encode(passages)
     mmr_gap = float(np.abs(u - v).max())
     return {"ok": tart_gap < 1e-5 and same_order and mmr_gap < 1e-4, "tart_max_p_gap": tart_gap,
-            "tart_same_order": same_order, "mmr_encoder_max_abs_gap": mmr_gap, "passages": len(passages)}
+            "tart_same_order_up_to_ties": same_order, "mmr_encoder_max_abs_gap": mmr_gap, "passages": len(passages)}
 
 
 def demo_pairs():

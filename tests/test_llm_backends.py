@@ -280,9 +280,14 @@ def test_greedy_generation_is_deterministic_and_batch_invariant(tiny_llm, tiny_m
     singles = one_by_one.generate(PROMPTS, max_new_tokens=8, top_logprobs=5)
     assert [g.text for g in singles] == [g.text for g in batched]
     for single, batch in zip(singles, batched):
-        assert single.first_token_logprobs.keys() == batch.first_token_logprobs.keys()
-        for token, logprob in single.first_token_logprobs.items():
-            assert batch.first_token_logprobs[token] == pytest.approx(logprob, abs=1e-4)
+        one, many = single.first_token_logprobs, batch.first_token_logprobs
+        for token in one.keys() & many.keys():
+            assert many[token] == pytest.approx(one[token], abs=1e-4)
+        # The top 5 is cut at a rank: a token tied (to float noise) with the fifth may be in one batching's
+        # top 5 and not the other's; any other difference is a real one.
+        cut = min(min(one.values()), min(many.values()))
+        for token in one.keys() ^ many.keys():
+            assert (one.get(token, many.get(token))) == pytest.approx(cut, abs=1e-4), (token, one, many)
 
 
 def test_first_token_logprobs_match_a_plain_forward_pass(tiny_llm):

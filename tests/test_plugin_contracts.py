@@ -203,3 +203,47 @@ def test_every_import_the_package_docstring_shows_works():
     assert len(lines) >= 10
     for line in lines:
         exec(line, {})
+
+
+# ---------------------------------------------------------------- rankings up to ties (berds.testing.rankings_agree)
+
+def test_rankings_agree_lets_tied_places_swap_and_nothing_else():
+    from berds.testing import rankings_agree
+
+    a = [("d1", 0.9), ("d2", 0.5), ("d3", 0.5 + 1e-7), ("d4", 0.1)]
+    assert rankings_agree(a, [("d1", 0.9), ("d3", 0.5 + 1e-7), ("d2", 0.5), ("d4", 0.1)])  # a tie swapped
+    assert not rankings_agree(a, [("d2", 0.9), ("d1", 0.9), ("d3", 0.5), ("d4", 0.1)])  # ids swapped, scores kept
+    assert not rankings_agree(a, [("d1", 0.9), ("d2", 0.5), ("d4", 0.5), ("d3", 0.1)])  # a distinct pair swapped
+    assert not rankings_agree(a, [("d1", 0.9), ("d2", 0.5), ("d3", 0.5), ("d4", 0.2)])  # a score that moved
+    assert not rankings_agree(a, a[:3])  # another length
+    # a tie cut off at k: the last tied places may hold other members of the tie
+    assert rankings_agree([("d1", 0.9), ("d2", 0.5)], [("d1", 0.9), ("d3", 0.5 + 1e-7)])
+    assert not rankings_agree([("d1", 0.9), ("d2", 0.5)], [("d3", 0.9 + 1e-7), ("d2", 0.5)])  # not at the cut
+
+
+class _NoisyBatchRetriever:
+    """A dense-like retriever: searching one question alone perturbs its scores by float noise (1e-7), as a
+    batched matrix product does, and two of its passages tie exactly, so the noise swaps them."""
+
+    name = "noisy-batch"
+
+    def search(self, questions, *, k):
+        from berds.testing import TINY_PASSAGES
+        from berds.types import Hit
+
+        noise = 1e-7 if len(questions) == 1 else 0.0
+        out = []
+        for q in questions:
+            scored = [(1.0, TINY_PASSAGES[0]), (0.5 + noise, TINY_PASSAGES[2]), (0.5, TINY_PASSAGES[1]),
+                      (0.1, TINY_PASSAGES[3])]
+            scored.sort(key=lambda sp: (-sp[0], sp[1].id))
+            out.append([Hit(p, s) for s, p in scored[:k]])
+        return out
+
+
+def test_check_retriever_passes_a_retriever_whose_batchings_differ_by_float_noise():
+    from berds.testing import check_retriever
+
+    report = check_retriever(_NoisyBatchRetriever(), k=3)
+    by_name = {c.name: c.status for c in report.checks}
+    assert by_name["batch = one by one"] == "pass" and by_name["deterministic"] == "pass", report.checks
