@@ -69,6 +69,13 @@ RETRIEVERS.register(Spec(
     tags=("dense", "rerank", "gpu"),
 ))
 
+RETRIEVERS.register(Spec(
+    name="pyterrier",
+    loader="berds.retrievers.pyterrier:PyTerrierRetriever",
+    description="Any PyTerrier pipeline returning a ranking: -o pipeline=MODULE:OBJECT; passages by docno from --corpus (or its text column).",
+    tags=("pyterrier",),
+))
+
 
 def load_retriever(name: str | Any, **options: Any) -> Retriever:
     """A ready retriever from a catalogue name, an entry-point name, ``module:attr``, or an instance.
