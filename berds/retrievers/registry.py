@@ -70,6 +70,12 @@ RETRIEVERS.register(Spec(
 ))
 
 RETRIEVERS.register(Spec(
+    name="pyserini",
+    loader="berds.retrievers.pyserini_index:PyseriniIndexRetriever",
+    description="BM25 over a pyserini Lucene index: --index a prebuilt name (wikipedia-dpr-100w, already downloaded) or a path; passages from its stored raw docs.",
+    tags=("sparse", "java"),
+))
+RETRIEVERS.register(Spec(
     name="pyterrier",
     loader="berds.retrievers.pyterrier:PyTerrierRetriever",
     description="Any PyTerrier pipeline returning a ranking: -o pipeline=MODULE:OBJECT; passages by docno from --corpus (or its text column).",
