@@ -118,10 +118,9 @@ def _queries_of(dataset_id: str) -> BerdsQueries:
 
 
 def _add(dataset_id: str, dataset: Any) -> None:
-    registry = ir_datasets.registry
-    if dataset_id in registry._registered:  # (ir_datasets has no public "is registered"; its register refuses twice)
+    if dataset_id in ir_datasets.registry:  # (its register refuses a name twice; ours is idempotent)
         return
-    registry.register(dataset_id, dataset)
+    ir_datasets.registry.register(dataset_id, dataset)
 
 
 def register() -> list[str]:
@@ -148,7 +147,7 @@ def register_evaluation(dataset_id: str, evaluation: str | Path, name: str) -> s
         raise InputError("no such evaluation folder or judgements.jsonl", path=evaluation,
                          fix="pass the folder `berds eval` wrote (a run folder, or its --out)")
     judged_id = f"{dataset_id}/judged/{name}"
-    if judged_id in ir_datasets.registry._registered:
+    if judged_id in ir_datasets.registry:
         known = ir_datasets.registry[judged_id].qrels_handler().qrels_path()
         if Path(known) != evaluation:
             raise BerdsError(f"{judged_id} is already registered for {known}; give this evaluation another name")

@@ -43,7 +43,19 @@ def test_cli_retrieve_with_a_pyterrier_pipeline_and_passages_from_the_store(tmp_
     assert (first.text, first.title) == (corpus[first.id]["text"], corpus[first.id]["title"])
     assert run.manifest["retriever"]["pipeline"] == "pt_pipelines:overlap"
     assert run.manifest["corpus"]["passages"] == 300
-    assert "jnius" not in sys.modules  # (nor in the subprocess: a pure-Python transformer needs no JVM)
+
+
+def test_no_jvm_for_a_pure_python_pipeline():
+    code = ("import sys\nfrom berds.retrievers.pyterrier import PyTerrierRetriever\nfrom berds.questions import "
+            "load_questions\nimport berds.pyterrier as bpt\nimport pyterrier as pt\n"
+            "r = PyTerrierRetriever(pipeline='pt_pipelines:overlap_with_text')\n"
+            "hits = r.search(load_questions('demo')[:2], k=3)\n"
+            "bpt.BerdsRetriever(r, k=3).transform(bpt.topics('demo', limit=2))\n"
+            "print(len(hits[0]), 'jnius' in sys.modules, pt.java.started())")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(),
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["3", "False", "False"]
 
 
 def test_a_missing_docno_is_one_clear_line(tmp_path, store):
