@@ -131,3 +131,28 @@ def test_html_needs_runs(tmp_path):
     proc = subprocess.run(berds_cmd("report", "--html", "--out", str(tmp_path / "r"), "--analysis", "x.json"),
                           capture_output=True, text=True, env=subprocess_env(), timeout=120)
     assert proc.returncode == 2 and "--html (html=) shows judged runs" in proc.stderr
+
+
+def test_corrected_estimates_and_hostile_text_in_the_data_model(tmp_path):
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from berds.evaluate.report_html import page_data, render_html
+    from berds.types import Passage, Question
+
+    q = Question("q1", "Is <b>this</b> safe?", ("a </script><!-- b", "c"))
+    run = Run.from_lists([q], [[Hit(Passage("p1", "text </script><script>alert(1)</script>", title="t"), 1.0)]],
+                         name="r")
+    res = SimpleNamespace(support={"q1": np.array([[True], [False]])})
+    corrected = {"r": {"MRecall@1": {"mean": 0.4, "low": 0.2, "high": 0.6, "n": 1}}}
+    data = page_data(["r"], [run], [res], [1], corrected=corrected)
+    assert data["runs"][0]["corrected"] == corrected["r"] and data["runs"][0]["metrics"]["MRecall@1"]["mean"] == 1.0  # m = 2 > k = 1: one suffices
+    page = render_html(data)
+    assert page.count("</script>") == 2 and "<!-- b" not in page  # the page's own two script elements only
+    assert page_json_text(page)["questions"][0][3][0] == "a </script><!-- b"
+
+
+def page_json_text(page: str) -> dict:
+    found = re.search(r'<script type="application/json" id="berds-data">(.*?)</script>', page, re.S)
+    return json.loads(found.group(1))

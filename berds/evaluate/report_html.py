@@ -314,7 +314,8 @@ setTimeout(passages, 50);  // unpack the passages once the page is up, so the fi
 
 def render_html(data: Mapping[str, Any]) -> str:
     """The page: the data as JSON in the page, the SVG plot, the style and the script (nothing fetched)."""
-    payload = json.dumps(data, ensure_ascii=False, allow_nan=False, default=_no_nan).replace("</", "<\\/")
+    # every "<" escaped: no passage text can close the script element or open an HTML comment inside it
+    payload = json.dumps(data, ensure_ascii=False, allow_nan=False, default=_no_nan).replace("<", "\\u003c")
     e = html.escape
     warning = f'<p class="warn">{e(data["warning"])}</p>' if data.get("warning") else ""
     corrected = ("Corrected columns: estimates corrected for the judge's errors, where labels were given."
