@@ -114,6 +114,18 @@ def test_in_headless_chromium(report, tmp_path):
 
             # a screenshot of the leaderboard is a table, not a blank box
             png = page.locator("#board").screenshot()
+
+            # corrected estimates (the --labels slot) get their own sortable columns
+            from berds.evaluate.report_html import render_html
+
+            for i, run in enumerate(data["runs"]):
+                run["corrected"] = {"MRecall@5": {"mean": 0.1 + 0.3 * i, "low": 0.05, "high": 0.9, "n": 12}}
+            (tmp_path / "corrected.html").write_text(render_html(data), encoding="utf-8")
+            page.goto((tmp_path / "corrected.html").as_uri())
+            page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+            page.click("#board th[data-col='corrected:MRecall@5']")
+            assert order() == [r["label"] for r in reversed(data["runs"])]
+            assert "40.0" in page.inner_text("#board")
             assert not errors, errors
         finally:
             context.close()
