@@ -67,10 +67,17 @@ def _questions_of(frame: pd.DataFrame) -> list[Question]:
             for qid, query, p in zip(first["qid"], first["query"], perspectives)]
 
 
-def _ranking_frame(questions: Sequence[Question], hits: Sequence[Sequence[Hit]]) -> pd.DataFrame:
+def _ranking_frame(questions: Sequence[Question], hits: Sequence[Sequence[Hit]], *,
+                   perspectives: bool = False) -> pd.DataFrame:
+    """PyTerrier's ranking columns; ``perspectives`` carried on (as PyTerrier transformers keep query columns) when
+    the input had them, so a reranker later in the pipeline that reads them finds them."""
     rows = [(q.id, q.text, h.passage.id, float(h.score), rank, h.passage.text, h.passage.title)
             for q, q_hits in zip(questions, hits) for rank, h in enumerate(q_hits)]  # PyTerrier ranks from 0
-    return pd.DataFrame(rows, columns=RANKING_COLUMNS)
+    frame = pd.DataFrame(rows, columns=RANKING_COLUMNS)
+    if perspectives:
+        by_id = {q.id: list(q.perspectives) for q in questions}
+        frame["perspectives"] = [by_id[qid] for qid in frame["qid"]]
+    return frame
 
 
 class BerdsRetriever(pt.Transformer):
@@ -88,7 +95,8 @@ class BerdsRetriever(pt.Transformer):
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         questions = _questions_of(inp)
-        return _ranking_frame(questions, self.retriever.search(questions, k=self.k) if questions else [])
+        return _ranking_frame(questions, self.retriever.search(questions, k=self.k) if questions else [],
+                              perspectives="perspectives" in inp.columns)
 
 
 class BerdsReranker(pt.Transformer):
@@ -129,4 +137,5 @@ class BerdsReranker(pt.Transformer):
                 passages = [Passage(d, str(t), title=ti) for d, t, ti in zip(docnos, part["text"].tolist(), titles)]
             hits.append(rank_hits(Hit(p, float(s)) for p, s in zip(passages, part["score"].tolist())))
         reranked = self.reranker.rerank(Run.from_lists(questions, hits, name="pyterrier"))
-        return _ranking_frame(questions, [reranked.hits[q.id] for q in questions])
+        return _ranking_frame(questions, [reranked.hits[q.id] for q in questions],
+                              perspectives="perspectives" in inp.columns)

@@ -111,7 +111,7 @@ def test_pt_experiment_reports_berds_metrics_equal_to_berds_eval(tmp_path, store
         assert row["BERDS_P@5"] == pytest.approx(overall["precision@5"])
         assert row["BERDS_P@10"] == pytest.approx(overall["precision@10"])
     ranking = wrapped.transform(topics)
-    assert list(ranking.columns) == bpt.RANKING_COLUMNS
+    assert list(ranking.columns) == [*bpt.RANKING_COLUMNS, "perspectives"]  # the topics' column carried on
     assert ranking[ranking.qid == "demo-01"]["docno"].tolist() == [h.passage.id for h in run.hits["demo-01"]]
     assert not pt.java.started()
 
@@ -140,3 +140,22 @@ def test_berds_reranker_as_a_pt_transformer_equals_berds_rerank(store):
     by_store = (pt_pipelines.overlap % 10 >> bpt.BerdsReranker("mmr", corpus=store, encoder=LettersEncoder(),
                                                               lam=0.5)).transform(topics)
     assert by_store["docno"].tolist() == reranked["docno"].tolist()
+
+
+def test_perspectives_flow_through_a_pipeline_to_a_reranker_that_reads_them(store):
+    import pt_pipelines
+    from analysis_fixtures import LettersEncoder
+
+    import berds.pyterrier as bpt
+    from berds.rerank.catalogue import load_reranker
+
+    topics = bpt.topics("demo", limit=2)
+    first = bpt.BerdsRetriever("pyterrier", k=8, pipeline=pt_pipelines.overlap, corpus=store)
+    ranking = first.transform(topics)
+    assert ranking["perspectives"].iloc[0] == list(load_questions("demo")[0].perspectives)
+    xquad = (first >> bpt.BerdsReranker("xquad", aspects="oracle", encoder=LettersEncoder(), lam=0.5)).transform(topics)
+    run = retrieve("pyterrier", load_questions("demo")[:2], k=8,
+                   options={"pipeline": pt_pipelines.overlap, "corpus": store}, progress=False)
+    direct = load_reranker("xquad", aspects="oracle", encoder=LettersEncoder(), lam=0.5).rerank(run)
+    for qid in topics["qid"]:
+        assert xquad[xquad.qid == qid]["docno"].tolist() == [h.passage.id for h in direct.hits[qid]]
