@@ -231,9 +231,16 @@ def add_measures_to_outputs(files: Mapping[str, Path], measures: Sequence[str], 
         if target.exists():
             metrics = read_json(target)
             metrics["ir_measures"] = {"mean": means, "per_question": per_question,
-                                      "provider": "ir_measures (pyndeval)", "questions": len(per_question)}
+                                      "provider": _providers(means), "questions": len(per_question)}
             write_json(target, metrics)
     return means
+
+
+def _providers(means: Mapping[str, float]) -> str:
+    """Which ir_measures providers computed the measures (berds' own through its runtime provider)."""
+    ours = [n for n in means if n.split("@")[0] in ("MRecall", "BERDS_P")]
+    parts = (["pyndeval"] if len(ours) < len(means) else []) + (["runtime: berds.evaluate.measures"] if ours else [])
+    return f"ir_measures ({', '.join(parts)})"
 
 
 def qrels_paths(qrels: str | Path, run_paths: Sequence[str | Path]) -> list[Path]:
