@@ -8,6 +8,8 @@ times in one process:
   write_qrels       berds' writer on the same in-memory rows
   export_qrels      ``berds export qrels``: read judgements.jsonl, deduplicate, write the qrels file
   measures          alpha_nDCG@10 + ERR_IA@10 + StRecall@10 through ir_measures (pyndeval) on those qrels
+  berds measures    MRecall@5/@10 + BERDS_P@5/@10 through ir_measures (runtime provider, berds/evaluate/measures.py),
+                    checked equal to berds' own metrics of the same support matrices
 Ratios are against the baseline; the qrels files must hold the same lines.
 """
 
@@ -76,6 +78,13 @@ def main() -> None:
                                                                   args.repeats))]
     measures = ["alpha_nDCG@10", "ERR_IA@10", "StRecall@10"]
     timings.append(("measures: " + ", ".join(measures), *timed(lambda: compute_measures(measures, rows, ranking), 1)))
+    ours = ["MRecall@5", "MRecall@10", "BERDS_P@5", "BERDS_P@10"]
+    timings.append(("measures: " + ", ".join(ours), *timed(lambda: compute_measures(ours, rows, ranking), 1)))
+    from berds.evaluate.metrics import mean_metrics, question_metrics
+
+    own = mean_metrics(question_metrics(m, (5, 10)) for m in result.support.values())
+    berds_equal = all(abs(timings[-1][2][0][f"{m}@{k}"] - own[f"{o}@{k}"]) < 1e-12
+                      for m, o in (("MRecall", "mrecall"), ("BERDS_P", "precision")) for k in (5, 10))
     same = (sorted((work / "baseline.qrels").read_text().splitlines()) == sorted((work / "berds.qrels").read_text().splitlines())
             == sorted((work / "export.qrels").read_text().splitlines()))
     table = Table(title=f"qrels of {n:,} judgements ({args.questions} questions x {args.depth} passages x "
@@ -86,10 +95,13 @@ def main() -> None:
     for name, seconds, _ in timings:
         table.add_row(name, f"{seconds:.3f}", f"{n / seconds:,.0f}", f"{seconds / base:.2f}x the time")
     Console().print(table)
-    means = timings[-1][2][0]
-    print("means:", ", ".join(f"{k} = {v:.4f}" for k, v in means.items()), "| same qrels lines:", "yes" if same else "NO")
+    means = {**timings[-2][2][0], **timings[-1][2][0]}
+    print("means:", ", ".join(f"{k} = {v:.4f}" for k, v in means.items()), "| same qrels lines:", "yes" if same else "NO",
+          "| MRecall/BERDS_P equal to berds' metrics:", "yes" if berds_equal else "NO")
     if not same:
         sys.exit("the qrels files differ")
+    if not berds_equal:
+        sys.exit("MRecall / BERDS_P differ from berds' own metrics")
 
 
 if __name__ == "__main__":

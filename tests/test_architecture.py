@@ -30,7 +30,7 @@ LAYERS: list[set[str]] = [
     {"answers"},
     {"trust"},
     {"studies"},
-    {"testing", "demo"},
+    {"testing", "demo", "pyterrier", "ir_datasets"},  # the last two: berds in PyTerrier / ir_datasets
     {"cli"},
     {"__main__"},  # ``python -m berds`` runs the command line
 ]

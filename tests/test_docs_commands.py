@@ -57,6 +57,12 @@ NOT_RUN = {
     "berds check-retriever my_pkg.retrievers:MyRetriever": "my_pkg is a placeholder (tests/test_plugin.py)",
     "berds index dense corpora/sphere --encoder contriever-msmarco --out indexes/sphere-contriever --engine ray --address ray://head:10001": NET,
     "berds eval runs/* --judge mistral-berds-vllm --engine ray --address ray://head:10001": GPU,
+    # docs/ecosystem.md
+    "berds retrieve -r pyterrier --option pipeline=my_pipelines:bm25_monot5 --corpus corpora/wiki --questions kialo "
+    "--k 100 --out runs/kialo-pyterrier": "my_pipelines is a placeholder (tests/test_ecosystem_pyterrier.py runs "
+                                          "-r pyterrier on a pipeline of its own)",
+    "berds retrieve -r pyserini --index wikipedia-dpr-100w --questions kialo --k 100 --out runs/kialo-wiki-pyserini":
+        "needs pyserini's 9.2 GB prebuilt index (tests/test_pyserini_prebuilt.py runs -r pyserini on a small one)",
     # docs/analyses.md
     "berds rerank mmr runs/kialo-test-contriever --lambda-preset contriever-wikipedia "
     "--out runs/kialo-test-contriever-mmr": NET,

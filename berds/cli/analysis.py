@@ -329,6 +329,7 @@ def report_command(
     allow_unparsed: bool = typer.Option(False, "--allow-unparsed", help=ALLOW_UNPARSED_HELP),
     title: str = typer.Option("BERDS report", "--title", help="Report title."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Mark values that differ significantly from this run (label or path)."),
+    html: bool = typer.Option(False, "--html", help="Also write report.html: one self-contained page (leaderboard, trade-off plot, per-question grids)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Paper-style tables (markdown + CSV) and PNG figures for runs and analysis results."""
@@ -338,7 +339,7 @@ def report_command(
 
     report = build_report(list(runs or []), judge, out, ks=parse_ks(k), curve_depth=curve_depth, analyses=list(analysis),
                           judge_options=_options(judge_option), cache_path=cache, allow_short=allow_short, allow_unparsed=allow_unparsed,
-                          progress=not quiet, title=title, baseline=baseline)
+                          progress=not quiet, title=title, baseline=baseline, html=html)
     _print_table(f"report → {report.out}" + (f" — judge: {judge}" if runs else ""), ["file", "path"],
                  [[key, str(p)] for key, p in report.files.items()])
     if runs:

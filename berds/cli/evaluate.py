@@ -43,7 +43,7 @@ def eval_command(
     batch_timeout: Optional[float] = typer.Option(None, "--batch-timeout", help=BATCH_TIMEOUT_HELP),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help=WORKERS_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
-    measure: List[str] = typer.Option([], "--measure", help="Also compute an ir_measures diversity measure over the judgements as qrels (alpha_nDCG@10, ERR_IA@10, StRecall@10; repeatable)."),
+    measure: List[str] = typer.Option([], "--measure", help="Also compute an ir_measures diversity measure over the judgements as qrels (alpha_nDCG@10, ERR_IA@10, StRecall@10, MRecall@5, BERDS_P@5; repeatable)."),
     qrels: Optional[Path] = typer.Option(None, "--qrels", help="Write the judgements as TREC diversity qrels (qid subtopic docid rel); a folder when several runs."),
 ) -> None:
     """Judge retrieval runs against their gold perspectives and report MRecall@k / Precision@k."""

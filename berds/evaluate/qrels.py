@@ -27,17 +27,22 @@ RunRow = tuple[str, str, int]        # (qid, docid, rank)
 
 
 def check_measures(names: Sequence[str]) -> list[Any]:
-    """Parse measure names with ir_measures (``alpha_nDCG@10``, ``ERR_IA@10``, ``StRecall@10``, ...)."""
+    """Parse measure names with ir_measures (``alpha_nDCG@10``, ``ERR_IA@10``, ``StRecall@10``, ``MRecall@5``, ...)."""
     if not names:
         return []
     from berds.lazy import require
 
     ir_measures = require("ir_measures", extra="analysis", purpose="diversity measures (--measure)")
+    from berds.evaluate.measures import register
+
+    register()  # BERDS' own MRecall@k / BERDS_P@k, by name (berds/evaluate/measures.py)
     out = []
     for name in names:
         try:
-            out.append(ir_measures.parse_measure(name))
-        except (NameError, ValueError, SyntaxError, TypeError) as exc:
+            measure = ir_measures.parse_measure(name)
+            measure.validate_params()  # (ir_measures asserts: a required cutoff missing)
+            out.append(measure)
+        except (NameError, ValueError, SyntaxError, TypeError, AssertionError) as exc:
             raise BerdsError(f"unknown --measure {name!r} ({exc}) — use ir_measures names such as alpha_nDCG@10, "
                              "ERR_IA@10, StRecall@10 (https://ir-measur.es)") from None
     return out
@@ -226,9 +231,16 @@ def add_measures_to_outputs(files: Mapping[str, Path], measures: Sequence[str], 
         if target.exists():
             metrics = read_json(target)
             metrics["ir_measures"] = {"mean": means, "per_question": per_question,
-                                      "provider": "ir_measures (pyndeval)", "questions": len(per_question)}
+                                      "provider": _providers(means), "questions": len(per_question)}
             write_json(target, metrics)
     return means
+
+
+def _providers(means: Mapping[str, float]) -> str:
+    """Which ir_measures providers computed the measures (berds' own through its runtime provider)."""
+    ours = [n for n in means if n.split("@")[0] in ("MRecall", "BERDS_P")]
+    parts = (["pyndeval"] if len(ours) < len(means) else []) + (["runtime: berds.evaluate.measures"] if ours else [])
+    return f"ir_measures ({', '.join(parts)})"
 
 
 def qrels_paths(qrels: str | Path, run_paths: Sequence[str | Path]) -> list[Path]:

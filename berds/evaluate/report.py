@@ -319,6 +319,7 @@ def build_report(
     progress: bool = False,
     title: str = "BERDS report",
     baseline: str | None = None,
+    html: bool = False,
 ) -> Report:
     """Judge ``run_paths`` (cached), and write tables, figures and ``report.md`` into ``out``.
 
@@ -326,6 +327,7 @@ def build_report(
     (default ``max(ks)``) is how far the MRecall@k curve goes; deeper curves judge more passages.
     ``baseline`` (a run's label or path) marks with ``*`` the overall values that differ significantly from
     it (paired permutation test, Holm-corrected; ``berds.evaluate.compare``) and adds the comparison table.
+    ``html`` also writes ``report.html``, one self-contained page to browse (``berds.evaluate.report_html``).
     """
     from berds.evaluate.analyses.common import judge_runs, run_labels
     from berds.judges.validation import judge_warning
@@ -340,6 +342,8 @@ def build_report(
         raise BerdsError(f"--k values (ks=) must be positive integers, got {list(ks)}")
     if not run_paths and not analyses:
         raise BerdsError("nothing to report: give run folders and/or --analysis result files")
+    if html and not run_paths:
+        raise BerdsError("--html (html=) shows judged runs: give run folders")
     if baseline is not None and len(run_paths) < 2:  # (was ignored without a word)
         raise BerdsError("--baseline (baseline=) compares runs: give the baseline and at least one more run")
     report = Report(out)
@@ -399,6 +403,13 @@ def build_report(
                              write_table(out / "mrecall_curve", ["run", "k", "MRecall@k"], curve_rows).items()})
         report.files["mrecall_curve.png"] = plot_curves(curves, out / "mrecall_curve.png", title="MRecall@k")
         md += ["### MRecall@k", "", "![MRecall@k](mrecall_curve.png)", ""]
+        if html:  # the page to browse; corrected= takes {label: {"MRecall@5": {"mean", "low", "high", "n"}}}
+            from berds.evaluate.report_html import page_data, write_html_report
+
+            report.files["report.html"] = write_html_report(out / "report.html", page_data(
+                labels, runs, results, ks, title=title, judge_id=results[0].judge_id,
+                prompt_version=results[0].prompt_version, warning=judge_warning(results[0].judge_id), corrected=None))
+            md += ["Browse the judged passages: [report.html](report.html).", ""]
 
     loaded = [load_result(a) if isinstance(a, (str, Path)) else a for a in analyses]
     seen_kinds: dict[str, int] = {}
@@ -440,7 +451,7 @@ def _record_files(out: Path, files: Any) -> None:
     for name in old if isinstance(old, list) else []:
         # only plain names of the kinds this module writes (never a path out of the folder)
         if (isinstance(name, str) and name not in names and name == Path(name).name
-                and Path(name).suffix in (".md", ".csv", ".png", ".json") and name != REPORT_FILES):
+                and Path(name).suffix in (".md", ".csv", ".png", ".json", ".html") and name != REPORT_FILES):
             (out / name).unlink(missing_ok=True)
     write_json(record, {"kind": "berds-report", "files": names})
 

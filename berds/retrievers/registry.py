@@ -69,6 +69,19 @@ RETRIEVERS.register(Spec(
     tags=("dense", "rerank", "gpu"),
 ))
 
+RETRIEVERS.register(Spec(
+    name="pyserini",
+    loader="berds.retrievers.pyserini_index:PyseriniIndexRetriever",
+    description="BM25 over a pyserini Lucene index: --index a prebuilt name (wikipedia-dpr-100w, already downloaded) or a path; passages from its stored raw docs.",
+    tags=("sparse", "java"),
+))
+RETRIEVERS.register(Spec(
+    name="pyterrier",
+    loader="berds.retrievers.pyterrier:PyTerrierRetriever",
+    description="Any PyTerrier pipeline returning a ranking: -o pipeline=MODULE:OBJECT; passages by docno from --corpus (or its text column).",
+    tags=("pyterrier",),
+))
+
 
 def load_retriever(name: str | Any, **options: Any) -> Retriever:
     """A ready retriever from a catalogue name, an entry-point name, ``module:attr``, or an instance.
