@@ -11,6 +11,13 @@ from berds.cli.options import (ALLOW_SHORT_HELP, ALLOW_UNPARSED_HELP, BATCH_TIME
                                WORKERS_HELP, cache_file_callback, check_run_args, ks_callback, out_folder_callback, parse_ks,
                                require_judge)
 
+LABELS_HELP = ("Human-labelled pairs (the TSV `judge validate` reads: question, id, document, perspective, label) of "
+               "whole questions: also print the prediction-powered estimate and the labels-only estimate with 95% "
+               "intervals and n labelled / N questions (docs/corrected-estimates.md).")
+POPULATION_HELP = ("With --labels: what the interval is about — questions (these N questions, the default) or "
+                   "superpopulation (questions like these: classic PPI via ppi_py).")
+PPI_LAMBDA_HELP = "With --labels: 1 (plain, unbiased PPI; default) or tuned (PPI++ power tuning)."
+
 judges_app = typer.Typer(help="Perspective judges: list what is available.", no_args_is_help=True)
 cache_app = typer.Typer(help="The judgement cache.", no_args_is_help=True)
 
@@ -45,6 +52,9 @@ def eval_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
     measure: List[str] = typer.Option([], "--measure", help="Also compute an ir_measures diversity measure over the judgements as qrels (alpha_nDCG@10, ERR_IA@10, StRecall@10; repeatable)."),
     qrels: Optional[Path] = typer.Option(None, "--qrels", help="Write the judgements as TREC diversity qrels (qid subtopic docid rel); a folder when several runs."),
+    labels: Optional[Path] = typer.Option(None, "--labels", help=LABELS_HELP),
+    population: str = typer.Option("questions", "--population", help=POPULATION_HELP),
+    ppi_lambda: str = typer.Option("1", "--ppi-lambda", help=PPI_LAMBDA_HELP),
 ) -> None:
     """Judge retrieval runs against their gold perspectives and report MRecall@k / Precision@k."""
     from rich.console import Console
@@ -66,6 +76,12 @@ def eval_command(
 
     judge = require_judge(judge)
     options = parse_options(judge_option)
+    human = None
+    if labels is not None:  # read and checked before any judging
+        from berds.trust.ppi import check_options, read_labels
+
+        check_options(population, ppi_lambda)
+        human = read_labels(labels)
     if measure:
         from berds.evaluate.qrels import check_measures
 
@@ -125,6 +141,11 @@ def eval_command(
             console.print(measures_table(rows))
         if qrels is not None:
             console.print(f"qrels (qid subtopic docid rel) → {qrels}", highlight=False)
+    if human is not None:
+        from berds.trust.ppi import print_corrected
+
+        print_corrected(results, human, console=console, title_position=title_position, duplicates=duplicates,
+                        allow_short=allow_short, population=population, lam=ppi_lambda)
     if not allow_unparsed:
         from berds.evaluate.evaluation import check_unparsed
 

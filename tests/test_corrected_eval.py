@@ -1,0 +1,166 @@
+"""``berds eval --labels``: human labels matched to a run, the corrected estimates printed and written, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from berds.runs import save_run
+from berds.trust.labels import LabelledPair, write_labelled_pairs
+from berds.types import Passage
+from conftest import make_run
+
+pytest.importorskip("ppi_py")
+
+JUDGE = "judges_for_tests:OverlapJudge"
+
+
+def human(perspective: str, text: str) -> bool:
+    """The 'human' of these tests: a passage supports a perspective when it states it word for word."""
+    return perspective in text
+
+
+def label_rows(run, qids, *, depth=5, title_position="after", only=None):
+    """Labelled pairs of every top-``depth`` (perspective, passage) pair of ``qids`` (``only``: a cut to fewer)."""
+    rows = []
+    for qid in qids:
+        q = run.questions[qid]
+        texts = Passage.judge_texts([h.passage for h in run.hits[qid][:depth]], title_position)
+        for p in q.perspectives:
+            for t in texts:
+                rows.append(LabelledPair(q.text, qid, t, p, human(p, t)))
+    return rows[:only] if only else rows
+
+
+def cli(*args):
+    from typer.testing import CliRunner
+
+    from berds.cli import app
+
+    from berds.errors import BerdsError
+
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    if isinstance(result.exception, BerdsError):  # what berds.cli.main prints on one line, exiting 2
+        assert "\n" not in str(result.exception)
+        return 2, result.stdout, result.stderr + f"error: {result.exception}"
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture
+def setup(tmp_path):
+    run = make_run(n_questions=6, depth=6, name="tiny")
+    folder = save_run(run, tmp_path / "tiny")
+    return run, folder, tmp_path
+
+
+def test_eval_labels_prints_and_writes_estimates(setup):
+    run, folder, tmp = setup
+    rows = label_rows(run, ["q0", "q1", "q3", "q4"]) + label_rows(run, ["q2"], only=4)  # q2: partly labelled
+    labels = tmp / "labels.tsv"
+    write_labelled_pairs(labels, rows)
+    code, out, err = cli("eval", folder, "--judge", JUDGE, "--k", "5", "--cache", tmp / "c.sqlite", "-q",
+                         "--labels", labels)
+    assert code == 0, (out, err)
+    assert "PPI" in out and "labels only" in out and "4/6" in out
+    assert "q2" in err and "partly labelled" in err
+    metrics = json.loads((folder / "metrics.json").read_text())
+    corrected = metrics["corrected"]
+    assert corrected["partly_labelled_questions"] == {"5": ["q2"]}
+    assert corrected["labelled_questions"] == {"5": ["q0", "q1", "q3", "q4"]}
+    assert corrected["labels"]["matched_pairs"] == len(rows)
+    # the estimate by hand: judged mean over all 6 + mean(human - judged) over the 4 labelled
+    judged = metrics["per_question"]
+    truth = {}
+    for qid in ["q0", "q1", "q3", "q4"]:
+        q = run.questions[qid]
+        texts = Passage.judge_texts([h.passage for h in run.hits[qid][:5]], "after")
+        s = np.array([[human(p, t) for t in texts] for p in q.perspectives])
+        truth[qid] = float(s.any(axis=1).sum() >= min(len(q.perspectives), 5))
+    expected = (np.mean([judged[q]["mrecall@5"] for q in judged])
+                + np.mean([truth[q] - judged[q]["mrecall@5"] for q in truth]))
+    est = corrected["estimates"]["all"]["mrecall@5"]
+    assert est["ppi"]["value"] == pytest.approx(expected)
+    assert est["ppi"]["n"] == 4 and est["ppi"]["N"] == 6
+    assert est["labels_only"]["value"] == pytest.approx(np.mean(list(truth.values())))
+    assert est["judged"] == pytest.approx(metrics["averages"]["all"]["mrecall@5"])
+    # two datasets (arguana / kialo): per dataset and macro, too
+    assert set(corrected["estimates"]) == {"all", "arguana", "kialo", "macro"}
+    # the judge's own folder has them as well
+    inner = next((folder / "eval").iterdir()) / "metrics.json"
+    assert json.loads(inner.read_text())["corrected"]["estimates"] == corrected["estimates"]
+
+
+def test_labels_of_another_run_are_refused(setup, tmp_path):
+    run, folder, tmp = setup
+    other = make_run(n_questions=6, depth=6, name="other")
+    rows = [LabelledPair(p.question, "x" + p.id, p.document, p.perspective, p.label)
+            for p in label_rows(other, ["q0", "q1"])]
+    labels = tmp / "other.tsv"
+    write_labelled_pairs(labels, rows)
+    code, out, err = cli("eval", folder, "--judge", JUDGE, "--k", "5", "--cache", tmp / "c.sqlite", "-q",
+                         "--labels", labels)
+    assert code == 2 and "none of its" in err and "matches run" in err and "Traceback" not in err
+
+
+def test_labels_of_other_passage_text_are_refused(setup):
+    """Labels made on the text the judge saw with --title-position before do not match an 'after' evaluation."""
+    run, folder, tmp = setup
+    labels = tmp / "before.tsv"
+    write_labelled_pairs(labels, label_rows(run, ["q0", "q1"], title_position="before"))
+    code, _, err = cli("eval", folder, "--judge", JUDGE, "--k", "5", "--cache", tmp / "c.sqlite", "-q",
+                       "--labels", labels)
+    assert code == 2 and "title-position" in err
+    code, out, err = cli("eval", folder, "--judge", JUDGE, "--k", "5", "--cache", tmp / "c.sqlite", "-q",
+                         "--labels", labels, "--title-position", "before", "--out", tmp / "before-eval")
+    assert code == 0, err
+    assert "2/6" in out
+
+
+def test_a_pair_labelled_twice_differently_names_both_lines(setup):
+    run, folder, tmp = setup
+    rows = label_rows(run, ["q0"])
+    flipped = LabelledPair(rows[3].question, rows[3].id, rows[3].document, rows[3].perspective, not rows[3].label)
+    labels = tmp / "twice.tsv"
+    write_labelled_pairs(labels, [*rows, flipped])
+    code, _, err = cli("eval", folder, "--judge", JUDGE, "--k", "5", "--cache", tmp / "c.sqlite", "-q",
+                       "--labels", labels)
+    # header on line 1: rows[3] is on line 5, the copy on the last line
+    assert code == 2 and "line 5" in err and f"line {len(rows) + 2}" in err
+    assert not (folder / "metrics.json").exists()  # refused before any judging
+
+
+def test_no_whole_question_labelled(setup):
+    run, folder, tmp = setup
+    labels = tmp / "part.tsv"
+    write_labelled_pairs(labels, label_rows(run, ["q0"], only=3) + label_rows(run, ["q1"], only=2))
+    code, _, err = cli("eval", folder, "--judge", JUDGE, "--k", "5", "--cache", tmp / "c.sqlite", "-q",
+                       "--labels", labels)
+    assert code == 2 and "no question of run" in err and "q0" in err and "q1" in err
+
+
+def test_labels_for_questions_the_run_lacks_are_reported(setup):
+    run, folder, tmp = setup
+    bigger = make_run(n_questions=8, depth=6, name="tiny")
+    labels = tmp / "more.tsv"
+    write_labelled_pairs(labels, label_rows(bigger, ["q0", "q1", "q2", "q7"]))
+    code, out, err = cli("eval", folder, "--judge", JUDGE, "--k", "5", "--cache", tmp / "c.sqlite", "-q",
+                         "--labels", labels)
+    assert code == 0, err
+    n7 = len(label_rows(bigger, ["q7"]))
+    assert f"{n7} labelled pair(s) are for questions the run does not have" in err
+    assert json.loads((folder / "metrics.json").read_text())["corrected"]["labels"]["unmatched_pairs"] == {
+        "questions": n7, "pairs": 0}
+
+
+def test_bad_population_refused_before_judging(setup):
+    run, folder, tmp = setup
+    labels = tmp / "l.tsv"
+    write_labelled_pairs(labels, label_rows(run, ["q0", "q1"]))
+    code, _, err = cli("eval", folder, "--judge", JUDGE, "--k", "5", "--cache", tmp / "c.sqlite", "-q",
+                       "--labels", labels, "--population", "all")
+    assert code == 2 and "--population" in err
+    assert not (folder / "metrics.json").exists()
