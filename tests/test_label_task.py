@@ -251,3 +251,23 @@ def test_label_studio_round_trip(runs, tmp_path):
                           capture_output=True, text=True, env=subprocess_env())
     assert done.returncode == 0, done.stderr
     assert f"0 labels added, 0 replaced, {len(task.pairs)} already stored" in " ".join(done.stdout.split())
+
+
+def test_status_tables_fit_80_columns(runs, tmp_path, monkeypatch):
+    from rich.table import Table
+
+    from test_tables_80 import check, run_80  # (the helpers of the 80-column check of every other table)
+
+    seen: list[str] = []
+    original = Table.add_column
+    monkeypatch.setattr(Table, "add_column",
+                        lambda self, header="", *a, **kw: (seen.append(str(header)), original(self, header, *a, **kw))[1])
+    task, _ = sample_task([runs["a"]], questions=2, seed=0, k=2, out=tmp_path / "t")
+    store = LabelStore(task.db_path, task.id)
+    names = ["a.long.annotator.name@example-university.org", "another.annotator.with.a.long.name@example.org"]
+    for i, p in enumerate(task.pairs):
+        store.put(p["pair"], names[0], "yes" if i % 2 else "no")
+        store.put(p["pair"], names[1], "yes" if i % 3 else "no")
+    output = run_80(["label", "status", str(tmp_path / "t")], seen)
+    check(output, seen, "berds label status")
+    assert "agreement between annotators" in output
