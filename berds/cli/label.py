@@ -79,6 +79,10 @@ def serve_command(
 def _print_status(status, console) -> None:
     from rich.table import Table
 
+    if not status.per_annotator:
+        console.print(f"no labels yet: {status.pairs} pairs of {status.questions} questions wait (berds label serve "
+                      "TASK opens the page)", highlight=False)
+        return
     table = Table(title=f"labels: {status.pairs} pairs of {status.questions} questions")
     for name in ("annotator", "yes", "no", "skipped", "labelled"):
         table.add_column(name, justify="left" if name == "annotator" else "right", overflow="fold")
