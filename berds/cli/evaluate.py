@@ -172,11 +172,12 @@ def demo_command(
     judge: str = typer.Option("embedded", "--judge", "-j", help="Judge for the main table."),
     k: List[str] = typer.Option(["5", "10"], "--k", metavar="K", callback=ks_callback, help=K_HELP),
     mmr_lambda: float = typer.Option(0.75, "--lambda", help="MMR λ for the reranked MiniLM run."),
+    human_seed: int = typer.Option(0, "--human-seed", help="Seed of the random third of the questions whose demo labels play the human sample of the corrected estimates."),
 ) -> None:
     """Run the whole pipeline on the shipped demo data: corpus, BM25 + dense index, retrieve, MMR, judge, metrics."""
     from berds.demo import run_demo
 
-    run_demo(out, judge=judge, ks=parse_ks(k), mmr_lambda=mmr_lambda)
+    run_demo(out, judge=judge, ks=parse_ks(k), mmr_lambda=mmr_lambda, human_seed=human_seed)
 
 
 @judges_app.command("list")
