@@ -51,6 +51,9 @@ def test_labels_are_stored_and_refusals_are_clear(served):
     assert post(server, "/api/label", {"annotator": "x", "pair": first, "value": "maybe"}).status_code == 400
     assert post(server, "/api/label", {"annotator": "", "pair": first, "value": "no"}).status_code == 400
     assert post(server, "/api/label", [1, 2]).status_code == 400
+    rebound = requests.get(server.url + "api/next", params={"annotator": "ann"}, headers={"Host": "evil.test"},
+                           timeout=10)
+    assert rebound.status_code == 400  # a page that rebinds its domain to 127.0.0.1 reads nothing
     assert LabelStore(task.db_path, task.id).annotators() == ["ann"]  # nothing refused was stored
     undone = post(server, "/api/undo", {"annotator": "ann"}).json()
     assert undone["undone"] == first and undone["progress"]["labelled"] == 0

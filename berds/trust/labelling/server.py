@@ -8,7 +8,8 @@ Bounds, as ``berds llm serve`` keeps them: request bodies are read up to ``MAX_B
 ``BODY_TIMEOUT`` seconds (413 / 408 past them), uvicorn holds at most ``MAX_CONNECTIONS`` at once and closes
 idle keep-alive sockets. Writes must be JSON (``Content-Type: application/json``) and, when the browser says
 where it comes from, come from this server's own origin: another web page open in the same browser cannot
-post labels here. The page's answer never carries the judge's verdict unless the annotator asks for it.
+post labels here. On 127.0.0.1 only requests for ``127.0.0.1`` or ``localhost`` are answered (a page that points
+its own domain at 127.0.0.1 — DNS rebinding — is refused). The page's answer never carries the judge's verdict unless the annotator asks for it.
 """
 
 from __future__ import annotations
@@ -62,9 +63,21 @@ def pair_payload(task: LabelTask, store: LabelStore, annotator: str, *, show_jud
             "progress": {"labelled": labelled, "skipped": skipped, "total": len(order)}}
 
 
-def build_app(task: LabelTask, store: LabelStore) -> Any:
-    """The Starlette application for one task."""
+def allowed_hosts(host: str) -> list[str]:
+    """The ``Host`` headers the server answers: its own name for a loopback address (a web page that rebinds its
+    own domain to 127.0.0.1 sends its domain and is refused), any when bound to every interface or IPv6."""
+    if host in ("127.0.0.1", "localhost"):
+        return ["127.0.0.1", "localhost"]
+    if host in ("0.0.0.0", "") or ":" in host:
+        return ["*"]
+    return [host]
+
+
+def build_app(task: LabelTask, store: LabelStore, *, hosts: list[str] | None = None) -> Any:
+    """The Starlette application for one task (answering only requests whose ``Host`` is in ``hosts``)."""
     from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
     from starlette.requests import ClientDisconnect, Request
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
@@ -160,7 +173,7 @@ def build_app(task: LabelTask, store: LabelStore) -> Any:
     routes = [Route(path, page) for path in pages]
     routes += [Route("/api/task", task_info), Route("/api/next", next_), Route("/api/label", label, methods=["POST"]),
                Route("/api/undo", undo, methods=["POST"])]
-    return Starlette(routes=routes)
+    return Starlette(routes=routes, middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts or ["*"])])
 
 
 class LabelServer:
@@ -178,7 +191,7 @@ class LabelServer:
             raise BerdsError(f"--port must be between 0 and 65535 (0 picks a free port), got {port}")
         self.task = task
         self.store = LabelStore(task.db_path, task.id)
-        self.app = build_app(task, self.store)
+        self.app = build_app(task, self.store, hosts=allowed_hosts(host))
         self.host = host
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
