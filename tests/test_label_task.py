@@ -12,8 +12,8 @@ import pytest
 
 from berds.errors import BerdsError, InputError
 from berds.io import read_json
-from berds.trust.labelling import (LabelStore, export_label_studio, export_tsv, import_label_studio, open_task,
-                                   sample_task, task_status)
+from berds.trust.labelling import (LabelStore, export_label_studio, export_tsv, import_label_studio, import_tsv,
+                                   open_task, sample_task, task_status)
 from berds.trust.labelling.store import next_pair
 from berds.trust.labels import read_labelled_pairs
 from conftest import berds_cmd, subprocess_env
@@ -271,3 +271,30 @@ def test_status_tables_fit_80_columns(runs, tmp_path, monkeypatch):
     output = run_80(["label", "status", str(tmp_path / "t")], seen)
     check(output, seen, "berds label status")
     assert "agreement between annotators" in output
+
+
+def test_a_labelled_tsv_of_the_task_imports_and_another_runs_is_refused(runs, tmp_path):
+    task, _ = sample_task([runs["a"]], questions=2, seed=1, k=2, out=tmp_path / "t")
+    store = LabelStore(task.db_path, task.id)
+    for i, p in enumerate(task.pairs):
+        store.put(p["pair"], "ann", "yes" if i % 2 else "no")
+    export_tsv(task, tmp_path / "ann.tsv")
+    done = subprocess.run(berds_cmd("label", "import", str(tmp_path / "t"), str(tmp_path / "ann.tsv"), "--annotator",
+                                    "ann-again"), capture_output=True, text=True, env=subprocess_env())
+    assert done.returncode == 0, done.stderr
+    assert f"{len(task.pairs)} labels added, 0 replaced, 0 already stored" in " ".join(done.stdout.split())
+    assert store.of("ann-again") == store.of("ann")
+    assert task_status(task).agreements[0].kappa == pytest.approx(1.0)
+    # the labels of another task's pairs (here: other passages of the run, k=3 instead of 2) name the line
+    wider, _ = sample_task([runs["a"]], questions=2, seed=1, k=3, out=tmp_path / "wider")
+    wide_store = LabelStore(wider.db_path, wider.id)
+    for p in wider.pairs:
+        wide_store.put(p["pair"], "ann", "yes")
+    export_tsv(wider, tmp_path / "wider.tsv")
+    extra = next(i for i, p in enumerate(wider.pairs) if p["pair"] not in task.by_id())
+    with pytest.raises(InputError, match=rf"wider.tsv, line {extra + 2}.*not a pair of this task"):
+        import_tsv(task, tmp_path / "wider.tsv", annotator="cy")
+    assert "cy" not in store.annotators()
+    refused = subprocess.run(berds_cmd("label", "import", str(tmp_path / "t"), str(tmp_path / "ann.tsv")),
+                             capture_output=True, text=True, env=subprocess_env())
+    assert refused.returncode == 2 and "--annotator" in refused.stderr

@@ -158,20 +158,30 @@ def export_command(
     console.print(f"{status.labelled_pairs} labelled pairs → {out}", highlight=False)
 
 
-@label_app.command("import", short_help="Read Label Studio's JSON export back into a task.")
+@label_app.command("import", short_help="Read labels back: Label Studio's JSON export, or a labelled TSV.")
 def import_command(
     task: Path = typer.Argument(..., help=TASK_HELP),
-    file: Path = typer.Argument(..., help="Label Studio's JSON export of tasks made by `berds label export "
-                                "--format label-studio`."),
+    file: Path = typer.Argument(..., help="Label Studio's JSON export of tasks made by `berds label export --format "
+                                "label-studio` (.json), or a labelled-pairs TSV of this task's pairs (.tsv)."),
+    annotator: Optional[str] = typer.Option(None, "--annotator", help="Whose labels a TSV holds (Label Studio "
+                                            "files name their annotators)."),
     replace: bool = typer.Option(False, "--replace", help="Take the file's label where an annotator's stored "
                                  "label differs (refused otherwise)."),
 ) -> None:
-    """Add the annotations of a Label Studio export to the task's labels (a file from another task is refused)."""
+    """Add the labels of a file to the task's labels (a file from another task, run or judge is refused)."""
     from rich.console import Console
 
-    from berds.trust.labelling import import_label_studio, open_task
+    from berds.trust.labelling import import_label_studio, import_tsv, open_task
 
-    counts = import_label_studio(open_task(task), file, replace=replace)
+    opened = open_task(task)
+    if file.suffix.lower() == ".json":
+        counts = import_label_studio(opened, file, replace=replace)
+    else:
+        if not annotator:
+            raise typer.BadParameter("a labelled TSV needs --annotator NAME (whose labels they are)",
+                                     param_hint="--annotator")
+        counts = import_tsv(opened, file, annotator=annotator, replace=replace)
+    left_out = (f"; {counts['cancelled']} cancelled and {counts['empty']} empty annotations left out"
+                if "cancelled" in counts else "")
     Console().print(f"{counts['added']} labels added, {counts['replaced']} replaced, {counts['same']} already "
-                    f"stored; {counts['cancelled']} cancelled and {counts['empty']} empty annotations left out",
-                    highlight=False)
+                    f"stored{left_out}", highlight=False)

@@ -14,10 +14,11 @@ from berds.trust.labelling.export import (
     export_label_studio,
     export_tsv,
     import_label_studio,
+    import_tsv,
     task_status,
 )
 from berds.trust.labelling.store import LabelStore
 from berds.trust.labelling.task import LabelTask, open_task, read_evaluation, sample_task
 
 __all__ = ["CONFLICT_POLICIES", "LabelStore", "LabelTask", "export_label_studio", "export_tsv", "import_label_studio",
-           "open_task", "read_evaluation", "sample_task", "task_status"]
+           "import_tsv", "open_task", "read_evaluation", "sample_task", "task_status"]

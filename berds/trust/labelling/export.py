@@ -259,6 +259,55 @@ def _choice_of(annotation: dict[str, Any]) -> str | None:
     return picked
 
 
+def _store_answers(task: LabelTask, path: Path, wanted: dict[tuple[str, str], str], counts: Counter, *,
+                   replace: bool, source: str) -> dict[str, int]:
+    """Put ``(pair, annotator) -> yes/no`` into the task's store: an equal stored label counts as ``same``; a
+    different one is refused (all of them listed first) unless ``replace``."""
+    store = LabelStore(task.db_path, task.id)
+    have = {(p, a): v for p, a, v, _, _ in store.rows()}
+    clashes = [(p, a, have[(p, a)], v) for (p, a), v in wanted.items() if have.get((p, a)) not in (None, "skip", v)]
+    if clashes and not replace:
+        shown = "; ".join(f"{a} on pair {p}: stored {old}, file {new}" for p, a, old, new in clashes[:5])
+        raise BerdsError(f"{len(clashes)} label(s) in {path} differ from the annotator's stored label ({shown}) — "
+                         "pass --replace to take the file's")
+    for (pair, annotator), value in wanted.items():
+        old = have.get((pair, annotator))
+        if old == value:
+            counts["same"] += 1
+            continue
+        store.put(pair, annotator, value, source=source)
+        counts["replaced" if old not in (None, "skip") else "added"] += 1
+    return dict(counts)
+
+
+def import_tsv(task: LabelTask, path: str | Path, *, annotator: str, replace: bool = False) -> dict[str, int]:
+    """A labelled-pairs TSV (an earlier export, a colleague's labels) into the store as ``annotator``'s labels.
+    Each row must be a pair of this task — the same question id, perspective and passage text (the judge's) —
+    or the file is refused naming the line; a pair listed twice with both labels is refused too."""
+    from berds.trust.labelling.task import pair_id
+    from berds.trust.labels import read_labelled_pairs
+
+    annotator = check_annotator(annotator)
+    labelled = read_labelled_pairs(path)
+    pairs = task.by_id()
+    wanted: dict[tuple[str, str], str] = {}
+    lines: dict[str, int] = {}
+    for row in labelled:
+        key = pair_id(row.id, row.perspective, row.document)
+        if key not in pairs:
+            raise InputError("not a pair of this task: no pair has this question id, perspective and passage text",
+                             path=path, line=row.line, record=row.id or None,
+                             fix=f"import only labels of the pairs {task.folder} was sampled with (the document column "
+                                 "must be the passage as the judge saw it)")
+        value = "yes" if row.label else "no"
+        if wanted.get((key, annotator), value) != value:
+            raise InputError(f"labels this pair {value} and, on line {lines[key]}, the other way", path=path,
+                             line=row.line, record=row.id or None)
+        wanted[(key, annotator)] = value
+        lines.setdefault(key, row.line)
+    return _store_answers(task, Path(path), wanted, Counter(added=0, same=0, replaced=0), replace=replace, source="tsv")
+
+
 def import_label_studio(task: LabelTask, path: str | Path, *, replace: bool = False) -> dict[str, int]:
     """Read Label Studio's JSON export (a list of tasks with ``data`` and ``annotations``) back into the store.
 
@@ -306,18 +355,4 @@ def import_label_studio(task: LabelTask, path: str | Path, *, replace: bool = Fa
             if wanted.get(key, value) != value:
                 raise InputError(f"{where}: {annotator} labelled pair {pair} both yes and no in this file", path=path)
             wanted[key] = value
-    store = LabelStore(task.db_path, task.id)
-    have = {(p, a): v for p, a, v, _, _ in store.rows()}
-    clashes = [(p, a, have[(p, a)], v) for (p, a), v in wanted.items() if have.get((p, a)) not in (None, "skip", v)]
-    if clashes and not replace:
-        shown = "; ".join(f"{a} on pair {p}: stored {old}, file {new}" for p, a, old, new in clashes[:5])
-        raise BerdsError(f"{len(clashes)} label(s) in {path} differ from the annotator's stored label ({shown}) — "
-                         "pass --replace to take the file's")
-    for (pair, annotator), value in wanted.items():
-        old = have.get((pair, annotator))
-        if old == value:
-            counts["same"] += 1
-            continue
-        store.put(pair, annotator, value, source="label-studio")
-        counts["replaced" if old not in (None, "skip") else "added"] += 1
-    return dict(counts)
+    return _store_answers(task, path, wanted, counts, replace=replace, source="label-studio")
