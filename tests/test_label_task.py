@@ -298,3 +298,18 @@ def test_a_labelled_tsv_of_the_task_imports_and_another_runs_is_refused(runs, tm
     refused = subprocess.run(berds_cmd("label", "import", str(tmp_path / "t"), str(tmp_path / "ann.tsv")),
                              capture_output=True, text=True, env=subprocess_env())
     assert refused.returncode == 2 and "--annotator" in refused.stderr
+
+
+def test_the_export_is_what_eval_labels_reads(runs, tmp_path):
+    """The exported TSV matches the run's pairs in `berds eval --labels` (question id, perspective, judge text):
+    every drawn question counts as labelled."""
+    task, _ = sample_task([runs["a"]], questions=3, seed=2, k=5, out=tmp_path / "t")
+    store = LabelStore(task.db_path, task.id)
+    for p in task.pairs:
+        store.put(p["pair"], "ann", "no" if p["judge_label"] else "yes")  # a person who disagrees everywhere
+    export_tsv(task, tmp_path / "labels.tsv")
+    done = subprocess.run(berds_cmd("eval", str(runs["a"]), "--judge", "judges_for_tests:OverlapJudge", "--k", "5",
+                                    "--labels", str(tmp_path / "labels.tsv"), "--no-cache", "-q"),
+                          capture_output=True, text=True, env=subprocess_env(COLUMNS="100"))
+    assert done.returncode == 0, done.stderr
+    assert "3/6" in done.stdout, done.stdout  # 3 labelled questions of the run's 6
