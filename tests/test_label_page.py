@@ -123,7 +123,8 @@ def test_label_by_keyboard_resume_two_annotators_and_kill(tmp_path, browser):
         wait_progress(bob, f"3 of {n} labelled by you")
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=15)
+        out, _ = proc.communicate(timeout=15)
+    assert proc.returncode == 0 and "labelled per annotator: alice 13, bob 3" in " ".join(out.split())
 
     # alice answered pairs 0-12 (y y n y n n y y n y, then n n n); bob answered pairs 0-2 no.
     status = subprocess.run(berds_cmd("label", "status", str(tmp_path / "task")), capture_output=True, text=True,

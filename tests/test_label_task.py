@@ -207,7 +207,11 @@ def test_label_studio_round_trip(runs, tmp_path):
     store.put(task.pairs[0]["pair"], "bob", "skip")  # a skip is not exported
     n_tasks, n_annotations, config = export_label_studio(task, tmp_path / "ls.json")
     assert (n_tasks, n_annotations) == (len(task.pairs), len(task.pairs))
-    assert '<Choices name="supports" toName="passage"' in config.read_text()
+    import xml.etree.ElementTree as ET
+
+    choices = ET.fromstring(config.read_text()).find("Choices")  # well-formed, and names what the JSON uses
+    assert (choices.get("name"), choices.get("toName")) == ("supports", "passage")
+    assert [c.get("value") for c in choices] == ["Yes", "No"]
     items = read_json(tmp_path / "ls.json")
     first = items[0]
     assert first["data"]["passage"] == task.pairs[0]["document"] and first["data"]["berds_task"] == task.id

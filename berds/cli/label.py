@@ -77,6 +77,12 @@ def serve_command(
         server.serve_forever()
     except KeyboardInterrupt:
         pass
+    from berds.trust.labelling import task_status
+
+    status = task_status(server.task)
+    done = ", ".join(f"{who} {c['labelled']}" for who, c in status.per_annotator.items()) or "none yet"
+    print(f"stopped. Labels in {server.task.db_path} (labelled per annotator: {done}); {len(status.whole_questions)} "
+          f"of {status.questions} questions labelled whole — berds label status {task}", flush=True)
 
 
 def _print_status(status, console) -> None:
