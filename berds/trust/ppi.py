@@ -578,3 +578,122 @@ def print_corrected(evaluated: Sequence[tuple[Any, Any, Mapping[str, Any]]], lab
             print(line, file=sys.stderr)
     (console or Console()).print(corrected_table(corrected))
     return corrected
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# How many questions to label: `berds label plan`
+
+
+def questions_needed(s_rectifier: float, N: int, width: float, *, population: str = "questions",
+                     s_judged: float = 0.0, confidence: float = CONFIDENCE) -> int | None:
+    """The fewest labelled questions n (2 <= n <= N) whose 95% interval is at most ``width`` wide (full width, on
+    the metric's 0–1 scale), given the standard deviation ``s_rectifier`` of human − judged (PPI; of the human
+    values for labels only, with ``s_judged`` 0) measured on a pilot sample. ``questions``: width =
+    2·t(n−1)·sqrt((1 − n/N)·s²/n); ``superpopulation``: 2·z·sqrt(s_judged²/(N − n) + s²/n), the variance of
+    ``ppi_py``'s interval with the N − n others unlabelled. None when no n <= N reaches it."""
+    _check(population, "1")
+    if width <= 0:
+        raise BerdsError(f"--target-width must be positive, got {width}")
+    for n in range(2, N + 1):
+        if population == "questions":
+            half = _quantile(n - 1, confidence) * math.sqrt(max(0.0, 1 - n / N) * s_rectifier ** 2 / n)
+        else:
+            if N - n < 2 and s_judged > 0:
+                return None
+            rest = s_judged ** 2 / (N - n) if N > n else 0.0
+            half = _quantile(math.inf, confidence) * math.sqrt(rest + s_rectifier ** 2 / n)
+        if 2 * half <= width:
+            return n
+    return None
+
+
+@dataclass
+class PlanRow:
+    metric: str
+    pilot: int
+    N: int
+    s_rectifier: float
+    s_human: float
+    n_ppi: int | None
+    n_labels_only: int | None
+    width_now: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+def plan_labels(run_path: Any, judge: Any, labels: Any, *, target_width: float, ks: Sequence[int] = (5,),
+                cache_path: Any = None, title_position: str = "after", population: str = "questions",
+                judge_options: Mapping[str, Any] | None = None, duplicates: str = "refuse",
+                allow_short: bool = False) -> list[PlanRow]:
+    """``berds label plan``: from a pilot sample of whole labelled questions of an evaluated run (its verdicts
+    read from the judgement cache, nothing judged), how many questions to label for a 95% interval of
+    ``target_width`` (percentage points) on each metric, with the judge (PPI) and without it (labels only)."""
+    from berds.evaluate.cache import JudgementCache
+    from berds.evaluate.evaluation import EvalOptions, evaluate_run
+    from berds.judges import LazyJudge, check_judge_name, load_judge
+    from berds.runs import load_run
+
+    _check(population, "1")
+    if target_width <= 0 or target_width > 100:
+        raise BerdsError(f"--target-width is in percentage points, between 0 and 100; got {target_width:g}")
+    labels = labels if isinstance(labels, LabelledSet) else read_labels(labels)
+    run = load_run(run_path, allow_empty=allow_short, duplicates=duplicates, duplicates_option="--duplicates")
+    if isinstance(judge, str):
+        check_judge_name(judge)
+        name, options = judge, dict(judge_options or {})
+        judge = LazyJudge(lambda: load_judge(name, **options))
+    with JudgementCache(cache_path) as cache:
+        try:
+            result = evaluate_run(run, judge, EvalOptions(ks=tuple(ks), overwrite="never", progress=False,
+                                                          title_position=title_position, allow_short=allow_short,
+                                                          duplicates=duplicates), cache=cache)
+        except BerdsError as exc:
+            if "not in the judgement cache" not in str(exc):
+                raise
+            raise BerdsError(f"{exc}; `berds label plan` judges nothing: run `berds eval {run_path} --judge ...` "
+                             "first (with the same --cache)") from None
+    corrected = corrected_metrics(run, result, labels, title_position=title_position, population=population)
+    human = match_labels(run, result, labels, title_position=title_position)
+    rows = []
+    for k, metric in _metric_names(result.ks):
+        lab = corrected.labelled[k]
+        y = np.array([human.human_metrics(q, k)[metric] for q in lab])
+        yhat = np.array([result.per_question[q][metric] for q in lab])
+        yall = np.array([v[metric] for v in result.per_question.values()])
+        N = len(yall)
+        if len(lab) < 2:
+            rows.append(PlanRow(metric, len(lab), N, math.nan, math.nan, None, None, None))
+            continue
+        s_d, s_y = float(np.std(y - yhat, ddof=1)), float(np.std(y, ddof=1))
+        s_hat = float(np.std(yall, ddof=1))
+        width = target_width / 100
+        row = corrected.find(metric)
+        rows.append(PlanRow(metric, len(lab), N, s_d, s_y,
+                            questions_needed(s_d, N, width, population=population, s_judged=s_hat),
+                            questions_needed(s_y, N, width, population=population),
+                            row.ppi.width if row is not None else None))
+    return rows
+
+
+def _needed(n: int | None, row: PlanRow) -> str:
+    if row.pilot < 2:
+        return "-"  # (no spread to plan from)
+    return f"> {row.N}" if n is None else str(n)  # (None: out of reach even with every question labelled)
+
+
+def plan_table(rows: Sequence[PlanRow], *, target_width: float) -> Any:
+    from rich.table import Table
+
+    table = Table(title=f"questions to label for a 95% interval {target_width:g} points wide",
+                  caption="from the pilot's spread of human − judged (PPI) and of human values (labels only); "
+                          "a pilot with no disagreement plans too few — label more than it says")
+    for col in ("metric", "pilot n", "width now", "SD human − judged", "SD human", "n PPI", "n labels only", "N"):
+        table.add_column(col, justify="left" if col == "metric" else "right")
+    for r in rows:
+        metric = r.metric.replace("mrecall", "MRecall").replace("precision", "Prec")
+        table.add_row(metric, str(r.pilot), "-" if r.width_now is None else f"{100 * r.width_now:.1f}",
+                      "-" if r.s_rectifier != r.s_rectifier else f"{r.s_rectifier:.3f}",
+                      "-" if r.s_human != r.s_human else f"{r.s_human:.3f}",
+                      _needed(r.n_ppi, r), _needed(r.n_labels_only, r), str(r.N))
+    return table
