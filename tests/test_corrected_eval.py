@@ -164,3 +164,28 @@ def test_bad_population_refused_before_judging(setup):
                        "--labels", labels, "--population", "all")
     assert code == 2 and "--population" in err
     assert not (folder / "metrics.json").exists()
+
+
+def test_compare_labels_gives_each_run_and_the_paired_difference(setup):
+    from berds.runs import Run
+
+    run, folder, tmp = setup
+    # a second run: the same questions, each ranking reversed
+    other = Run(run.questions, {q: list(reversed(h)) for q, h in run.hits.items()}, run.manifest, "reversed")
+    other_folder = save_run(other, tmp / "reversed")
+    labels = tmp / "both.tsv"
+    write_labelled_pairs(labels, label_rows(run, ["q0", "q1", "q3", "q4"]) + label_rows(other, ["q0", "q1", "q3", "q4"]))
+    code, out, err = cli("compare", folder, other_folder, "--judge", JUDGE, "--k", "5", "--cache", tmp / "c.sqlite",
+                         "-q", "--labels", labels, "--out", tmp / "cmp", "--resamples", "200")
+    assert code == 0, (out, err)
+    assert "reversed − tiny" in " ".join(out.split())
+    saved = json.loads((tmp / "cmp" / "corrected.json").read_text())["runs"]
+    by_run = {c["run"]: c["estimates"]["all"] for c in saved}
+    assert set(by_run) == {"tiny", "reversed", "reversed − tiny"}
+    for metric in ("mrecall@5", "precision@5"):
+        diff = by_run["reversed − tiny"][metric]
+        # the same labelled questions for both: the estimator is linear, so the difference of the estimates
+        assert diff["ppi"]["value"] == pytest.approx(by_run["reversed"][metric]["ppi"]["value"]
+                                                     - by_run["tiny"][metric]["ppi"]["value"])
+        assert diff["judged"] == pytest.approx(by_run["reversed"][metric]["judged"] - by_run["tiny"][metric]["judged"])
+        assert diff["ppi"]["n"] == 4 and -1 <= diff["ppi"]["ci95"][0] <= diff["ppi"]["ci95"][1] <= 1

@@ -184,11 +184,20 @@ def compare_command(
     allow_unparsed: bool = typer.Option(False, "--allow-unparsed", help=ALLOW_UNPARSED_HELP),
     out: Optional[Path] = typer.Option(None, "--out", callback=out_folder_callback, help="Write compare.json/.md/.csv into this folder."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    labels: Optional[Path] = typer.Option(None, "--labels", help="Human-labelled pairs of whole questions (the TSV `judge validate` reads): also the corrected estimate of each run and of each difference from the baseline, with 95% intervals (docs/corrected-estimates.md)."),
+    population: str = typer.Option("questions", "--population", help="With --labels: questions (these questions, default) or superpopulation (questions like these)."),
 ) -> None:
     """Paired comparison over questions: mean difference, bootstrap interval, permutation test, Holm."""
     judge = require_judge(judge)
     from berds.evaluate.compare import compare_paths
     from berds.registry import parse_options
+
+    human = None
+    if labels is not None:  # read and checked before any judging
+        from berds.trust.ppi import check_options, read_labels
+
+        check_options(population, "1")
+        human = read_labels(labels)
 
     result = compare_paths([str(r) for r in runs], judge, ks=parse_ks(k), baseline=baseline, n_resamples=resamples,
                            alpha=alpha, seed=seed, judge_options=parse_options(judge_option), cache_path=cache,
@@ -197,6 +206,14 @@ def compare_command(
     _table(title, header, rows)
     for line in result.notes:  # e.g. runs compared on the questions they share: never silently fewer
         _console().print(f"[yellow]note:[/] {line}", highlight=False)
+    if human is not None:  # (every verdict is in the cache now: nothing is judged twice)
+        from berds.trust.ppi import corrected_runs, print_corrected_runs
+
+        corrected = corrected_runs([str(r) for r in runs], judge, human, ks=parse_ks(k),
+                                   judge_options=parse_options(judge_option), cache_path=cache,
+                                   allow_short=allow_short, allow_unparsed=True, baseline=baseline,
+                                   population=population)
+        print_corrected_runs(corrected, console=_console(), out=out)
     print_judge_warning(result.judge_id)
     if out is not None:
         from berds.evaluate.report import write_compare

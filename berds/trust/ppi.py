@@ -503,37 +503,37 @@ def notes(corrected: Corrected) -> list[str]:
 
 
 def corrected_table(results: Sequence[Corrected], *, title: str = "corrected estimates (95% CI)") -> Any:
-    """A rich table within 80 columns: per run, group and metric the judged value, the prediction-powered estimate
-    and the labels-only estimate with their intervals (percent), and n labelled / N questions."""
+    """A rich table within 80 columns: per run (or difference of two), metric and set (``all``, each dataset,
+    ``macro``) the judged value, the prediction-powered estimate and the labels-only estimate with their intervals
+    (percent), and n labelled / N questions."""
     from rich.table import Table
 
     population = {r.population for r in results}
     lam = {r.lam for r in results}
-    caption = (f"PPI = judged mean + mean(human − judged) on the n labelled questions; interval over "
-               f"{'the run' if population == {'questions'} else 'questions like these'}'s questions"
+    caption = ("PPI = judged mean + mean(human − judged) over the n labelled questions; intervals for "
+               + ("these N questions" if population == {"questions"} else "questions like these")
                + ("; λ tuned (PPI++)" if lam != {"1"} else ""))
     table = Table(title=title, caption=caption)
-    table.add_column("run", overflow="fold", max_width=18)
-    multi = any(r.group != "all" for c in results for r in c.rows)
-    if multi:
-        table.add_column("set", overflow="fold", max_width=10)
-    table.add_column("metric")
+    table.add_column("run / metric / set", overflow="fold", max_width=22)
     table.add_column("judged", justify="right")
     table.add_column("PPI\n[95% CI]", justify="right")
     table.add_column("labels only\n[95% CI]", justify="right")
     table.add_column("n/N", justify="right")
     for c in results:
-        first = True
+        table.add_row(c.run, "", "", "", "")
         for r in c.rows:
             metric = r.metric.replace("mrecall", "MRecall").replace("precision", "Prec")
-            cells = [c.run if first else ""]
-            if multi:
-                cells.append(r.group)
+            label = f"  {metric}" if r.group == "all" else f"    {r.group}"
             judged = "-" if r.judged is None else f"{100 * r.judged:.1f}"
-            cells += [metric, judged, r.ppi.text(sep="\n"), r.labels_only.text(sep="\n"), f"{r.ppi.n}/{r.ppi.N}"]
-            table.add_row(*cells)
-            first = False
+            table.add_row(label, judged, _cell(r.ppi), _cell(r.labels_only), f"{r.ppi.n}/{r.ppi.N}")
     return table
+
+
+def _cell(e: Estimate) -> str:
+    """``66.7`` over ``[40.1,93.2]``: two short lines keep the table within 80 columns."""
+    if e.value is None or e.low is None:
+        return e.text()
+    return f"{100 * e.value:.1f}\n[{100 * e.low:.1f},{100 * e.high:.1f}]"
 
 
 def correct_evaluations(evaluated: Sequence[tuple[Any, Any, Mapping[str, Any]]], labels_path: str | Any, *,
@@ -697,3 +697,70 @@ def plan_table(rows: Sequence[PlanRow], *, target_width: float) -> Any:
                       "-" if r.s_human != r.s_human else f"{r.s_human:.3f}",
                       _needed(r.n_ppi, r), _needed(r.n_labels_only, r), str(r.N))
     return table
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Several runs at once: `berds compare --labels`, `berds report --labels`
+
+
+def with_ks(result: Any, ks: Sequence[int]) -> Any:
+    """An ``EvalResult`` judged to ``max(ks)`` with its per-question metrics and averages at every k of ``ks``
+    (the analyses judge at one depth only)."""
+    from dataclasses import replace
+
+    from berds.evaluate.metrics import aggregate
+
+    ks = tuple(sorted({int(k) for k in ks}))
+    per_question = {q: question_metrics(s, ks) for q, s in result.support.items()}
+    return replace(result, ks=ks, per_question=per_question, averages=aggregate(per_question, result.datasets))
+
+
+def corrected_runs(run_paths: Sequence[Any], judge: Any, labels: Any, *, ks: Sequence[int] = (5,),
+                   baseline: str | None = None, differences: bool = True, judge_options: Mapping[str, Any] | None = None, cache_path: Any = None,
+                   allow_short: bool = False, allow_unparsed: bool = False, title_position: str = "after",
+                   population: str = "questions", lam: str = "1") -> list[Corrected]:
+    """The corrected metrics of each run and, with ``differences``, each other run's corrected difference from the
+    baseline (its label or path, as in ``berds compare``; default the first), paired on the questions labelled
+    for both. Verdicts come through the judgement cache (the command
+    judged them already)."""
+    from berds.evaluate.analyses.common import judge_runs, run_labels
+    from berds.evaluate.compare import resolve_baseline
+    from berds.runs import Run, load_run
+
+    _check(population, lam)
+    labels = labels if isinstance(labels, LabelledSet) else read_labels(labels)
+    ks = tuple(sorted({int(k) for k in ks}))
+    runs = [load_run(p, allow_empty=allow_short) for p in run_paths]
+    names = run_labels(runs, run_paths)
+    runs = [Run(r.questions, r.hits, r.manifest, name) for r, name in zip(runs, names)]
+    results = [with_ks(r, ks) for r in judge_runs(runs, judge, ks[-1], judge_options=judge_options,
+                                                  cache_path=cache_path, allow_short=allow_short,
+                                                  allow_unparsed=allow_unparsed)]
+    for r, name in zip(results, names):
+        r.run_name = name
+    out = [corrected_metrics(run, r, labels, title_position=title_position, population=population, lam=lam)
+           for run, r in zip(runs, results)]
+    if differences and len(runs) > 1:
+        base = resolve_baseline(baseline, names, run_paths)
+        out += [corrected_difference(runs[i], results[i], runs[base], results[base], labels,
+                                     title_position=title_position, population=population, lam=lam)
+                for i in range(len(runs)) if i != base]
+    return out
+
+
+def print_corrected_runs(corrected: Sequence[Corrected], *, console: Any = None, out: Any = None) -> None:
+    """The corrected table and its notes (stderr); with ``out``, ``corrected.json`` in that folder."""
+    import sys
+    from pathlib import Path
+
+    from rich.console import Console
+
+    for c in corrected:
+        for line in notes(c):
+            print(line, file=sys.stderr)
+    (console or Console()).print(corrected_table(corrected))
+    if out is not None:
+        from berds.io import write_json
+
+        Path(out).mkdir(parents=True, exist_ok=True)
+        write_json(Path(out) / "corrected.json", {"runs": [c.to_json() for c in corrected]})
