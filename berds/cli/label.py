@@ -10,7 +10,7 @@ from typing import List, Optional
 
 import typer
 
-from berds.cli.options import out_file_callback
+from berds.cli.options import out_file_callback, out_folder_callback
 
 label_app = typer.Typer(help="Human labels in the browser: sample pairs of evaluated runs, label them, export.",
                         no_args_is_help=True)
@@ -36,7 +36,7 @@ def sample_command(
     k: int = typer.Option(5, "--k", min=1, help="Label every pair of each question's top k passages."),
     title_position: str = typer.Option("after", "--title-position", help="The passage text as the judge saw it: "
                                        "text+title (after, the study's and berds eval's default), before or none."),
-    out: Path = typer.Option(..., "--out", help="The task folder to write (new)."),
+    out: Path = typer.Option(..., "--out", callback=out_folder_callback, help="The task folder to write (new)."),
 ) -> None:
     """Draw questions uniformly at random (seeded; the same questions from every run) and write every
     (perspective, passage) pair of their top k, as the judge saw it, to a task folder."""
