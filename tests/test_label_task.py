@@ -216,6 +216,10 @@ def test_label_studio_round_trip(runs, tmp_path):
     first = items[0]
     assert first["data"]["passage"] == task.pairs[0]["document"] and first["data"]["berds_task"] == task.id
     assert first["annotations"][0]["result"][0]["value"] == {"choices": ["Yes"]}
+    assert "predictions" not in first  # the judge's verdict only when asked for
+    export_label_studio(task, tmp_path / "with-judge.json", judge_predictions=True)
+    predicted = [i["predictions"][0]["result"][0]["value"]["choices"] for i in read_json(tmp_path / "with-judge.json")]
+    assert predicted == [["Yes" if p["judge_label"] else "No"] for p in task.pairs]
     # what Label Studio's export gives back after more work there: an annotation by user 7, a cancelled one,
     # one without a choice
     items[1]["annotations"].append({"id": 5, "completed_by": 7, "was_cancelled": False,

@@ -146,6 +146,8 @@ def export_command(
                                "`berds eval --labels` read) or label-studio (tasks with annotations, and a "
                                "labelling config OUT.config.xml)."),
     conflicts: Optional[str] = typer.Option(None, "--conflicts", help=CONFLICTS_HELP),
+    judge_predictions: bool = typer.Option(False, "--judge-predictions", help="With --format label-studio: the "
+                                           "judge's verdicts as predictions (Label Studio pre-fills them)."),
 ) -> None:
     """Write one label per pair (pairs skipped by everyone are left out) and say how many questions are
     labelled whole."""
@@ -156,12 +158,15 @@ def export_command(
     console = Console()
     opened = open_task(task)
     if format == "label-studio":
-        n_tasks, n_annotations, config = export_label_studio(opened, out)
+        n_tasks, n_annotations, config = export_label_studio(opened, out, judge_predictions=judge_predictions)
         console.print(f"{n_tasks} Label Studio tasks with {n_annotations} annotations → {out}; labelling config → "
                       f"{config}", highlight=False)
         return
     if format != "tsv":
         raise typer.BadParameter("use tsv or label-studio", param_hint="--format")
+    if judge_predictions:
+        raise typer.BadParameter("goes with --format label-studio (a TSV carries the verdict as judge_label)",
+                                 param_hint="--judge-predictions")
     status = export_tsv(opened, out, conflicts=conflicts)
     _print_status(status, console)
     console.print(f"{status.labelled_pairs} labelled pairs → {out}", highlight=False)

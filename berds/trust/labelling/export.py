@@ -193,11 +193,13 @@ def export_tsv(task: LabelTask, out: str | Path, *, conflicts: str | None = None
 # ---------------------------------------------------------------------------------------------- Label Studio
 
 
-def export_label_studio(task: LabelTask, out: str | Path) -> tuple[int, int, Path]:
+def export_label_studio(task: LabelTask, out: str | Path, *, judge_predictions: bool = False
+                        ) -> tuple[int, int, Path]:
     """Label Studio tasks (one per pair, ``data`` with question, perspective and passage, plus the berds ids
     that bring the labels back) with each annotator's yes/no as an annotation (``result`` of ``choices``;
     the annotator's name in ``berds_annotator``), and the labelling config beside it (``OUT.config.xml``).
-    Returns (tasks, annotations, config path)."""
+    ``judge_predictions`` adds the judge's verdict as each task's prediction (Label Studio pre-fills it, which
+    anchors annotators on it: off by default). Returns (tasks, annotations, config path)."""
     from berds.io import write_json, write_text
 
     store = LabelStore(task.db_path, task.id)
@@ -213,9 +215,14 @@ def export_label_studio(task: LabelTask, out: str | Path) -> tuple[int, int, Pat
             "was_cancelled": False, "berds_annotator": annotator,
             "created_at": _iso(at)} for annotator, value, at in given.get(p["pair"], [])]
         n_annotations += len(annotations)
-        items.append({"data": {"question": p["question"], "perspective": p["perspective"], "passage": p["document"],
-                               "qid": p["qid"], "pair": p["pair"], "berds_task": task.id},
-                      "annotations": annotations})
+        item = {"data": {"question": p["question"], "perspective": p["perspective"], "passage": p["document"],
+                         "qid": p["qid"], "pair": p["pair"], "berds_task": task.id},
+                "annotations": annotations}
+        if judge_predictions:
+            item["predictions"] = [{"model_version": task.judge_id, "result": [
+                {"from_name": LS_FROM, "to_name": LS_TO, "type": "choices",
+                 "value": {"choices": ["Yes" if p["judge_label"] else "No"]}}]}]
+        items.append(item)
     out = Path(out)
     write_json(out, items)
     config = out.with_name(out.name.removesuffix(".json") + ".config.xml")
