@@ -41,7 +41,9 @@ def cli(*args):
 
     from berds.errors import BerdsError
 
-    result = CliRunner().invoke(app, [str(a) for a in args])
+    result = CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": "80"})
+    wide = [line for line in result.stdout.splitlines() if len(line) > 80]
+    assert not wide, wide  # every table fits an 80-column terminal
     if isinstance(result.exception, BerdsError):  # what berds.cli.main prints on one line, exiting 2
         assert "\n" not in str(result.exception)
         return 2, result.stdout, result.stderr + f"error: {result.exception}"
@@ -189,3 +191,34 @@ def test_compare_labels_gives_each_run_and_the_paired_difference(setup):
                                                      - by_run["tiny"][metric]["ppi"]["value"])
         assert diff["judged"] == pytest.approx(by_run["reversed"][metric]["judged"] - by_run["tiny"][metric]["judged"])
         assert diff["ppi"]["n"] == 4 and -1 <= diff["ppi"]["ci95"][0] <= diff["ppi"]["ci95"][1] <= 1
+
+
+def test_report_labels_writes_corrected_tables(setup):
+    run, folder, tmp = setup
+    labels = tmp / "l.tsv"
+    write_labelled_pairs(labels, label_rows(run, ["q0", "q1", "q3"]))
+    code, out, err = cli("report", folder, "--judge", JUDGE, "--k", "5", "--out", tmp / "report", "--cache",
+                         tmp / "c.sqlite", "-q", "--labels", labels)
+    assert code == 0, (out, err)
+    saved = json.loads((tmp / "report" / "corrected.json").read_text())["runs"]
+    assert [c["run"] for c in saved] == ["tiny"]  # no --baseline: no differences
+    assert saved[0]["estimates"]["all"]["mrecall@5"]["ppi"]["n"] == 3
+    csv = (tmp / "report" / "corrected.csv").read_text().splitlines()
+    assert csv[0].startswith("run,metric,set,judged,PPI") and len(csv) == 1 + 2 * 4  # 2 metrics x all/2 sets/macro
+    code, _, err = cli("report", "--out", tmp / "r2", "--labels", labels)
+    assert code == 2 and "name the runs" in err
+
+
+def test_runs_given_as_objects_with_names_and_a_baseline_label(setup):
+    """What `study diversify --labels` does with its test runs (Run objects named by the study's row labels)."""
+    from berds.runs import Run
+    from berds.trust.ppi import corrected_runs
+
+    run, folder, tmp = setup
+    other = Run(run.questions, {q: list(reversed(h)) for q, h in run.hits.items()}, run.manifest, "x")
+    labels = tmp / "both.tsv"
+    write_labelled_pairs(labels, label_rows(run, ["q0", "q1", "q3"]) + label_rows(other, ["q0", "q1", "q3"]))
+    corrected = corrected_runs([run, other], JUDGE, labels, ks=(5,), names=["base run", "mmr"], baseline="base run",
+                               cache_path=tmp / "c.sqlite")
+    assert [c.run for c in corrected] == ["base run", "mmr", "mmr − base run"]
+    assert corrected[2].find("mrecall@5").ppi.n == 3

@@ -252,6 +252,8 @@ def study_diversify_command(
     allow_unparsed: bool = typer.Option(False, "--allow-unparsed", help=ALLOW_UNPARSED_HELP),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a study already in --out (its reranked runs too)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    labels: Optional[Path] = typer.Option(None, "--labels", help="Human-labelled pairs of whole test questions (the TSV `judge validate` reads) of the study's test runs: also corrected estimates of each and of each strategy's difference from the un-reranked run, with 95% intervals (corrected.md/.csv/.json; docs/corrected-estimates.md)."),
+    population: str = typer.Option("questions", "--population", help="With --labels: questions (these questions, default) or superpopulation (questions like these)."),
 ) -> None:
     """Tune every strategy on dev, report test MRecall/Precision with intervals and significance, plot the trade-off."""
     judge = require_judge(judge)
@@ -259,6 +261,13 @@ def study_diversify_command(
     from berds.registry import parse_options
     from berds.rerank.embeddings import default_embedding_cache_path
     from berds.studies.diversify import study_diversify_paths
+
+    human = None
+    if labels is not None:  # read and checked before any reranking or judging
+        from berds.trust.ppi import check_options, read_labels
+
+        check_options(population, "1")
+        human = read_labels(labels)
 
     if llm_option and llm is None:
         raise BerdsError("--llm-option is for --llm (the LLM that writes xquad/pm2's perspectives)")
@@ -283,6 +292,15 @@ def study_diversify_command(
         _console().print(f"[yellow]note:[/] {line}", highlight=False)
     title, header, rows = result.table(detail=False)
     _table(title, header, rows)
+    if human is not None:  # the study's test runs, every verdict already in the cache
+        from berds.trust.ppi import corrected_runs, print_corrected_runs, write_corrected
+
+        corrected = corrected_runs([row.run for row in result.rows], judge, human, ks=result.ks,
+                                   names=[row.label for row in result.rows], baseline=result.rows[0].label,
+                                   judge_options=parse_options(judge_option), cache_path=cache,
+                                   allow_short=allow_short, allow_unparsed=True, population=population)
+        print_corrected_runs(corrected, console=_console())
+        result.files.update(write_corrected(corrected, out))
     print_judge_warning(result.judge_id)
     for key, path in result.files.items():
         _console().print(f"  {key}: {path}", highlight=False)

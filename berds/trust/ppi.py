@@ -716,13 +716,14 @@ def with_ks(result: Any, ks: Sequence[int]) -> Any:
 
 
 def corrected_runs(run_paths: Sequence[Any], judge: Any, labels: Any, *, ks: Sequence[int] = (5,),
-                   baseline: str | None = None, differences: bool = True, judge_options: Mapping[str, Any] | None = None, cache_path: Any = None,
-                   allow_short: bool = False, allow_unparsed: bool = False, title_position: str = "after",
-                   population: str = "questions", lam: str = "1") -> list[Corrected]:
+                   baseline: str | None = None, differences: bool = True, judge_options: Mapping[str, Any] | None = None,
+                   cache_path: Any = None, allow_short: bool = False, allow_unparsed: bool = False,
+                   title_position: str = "after", population: str = "questions", lam: str = "1",
+                   names: Sequence[str] | None = None) -> list[Corrected]:
     """The corrected metrics of each run and, with ``differences``, each other run's corrected difference from the
     baseline (its label or path, as in ``berds compare``; default the first), paired on the questions labelled
-    for both. Verdicts come through the judgement cache (the command
-    judged them already)."""
+    for both. ``run_paths`` are paths or ``Run``s (``names`` then labels them). Verdicts come through the judgement
+    cache (the command judged them already)."""
     from berds.evaluate.analyses.common import judge_runs, run_labels
     from berds.evaluate.compare import resolve_baseline
     from berds.runs import Run, load_run
@@ -730,8 +731,9 @@ def corrected_runs(run_paths: Sequence[Any], judge: Any, labels: Any, *, ks: Seq
     _check(population, lam)
     labels = labels if isinstance(labels, LabelledSet) else read_labels(labels)
     ks = tuple(sorted({int(k) for k in ks}))
-    runs = [load_run(p, allow_empty=allow_short) for p in run_paths]
-    names = run_labels(runs, run_paths)
+    runs = [p if isinstance(p, Run) else load_run(p, allow_empty=allow_short) for p in run_paths]
+    paths = [getattr(p, "name", None) or str(i) if isinstance(p, Run) else p for i, p in enumerate(run_paths)]
+    names = list(names) if names is not None else run_labels(runs, paths)
     runs = [Run(r.questions, r.hits, r.manifest, name) for r, name in zip(runs, names)]
     results = [with_ks(r, ks) for r in judge_runs(runs, judge, ks[-1], judge_options=judge_options,
                                                   cache_path=cache_path, allow_short=allow_short,
@@ -741,11 +743,26 @@ def corrected_runs(run_paths: Sequence[Any], judge: Any, labels: Any, *, ks: Seq
     out = [corrected_metrics(run, r, labels, title_position=title_position, population=population, lam=lam)
            for run, r in zip(runs, results)]
     if differences and len(runs) > 1:
-        base = resolve_baseline(baseline, names, run_paths)
+        base = resolve_baseline(baseline, names, paths)
         out += [corrected_difference(runs[i], results[i], runs[base], results[base], labels,
                                      title_position=title_position, population=population, lam=lam)
                 for i in range(len(runs)) if i != base]
     return out
+
+
+def corrected_csv(corrected: Sequence[Corrected]) -> tuple[list[str], list[list[str]]]:
+    """The corrected estimates as a flat table (header, rows in percent) for markdown/CSV reports."""
+    header = ["run", "metric", "set", "judged", "PPI", "PPI low", "PPI high", "labels only", "low", "high", "n", "N"]
+    rows = []
+    for c in corrected:
+        for r in c.rows:
+            def pct(x: float | None) -> str:
+                return "" if x is None else f"{100 * x:.1f}"
+
+            rows.append([c.run, r.metric, r.group, pct(r.judged), pct(r.ppi.value), pct(r.ppi.low), pct(r.ppi.high),
+                         pct(r.labels_only.value), pct(r.labels_only.low), pct(r.labels_only.high),
+                         str(r.ppi.n), str(r.ppi.N)])
+    return header, rows
 
 
 def print_corrected_runs(corrected: Sequence[Corrected], *, console: Any = None, out: Any = None) -> None:
@@ -760,7 +777,21 @@ def print_corrected_runs(corrected: Sequence[Corrected], *, console: Any = None,
             print(line, file=sys.stderr)
     (console or Console()).print(corrected_table(corrected))
     if out is not None:
-        from berds.io import write_json
+        write_corrected(corrected, out)
 
-        Path(out).mkdir(parents=True, exist_ok=True)
-        write_json(Path(out) / "corrected.json", {"runs": [c.to_json() for c in corrected]})
+
+def write_corrected(corrected: Sequence[Corrected], out: Any) -> dict[str, Any]:
+    """``corrected.json`` (every estimate, the labels used, the partly labelled questions) and
+    ``corrected.md``/``.csv`` (the flat table) in the folder ``out``."""
+    from pathlib import Path
+
+    from berds.evaluate.report import write_table
+    from berds.io import write_json
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "corrected.json", {"runs": [c.to_json() for c in corrected]})
+    header, rows = corrected_csv(corrected)
+    files = {f"corrected.{k}": v for k, v in write_table(out / "corrected", header, rows,
+                                                           title="corrected estimates (95% CI)").items()}
+    return {"corrected.json": out / "corrected.json", **files}
