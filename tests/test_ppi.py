@@ -140,6 +140,9 @@ def test_interval_covers_the_truth(simulated, judge):
         covered += e.low <= truth <= e.high
         # the judged mean with a normal interval over its questions: what a table without labels would claim
         judged_covered += abs(yhat[s].mean() - truth) <= 1.96 * yhat[s].std(ddof=1) / math.sqrt(N)
+    # (printed for docs/corrected-estimates.md: pytest -s tests/test_ppi.py -k covers)
+    print(f"\n{judge}: PPI covers the truth in {covered / S:.3f} of {S}; the judged mean's interval in "
+          f"{judged_covered / S:.3f}; judged mean {yhat.mean():.3f}, human mean {y.mean():.3f}")
     assert 0.93 <= covered / S <= 0.97, (judge, covered / S)
     assert judged_covered / S < 0.2, (judge, judged_covered / S)
 
@@ -154,4 +157,5 @@ def test_superpopulation_interval_covers(simulated):
         e = ppi_estimate(y[s, mask], judged["towards No"][s, mask], judged["towards No"][s], labelled=mask,
                          population="superpopulation")
         covered += e.low <= truth <= e.high
+    print(f"\nsuperpopulation, towards No: covers {truth:.4f} in {covered / S:.3f} of {S}")
     assert 0.93 <= covered / S <= 0.97
