@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -222,3 +223,27 @@ def test_runs_given_as_objects_with_names_and_a_baseline_label(setup):
                                cache_path=tmp / "c.sqlite")
     assert [c.run for c in corrected] == ["base run", "mmr", "mmr − base run"]
     assert corrected[2].find("mrecall@5").ppi.n == 3
+
+
+def test_options_without_labels_are_refused(setup):
+    run, folder, tmp = setup
+    for command in (["eval", folder], ["compare", folder, folder], ["report", folder, "--out", tmp / "r"]):
+        code, _, err = cli(*command, "--judge", JUDGE, "--population", "superpopulation", "--cache", tmp / "c.sqlite")
+        assert code == 2 and "give --labels too" in err, command
+    code, _, err = cli("eval", "--from-predictions", folder / "run.ctxs.jsonl", "--k", "5", "--labels", tmp / "x.tsv")
+    assert code == 2 and "--from-predictions" in err
+
+
+def test_superpopulation_and_tuned_lambda_through_eval(setup):
+    run, folder, tmp = setup
+    labels = tmp / "l.tsv"
+    write_labelled_pairs(labels, label_rows(run, ["q0", "q1", "q3", "q4"]))
+    code, out, err = cli("eval", folder, "--judge", JUDGE, "--k", "5", "--cache", tmp / "c.sqlite", "-q",
+                         "--labels", labels, "--population", "superpopulation", "--ppi-lambda", "tuned")
+    assert code == 0, err
+    corrected = json.loads((folder / "metrics.json").read_text())["corrected"]
+    assert corrected["population"] == "superpopulation" and corrected["lambda"] == "tuned"
+    assert "questions like these" in " ".join(out.split())
+    for row in corrected["estimates"].values():
+        for metric in row.values():
+            assert all(math.isfinite(x) for x in [metric["ppi"]["value"], *metric["ppi"]["ci95"]])

@@ -339,6 +339,10 @@ def report_command(
     from berds.evaluate.report import build_report
 
     human = None
+    if labels is None and population != "questions":
+        from berds.errors import BerdsError
+
+        raise BerdsError("--population shapes the corrected estimates: give --labels too")
     if labels is not None:  # read and checked before any judging
         from berds.errors import BerdsError
         from berds.trust.ppi import check_options, read_labels

@@ -63,7 +63,12 @@ def eval_command(
     from berds.evaluate.evaluation import EvalOptions, evaluate_paths, metrics_table
     from berds.registry import parse_options
 
+    if labels is None and (population != "questions" or ppi_lambda != "1"):
+        raise BerdsError("--population and --ppi-lambda shape the corrected estimates: give --labels too")
     if from_predictions is not None:
+        if labels is not None:
+            raise BerdsError("--labels matches human labels to a run's passages; --from-predictions has only "
+                             "predictions — evaluate the run itself (berds eval RUN --judge ... --labels ...)")
         if runs:
             raise BerdsError("--from-predictions FILE computes metrics from that file alone; drop the run arguments")
         if judge is not None:

@@ -193,6 +193,10 @@ def compare_command(
     from berds.registry import parse_options
 
     human = None
+    if labels is None and population != "questions":
+        from berds.errors import BerdsError
+
+        raise BerdsError("--population shapes the corrected estimates: give --labels too")
     if labels is not None:  # read and checked before any judging
         from berds.trust.ppi import check_options, read_labels
 
@@ -263,6 +267,10 @@ def study_diversify_command(
     from berds.studies.diversify import study_diversify_paths
 
     human = None
+    if labels is None and population != "questions":
+        from berds.errors import BerdsError
+
+        raise BerdsError("--population shapes the corrected estimates: give --labels too")
     if labels is not None:  # read and checked before any reranking or judging
         from berds.trust.ppi import check_options, read_labels
 

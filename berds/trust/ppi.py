@@ -153,8 +153,11 @@ def ppi_estimate(y: Sequence[float], yhat: Sequence[float], yhat_all: Sequence[f
             from ppi_py.ppi import _calc_lam_glm
 
             point = ppi.ppi_mean_pointestimate(y, yhat, rest, lam=1)
-            lam_used = float(_calc_lam_glm((y - point)[:, None], (yhat - point)[:, None], (rest - point)[:, None],
-                                           np.eye(1), coord=None, clip=True))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                lam_used = float(_calc_lam_glm((y - point)[:, None], (yhat - point)[:, None], (rest - point)[:, None],
+                                               np.eye(1), coord=None, clip=True))
+            if not math.isfinite(lam_used):  # the judge gave every question the same value: it carries nothing
+                lam_used = 0.0
         value = float(np.squeeze(ppi.ppi_mean_pointestimate(y, yhat, rest, lam=lam_used)))
         low, high = (float(np.squeeze(b)) for b in ppi.ppi_mean_ci(y, yhat, rest, alpha=alpha, lam=lam_used))
         se = (high - low) / (2 * _quantile(math.inf, confidence))
