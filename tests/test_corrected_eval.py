@@ -247,3 +247,22 @@ def test_superpopulation_and_tuned_lambda_through_eval(setup):
     for row in corrected["estimates"].values():
         for metric in row.values():
             assert all(math.isfinite(x) for x in [metric["ppi"]["value"], *metric["ppi"]["ci95"]])
+
+
+def test_labels_sampled_under_one_judge_correct_another(setup):
+    """Human labels do not depend on the judge: a sample drawn from one judge's evaluation corrects another judge
+    of the same run; the labels-only estimate is the same for both, the PPI estimates use each judge's values."""
+    run, folder, tmp = setup
+    labels = tmp / "l.tsv"
+    write_labelled_pairs(labels, label_rows(run, ["q0", "q1", "q3", "q4"]))
+    estimates = {}
+    for threshold in ("0.5", "1.5"):  # (1.5: a judge that never says Yes)
+        out = tmp / f"t{threshold}"
+        code, _, err = cli("eval", folder, "--judge", JUDGE, "--judge-option", f"threshold={threshold}", "--k", "5",
+                           "--cache", tmp / "c.sqlite", "-q", "--labels", labels, "--out", out)
+        assert code == 0, err
+        estimates[threshold] = json.loads((out / "metrics.json").read_text())["corrected"]["estimates"]["all"]
+    for metric in ("mrecall@5", "precision@5"):
+        assert estimates["0.5"][metric]["labels_only"] == estimates["1.5"][metric]["labels_only"]
+        assert estimates["0.5"][metric]["ppi"]["n"] == estimates["1.5"][metric]["ppi"]["n"] == 4
+    assert estimates["0.5"]["precision@5"]["judged"] != estimates["1.5"]["precision@5"]["judged"]
