@@ -107,6 +107,7 @@ def test_labels_of_another_run_are_refused(setup, tmp_path):
     code, out, err = cli("eval", folder, "--judge", JUDGE, "--k", "5", "--cache", tmp / "c.sqlite", "-q",
                          "--labels", labels)
     assert code == 2 and "none of its" in err and "matches run" in err and "Traceback" not in err
+    assert not (folder / "metrics.json").exists()  # refused before any judging
 
 
 def test_labels_of_other_passage_text_are_refused(setup):
@@ -143,6 +144,7 @@ def test_no_whole_question_labelled(setup):
     code, _, err = cli("eval", folder, "--judge", JUDGE, "--k", "5", "--cache", tmp / "c.sqlite", "-q",
                        "--labels", labels)
     assert code == 2 and "no question of run" in err and "q0" in err and "q1" in err
+    assert not (folder / "metrics.json").exists()  # refused before any judging
 
 
 def test_labels_for_questions_the_run_lacks_are_reported(setup):
@@ -266,3 +268,16 @@ def test_labels_sampled_under_one_judge_correct_another(setup):
         assert estimates["0.5"][metric]["labels_only"] == estimates["1.5"][metric]["labels_only"]
         assert estimates["0.5"][metric]["ppi"]["n"] == estimates["1.5"][metric]["ppi"]["n"] == 4
     assert estimates["0.5"]["precision@5"]["judged"] != estimates["1.5"]["precision@5"]["judged"]
+
+
+def test_compare_refuses_labels_of_another_run_before_judging(setup):
+    run, folder, tmp = setup
+    other = make_run(n_questions=6, depth=6, name="other")
+    rows = [LabelledPair(p.question, "x" + p.id, p.document, p.perspective, p.label)
+            for p in label_rows(other, ["q0", "q1"])]
+    labels = tmp / "other.tsv"
+    write_labelled_pairs(labels, rows)
+    code, _, err = cli("compare", folder, folder, "--judge", JUDGE, "--cache", tmp / "never.sqlite", "-q",
+                       "--labels", labels)
+    assert code == 2 and "none of its" in err
+    assert not (tmp / "never.sqlite").exists()  # no judging started: the cache was never opened

@@ -351,6 +351,9 @@ def report_command(
             raise BerdsError("--labels corrects the metrics of runs: name the runs too")
         check_options(population, "1")
         human = read_labels(labels)
+        from berds.trust.ppi import check_labels_for_paths
+
+        check_labels_for_paths([str(r) for r in runs], human, parse_ks(k), allow_short=allow_short)
 
     report = build_report(list(runs or []), judge, out, ks=parse_ks(k), curve_depth=curve_depth, analyses=list(analysis),
                           judge_options=_options(judge_option), cache_path=cache, allow_short=allow_short, allow_unparsed=allow_unparsed,

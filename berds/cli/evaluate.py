@@ -119,10 +119,20 @@ def eval_command(
         from berds.evaluate.judging import judge_runner_for
 
         eval_options = eval_options.but(judge_runner=judge_runner_for(engine_for(engine, address, batch_timeout, workers)))
-    check_run = None
+    checks = []
     if qrels is not None:
-        from berds.evaluate.qrels import check_trec_ids as check_run
-    results = evaluate_paths(runs, judge, eval_options, judge_options=options, check_run=check_run)
+        from berds.evaluate.qrels import check_trec_ids
+
+        checks.append(check_trec_ids)
+    if human is not None:  # labels that match nothing, or no whole question, fail before any judging
+        from berds.trust.ppi import check_labels_for_run
+
+        checks.append(lambda path, run: check_labels_for_run(run, human, parse_ks(k), title_position=title_position))
+
+    def check_run(path, run):
+        for check in checks:
+            check(path, run)
+    results = evaluate_paths(runs, judge, eval_options, judge_options=options, check_run=check_run if checks else None)
     console = Console()
     console.print(metrics_table([r for _, r, _ in results]))
     for path, result, files in results:

@@ -202,6 +202,9 @@ def compare_command(
 
         check_options(population, "1")
         human = read_labels(labels)
+        from berds.trust.ppi import check_labels_for_paths
+
+        check_labels_for_paths([str(r) for r in runs], human, parse_ks(k), allow_short=allow_short)
 
     result = compare_paths([str(r) for r in runs], judge, ks=parse_ks(k), baseline=baseline, n_resamples=resamples,
                            alpha=alpha, seed=seed, judge_options=parse_options(judge_option), cache_path=cache,

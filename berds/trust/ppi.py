@@ -289,16 +289,42 @@ def read_labels(path: Any) -> LabelledSet:
 def match_labels(run: Any, result: Any, labels: LabelledSet, *, title_position: str = "after") -> HumanLabels:
     """Match a labelled-pairs file to one evaluated run by question id, perspective and the passage text the judge
     saw (``title_position`` as in the evaluation). Refuses a file none of whose pairs match the run."""
+    return _match(run, list(result.support), result.depth, result.run_name, labels, title_position)
+
+
+def check_labels_for_run(run: Any, labels: LabelledSet, ks: Sequence[int], *, title_position: str = "after") -> None:
+    """Before any judging: refuse labels none of which match ``run``, or that label no whole question at any k."""
+    depth = max(ks)
+    human = _match(run, list(run.questions), depth, run.name, labels, title_position)
+    labelled, partly = {}, {}
+    for k in ks:
+        labelled[k], partly[k] = human.labelled(k)
+    _require_some(run.name, list(ks), labelled, partly, labels.path)
+
+
+def check_labels_for_paths(paths: Sequence[Any], labels: LabelledSet, ks: Sequence[int], *,
+                           allow_short: bool = False, title_position: str = "after") -> None:
+    """``check_labels_for_run`` for runs on disk (``compare``/``report --labels``, before they judge)."""
+    from berds.runs import load_run
+
+    for path in paths:
+        run = load_run(path, allow_empty=allow_short)
+        check_labels_for_run(run, labels, ks, title_position=title_position)
+
+
+def _match(run: Any, qids: Sequence[str], depth: int, name: str, labels: LabelledSet, title_position: str
+           ) -> HumanLabels:
     from berds.types import Passage
 
     index = _label_index(labels)
     used: set[tuple[str, str, str]] = set()
     matrices: dict[str, np.ndarray] = {}
-    for qid, judged in result.support.items():
+    result_qids = set(qids)
+    for qid in qids:
         perspectives = list(run.questions[qid].perspectives)
-        hits = run.hits[qid][: result.depth]
+        hits = run.hits[qid][:depth]
         texts = Passage.judge_texts([h.passage for h in hits], title_position)
-        h = np.zeros((len(perspectives), result.depth), dtype=np.int8)  # (past the last passage: unsupported)
+        h = np.zeros((len(perspectives), depth), dtype=np.int8)  # (past the last passage: unsupported)
         h[:, : len(texts)] = -1
         for i, perspective in enumerate(perspectives):
             for j, text in enumerate(texts):
@@ -308,13 +334,13 @@ def match_labels(run: Any, result: Any, labels: LabelledSet, *, title_position: 
                     used.add((qid, perspective, text))
         matrices[qid] = h
     other = [(key, line) for key, (_, line) in index.items() if key not in used]
-    missing_questions = sum(1 for key, _ in other if key[0] not in result.support)
+    missing_questions = sum(1 for key, _ in other if key[0] not in result_qids)
     unmatched = {"questions": missing_questions, "pairs": len(other) - missing_questions}
     if not used:
         asked = Counter(key[0] for key in index)
-        shared = sum(1 for qid in asked if qid in result.support)
+        shared = sum(1 for qid in asked if qid in result_qids)
         raise InputError(
-            f"none of its {len(index)} labelled pairs matches run {result.run_name!r} ({shared} of the file's "
+            f"none of its {len(index)} labelled pairs matches run {name!r} ({shared} of the file's "
             f"{len(asked)} question ids are in the run; pairs are matched by question id, perspective and the passage "
             "text as the judge sees it)", path=labels.path or None,
             fix="give the labels sampled from this run's evaluation (`berds label sample`), with the same "
