@@ -41,7 +41,11 @@ def test_every_question_labelled_is_exact():
 def test_too_few_labels():
     assert ppi_estimate([], [], [0.5, 1.0]).value is None
     one = ppi_estimate([1.0], [0.0], [0.0, 0.0, 1.0])
-    assert one.value == pytest.approx(1 / 3 + 1) and one.low is None and one.text() == "133.3 [n<2]"
+    # judged 1/3 + a correction of 1 = 4/3: clipped to the metric's range, the raw value kept
+    assert one.value == 1.0 and one.unclipped == pytest.approx(4 / 3) and one.low is None
+    assert one.text() == "100.0 [n<2]" and one.to_json()["unclipped"] == pytest.approx(4 / 3)
+    high = ppi_estimate([1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [0.9] * 7 + [0.0] * 3)  # 0.63 + 1 = 1.63
+    assert high.value == high.low == high.high == 1.0 and high.unclipped == pytest.approx(1.63)
     with pytest.raises(BerdsError, match="population"):
         ppi_estimate([1, 0], [1, 0], [1, 0, 1], population="everyone")
     with pytest.raises(BerdsError, match="ppi-lambda"):

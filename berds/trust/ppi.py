@@ -69,6 +69,7 @@ class Estimate:
     N: int
     df: float = math.inf
     lam: float = 1.0
+    unclipped: float | None = None  # the point estimate before clipping to the metric's range (None: not clipped)
 
     @property
     def width(self) -> float | None:
@@ -81,6 +82,8 @@ class Estimate:
             out["df"] = self.df
         if self.lam != 1.0:
             out["lambda"] = self.lam
+        if self.unclipped is not None:
+            out["unclipped"] = self.unclipped
         return out
 
     def text(self, scale: float = 100.0, sep: str = " ") -> str:
@@ -101,10 +104,23 @@ def _quantile(df: float, confidence: float) -> float:
     return float(stats.norm.ppf(tail) if not math.isfinite(df) else stats.t.ppf(tail, df))
 
 
+def _clip(x: float, bounds: tuple[float, float]) -> float:
+    return min(max(x, bounds[0]), bounds[1])
+
+
+def _bounded(value: float, low: float | None, high: float | None, se: float | None, n: int, N: int, *,
+             bounds: tuple[float, float], df: float = math.inf, lam: float = 1.0) -> Estimate:
+    """An estimate with its value and interval clipped to the metric's range (a PPI estimate from few questions
+    can fall outside it: judged 90 + a mean correction of 20); the unclipped value is kept."""
+    clipped = _clip(value, bounds)
+    return Estimate(clipped, None if low is None else _clip(low, bounds), None if high is None else _clip(high, bounds),
+                    se, n, N, df, lam, None if clipped == value else value)
+
+
 def _interval(value: float, se: float, df: float, n: int, N: int, *, confidence: float, bounds: tuple[float, float],
               lam: float = 1.0) -> Estimate:
     half = _quantile(df, confidence) * se
-    return Estimate(value, max(bounds[0], value - half), min(bounds[1], value + half), se, n, N, df, lam)
+    return _bounded(value, value - half, value + half, se, n, N, bounds=bounds, df=df, lam=lam)
 
 
 def check_options(population: str, lam: str | float) -> None:
@@ -161,7 +177,7 @@ def ppi_estimate(y: Sequence[float], yhat: Sequence[float], yhat_all: Sequence[f
         value = float(np.squeeze(ppi.ppi_mean_pointestimate(y, yhat, rest, lam=lam_used)))
         low, high = (float(np.squeeze(b)) for b in ppi.ppi_mean_ci(y, yhat, rest, alpha=alpha, lam=lam_used))
         se = (high - low) / (2 * _quantile(math.inf, confidence))
-        return Estimate(value, max(bounds[0], low), min(bounds[1], high), se, n, N, math.inf, lam_used)
+        return _bounded(value, low, high, se, n, N, bounds=bounds, lam=lam_used)
     if fixed is None:  # PPI++ for the finite population: the regression estimator's λ, clipped to [0, 1]
         var = float(np.var(yhat, ddof=1)) if n > 1 else 0.0
         lam_used = float(np.clip(np.cov(y, yhat, ddof=1)[0, 1] / var, 0.0, 1.0)) if var > 0 else 0.0
@@ -169,7 +185,7 @@ def ppi_estimate(y: Sequence[float], yhat: Sequence[float], yhat_all: Sequence[f
         lam_used = fixed
     value = float(lam_used * yhat_all.mean() + (y - lam_used * yhat).mean())
     if n < 2:
-        return Estimate(value, None, None, None, n, N, lam=lam_used)
+        return _bounded(value, None, None, None, n, N, bounds=bounds, lam=lam_used)
     se = math.sqrt(max(0.0, 1 - n / N) * float(np.var(y - lam_used * yhat, ddof=1)) / n)
     return _interval(value, se, n - 1, n, N, confidence=confidence, bounds=bounds, lam=lam_used)
 
@@ -192,7 +208,7 @@ def labels_only_estimate(y: Sequence[float], N: int, *, population: str = "quest
         ppi = require("ppi_py", extra="analysis", purpose="prediction-powered estimates (--population superpopulation)")
         low, high = (float(b) for b in ppi.classical_mean_ci(y, alpha=1 - confidence))
         se = (high - low) / (2 * _quantile(math.inf, confidence))
-        return Estimate(value, max(bounds[0], low), min(bounds[1], high), se, n, N)
+        return _bounded(value, low, high, se, n, N, bounds=bounds)
     se = math.sqrt(max(0.0, 1 - n / N) * float(np.var(y, ddof=1)) / n)
     return _interval(value, se, n - 1, n, N, confidence=confidence, bounds=bounds)
 
@@ -204,14 +220,14 @@ def combine_strata(parts: Sequence[Estimate], *, confidence: float = CONFIDENCE,
     n, N = sum(p.n for p in parts), sum(p.N for p in parts)
     if not parts or any(p.value is None for p in parts):
         return Estimate(None, None, None, None, n, N)
-    value = float(np.mean([p.value for p in parts]))
+    value = float(np.mean([p.value if p.unclipped is None else p.unclipped for p in parts]))  # (unbiased: raw values)
     if any(p.se is None for p in parts):
-        return Estimate(value, None, None, None, n, N)
+        return _bounded(value, None, None, None, n, N, bounds=bounds)
     D = len(parts)
     variances = [(p.se / D) ** 2 for p in parts]
     total = sum(variances)
     if total == 0:
-        return Estimate(value, value, value, 0.0, n, N)
+        return _bounded(value, value, value, 0.0, n, N, bounds=bounds)
     finite = [(v, p.df) for v, p in zip(variances, parts) if math.isfinite(p.df)]
     if len(finite) < len(parts):
         df = math.inf
