@@ -539,7 +539,8 @@ def notes(corrected: Corrected) -> list[str]:
                    "uncertainty of so few questions; label more")
     labels = corrected.source.get("labels") or {}
     unmatched = labels.get("unmatched_pairs") or {}
-    if unmatched.get("questions") or unmatched.get("pairs"):
+    if "runs" not in corrected.source and (unmatched.get("questions") or unmatched.get("pairs")):  # (a difference:
+        # its runs' own notes said it)
         lines = labels.get("unmatched_example_lines") or []
         out.append(f"note: {corrected.run}: {unmatched.get('questions', 0)} labelled pair(s) are for questions the run "
                    f"does not have and {unmatched.get('pairs', 0)} for passages or perspectives not in its judged top "
