@@ -17,6 +17,9 @@ from typing import Any, Sequence
 from berds.questions import DEMO_DIR
 from berds.judges.demo_gold import DemoGoldJudge
 
+HUMAN_SEED = 0      # which third of the demo questions plays the human sample (recorded in human-sample.json)
+HUMAN_SHARE = 1 / 3
+
 
 def build_demo_corpus(out: Path, *, progress: bool = True) -> Path:
     """The demo corpus as a passage store (reused when already built)."""
@@ -41,6 +44,7 @@ def run_demo(
     gold: bool = True,
     progress: bool = True,
     console: Any = None,
+    human_seed: int = HUMAN_SEED,
 ) -> dict[str, Any]:
     """Run corpus -> index -> retrieve -> (MMR) -> judge -> metrics on the demo data; returns the results."""
     from rich.console import Console
@@ -107,7 +111,71 @@ def run_demo(
         console.print(metrics_table([r for _, r, _ in truth], title="demo: true metrics (labels by construction)"))
         results["gold"] = [r for _, r, _ in truth]
         console.print(agreement_table(results["judge"], results["gold"], judge))
+        say(f"corrected estimates: the demo labels of a random third of the questions (seed {human_seed}) "
+            "as the human sample")
+        sample = write_human_sample(out / "human-sample.tsv", paths, results["gold"], depth=max(ks), seed=human_seed)
+        results["corrected"] = corrected_demo(paths, results["judge"], sample)
+        console.print(corrected_demo_table(results["corrected"], results["gold"], sample, k=min(ks)))
     return results
+
+
+
+def write_human_sample(path: Path, paths: Sequence[Path], gold: Sequence[Any], *, depth: int, seed: int = HUMAN_SEED
+                       ) -> Path:
+    """A labelled-pairs TSV (what ``berds eval --labels`` reads) holding the demo labels of every top-``depth``
+    (perspective, passage) pair of a seeded random third of the questions, for each run in ``paths`` (the same
+    questions for every run, so differences are paired); the seed and the questions go into
+    ``human-sample.json`` beside it."""
+    import numpy as np
+
+    from berds.io import write_json
+    from berds.runs import load_run
+    from berds.trust.labels import LabelledPair, write_labelled_pairs
+    from berds.types import Passage
+
+    runs = [load_run(p) for p in paths]
+    qids = sorted(runs[0].questions)
+    chosen = sorted(np.random.default_rng(seed).choice(qids, size=round(len(qids) * HUMAN_SHARE), replace=False).tolist())
+    rows: dict[tuple[str, str, str], LabelledPair] = {}
+    for run, truth in zip(runs, gold):
+        for qid in chosen:
+            q = run.questions[qid]
+            texts = Passage.judge_texts([h.passage for h in run.hits[qid][:depth]], "after")
+            for i, perspective in enumerate(q.perspectives):
+                for j, text in enumerate(texts):
+                    rows.setdefault((qid, perspective, text),
+                                    LabelledPair(q.text, qid, text, perspective, bool(truth.support[qid][i, j])))
+    write_labelled_pairs(path, rows.values())
+    write_json(Path(path).with_suffix(".json"), {"seed": seed, "share": HUMAN_SHARE, "questions": chosen,
+                                                 "of": len(qids), "pairs": len(rows), "labels": "demo-gold"})
+    return Path(path)
+
+
+def corrected_demo(paths: Sequence[Path], judged: Sequence[Any], sample: Path) -> list[Any]:
+    """``berds eval --labels`` on the demo's runs: the judged metrics corrected by the human sample."""
+    from berds.runs import load_run
+    from berds.trust.ppi import corrected_metrics, read_labels
+
+    labels = read_labels(sample)
+    return [corrected_metrics(load_run(p), r, labels) for p, r in zip(paths, judged)]
+
+
+def corrected_demo_table(corrected: Sequence[Any], gold: Sequence[Any], sample: Path, *, k: int) -> Any:
+    """Per run: the judged MRecall@k, the corrected estimate with its 95% interval, its width, and the truth."""
+    from rich.table import Table
+
+    first = corrected[0].find(f"mrecall@{k}")
+    n, N = (first.ppi.n, first.ppi.N) if first else (0, 0)
+    table = Table(title=f"demo: MRecall@{k} corrected by the labels of {n} of {N} questions ({sample.name})")
+    for col in ("run", "judged", "corrected [95% CI]", "width", "true"):
+        table.add_column(col, justify="left" if col == "run" else "right")
+    for c, truth in zip(corrected, gold):
+        row = c.find(f"mrecall@{k}")
+        width = row.ppi.width
+        table.add_row(c.run, f"{100 * row.judged:.1f}", row.ppi.text(),
+                      "-" if width is None else f"{100 * width:.1f}",
+                      f"{100 * truth.averages['all'][f'mrecall@{k}']:.1f}")
+    return table
 
 
 def agreement_table(judged: Sequence[Any], gold: Sequence[Any], judge: str) -> Any:

@@ -98,8 +98,13 @@ NOT_RUN = {
     "--run demo-out/runs/minilm --run demo-out/runs/minilm-mmr0.75": "needs demo-out (tests/test_demo.py builds it)",
     "berds judge calibrate --labels dev_pairs.tsv --judge embedded:v1 --holdout berds/data/demo/labelled_pairs.tsv":
         "dev_pairs.tsv is the study's human-labelled dev data (not shipped)",
-    "berds judge validate --labels /tmp/dev-split/dev_pairs.test.tsv --judge embedded --no-cache":
-        "the study's human-labelled dev pairs (not shipped)",
+    # docs/labelling.md (the label commands that run need no labels: sample, status, Label Studio export)
+    "berds label serve label-task": "blocks until Ctrl-C (tests/test_label_page.py serves a task to headless Chromium)",
+    "berds label export label-task --out labels.tsv": "needs labels given on the page (tests/test_label_page.py)",
+    "berds judge validate --labels labels.tsv --judge embedded --column judge_label":
+        "needs labels given on the page (tests/test_label_page.py exports and validates them)",
+    "berds label import label-task project-export.json":
+        "project-export.json is a Label Studio project's export (tests/test_label_task.py round-trips one)",
     # docs/llm.md
     "berds eval runs/bm25-arguana --judge mistral-berds": GPU,
     "berds eval runs/bm25-arguana --judge transformers:mistralai/Mistral-7B-Instruct-v0.2 "

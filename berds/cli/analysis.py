@@ -331,15 +331,46 @@ def report_command(
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Mark values that differ significantly from this run (label or path)."),
     html: bool = typer.Option(False, "--html", help="Also write report.html: one self-contained page (leaderboard, trade-off plot, per-question grids)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    labels: Optional[Path] = typer.Option(None, "--labels", help="Human-labelled pairs of whole questions (the TSV `judge validate` reads): also corrected estimates with 95% intervals (corrected.md/.csv/.json; with --baseline, each run's difference from it too; docs/corrected-estimates.md)."),
+    population: str = typer.Option("questions", "--population", help="With --labels: questions (these questions, default) or superpopulation (questions like these)."),
 ) -> None:
     """Paper-style tables (markdown + CSV) and PNG figures for runs and analysis results."""
     judge = require_judge(judge) if runs else judge  # analysis files alone need no judge
     check_run_args(runs)
     from berds.evaluate.report import build_report
 
+    human = None
+    if labels is None and population != "questions":
+        from berds.errors import BerdsError
+
+        raise BerdsError("--population shapes the corrected estimates: give --labels too")
+    if labels is not None:  # read and checked before any judging
+        from berds.errors import BerdsError
+        from berds.trust.ppi import check_options, read_labels
+
+        if not runs:
+            raise BerdsError("--labels corrects the metrics of runs: name the runs too")
+        check_options(population, "1")
+        human = read_labels(labels)
+        from berds.trust.ppi import check_labels_for_paths
+
+        check_labels_for_paths([str(r) for r in runs], human, parse_ks(k), allow_short=allow_short)
+
+    corrected = None
+    if human is not None:  # judged first (cached): the page's leaderboard shows the corrected estimates too
+        from berds.trust.ppi import corrected_runs, page_estimates, print_corrected_runs, write_corrected
+
+        corrected = corrected_runs([str(r) for r in runs], judge, human, ks=parse_ks(k),
+                                   judge_options=_options(judge_option), cache_path=cache, allow_short=allow_short,
+                                   allow_unparsed=True, baseline=baseline, differences=baseline is not None,
+                                   population=population)
     report = build_report(list(runs or []), judge, out, ks=parse_ks(k), curve_depth=curve_depth, analyses=list(analysis),
                           judge_options=_options(judge_option), cache_path=cache, allow_short=allow_short, allow_unparsed=allow_unparsed,
-                          progress=not quiet, title=title, baseline=baseline, html=html)
+                          progress=not quiet, title=title, baseline=baseline, html=html,
+                          corrected=page_estimates(corrected) if corrected else None)
+    if corrected is not None:
+        print_corrected_runs(corrected, console=_console())
+        report.files.update(write_corrected(corrected, report.out))
     _print_table(f"report → {report.out}" + (f" — judge: {judge}" if runs else ""), ["file", "path"],
                  [[key, str(p)] for key, p in report.files.items()])
     if runs:

@@ -11,6 +11,13 @@ from berds.cli.options import (ALLOW_SHORT_HELP, ALLOW_UNPARSED_HELP, BATCH_TIME
                                WORKERS_HELP, cache_file_callback, check_run_args, ks_callback, out_folder_callback, parse_ks,
                                require_judge)
 
+LABELS_HELP = ("Human-labelled pairs (the TSV `judge validate` reads: question, id, document, perspective, label) of "
+               "whole questions: also print the prediction-powered estimate and the labels-only estimate with 95% "
+               "intervals and n labelled / N questions (docs/corrected-estimates.md).")
+POPULATION_HELP = ("With --labels: what the interval is about — questions (these N questions, the default) or "
+                   "superpopulation (questions like these: classic PPI via ppi_py).")
+PPI_LAMBDA_HELP = "With --labels: 1 (plain, unbiased PPI; default) or tuned (PPI++ power tuning)."
+
 judges_app = typer.Typer(help="Perspective judges: list what is available.", no_args_is_help=True)
 cache_app = typer.Typer(help="The judgement cache.", no_args_is_help=True)
 
@@ -45,6 +52,9 @@ def eval_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
     measure: List[str] = typer.Option([], "--measure", help="Also compute an ir_measures diversity measure over the judgements as qrels (alpha_nDCG@10, ERR_IA@10, StRecall@10, MRecall@5, BERDS_P@5; repeatable)."),
     qrels: Optional[Path] = typer.Option(None, "--qrels", help="Write the judgements as TREC diversity qrels (qid subtopic docid rel); a folder when several runs."),
+    labels: Optional[Path] = typer.Option(None, "--labels", help=LABELS_HELP),
+    population: str = typer.Option("questions", "--population", help=POPULATION_HELP),
+    ppi_lambda: str = typer.Option("1", "--ppi-lambda", help=PPI_LAMBDA_HELP),
 ) -> None:
     """Judge retrieval runs against their gold perspectives and report MRecall@k / Precision@k."""
     from rich.console import Console
@@ -53,7 +63,12 @@ def eval_command(
     from berds.evaluate.evaluation import EvalOptions, evaluate_paths, metrics_table
     from berds.registry import parse_options
 
+    if labels is None and (population != "questions" or ppi_lambda != "1"):
+        raise BerdsError("--population and --ppi-lambda shape the corrected estimates: give --labels too")
     if from_predictions is not None:
+        if labels is not None:
+            raise BerdsError("--labels matches human labels to a run's passages; --from-predictions has only "
+                             "predictions — evaluate the run itself (berds eval RUN --judge ... --labels ...)")
         if runs:
             raise BerdsError("--from-predictions FILE computes metrics from that file alone; drop the run arguments")
         if judge is not None:
@@ -66,6 +81,12 @@ def eval_command(
 
     judge = require_judge(judge)
     options = parse_options(judge_option)
+    human = None
+    if labels is not None:  # read and checked before any judging
+        from berds.trust.ppi import check_options, read_labels
+
+        check_options(population, ppi_lambda)
+        human = read_labels(labels)
     if measure:
         from berds.evaluate.qrels import check_measures
 
@@ -98,10 +119,20 @@ def eval_command(
         from berds.evaluate.judging import judge_runner_for
 
         eval_options = eval_options.but(judge_runner=judge_runner_for(engine_for(engine, address, batch_timeout, workers)))
-    check_run = None
+    checks = []
     if qrels is not None:
-        from berds.evaluate.qrels import check_trec_ids as check_run
-    results = evaluate_paths(runs, judge, eval_options, judge_options=options, check_run=check_run)
+        from berds.evaluate.qrels import check_trec_ids
+
+        checks.append(check_trec_ids)
+    if human is not None:  # labels that match nothing, or no whole question, fail before any judging
+        from berds.trust.ppi import check_labels_for_run
+
+        checks.append(lambda path, run: check_labels_for_run(run, human, parse_ks(k), title_position=title_position))
+
+    def check_run(path, run):
+        for check in checks:
+            check(path, run)
+    results = evaluate_paths(runs, judge, eval_options, judge_options=options, check_run=check_run if checks else None)
     console = Console()
     console.print(metrics_table([r for _, r, _ in results]))
     for path, result, files in results:
@@ -125,6 +156,11 @@ def eval_command(
             console.print(measures_table(rows))
         if qrels is not None:
             console.print(f"qrels (qid subtopic docid rel) → {qrels}", highlight=False)
+    if human is not None:
+        from berds.trust.ppi import print_corrected
+
+        print_corrected(results, human, console=console, title_position=title_position, duplicates=duplicates,
+                        allow_short=allow_short, population=population, lam=ppi_lambda)
     if not allow_unparsed:
         from berds.evaluate.evaluation import check_unparsed
 
@@ -151,11 +187,12 @@ def demo_command(
     judge: str = typer.Option("embedded", "--judge", "-j", help="Judge for the main table."),
     k: List[str] = typer.Option(["5", "10"], "--k", metavar="K", callback=ks_callback, help=K_HELP),
     mmr_lambda: float = typer.Option(0.75, "--lambda", help="MMR λ for the reranked MiniLM run."),
+    human_seed: int = typer.Option(0, "--human-seed", help="Seed of the random third of the questions whose demo labels play the human sample of the corrected estimates."),
 ) -> None:
     """Run the whole pipeline on the shipped demo data: corpus, BM25 + dense index, retrieve, MMR, judge, metrics."""
     from berds.demo import run_demo
 
-    run_demo(out, judge=judge, ks=parse_ks(k), mmr_lambda=mmr_lambda)
+    run_demo(out, judge=judge, ks=parse_ks(k), mmr_lambda=mmr_lambda, human_seed=human_seed)
 
 
 @judges_app.command("list")

@@ -184,11 +184,27 @@ def compare_command(
     allow_unparsed: bool = typer.Option(False, "--allow-unparsed", help=ALLOW_UNPARSED_HELP),
     out: Optional[Path] = typer.Option(None, "--out", callback=out_folder_callback, help="Write compare.json/.md/.csv into this folder."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    labels: Optional[Path] = typer.Option(None, "--labels", help="Human-labelled pairs of whole questions (the TSV `judge validate` reads): also the corrected estimate of each run and of each difference from the baseline, with 95% intervals (docs/corrected-estimates.md)."),
+    population: str = typer.Option("questions", "--population", help="With --labels: questions (these questions, default) or superpopulation (questions like these)."),
 ) -> None:
     """Paired comparison over questions: mean difference, bootstrap interval, permutation test, Holm."""
     judge = require_judge(judge)
     from berds.evaluate.compare import compare_paths
     from berds.registry import parse_options
+
+    human = None
+    if labels is None and population != "questions":
+        from berds.errors import BerdsError
+
+        raise BerdsError("--population shapes the corrected estimates: give --labels too")
+    if labels is not None:  # read and checked before any judging
+        from berds.trust.ppi import check_options, read_labels
+
+        check_options(population, "1")
+        human = read_labels(labels)
+        from berds.trust.ppi import check_labels_for_paths
+
+        check_labels_for_paths([str(r) for r in runs], human, parse_ks(k), allow_short=allow_short)
 
     result = compare_paths([str(r) for r in runs], judge, ks=parse_ks(k), baseline=baseline, n_resamples=resamples,
                            alpha=alpha, seed=seed, judge_options=parse_options(judge_option), cache_path=cache,
@@ -197,6 +213,14 @@ def compare_command(
     _table(title, header, rows)
     for line in result.notes:  # e.g. runs compared on the questions they share: never silently fewer
         _console().print(f"[yellow]note:[/] {line}", highlight=False)
+    if human is not None:  # (every verdict is in the cache now: nothing is judged twice)
+        from berds.trust.ppi import corrected_runs, print_corrected_runs
+
+        corrected = corrected_runs([str(r) for r in runs], judge, human, ks=parse_ks(k),
+                                   judge_options=parse_options(judge_option), cache_path=cache,
+                                   allow_short=allow_short, allow_unparsed=True, baseline=baseline,
+                                   population=population)
+        print_corrected_runs(corrected, console=_console(), out=out)
     print_judge_warning(result.judge_id)
     if out is not None:
         from berds.evaluate.report import write_compare
@@ -235,6 +259,8 @@ def study_diversify_command(
     allow_unparsed: bool = typer.Option(False, "--allow-unparsed", help=ALLOW_UNPARSED_HELP),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a study already in --out (its reranked runs too)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    labels: Optional[Path] = typer.Option(None, "--labels", help="Human-labelled pairs of whole test questions (the TSV `judge validate` reads) of the study's test runs: also corrected estimates of each and of each strategy's difference from the un-reranked run, with 95% intervals (corrected.md/.csv/.json; docs/corrected-estimates.md)."),
+    population: str = typer.Option("questions", "--population", help="With --labels: questions (these questions, default) or superpopulation (questions like these)."),
 ) -> None:
     """Tune every strategy on dev, report test MRecall/Precision with intervals and significance, plot the trade-off."""
     judge = require_judge(judge)
@@ -242,6 +268,17 @@ def study_diversify_command(
     from berds.registry import parse_options
     from berds.rerank.embeddings import default_embedding_cache_path
     from berds.studies.diversify import study_diversify_paths
+
+    human = None
+    if labels is None and population != "questions":
+        from berds.errors import BerdsError
+
+        raise BerdsError("--population shapes the corrected estimates: give --labels too")
+    if labels is not None:  # read and checked before any reranking or judging
+        from berds.trust.ppi import check_options, read_labels
+
+        check_options(population, "1")
+        human = read_labels(labels)
 
     if llm_option and llm is None:
         raise BerdsError("--llm-option is for --llm (the LLM that writes xquad/pm2's perspectives)")
@@ -266,6 +303,15 @@ def study_diversify_command(
         _console().print(f"[yellow]note:[/] {line}", highlight=False)
     title, header, rows = result.table(detail=False)
     _table(title, header, rows)
+    if human is not None:  # the study's test runs, every verdict already in the cache
+        from berds.trust.ppi import corrected_runs, print_corrected_runs, write_corrected
+
+        corrected = corrected_runs([row.run for row in result.rows], judge, human, ks=result.ks,
+                                   names=[row.label for row in result.rows], baseline=result.rows[0].label,
+                                   judge_options=parse_options(judge_option), cache_path=cache,
+                                   allow_short=allow_short, allow_unparsed=True, population=population)
+        print_corrected_runs(corrected, console=_console())
+        result.files.update(write_corrected(corrected, out))
     print_judge_warning(result.judge_id)
     for key, path in result.files.items():
         _console().print(f"  {key}: {path}", highlight=False)

@@ -320,6 +320,7 @@ def build_report(
     title: str = "BERDS report",
     baseline: str | None = None,
     html: bool = False,
+    corrected: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
 ) -> Report:
     """Judge ``run_paths`` (cached), and write tables, figures and ``report.md`` into ``out``.
 
@@ -327,7 +328,8 @@ def build_report(
     (default ``max(ks)``) is how far the MRecall@k curve goes; deeper curves judge more passages.
     ``baseline`` (a run's label or path) marks with ``*`` the overall values that differ significantly from
     it (paired permutation test, Holm-corrected; ``berds.evaluate.compare``) and adds the comparison table.
-    ``html`` also writes ``report.html``, one self-contained page to browse (``berds.evaluate.report_html``).
+    ``html`` also writes ``report.html``, one self-contained page to browse (``berds.evaluate.report_html``);
+    ``corrected`` (``berds.trust.ppi.page_estimates``) adds the runs' corrected estimates to its leaderboard.
     """
     from berds.evaluate.analyses.common import judge_runs, run_labels
     from berds.judges.validation import judge_warning
@@ -403,12 +405,12 @@ def build_report(
                              write_table(out / "mrecall_curve", ["run", "k", "MRecall@k"], curve_rows).items()})
         report.files["mrecall_curve.png"] = plot_curves(curves, out / "mrecall_curve.png", title="MRecall@k")
         md += ["### MRecall@k", "", "![MRecall@k](mrecall_curve.png)", ""]
-        if html:  # the page to browse; corrected= takes {label: {"MRecall@5": {"mean", "low", "high", "n"}}}
+        if html:  # the page to browse; corrected: {label: {"MRecall@5": {"mean", "low", "high", "n"}}}
             from berds.evaluate.report_html import page_data, write_html_report
 
             report.files["report.html"] = write_html_report(out / "report.html", page_data(
                 labels, runs, results, ks, title=title, judge_id=results[0].judge_id,
-                prompt_version=results[0].prompt_version, warning=judge_warning(results[0].judge_id), corrected=None))
+                prompt_version=results[0].prompt_version, warning=judge_warning(results[0].judge_id), corrected=corrected))
             md += ["Browse the judged passages: [report.html](report.html).", ""]
 
     loaded = [load_result(a) if isinstance(a, (str, Path)) else a for a in analyses]

@@ -115,9 +115,27 @@ def _embedded_record(version: str, judge_id: str) -> JudgeValidation:
     elif unsettled and measured:
         figure += f"; F1 >= {GOAL_F1:.0f} on unseen questions is not established"
     name = "embedded" if version == "v2" else "embedded:v1"
+    if version == "v2" and "a calibrated threshold" in changes:
+        calibrated = _calibrated_figure()
+        if calibrated:  # the one wrapped variant the independent check measured (its threshold from dev_pairs.tsv)
+            figure += f"; {calibrated}"
     return JudgeValidation(name, False,
-                           f"CPU smoke test, {figure}; the study's evaluator has F1 62.2 "
-                           "(docs/embedded-judge.md). Never report its numbers as BERDS scores.")
+                           f"good for smoke tests only, {figure}; the study's evaluator has F1 62.2 "
+                           "(docs/embedded-judge.md). Never report its numbers as BERDS scores: correct them "
+                           "with human labels (--labels, docs/corrected-estimates.md).")
+
+
+@lru_cache(maxsize=1)
+def _calibrated_figure() -> str:
+    """The independent check's figure for ``calibrated:embedded`` with the threshold set on ``dev_pairs.tsv``."""
+    try:
+        card = json.loads(EMBEDDED_V2_CARD.read_text(encoding="utf-8"))
+        record = (card.get("validation") or {}).get("calibrated") or {}
+        low, high = record["interval_95"]
+        return (f"with the threshold calibrated on {record.get('threshold_from', 'the dev pairs')} the same check "
+                f"gave F1 {float(record['f1']):.1f} [{low:.1f}, {high:.1f}]")
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
 
 
 def _study_record(judge_id: str) -> JudgeValidation:

@@ -78,6 +78,24 @@ def classification_metrics(gold: Any, pred: Any) -> dict[str, float]:
     return {k: float(v) for k, v in _metrics_from_counts(*counts).items()}
 
 
+def rank_auc(gold: Any, scores: Any) -> float:
+    """The area under the ROC curve of ``scores`` for the ``gold`` labels, from ranks (the Mann–Whitney U
+    statistic over n₁·n₀; tied scores count one half)::
+
+        AUC = (Σ rank of the positives − n₁(n₁ + 1)/2) / (n₁ · n₀)
+
+    NaN when a class is empty or a score is missing (a judge that gives no P(Yes))."""
+    from berds.lazy import require
+
+    g = _as_bool(gold, "gold")
+    x = np.asarray(scores, dtype=float)
+    n1, n0 = int(g.sum()), int((~g).sum())
+    if not n1 or not n0 or x.size != g.size or np.isnan(x).any():
+        return float("nan")
+    ranks = require("scipy.stats", extra="analysis", purpose="the AUC of judge validate").rankdata(x)
+    return float((ranks[g].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
+
+
 def cohen_kappa(a: Any, b: Any) -> float:
     """Cohen's κ between two binary raters: ``(p_o − p_e) / (1 − p_e)``; NaN when ``p_e = 1``.
 
@@ -251,11 +269,12 @@ class JudgeValidity:
     predictions: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool), repr=False)
     p_yes: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
     tuned_on: dict[str, Any] | None = None  # a calibrated judge's threshold was chosen on some of these pairs
+    auc: float = float("nan")  # of P(Yes) for the gold labels (rank_auc); NaN without P(Yes) on every pair
 
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name, "judge_id": self.judge_id, "prompt_version": self.prompt_version, "n": self.n,
-            "metrics": self.metrics, "ci95": {k: list(v) for k, v in self.intervals.items()},
+            "metrics": self.metrics, "auc": None if self.auc != self.auc else self.auc, "ci95": {k: list(v) for k, v in self.intervals.items()},
             "counts": self.counts, "unparsed": self.unparsed,
             **({"debate": self.debate.to_json()} if self.debate is not None else {}),
             **({"threshold_tuned_on": self.tuned_on} if self.tuned_on else {}),
@@ -326,7 +345,7 @@ def score_predictions(name: str, gold: Any, verdicts: Sequence[Verdict] | Any, *
         metrics=classification_metrics(g, pred),
         intervals=bootstrap_intervals(g, pred, n_boot=n_boot, seed=seed, groups=groups),
         counts={"tp": tp, "fp": fp, "fn": fn, "tn": tn}, unparsed=unparsed, debate=debate, predictions=pred,
-        p_yes=p_yes,
+        p_yes=p_yes, auc=rank_auc(g, p_yes),
     )
 
 
@@ -536,6 +555,7 @@ def validity_table(report: ValidationReport, *, title: str | None = None) -> Any
     for i, name in enumerate(SHARE_METRICS):
         table.add_row(name.replace("_", " ").replace("positive share", "Yes share"), *(c[i] for c in cells))
     table.add_row("κ", *(_kappa_cell(row) for row in report.judges))
+    table.add_row("AUC of P(Yes)", *("-" if row.auc != row.auc else f"{row.auc:.3f}" for row in report.judges))
     table.add_row("unparsed (count)", *(str(row.unparsed) for row in report.judges))
     return table
 

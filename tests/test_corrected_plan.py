@@ -1,0 +1,76 @@
+"""``berds label plan``: how many questions to label for a target interval width, from a pilot sample."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import typer
+
+from berds.cli.label_plan import register
+from berds.evaluate.evaluation import evaluate_paths
+from berds.runs import save_run
+from berds.trust.labels import write_labelled_pairs
+from berds.trust.ppi import plan_labels, questions_needed
+from conftest import make_run
+from test_corrected_eval import JUDGE, label_rows
+
+stats = pytest.importorskip("scipy.stats")
+
+
+def half_width(n: int, N: int, s: float) -> float:
+    return stats.t.ppf(0.975, n - 1) * math.sqrt((1 - n / N) * s * s / n)
+
+
+def test_questions_needed_is_the_fewest_that_reach_the_width():
+    n = questions_needed(0.5, 100, 0.2)
+    assert 2 * half_width(n, 100, 0.5) <= 0.2 < 2 * half_width(n - 1, 100, 0.5)
+    # the normal-quantile formula with the finite-population correction, n0 / (1 + n0 / N), is close (t adds a few)
+    n0 = (1.959964 * 0.5 / 0.1) ** 2
+    assert n0 / (1 + n0 / 100) <= n <= n0 / (1 + n0 / 100) + 3
+    assert questions_needed(0.0, 100, 0.01) == 2  # a judge that never errs on the pilot: 2 (the table warns)
+    assert questions_needed(0.5, 10, 0.001) == 10  # every question labelled gives the exact value
+    # questions like these: the judged part's variance over N questions bounds what labels can do
+    assert questions_needed(0.3, 50, 0.05, population="superpopulation", s_judged=0.5) is None
+    sup = questions_needed(0.3, 2000, 0.1, population="superpopulation", s_judged=0.5)
+    z = stats.norm.ppf(0.975)
+    assert 2 * z * math.sqrt(0.25 / (2000 - sup) + 0.09 / sup) <= 0.1
+    assert 2 * z * math.sqrt(0.25 / (2001 - sup) + 0.09 / (sup - 1)) > 0.1
+
+
+def test_label_plan_command(tmp_path):
+    from typer.testing import CliRunner
+
+    run = make_run(n_questions=6, depth=6, name="tiny")
+    folder = save_run(run, tmp_path / "tiny")
+    cache = tmp_path / "c.sqlite"
+    evaluate_paths([folder], JUDGE, ks=(5,), progress=False, cache_path=cache)
+    labels = tmp_path / "pilot.tsv"
+    from dataclasses import replace
+
+    # the 'human' says No to every pair of q0 and q2: the judge is wrong on some questions, so the spreads are > 0
+    write_labelled_pairs(labels, [replace(p, label=False) if p.id in ("q0", "q2") else p
+                                  for p in label_rows(run, ["q0", "q1", "q2", "q3"])])
+    rows = plan_labels(folder, JUDGE, labels, target_width=20, cache_path=cache)
+    assert [r.metric for r in rows] == ["mrecall@5", "precision@5"]
+    for r in rows:
+        assert r.pilot == 4 and r.N == 6 and r.s_rectifier > 0 and r.s_human > 0
+        for s, n in ((r.s_rectifier, r.n_ppi), (r.s_human, r.n_labels_only)):
+            assert n == questions_needed(s, 6, 0.2)
+
+    app = typer.Typer()
+    label_app = typer.Typer()
+    register(label_app)
+    app.add_typer(label_app, name="label")
+    result = CliRunner().invoke(app, ["label", "plan", str(folder), "--labels", str(labels), "--target-width", "20",
+                                      "--judge", JUDGE, "--cache", str(cache)], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "questions to label" in result.output and "MRecall@5" in result.output
+    assert all(len(line) <= 80 for line in result.output.splitlines())
+
+    # nothing is judged: a run the cache has no verdicts for is refused with what to run
+    other = save_run(make_run(n_questions=6, depth=6, name="other"), tmp_path / "other")
+    from berds.errors import BerdsError
+
+    with pytest.raises(BerdsError, match="berds eval"):
+        plan_labels(other, JUDGE, labels, target_width=20, cache_path=tmp_path / "empty.sqlite")
