@@ -560,34 +560,79 @@ def write_legacy_predictions(run: Run, support: Mapping[str, Any], path: str | P
     return path
 
 
-def read_predictions(path: str | Path, *, allow_empty: bool = False) -> tuple[Run, dict[str, list[list[bool]]]]:
+GPT4_PREDICTIONS_FIELD = "gpt4-preds"  # the study's GPT-4 judgements, in files named with ".gpt4pred"
+
+
+def predictions_field(path: str | Path, first_ctx: Mapping[str, Any] | None = None) -> str:
+    """Which ctx field holds a prediction file's judgements. The study's compute-only mode decides by the
+    file name: ``gpt4-preds`` when it contains ``.gpt4pred``, else ``mistral-preds`` (and it refuses a name
+    with neither ``.gpt4pred`` nor ``.mistralpred``). berds takes any name: one with neither marker uses the
+    field its first ctx carries (``mistral-preds`` when both or none are there)."""
+    name = Path(path).name
+    if ".gpt4pred" in name:
+        return GPT4_PREDICTIONS_FIELD
+    if ".mistralpred" in name or first_ctx is None:
+        return PREDICTIONS_FIELD
+    if GPT4_PREDICTIONS_FIELD in first_ctx and PREDICTIONS_FIELD not in first_ctx:
+        return GPT4_PREDICTIONS_FIELD
+    return PREDICTIONS_FIELD
+
+
+def read_predictions(path: str | Path, *, allow_empty: bool = False, duplicates: str = "keep",
+                     duplicates_option: str | None = None) -> tuple[Run, dict[str, list[list[bool]]]]:
     """A file with predictions already in it (the original compute-only mode): ``(run, support)``, where
-    ``support[qid][i][j]`` is ctx ``j``'s ``mistral-preds[i]``. Predictions must be booleans (the original
-    code counts any non-empty string, "No" included, as true, so strings are refused rather than guessed)."""
+    ``support[qid][i][j]`` is ctx ``j``'s prediction for perspective ``i`` (``mistral-preds``, or
+    ``gpt4-preds`` in the study's GPT-4 files: see ``predictions_field``). Predictions must be booleans (the
+    original code counts any non-empty string, "No" included, as true, so strings are refused rather than
+    guessed).
+
+    ``duplicates``: a ctx that repeats a passage of the same question (every query-expansion run of the study
+    keeps them) is counted with its own prediction under ``"keep"`` (default: what the original evaluation
+    does), dropped with its prediction under ``"dedupe"`` (the first occurrence stays), refused under
+    ``"refuse"`` (see ``unique_hits``)."""
     import json
 
+    if duplicates not in DUPLICATE_POLICIES:
+        raise BerdsError(f"duplicates must be one of {', '.join(DUPLICATE_POLICIES)}, got {duplicates!r}")
     path = Path(path)
-    run = read_ctxs_jsonl(path, allow_empty_ctxs=allow_empty)
+    run = read_ctxs_jsonl(path, allow_empty_ctxs=allow_empty, duplicates="keep")
     support: dict[str, list[list[bool]]] = {}
+    hits: dict[str, list[Hit]] = {}
     with open(path, encoding="utf-8") as f:
         records = [(n, json.loads(line)) for n, line in enumerate(f, start=1) if line.strip()]
+    field_name = None
     for (line, rec), (qid, q) in zip(records, run.questions.items()):
+        if field_name is None and rec["ctxs"]:
+            field_name = predictions_field(path, rec["ctxs"][0])
         rows: list[list[bool]] = [[] for _ in q.perspectives]
         for j, ctx in enumerate(rec["ctxs"]):
-            preds = ctx.get(PREDICTIONS_FIELD)
+            preds = ctx.get(field_name)
             if preds is None:
                 if j == 0:
-                    raise InputError(f"ctxs[0] has no '{PREDICTIONS_FIELD}'", path=path, line=line, record=qid,
-                                     fix=f"each judged ctx needs '{PREDICTIONS_FIELD}': one boolean per perspective "
-                                         "(berds eval --write-legacy writes such files)")
+                    raise InputError(f"ctxs[0] has no '{field_name}'", path=path, line=line, record=qid,
+                                     fix=f"each judged ctx needs '{field_name}': one boolean per perspective "
+                                         "(berds eval --write-legacy writes such files; the study's GPT-4 files carry "
+                                         f"'{GPT4_PREDICTIONS_FIELD}' and '.gpt4pred' in their name)")
                 break  # the judged passages come first; the rest were not judged
             if not isinstance(preds, list) or len(preds) != len(q.perspectives) or not all(
                     isinstance(x, bool) for x in preds):
-                raise InputError(f"ctxs[{j}].{PREDICTIONS_FIELD} must be a list of {len(q.perspectives)} booleans "
+                raise InputError(f"ctxs[{j}].{field_name} must be a list of {len(q.perspectives)} booleans "
                                  f"(one per perspective), got {preds!r:.80}", path=path, line=line, record=qid)
             for i, x in enumerate(preds):
                 rows[i].append(x)
+        qhits = list(run.hits[qid])
+        if duplicates != "keep":
+            kept = unique_hits(qhits, duplicates=duplicates, path=path, line=line, qid=qid,
+                               duplicates_option=duplicates_option)
+            if len(kept) != len(qhits):  # drop each repeated ctx with its predictions
+                seen: set[str] = set()
+                keep = [not (h.passage.id in seen or seen.add(h.passage.id)) for h in qhits]  # type: ignore[func-returns-value]
+                rows = [[x for x, k in zip(row, keep) if k] for row in rows]
+                qhits = kept
+        hits[qid] = qhits
         support[qid] = rows
+    if duplicates != "keep":
+        run = Run(run.questions, hits, manifest=run.manifest, name=run.name)
     return run, support
 
 

@@ -34,10 +34,10 @@ def eval_command(
     title_position: str = typer.Option("after", "--title-position", help="Judge sees text+title (after, the study), title+text (before) or none."),
     allow_short: bool = typer.Option(False, "--allow-short", help=ALLOW_SHORT_HELP),
     allow_unparsed: bool = typer.Option(False, "--allow-unparsed", help=ALLOW_UNPARSED_HELP),
-    duplicates: str = typer.Option("refuse", "--duplicates", help="A passage listed twice in one question's ranking: refuse (default) | dedupe (keep the first) | keep (count every occurrence, as the study's expansion runs did; run folders that repeat on purpose are read so by default)."),
+    duplicates: Optional[str] = typer.Option(None, "--duplicates", help="A passage listed twice in one question's ranking: refuse (default) | dedupe (keep the first) | keep (count every occurrence, as the study's expansion runs did; run folders that repeat on purpose, and --from-predictions files, are read so by default)."),
     out: Optional[Path] = typer.Option(None, "--out", callback=out_folder_callback, help="Write metrics here instead of next to the run."),
     write_legacy: bool = typer.Option(False, "--write-legacy", help="Also write run.mistralpred.jsonl: each judged ctx with 'mistral-preds' (one boolean per perspective), what the original BERDS evaluation reads."),
-    from_predictions: Optional[Path] = typer.Option(None, "--from-predictions", help="Compute metrics from the 'mistral-preds' already in this file (the original compute-only mode); no judge."),
+    from_predictions: Optional[Path] = typer.Option(None, "--from-predictions", help="Compute metrics from the 'mistral-preds' (or, in the study's .gpt4pred files, 'gpt4-preds') already in this file (the original compute-only mode); no judge."),
     engine: str = typer.Option("local", "--engine", help="local | ray"),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (with --engine ray)."),
     batch_timeout: Optional[float] = typer.Option(None, "--batch-timeout", help=BATCH_TIMEOUT_HELP),
@@ -59,7 +59,9 @@ def eval_command(
         if judge is not None:
             raise BerdsError("--from-predictions FILE reads the judgements stored in that file ('mistral-preds'); "
                              "no judge runs — drop --judge")
-        return _eval_from_predictions(from_predictions, tuple(k), allow_short=allow_short, out=out)
+        return _eval_from_predictions(from_predictions, tuple(k), allow_short=allow_short, out=out,
+                                      duplicates=duplicates or "keep")
+    duplicates = duplicates or "refuse"
     if not runs:
         raise BerdsError("name at least one run folder or BERDS-format jsonl (or --from-predictions FILE)")
     check_run_args(runs)
@@ -131,13 +133,15 @@ def eval_command(
         check_unparsed([r for _, r, _ in results], written=" (the table above is flagged; metrics were written)")
 
 
-def _eval_from_predictions(path: Path, ks: tuple[int, ...], *, allow_short: bool, out: Optional[Path]) -> None:
+def _eval_from_predictions(path: Path, ks: tuple[int, ...], *, allow_short: bool, out: Optional[Path],
+                           duplicates: str) -> None:
     from rich.console import Console
 
     from berds.evaluate.evaluation import EvalOptions, eval_output_dir, evaluate_predictions, metrics_table
     from berds.io import write_json
 
-    _, result = evaluate_predictions(path, EvalOptions(ks=ks, allow_short=allow_short, progress=False, use_cache=False))
+    _, result = evaluate_predictions(path, EvalOptions(ks=ks, allow_short=allow_short, progress=False, use_cache=False),
+                                     duplicates=duplicates, duplicates_option="--duplicates")
     target = eval_output_dir(path, out, 1)
     target.mkdir(parents=True, exist_ok=True)
     write_json(target / "metrics.json", result.to_json())

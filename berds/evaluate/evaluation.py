@@ -491,15 +491,20 @@ def write_eval_outputs(result: EvalResult, run: Run, out_dir: str | Path, *, leg
 PREDICTIONS_JUDGE = "predictions-in-file"
 
 
-def evaluate_predictions(path: str | Path, options: EvalOptions | Sequence[int] | None = None, **changes: Any
+def evaluate_predictions(path: str | Path, options: EvalOptions | Sequence[int] | None = None, *,
+                         duplicates: str = "keep", duplicates_option: str | None = None, **changes: Any
                          ) -> tuple[Run, EvalResult]:
-    """The original evaluation's compute-only mode: metrics from the ``mistral-preds`` already stored in
-    each ctx of ``path`` (as ``--write-legacy`` writes them); no judge, no cache. The top ``max(ks)``
-    passages must carry predictions (``allow_short``: missing ones count as unsupported)."""
+    """The original evaluation's compute-only mode: metrics from the ``mistral-preds`` (``gpt4-preds`` in
+    the study's ``.gpt4pred`` files) already stored in each ctx of ``path`` (as ``--write-legacy`` writes
+    them); no judge, no cache. The top ``max(ks)`` passages must carry predictions (``allow_short``: missing
+    ones count as unsupported). A ctx that repeats a passage counts with its own prediction (``duplicates=
+    "keep"``, the original's reading of its query-expansion runs); ``"dedupe"``/``"refuse"``: see
+    ``berds.runs.read_predictions``."""
     from berds.runs import read_predictions
 
     opts = as_options(options, changes)
-    run, labels = read_predictions(path, allow_empty=opts.allow_short)  # (an empty question scores zero)
+    run, labels = read_predictions(path, allow_empty=opts.allow_short,  # (an empty question scores zero)
+                                   duplicates=duplicates, duplicates_option=duplicates_option)
     depth = max(opts.ks)
     support: dict[str, np.ndarray] = {}
     per_question: dict[str, dict[str, float]] = {}
