@@ -99,3 +99,57 @@ def test_cli_from_predictions_reads_repeats_and_takes_duplicates(tmp_path):
     assert list(first.values())[0]["precision@3"] == pytest.approx(2 / 3)
     refused = runner.invoke(app, ["eval", "--from-predictions", str(path), "--k", "3", "--duplicates", "refuse"])
     assert refused.exit_code != 0 and "listed twice" in str(refused.exception)
+
+
+# ------------------------------------------------------------------ 3. the released expansion files
+
+RELEASED_EXPANSIONS = Path(__file__).parent / "study_fixtures" / "kialo_query_exp.dev.sample.jsonl"
+
+
+def test_released_expansion_rows_are_grouped_per_question_with_their_recorded_queries():
+    from berds.retrievers.expansion import read_expansions_and_questions
+
+    rows = [json.loads(line) for line in RELEASED_EXPANSIONS.read_text().splitlines()]
+    exps, texts = read_expansions_and_questions(RELEASED_EXPANSIONS)
+    assert list(exps) == ["774", "775"] and texts == {"774": rows[0]["org_q"], "775": rows[3]["org_q"]}
+    assert [e.name for e in exps["774"]] == [r["perspective"] for r in rows[:3]]  # generation order
+    assert [(e.text, e.query) for e in exps["775"]] == [(r["text"], r["question"]) for r in rows[3:]]
+
+
+def test_a_released_expansion_file_drives_retrieval_with_the_studys_queries_and_merge(tmp_path):
+    from analysis_fixtures import OverlapRetriever
+
+    from berds.retrievers.expansion import ExpandedRetriever, FileExpander
+    from berds.types import Passage, Question
+
+    rows = [json.loads(line) for line in RELEASED_EXPANSIONS.read_text().splitlines()]
+    # the question set's own ids (not the file's org_id): matched by the question text, as the study's merge does
+    questions = [Question("kialo-dev-0", rows[0]["org_q"], tuple(rows[0]["perspectives"])),
+                 Question("kialo-dev-1", rows[3]["org_q"], tuple(rows[3]["perspectives"]))]
+    passages = [Passage(f"p{i}", text) for i, text in enumerate([
+        "affirmative action necessary tool disparities", "affirmative action relevant employment housing",
+        "merit-based policies resentment stigma", "colorblind character abilities equality",
+        "colorblind erasure cultural heritage identities", "society race ethnicity"])]
+    base = OverlapRetriever(passages=passages)
+    hits = ExpandedRetriever(base, FileExpander(RELEASED_EXPANSIONS)).search(questions, k=6)
+    assert base.queries == [r["question"] for r in rows]  # the recorded queries, the stray quote of 775 included
+    # the study's merge (process_query_exp_data.py): rank 1 of each perspective's list, then rank 2, ...,
+    # duplicates kept, first k
+    per_query = OverlapRetriever(passages=passages).search(
+        [Question(f"x{i}", r["question"], ()) for i, r in enumerate(rows)], k=6)
+    expected = [[h.passage.id for rank in range(6) for lst in per_query[a:b] if rank < len(lst)
+                 for h in [lst[rank]]][:6] for a, b in ((0, 3), (3, 5))]
+    assert [[h.passage.id for h in q] for q in hits] == expected
+    assert len(set(expected[0])) < len(expected[0])  # a passage two perspectives found is kept twice
+
+
+def test_released_expansion_rows_with_errors_name_the_line(tmp_path):
+    from berds.retrievers.expansion import read_expansions
+
+    row = json.loads(RELEASED_EXPANSIONS.read_text().splitlines()[0])
+    bad = _write_jsonl(tmp_path / "x.jsonl", [row, {**row, "text": ""}])
+    with pytest.raises(InputError, match="line 2.*non-empty 'text'"):
+        read_expansions(bad)
+    mixed = _write_jsonl(tmp_path / "m.jsonl", [row, {"id": "q", "question": "Q?", "expansions": ["a"]}])
+    with pytest.raises(InputError, match="mixes"):
+        read_expansions(mixed)
