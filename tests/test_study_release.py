@@ -153,3 +153,47 @@ def test_released_expansion_rows_with_errors_name_the_line(tmp_path):
     mixed = _write_jsonl(tmp_path / "m.jsonl", [row, {"id": "q", "question": "Q?", "expansions": ["a"]}])
     with pytest.raises(InputError, match="mixes"):
         read_expansions(mixed)
+
+
+# ------------------------------------------------------------------ 5. the answer rule's remaining cases
+
+class _Replies:
+    """An LLM backend that answers from a list (the judge's reading of replies is under test, not a model)."""
+
+    def __init__(self, id: str, replies):  # noqa: A002
+        self.id, self.replies = id, list(replies)
+
+    def generate(self, prompts, *, max_new_tokens=16, temperature=0.0, top_logprobs=0):
+        from berds.llm.base import Generation
+
+        return [Generation(self.replies[i]) for i in range(len(prompts))]
+
+
+def test_a_dict_replys_answer_is_stripped_as_in_the_study():
+    from berds.judges.llm_judge import parse_answer
+
+    # the study: ast.literal_eval(reply)['Answer'].strip().lower() == 'yes'
+    assert parse_answer("{'Answer': ' Yes '}") == (True, True)
+    assert parse_answer('{"Answer": "\\tno\\n"}') == (False, True)
+
+
+def test_a_mistral_reply_is_read_up_to_its_own_inst_or_eos_marker():
+    from berds.judges.llm_judge import LLMJudge, study_mistral_reply
+    from berds.types import JudgePair
+
+    # the study decoded prompt + reply, cut at the first </s>, kept what lies between the first and the second
+    # [/INST]: the reply up to an [/INST] or </s> of its own
+    assert study_mistral_reply(" Yes [/INST] No") == "Yes"
+    assert study_mistral_reply("No</s> Answer: Yes") == "No"
+    assert study_mistral_reply("No [/INST] x </s> Yes") == "No"
+    replies = ["No [/INST] The answer is Yes", "Yes</s>[INST] No", "The answer is Yes"]
+    pairs = [JudgePair("S", f"D{i}") for i in range(3)]
+    mistral = LLMJudge(_Replies("vllm:mistralai/Mistral-7B-Instruct-v0.2", replies))
+    assert [v.label for v in mistral.judge(pairs)] == [False, True, True]
+    assert [v.raw for v in mistral.judge(pairs)] == replies  # the reply itself is kept as it came
+    # GPT-4's replies were parsed whole in the study (no [/INST] cut): "... The answer is Yes" is Yes there
+    gpt4 = LLMJudge(_Replies("openai:gpt-4", replies))
+    assert [v.label for v in gpt4.judge(pairs)] == [True, True, True]
+    # the rule's version keys the cache: verdicts of the earlier reading are not reused
+    assert mistral.prompt_version.endswith("+answer-rule-2") and gpt4.prompt_version.endswith("+answer-rule-2")
+    assert "answer-rule" not in LLMJudge(_Replies("openai:gpt-4", replies), parse="strict").prompt_version
