@@ -197,3 +197,89 @@ def test_a_mistral_reply_is_read_up_to_its_own_inst_or_eos_marker():
     # the rule's version keys the cache: verdicts of the earlier reading are not reused
     assert mistral.prompt_version.endswith("+answer-rule-2") and gpt4.prompt_version.endswith("+answer-rule-2")
     assert "answer-rule" not in LLMJudge(_Replies("openai:gpt-4", replies), parse="strict").prompt_version
+
+
+# ------------------------------------------------------------------ 4. the NLI baseline of Table 4 (T5)
+
+def _build_t5_vocab_model(folder: Path) -> Path:
+    """A random-weight T5 whose tokenizer has T5's ids where the study's code reads them: 3 = "▁" (the first
+    piece of "0"), 209 = "▁1" (words are "▁word" pieces, as sentencepiece writes them)."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, T5Config, T5ForConditionalGeneration
+
+    words = "premise: hypothesis: cats dogs are great loyal pets fish need clean water birds sing".split()
+    tokens = ["<pad>", "</s>", "<unk>", "▁"] + [f"▁{w}" for w in words]
+    tokens += [f"<extra_{i}>" for i in range(209 - len(tokens))] + ["▁1", "▁0"]
+    vocab = {t: i for i, t in enumerate(tokens)}
+    assert vocab["▁"] == 3 and vocab["▁1"] == 209
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace()
+    PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>",
+                            unk_token="<unk>").save_pretrained(folder)
+    config = T5Config(vocab_size=len(vocab), d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2,
+                      decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+    torch.manual_seed(1)
+    model = T5ForConditionalGeneration(config)
+    with torch.no_grad():
+        model.lm_head.weight.normal_(0.0, 2.0)
+    model.save_pretrained(folder)
+    return folder
+
+
+def test_a_t5_vocabulary_nli_model_is_scored_as_the_studys_t5_code(tmp_path):
+    import torch
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from berds.judges.catalogue import load_judge
+    from berds.judges.nli import PROMPT_VERSION
+    from berds.types import JudgePair
+
+    folder = _build_t5_vocab_model(tmp_path / "t5")
+    # 2,100 characters in 105 tokens (unknown words): past the 2,000-character cut, under the 256-token one
+    long_premise = "abcdefghijklmnopqrs " * 105
+    pairs = [JudgePair("cats are great pets", "cats are great pets"), JudgePair("dogs sing", "fish need clean water"),
+             JudgePair("birds sing", long_premise + "cats"), JudgePair("birds sing", long_premise[:2000] + " fish dogs")]
+    judge = load_judge(f"nli:{folder}")
+    verdicts = judge.judge(pairs)
+    assert judge.kind == "study-t5" and judge.max_length == 256 and judge.prompt_version == PROMPT_VERSION
+    tok = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    expected = []
+    for pair in pairs:  # the study's pred_decoder_models, step by step
+        ids = tok("premise: %s hypothesis: %s" % (pair.passage[:2000], pair.perspective), truncation=True,
+                  max_length=256, return_tensors="pt").input_ids
+        start = tok("<pad>", return_tensors="pt").input_ids[:, :1]
+        with torch.no_grad():
+            logits = model(input_ids=ids, decoder_input_ids=start).logits
+        both = torch.cat((logits[:, 0, 3:4], logits[:, 0, 209:210]), dim=-1)
+        expected.append(torch.softmax(both, dim=-1)[0, 1].item())
+    assert [v.p_yes for v in verdicts] == pytest.approx(expected, abs=1e-5)
+    assert [v.label for v in verdicts] == [p > 0.5 for p in expected]
+    # the premise is cut at 2,000 characters: what lies past them changes nothing
+    assert verdicts[2].p_yes == pytest.approx(verdicts[3].p_yes, abs=1e-6)
+    # label p > threshold, strictly: at a threshold equal to a pair's P it says "no"
+    at = load_judge(f"nli:{folder}", threshold=verdicts[0].p_yes).judge(pairs[:1])[0]
+    assert at.label is False
+    # berds' earlier T5 reading stays one option away, under its own id
+    tokens = load_judge(f"nli:{folder}", scoring="tokens", entail_token="1", other_token="0")
+    assert tokens.id.endswith("|scoring=tokens") and tokens.id != judge.id
+    uncut = tokens.judge(pairs)
+    assert tokens.kind == "seq2seq" and tokens.max_length == 512
+    assert uncut[2].p_yes != pytest.approx(uncut[3].p_yes, abs=1e-6)  # (so the cut is what made them equal)
+
+
+def test_study_t5_scoring_is_refused_for_another_vocabulary(tmp_path):
+    from llm_fixtures import build_tiny_t5_nli
+
+    from berds.errors import BerdsError
+    from berds.judges.catalogue import load_judge
+    from berds.types import JudgePair
+
+    folder = build_tiny_t5_nli(tmp_path / "words")
+    assert load_judge(f"nli:{folder}").judge([JudgePair("cats", "dogs")]) and True
+    assert load_judge(f"nli:{folder}").load().kind == "seq2seq"  # auto: not T5's vocabulary
+    with pytest.raises(BerdsError, match="scoring=study-t5 reads T5's token ids 3 and 209"):
+        load_judge(f"nli:{folder}", scoring="study-t5").load()
+    with pytest.raises(BerdsError, match="unknown nli scoring"):
+        load_judge(f"nli:{folder}", scoring="t5")
