@@ -283,3 +283,73 @@ def test_study_t5_scoring_is_refused_for_another_vocabulary(tmp_path):
         load_judge(f"nli:{folder}", scoring="study-t5").load()
     with pytest.raises(BerdsError, match="unknown nli scoring"):
         load_judge(f"nli:{folder}", scoring="t5")
+
+
+# ------------------------------------------------------------------ 1. the DELPHI release
+
+DELPHI_RELEASE = Path(__file__).parent / "study_fixtures" / "controversial_questions_annotated_id_removed.tsv"
+
+
+def _quora_file(path: Path, qids, *, tsv: bool = True) -> Path:
+    """A Quora Question Pairs file in that data's layout (texts written here, one pair per two qids)."""
+    import csv
+
+    qids = list(qids) + ([99999] if len(qids) % 2 else [])
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f, delimiter="\t" if tsv else ",", quoting=csv.QUOTE_MINIMAL if tsv else csv.QUOTE_ALL)
+        w.writerow(["id", "qid1", "qid2", "question1", "question2", "is_duplicate"])
+        for i in range(0, len(qids), 2):
+            w.writerow([i // 2, qids[i], qids[i + 1], f"Question {qids[i]}, is it?", f"Question {qids[i + 1]}?", 0])
+    return path
+
+
+def test_the_delphi_release_is_read_with_the_papers_rule_and_quora_texts(tmp_path):
+    from berds.questions import read_delphi
+
+    rows = [line.split("\t") for line in DELPHI_RELEASE.read_text().splitlines()[1:]]
+    quora = _quora_file(tmp_path / "quora_duplicate_questions.tsv", [int(r[0]) for r in rows])
+    questions = read_delphi(DELPHI_RELEASE, question_texts=quora)
+    assert [q.id for q in questions] == [r[0] for r in rows]
+    assert questions[0].text == "Question 3, is it?" and questions[1].text == "Question 19?"
+    # both mean ratings >= 4 -> controversial (4.0/4.8, 4.0/4.0, 4.4/4.0 yes; 3.6/4.2, 4.33/3.67 no)
+    assert [q.extra["controversial"] for q in questions] == [r[3] == "TRUE" for r in rows]
+    assert [q.extra["release_label"] for q in questions] == [r[3] == "TRUE" for r in rows]
+    assert questions[4].extra["r1"] == pytest.approx(2.33333333333333) and questions[4].extra["r2"] == 4.0
+    hot = read_delphi(DELPHI_RELEASE, question_texts=quora, controversial_only=True)
+    assert [q.id for q in hot] == ["71", "1002", "1084", "5796"]
+    # Kaggle's train.csv layout (quoted csv) works the same
+    kaggle = _quora_file(tmp_path / "train.csv", [int(r[0]) for r in rows], tsv=False)
+    assert [q.text for q in read_delphi(DELPHI_RELEASE, question_texts=kaggle)] == [q.text for q in questions]
+
+
+def test_the_rule_decides_where_a_label_disagrees_and_errors_name_the_row(tmp_path):
+    from berds.questions import read_delphi
+
+    text = DELPHI_RELEASE.read_text().replace("31\t3.6\t4.2\tFALSE", "31\t3.6\t4.2\tTRUE")
+    edited = tmp_path / "controversial_questions_annotated_id_removed.tsv"
+    edited.write_text(text)
+    quora = _quora_file(tmp_path / "q.tsv", [3, 19, 31, 71, 251, 1002, 1084, 5796, 7076])
+    q31 = read_delphi(edited, question_texts=quora)[2]
+    assert q31.extra["controversial"] is False and q31.extra["release_label"] is True
+    with pytest.raises(InputError, match="line 4.*Quora question id 31 is not in"):
+        read_delphi(edited, question_texts=_quora_file(tmp_path / "short.tsv", [3, 19]))
+    edited.write_text(text.replace("71\t4.0\t4.8", "71\tfour\t4.8"))
+    with pytest.raises(InputError, match="line 5.*rating r1='four' is not a number"):
+        read_delphi(edited, question_texts=quora)
+
+
+def test_load_questions_delphi_finds_the_release_and_the_quora_file(tmp_path, monkeypatch):
+    from berds.questions import load_questions
+
+    monkeypatch.setenv("BERDS_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("BERDS_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("BERDS_DELPHI_QUESTIONS", raising=False)
+    (tmp_path / DELPHI_RELEASE.name).write_bytes(DELPHI_RELEASE.read_bytes())
+    with pytest.raises(InputError, match="no question text.*BERDS_DELPHI_QUESTIONS"):
+        load_questions("delphi", require_perspectives=False)
+    _quora_file(tmp_path / "quora_duplicate_questions.tsv", [3, 19, 31, 71, 251, 1002, 1084, 5796, 7076])
+    hot = load_questions("delphi-controversial", require_perspectives=False)
+    assert [q.id for q in hot] == ["71", "1002", "1084", "5796"] and {q.dataset for q in hot} == {"delphi"}
+    monkeypatch.setenv("BERDS_DELPHI_QUESTIONS", str(tmp_path / "missing.tsv"))
+    with pytest.raises(InputError, match="missing.tsv.*file not found"):
+        load_questions("delphi", require_perspectives=False)
