@@ -59,6 +59,10 @@ EVALUATOR_ADAPTER = "timchen0618/Mistral_BERDS_evaluator"  # LoRA on EVALUATOR_B
 EVALUATOR_BASE = "mistralai/Mistral-7B-Instruct-v0.2"
 
 
+# berds' split names and what `datasets` may call the same split (its file-name rule maps "dev" to "validation")
+HUB_SPLIT_NAMES = {"dev": ("dev", "validation"), "test": ("test",)}
+
+
 def hub_repo(spec: QuestionSetSpec) -> str:
     return os.environ.get(f"BERDS_HF_REPO_{spec.name.upper()}", spec.hf_repo)
 
@@ -141,28 +145,39 @@ def _hub_download(spec: QuestionSetSpec, split: str, dest: Path) -> Path:
     repo = hub_repo(spec)
     fix = (f"download it elsewhere (datasets.load_dataset({repo!r}, split={split!r}).to_json(...)) and pass the "
            f"file's path, or put it at $BERDS_DATA_DIR/{spec.name}.{split}.jsonl")
+    local = Path(repo).expanduser().is_dir()  # a copy of the dataset's repository on disk (a mirror's files)
     offline = [v for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
                if os.environ.get(v, "").lower() in ("1", "true", "yes", "on")]
-    if offline:
+    if offline and not local:
         # Checked here, not left to the hub client: it reads the variables once, at import time.
         raise BerdsError(f"{spec.name} ({split}) is not available locally and {offline[0]} is set — {fix}")
     datasets = require("datasets", extra="hub", purpose=f"downloading the BERDS {spec.name} set")
-    try:  # one request with a short timeout first: the loader retries an unreachable hub for half a minute
-        import huggingface_hub
+    if not local:
+        try:  # one request with a short timeout first: the loader retries an unreachable hub for half a minute
+            import huggingface_hub
 
-        huggingface_hub.dataset_info(repo, timeout=10)
-    except ImportError:
-        pass
-    except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise BerdsError(f"could not reach the Hugging Face dataset {repo} for {spec.name} ({split}): {first} — "
-                         f"{fix}") from None
-    try:
-        rows = datasets.load_dataset(repo, split=split)
-    except Exception as exc:  # the hub client raises many kinds; all mean "not reachable / not there"
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        raise BerdsError(f"could not load {spec.name} ({split}) from the Hugging Face dataset {repo}: "
-                         f"{type(exc).__name__}: {first} — {fix}") from None
+            huggingface_hub.dataset_info(repo, timeout=10)
+        except ImportError:
+            pass
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise BerdsError(f"could not reach the Hugging Face dataset {repo} for {spec.name} ({split}): {first} — "
+                             f"{fix}") from None
+    # The study's hub repositories store {name}.dev.jsonl / {name}.test.jsonl with no split config, and
+    # `datasets` names a file with "dev" in it "validation": berds' "dev" is read under either name.
+    names = [split] + [other for other in HUB_SPLIT_NAMES.get(split, ()) if other != split]
+    rows = None
+    for i, name in enumerate(names):
+        try:
+            rows = datasets.load_dataset(str(Path(repo).expanduser()) if local else repo, split=name)
+            break
+        except Exception as exc:  # the hub client raises many kinds; all mean "not reachable / not there"
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            if i + 1 < len(names) and "split" in first.lower():  # (an unknown split name: try the next spelling)
+                continue
+            tried = " or ".join(repr(n) for n in names)
+            raise BerdsError(f"could not load {spec.name} ({split}, split {tried}) from the Hugging Face dataset "
+                             f"{repo}: {type(exc).__name__}: {first} — {fix}") from None
     dest.parent.mkdir(parents=True, exist_ok=True)
     from berds.io import write_jsonl
 

@@ -353,3 +353,30 @@ def test_load_questions_delphi_finds_the_release_and_the_quora_file(tmp_path, mo
     monkeypatch.setenv("BERDS_DELPHI_QUESTIONS", str(tmp_path / "missing.tsv"))
     with pytest.raises(InputError, match="missing.tsv.*file not found"):
         load_questions("delphi", require_perspectives=False)
+
+
+# ------------------------------------------------------------------ 6. the hub's split names
+
+def test_a_question_set_in_the_hubs_layout_loads_under_dev_and_test(tmp_path, monkeypatch):
+    pytest.importorskip("datasets")
+    from berds.questions import load_questions
+
+    repo = tmp_path / "Kialo"  # the study's hub repository as it stores the set: {name}.{split}.jsonl, no config
+    repo.mkdir()
+    for split, n in (("dev", 2), ("test", 3)):
+        _write_jsonl(repo / f"kialo.{split}.jsonl", [
+            {"question": f"{split} question {i}?", "perspectives": [f"yes {i}", f"no {i}"]} for i in range(n)])
+    for var, sub in (("BERDS_HOME", "home"), ("HF_HOME", "hf"), ("HF_DATASETS_CACHE", "hf-datasets")):
+        monkeypatch.setenv(var, str(tmp_path / sub))
+    monkeypatch.delenv("BERDS_DATA_DIR", raising=False)
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")  # a local copy loads offline too
+    monkeypatch.setenv("BERDS_HF_REPO_KIALO", str(repo))
+    import datasets
+
+    with pytest.raises(Exception, match="Unknown split"):  # what `--split dev` met before: datasets says validation
+        datasets.load_dataset(str(repo), split="dev")
+    dev = load_questions("kialo", "dev")
+    assert [q.text for q in dev] == ["dev question 0?", "dev question 1?"]
+    assert [q.id for q in dev] == ["kialo-dev-0", "kialo-dev-1"] and dev[0].perspectives == ("yes 0", "no 0")
+    assert [q.id for q in load_questions("kialo", "test")] == ["kialo-test-0", "kialo-test-1", "kialo-test-2"]
+    assert (tmp_path / "home" / "benchmarks" / "kialo.dev.jsonl").is_file()  # written once into the cache
