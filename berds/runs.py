@@ -71,21 +71,50 @@ def fields_intact(text: str, lines: int, fields: int) -> bool:
     return len(tokens) == lines * fields and sum(map(len, tokens)) + lines * fields == len(text)
 
 
+def trec_scores(scores: Sequence[float]) -> list[float]:
+    """Scores for one question's TREC lines, strictly decreasing in run order, so that every TREC tool reads
+    the run in that order (trec_eval sorts ties by docid, ranx reorders ties in lists of 16 or more itself).
+    Distinct scores stay as they are; each run of tied scores is spread evenly below its value, above the next
+    lower score (1 below for a tie at the bottom). A list whose scores rise somewhere, are not finite, or are
+    too close to spread in float precision gets ``n - position`` instead. The original scores stay in
+    ``run.ctxs.jsonl``."""
+    values = [float(x) for x in scores]
+    n = len(values)
+    if all(math.isfinite(x) for x in values) and all(values[i] >= values[i + 1] for i in range(n - 1)):
+        out = list(values)
+        i = 0
+        while i < n:
+            j = i + 1
+            while j < n and values[j] == values[i]:
+                j += 1
+            if j - i > 1:
+                top = values[i]
+                gap = (top - values[j]) if j < n else 1.0
+                for m in range(i + 1, j):
+                    out[m] = top - gap * (m - i) / (j - i)
+            i = j
+        if all(out[i] > out[i + 1] for i in range(n - 1)) and all(math.isfinite(x) for x in out):
+            return out
+    return [float(n - i) for i in range(n)]
+
+
 def write_trec(run: Run, path: str | Path, tag: str | None = None) -> None:
     """TREC run file: hits in run order with tied scores ordered docid-descending
-    (``order_ties_like_trec_eval``), rank = position from 1. A docid repeated within a question (a merge
-    that keeps duplicates) is written once, at its first position: TREC tools hold one score per docid."""
+    (``order_ties_like_trec_eval``), rank = position from 1, scores made strictly decreasing in that order
+    (``trec_scores``: trec_eval/ir_measures and ranx then read the same ranking at any depth; the original
+    scores are those of ``run.ctxs.jsonl``). A docid repeated within a question (a merge that keeps
+    duplicates) is written once, at its first position: TREC tools hold one score per docid."""
     tag = re.sub(r"\s", "_", tag or run.name or "berds")
     lines = []
     for qid, hits in run.hits.items():
         seen: set[str] = set()
-        rank = 0
+        firsts = []
         for hit in order_ties_like_trec_eval(hits):
-            if hit.passage.id in seen:
-                continue
-            seen.add(hit.passage.id)
-            rank += 1
-            lines.append(f"{qid} Q0 {hit.passage.id} {rank} {_score(hit.score)} {tag}\n")
+            if hit.passage.id not in seen:
+                seen.add(hit.passage.id)
+                firsts.append(hit)
+        for rank, (hit, score) in enumerate(zip(firsts, trec_scores([h.score for h in firsts])), start=1):
+            lines.append(f"{qid} Q0 {hit.passage.id} {rank} {_score(score)} {tag}\n")
     text = "".join(lines)
     if not fields_intact(text, len(lines), 6):  # an id holding whitespace would shift the fields after it
         qid, docid = next((q, h.passage.id) for q, hs in run.hits.items() for h in hs

@@ -380,3 +380,51 @@ def test_a_question_set_in_the_hubs_layout_loads_under_dev_and_test(tmp_path, mo
     assert [q.id for q in dev] == ["kialo-dev-0", "kialo-dev-1"] and dev[0].perspectives == ("yes 0", "no 0")
     assert [q.id for q in load_questions("kialo", "test")] == ["kialo-test-0", "kialo-test-1", "kialo-test-2"]
     assert (tmp_path / "home" / "benchmarks" / "kialo.dev.jsonl").is_file()  # written once into the cache
+
+
+# ------------------------------------------------------------------ 7. ties every TREC tool reads alike
+
+@pytest.mark.slow  # (ranx compiles its metrics with numba: ~10 s the first time in a process)
+def test_a_tied_run_100_deep_reads_the_same_in_trec_eval_ranx_and_berds(tmp_path):
+    import random
+
+    import ir_measures
+    import ranx
+    from ir_measures import P, nDCG
+
+    from berds.runs import load_run, read_trec, save_run
+    from berds.types import Hit, Passage, Question, Run
+
+    rng = random.Random(32)
+    questions, lists, qrels = [], [], {}
+    for q in range(12):
+        docs = [f"d{rng.randrange(10**6):06d}" for _ in range(100)]
+        docs = list(dict.fromkeys(docs))[:100]
+        # blocks of 20 tied scores (the case ranx reorders itself past 16), a few distinct scores between
+        scores = [float(10 - i // 20) if i % 7 else 10.5 - i / 10 for i in range(len(docs))]
+        scores.sort(reverse=True)
+        lists.append([Hit(Passage(d, d), s) for d, s in zip(docs, scores)])
+        questions.append(Question(f"q{q}", "?", ("p",)))
+        qrels[f"q{q}"] = {d: 1 for d in rng.sample(docs, 15)}
+    folder = save_run(Run.from_lists(questions, lists, name="tied100"), tmp_path / "run")
+    trec = folder / "run.trec"
+    berds_order = {qid: [h.passage.id for h in hits] for qid, hits in load_run(folder).hits.items()}
+    assert {q: [d for d, _ in v] for q, v in read_trec(trec).items()} == berds_order
+    for qid, ranked in read_trec(trec).items():
+        assert all(a[1] > b[1] for a, b in zip(ranked, ranked[1:])), qid  # strictly decreasing
+    # the original scores stay in run.ctxs.jsonl
+    assert {float(c["score"]) for line in (folder / "run.ctxs.jsonl").read_text().splitlines()
+            for c in json.loads(line)["ctxs"]} <= {h.score for hits in lists for h in hits}
+    measures = [m @ k for m in (P, nDCG) for k in (5, 10, 20, 50, 100)]
+    by_ir = {(m, r.query_id): r.value for r in ir_measures.iter_calc(measures, qrels, ir_measures.read_trec_run(str(trec)))
+             for m in [r.measure]}
+    names = [f"{'precision' if m.NAME == 'P' else 'ndcg'}@{m['cutoff']}" for m in measures]
+    rx_run = ranx.Run.from_file(str(trec), kind="trec")
+    ranx.evaluate(ranx.Qrels(qrels), rx_run, names, return_mean=False)
+    disagree = [(m, q) for m, name in zip(measures, names) for q in qrels
+                if by_ir[(m, q)] != pytest.approx(rx_run.scores[name][q], abs=1e-9)]
+    assert disagree == []
+    # and berds' own Precision@k counts the same relevant passages in the same top k
+    for q, order in berds_order.items():
+        for k in (5, 10, 20, 50, 100):
+            assert by_ir[(P @ k, q)] == pytest.approx(sum(d in qrels[q] for d in order[:k]) / k)
