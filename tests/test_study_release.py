@@ -428,3 +428,68 @@ def test_a_tied_run_100_deep_reads_the_same_in_trec_eval_ranx_and_berds(tmp_path
     for q, order in berds_order.items():
         for k in (5, 10, 20, 50, 100):
             assert by_ir[(P @ k, q)] == pytest.approx(sum(d in qrels[q] for d in order[:k]) / k)
+
+
+# ------------------------------------------------------------------ 9. repeated passages beside Precision
+
+def _repeating_runs(tmp_path: Path):
+    """A base run and an expansion-style run of the same two questions whose top 4 repeat passages (as the
+    study's keep-duplicates merge leaves them), saved as run folders."""
+    from berds.runs import save_run
+    from berds.types import Hit, Passage, Question, Run
+
+    cats, dogs, fish, birds = (Passage("cats", "cats are great pets"), Passage("dogs", "dogs are loyal pets"),
+                               Passage("fish", "fish need clean water"), Passage("birds", "birds sing"))
+    qs = [Question("q1", "Best pet?", ("cats are great pets", "dogs are loyal pets")),
+          Question("q2", "Fish?", ("fish need clean water", "birds sing"))]
+
+    def run(name, lists):
+        return save_run(Run.from_lists(qs, [[Hit(p, 9.0 - i) for i, p in enumerate(ps)] for ps in lists], name=name),
+                        tmp_path / name)
+
+    base = run("base", [[cats, dogs, fish, birds], [fish, cats, birds, dogs]])
+    # q1: cats, cats, dogs, cats -> 2 repeats in the top 4, Precision@4 4/4 as counted, 2/4 once
+    # q2: fish, fish, birds, birds -> 2 repeats, 4/4 and 2/4
+    expanded = run("expanded", [[cats, cats, dogs, cats, fish], [fish, fish, birds, birds, dogs]])
+    return base, expanded
+
+
+def test_eval_reports_repeated_slots_and_precision_once(tmp_path):
+    from judges_for_tests import OverlapJudge
+
+    from berds.evaluate.evaluation import evaluate_paths, repeats_table
+
+    base, expanded = _repeating_runs(tmp_path)
+    results = evaluate_paths([base, expanded], OverlapJudge(threshold=0.7), (2, 4), cache_path=tmp_path / "c.sqlite",
+                             progress=False)
+    plain, kept = results[0][1], results[1][1]
+    assert plain.repeats == {} and "repeats" not in plain.to_json()
+    assert kept.averages["all"]["precision@4"] == 1.0
+    assert kept.repeats["q1"] == {"repeats@2": 1.0, "precision_once@2": 0.5, "repeats@4": 2.0, "precision_once@4": 0.5}
+    written = kept.to_json()["repeats"]
+    assert written["averages"]["all"]["precision_once@4"] == 0.5 and written["averages"]["all"]["repeats@4"] == 2.0
+    from rich.console import Console
+
+    console = Console(width=80, record=True)
+    console.print(repeats_table([plain, kept]))
+    text = console.export_text()
+    assert "expanded" in text and "4 of 8" in text and "100.0" in text and "50.0" in text and "base" not in text
+
+
+def test_cli_eval_and_compare_say_how_many_slots_repeat(tmp_path):
+    from typer.testing import CliRunner
+
+    from berds.cli import app
+
+    base, expanded = _repeating_runs(tmp_path)
+    runner = CliRunner()
+    args = ["--judge", "judges_for_tests:OverlapJudge", "--cache", str(tmp_path / "c.sqlite"), "--k", "4", "-q"]
+    ev = runner.invoke(app, ["eval", str(expanded), *args, "--out", str(tmp_path / "m")])
+    assert ev.exit_code == 0, ev.output
+    assert "Repeated passages" in ev.output and "4 of 8" in ev.output
+    written = json.loads((tmp_path / "m" / "metrics.json").read_text())
+    assert written["repeats"]["averages"]["all"]["precision_once@4"] == 0.5
+    cmp = runner.invoke(app, ["compare", str(base), str(expanded), *args[:-1], "--resamples", "100"])
+    assert cmp.exit_code == 0, cmp.output
+    assert "4 of 8 top-4 slots repeat a passage ranked above; Precision@4 100.0, with each passage counted once 50.0" \
+        in " ".join(cmp.output.split())

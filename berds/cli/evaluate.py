@@ -106,6 +106,7 @@ def eval_command(
     results = evaluate_paths(runs, judge, eval_options, judge_options=options, check_run=check_run)
     console = Console()
     console.print(metrics_table([r for _, r, _ in results]))
+    _print_repeats(console, [r for _, r, _ in results])
     for path, result, files in results:
         s = result.stats
         console.print(
@@ -133,6 +134,16 @@ def eval_command(
         check_unparsed([r for _, r, _ in results], written=" (the table above is flagged; metrics were written)")
 
 
+def _print_repeats(console, results) -> None:
+    """Under the metrics: how many top-k slots repeat a passage, and Precision with each passage once (runs
+    that repeat passages only: an expansion run merged with duplicates kept, as the study's)."""
+    from berds.evaluate.evaluation import repeats_table
+
+    table = repeats_table(results)
+    if table is not None:
+        console.print(table)
+
+
 def _eval_from_predictions(path: Path, ks: tuple[int, ...], *, allow_short: bool, out: Optional[Path],
                            duplicates: str) -> None:
     from rich.console import Console
@@ -147,6 +158,7 @@ def _eval_from_predictions(path: Path, ks: tuple[int, ...], *, allow_short: bool
     write_json(target / "metrics.json", result.to_json())
     console = Console()
     console.print(metrics_table([result], title="BERDS metrics from stored predictions"))
+    _print_repeats(console, [result])
     console.print(f"{path}: {result.stats.pairs} stored predictions → {target / 'metrics.json'}", highlight=False)
 
 
