@@ -493,3 +493,55 @@ def test_cli_eval_and_compare_say_how_many_slots_repeat(tmp_path):
     assert cmp.exit_code == 0, cmp.output
     assert "4 of 8 top-4 slots repeat a passage ranked above; Precision@4 100.0, with each passage counted once 50.0" \
         in " ".join(cmp.output.split())
+
+
+# ------------------------------------------------------------------ 8. pooled qrels for alpha-nDCG / ERR-IA
+
+def test_runs_evaluated_together_are_measured_against_their_pooled_judgements(tmp_path):
+    pytest.importorskip("pyndeval")
+    from typer.testing import CliRunner
+
+    from berds.cli import app
+    from berds.evaluate.qrels import compute_measures, pool_qrels, read_judgements
+    from berds.runs import save_run
+    from berds.types import Hit, Passage, Question, Run
+
+    ps = {n: Passage(n, t) for n, t in [("a", "cats are great pets"), ("b", "cats are great pets indeed"),
+                                        ("c", "dogs are loyal pets"), ("x", "rain falls"), ("y", "snow falls"),
+                                        ("z", "wind blows")]}
+    qs = [Question("q1", "Best pet?", ("cats are great pets", "dogs are loyal pets"))]
+
+    def run(name, ids):
+        return save_run(Run.from_lists(qs, [[Hit(ps[i], 9.0 - j) for j, i in enumerate(ids)]], name=name),
+                        tmp_path / name)
+
+    # "found" retrieves all three supporting passages; "fewer" only one, so its own ideal ranking is smaller
+    found, fewer = run("found", ["x", "a", "b", "c"]), run("fewer", ["a", "x", "y", "z"])
+    runner = CliRunner()
+    common = ["--judge", "judges_for_tests:OverlapJudge", "--cache", str(tmp_path / "c.sqlite"), "--k", "4", "-q",
+              "--measure", "alpha_nDCG@4"]
+    pooled = runner.invoke(app, ["eval", str(found), str(fewer), *common, "--out", str(tmp_path / "pooled")])
+    assert pooled.exit_code == 0, pooled.output
+    assert "judgements of all 2 runs pooled" in " ".join(pooled.output.split())
+    single = runner.invoke(app, ["eval", str(found), str(fewer), *common, "--qrels-pool", "single",
+                                 "--out", str(tmp_path / "single")])
+    assert single.exit_code == 0, single.output
+
+    def measured(out, name):
+        [metrics] = (tmp_path / out).glob(f"{name}*/metrics.json")  # (eval --out gives each run a sub-folder)
+        return json.loads(metrics.read_text())["ir_measures"]
+
+    rows = {name: read_judgements(next((tmp_path / "pooled").rglob(f"{name}*/judgements.jsonl"))) for name in
+            ("found", "fewer")}
+    pool = pool_qrels(r[0] for r in rows.values())
+    for name, (own, ranking) in rows.items():
+        by_pool = compute_measures(["alpha_nDCG@4"], pool, ranking)[0]["alpha_nDCG@4"]
+        by_own = compute_measures(["alpha_nDCG@4"], own, ranking)[0]["alpha_nDCG@4"]
+        assert measured("pooled", name)["mean"]["alpha_nDCG@4"] == pytest.approx(by_pool)
+        assert measured("pooled", name)["qrels"] == "runs"
+        assert measured("single", name)["mean"]["alpha_nDCG@4"] == pytest.approx(by_own)
+        assert measured("single", name)["qrels"] == "single"
+    # the run that found fewer supporting passages looked better against its own smaller ideal
+    assert measured("single", "fewer")["mean"]["alpha_nDCG@4"] > measured("pooled", "fewer")["mean"]["alpha_nDCG@4"]
+    assert measured("single", "found")["mean"]["alpha_nDCG@4"] == pytest.approx(
+        measured("pooled", "found")["mean"]["alpha_nDCG@4"])  # (its own judgements are the whole pool)

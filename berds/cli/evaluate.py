@@ -45,6 +45,7 @@ def eval_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
     measure: List[str] = typer.Option([], "--measure", help="Also compute an ir_measures diversity measure over the judgements as qrels (alpha_nDCG@10, ERR_IA@10, StRecall@10; repeatable)."),
     qrels: Optional[Path] = typer.Option(None, "--qrels", help="Write the judgements as TREC diversity qrels (qid subtopic docid rel); a folder when several runs."),
+    qrels_pool: str = typer.Option("runs", "--qrels-pool", help="Qrels of --measure when several runs are evaluated: runs (their judgements pooled, TREC pooling: every run gets the same ideal ranking) | single (each run's own judgements)."),
 ) -> None:
     """Judge retrieval runs against their gold perspectives and report MRecall@k / Precision@k."""
     from rich.console import Console
@@ -68,6 +69,8 @@ def eval_command(
 
     judge = require_judge(judge)
     options = parse_options(judge_option)
+    if qrels_pool not in ("runs", "single"):
+        raise BerdsError(f"--qrels-pool must be runs or single, got {qrels_pool!r}")
     if measure:
         from berds.evaluate.qrels import check_measures
 
@@ -119,13 +122,18 @@ def eval_command(
             highlight=False,
         )
     if measure or qrels is not None:
-        from berds.evaluate.qrels import add_measures_to_outputs, measures_table
+        from berds.evaluate.qrels import add_measures_to_outputs, measures_table, pool_qrels, read_judgements
 
+        # several runs, one judge: measured against their judgements pooled (each run gets the same ideal ranking)
+        pool = qrels_pool if len(results) > 1 else "single"
+        pooled = (pool_qrels(read_judgements(files["judgements"])[0] for _, _, files in results)
+                  if measure and pool == "runs" else None)
         rows = [(result.run_name or path.name, result.averages,
-                 add_measures_to_outputs(files, measure, qrels_files[i] if qrels_files else None))
+                 add_measures_to_outputs(files, measure, qrels_files[i] if qrels_files else None, pooled=pooled,
+                                         pool=pool))
                 for i, (path, result, files) in enumerate(results)]
         if measure:
-            console.print(measures_table(rows))
+            console.print(measures_table(rows, pool=pool))
         if qrels is not None:
             console.print(f"qrels (qid subtopic docid rel) → {qrels}", highlight=False)
     if not allow_unparsed:
