@@ -545,3 +545,39 @@ def test_runs_evaluated_together_are_measured_against_their_pooled_judgements(tm
     assert measured("single", "fewer")["mean"]["alpha_nDCG@4"] > measured("pooled", "fewer")["mean"]["alpha_nDCG@4"]
     assert measured("single", "found")["mean"]["alpha_nDCG@4"] == pytest.approx(
         measured("pooled", "found")["mean"]["alpha_nDCG@4"])  # (its own judgements are the whole pool)
+
+
+# ------------------------------------------------------------------ 10. study details: Sim1 presets, DebateQA, Table 1
+
+def test_sim1_constant_presets_are_the_studys_and_divide_a_zero_topped_question():
+    import numpy as np
+
+    from berds.errors import BerdsError
+    from berds.rerank.mmr import SIM1_CONSTANT_PRESETS, mmr_rerank, parse_sim1_constant
+    from berds.types import Hit, Passage, Question, Run
+
+    # the study's MMR code: {'wiki': {bm25 63.5, dpr 100.6, contriever 2.20}, 'sphere': {99.9, 243.9, 2.55},
+    # 'google_api': {bm25 181.5, contriever 2.52}}
+    assert SIM1_CONSTANT_PRESETS == {
+        ("bm25", "wikipedia"): 63.5, ("dpr", "wikipedia"): 100.6, ("contriever", "wikipedia"): 2.20,
+        ("bm25", "sphere"): 99.9, ("dpr", "sphere"): 243.9, ("contriever", "sphere"): 2.55,
+        ("bm25", "google-search"): 181.5, ("contriever", "google-search"): 2.52}
+    assert parse_sim1_constant("bm25-wiki") == 63.5 and parse_sim1_constant("contriever-google_api") == 2.52
+    assert parse_sim1_constant("dpr-sphere") == 243.9 and parse_sim1_constant("7.5") == 7.5
+    for bad in ("dpr-google-search", "bm25", "-3"):
+        with pytest.raises(BerdsError, match="sim1-constant"):
+            parse_sim1_constant(bad)
+
+    class Encoder:  # fixed 2-d embeddings by text
+        name = "fixed"
+        table = {"a": [1.0, 0.0], "b": [0.0, 1.0], "c": [0.9, 0.1]}
+
+        def encode(self, texts, **_):
+            return np.asarray([self.table[t] for t in texts], dtype=np.float32)
+
+    q = Question("q", "Q?", ("x",))
+    run = Run.from_lists([q], [[Hit(Passage(t, t), s) for t, s in (("a", 0.0), ("b", -20.0), ("c", -1.0))]])
+    reranked, _ = mmr_rerank(run, lam=0.9, encoder=Encoder(), sim1_constant=parse_sim1_constant("contriever-sphere"))
+    assert reranked.manifest["rerank"]["sim1_constant"] == 2.55
+    # Sim1 = score / 2.55: b -7.84, c -0.39; after a, c: .9*-.39 - .1*.99 = -.45 > b: .9*-7.84 - 0 -> a, c, b
+    assert [h.passage.id for h in reranked.hits["q"]] == ["a", "c", "b"]
