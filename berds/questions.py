@@ -104,6 +104,9 @@ def parse_question(rec: dict[str, Any], *, path: Path | str, line: int, dataset:
     if not isinstance(text, str) or not text.strip():
         raise InputError("record has no 'question' text", path=path, line=line, record=str(qid))
     persp = rec.get("perspectives")
+    extra: dict[str, Any] = {}
+    if persp is None and "partial_answers" in rec:  # a DebateQA record (its dataset/{test,dev}.jsonl)
+        persp, extra = debateqa_perspectives(rec["partial_answers"], path=path, line=line, record=str(qid))
     if persp is None and not require_perspectives:
         persp = []
     if persp is None:
@@ -115,9 +118,30 @@ def parse_question(rec: dict[str, Any], *, path: Path | str, line: int, dataset:
         raise InputError("'perspectives' must be a non-empty list of strings", path=path, line=line, record=str(qid),
                          fix=None if persp else NO_GOLD_FIX)
     try:
-        return Question(str(qid), text, tuple(persp), dataset=str(rec.get("dataset", dataset) or dataset))
+        return Question(str(qid), text, tuple(persp), dataset=str(rec.get("dataset", dataset) or dataset),
+                        **({"extra": extra} if extra else {}))
     except ValueError as exc:
         raise InputError(str(exc), path=path, line=line, record=str(qid)) from None
+
+
+def debateqa_perspectives(partial_answers: Any, *, path: Path | str, line: int, record: str
+                          ) -> tuple[list[str], dict[str, Any]]:
+    """DebateQA's partial answers (``[{"point_of_view", "explanation"}]``) -> gold perspectives: each partial
+    answer's text as DebateQA's P.D. scores it, ``f"{point_of_view}. {explanation}"`` (its eval_PD script; the
+    paper's PA = concat(POV, Explan)); ``extra["points_of_view"]`` keeps the POVs alone."""
+    if not isinstance(partial_answers, list) or not partial_answers:
+        raise InputError("'partial_answers' must be a non-empty list of {\"point_of_view\", \"explanation\"}",
+                         path=path, line=line, record=record)
+    texts, povs = [], []
+    for i, pa in enumerate(partial_answers):
+        pov = pa.get("point_of_view") if isinstance(pa, dict) else None
+        explanation = pa.get("explanation") if isinstance(pa, dict) else None
+        if not isinstance(pov, str) or not pov.strip() or not isinstance(explanation, str):
+            raise InputError(f"partial_answers[{i}] needs a 'point_of_view' string and an 'explanation' string",
+                             path=path, line=line, record=record)
+        texts.append(f"{pov}. {explanation}")
+        povs.append(pov)
+    return texts, {"points_of_view": povs}
 
 
 def read_questions(path: str | Path, *, dataset: str = "", require_perspectives: bool = True) -> list[Question]:
@@ -201,12 +225,14 @@ def resolve_questions_path(source: str, split: str = "test") -> Path:
         return path if path.is_file() else DEMO_DIR / "questions.jsonl"
     if source in DELPHI_SETS:
         return resolve_delphi_path(split)
+    if source == "debateqa":
+        return resolve_debateqa_path(split)
     if source not in BERDS_SETS:
         if path.is_dir():
             raise InputError("is a folder, expected a questions .jsonl file", path=source)
         if any(ch in source for ch in "/\\."):
             raise InputError("file not found", path=source, fix="pass an existing questions jsonl or a set name")
-        raise UnknownNameError("question set", source, list(BERDS_SETS) + list(DELPHI_SETS) + ["demo"])
+        raise UnknownNameError("question set", source, list(BERDS_SETS) + list(DELPHI_SETS) + ["demo", "debateqa"])
     candidates = []
     if os.environ.get("BERDS_DATA_DIR"):
         candidates.append(Path(os.environ["BERDS_DATA_DIR"]) / f"{source}.{split}.jsonl")
@@ -238,7 +264,7 @@ def load_questions(source: str | Path, split: str = "test", *, limit: int | None
         if require_perspectives:
             require_gold(questions, source=str(path))
     else:
-        dataset = source if (source in BERDS_SETS or source == "demo") else ""
+        dataset = source if (source in BERDS_SETS or source in ("demo", "debateqa")) else ""
         questions = read_questions(path, dataset=dataset, require_perspectives=require_perspectives)
     return questions[:limit] if limit else questions
 
@@ -464,6 +490,19 @@ def read_delphi(path: str | Path, *, controversial_only: bool = False, dataset: 
     if not out:
         raise InputError("holds no " + ("controversial " if controversial_only else "") + "questions", path=path)
     return out
+
+
+def resolve_debateqa_path(split: str = "test") -> Path:
+    """DebateQA (Xu et al.): ``$BERDS_DATA_DIR/debateqa.{split}.jsonl``, else ``$BERDS_DATA_DIR/debateqa/{split}.jsonl``
+    (its repository's ``dataset/`` folder copied as it is: test.jsonl, 1,000 questions; dev.jsonl, 1,941)."""
+    data_dir = os.environ.get("BERDS_DATA_DIR")
+    candidates = ([Path(data_dir) / f"debateqa.{split}.jsonl", Path(data_dir) / "debateqa" / f"{split}.jsonl"]
+                  if data_dir else [])
+    for c in candidates:
+        if c.is_file():
+            return c
+    raise BerdsError(f"DebateQA ({split}) is not available locally — put its {split}.jsonl (the dataset/ folder of "
+                     f"github.com/pillowsofwind/DebateQA) at $BERDS_DATA_DIR/debateqa.{split}.jsonl, or pass its path")
 
 
 def resolve_delphi_path(split: str = "test") -> Path:

@@ -581,3 +581,41 @@ def test_sim1_constant_presets_are_the_studys_and_divide_a_zero_topped_question(
     assert reranked.manifest["rerank"]["sim1_constant"] == 2.55
     # Sim1 = score / 2.55: b -7.84, c -0.39; after a, c: .9*-.39 - .1*.99 = -.45 > b: .9*-7.84 - 0 -> a, c, b
     assert [h.passage.id for h in reranked.hits["q"]] == ["a", "c", "b"]
+
+
+def _debateqa_rows():
+    """Two records in DebateQA's dataset/{test,dev}.jsonl shape (its eval scripts read id, question and
+    partial_answers: [{point_of_view, explanation}]); the first is the paper's Table 1 example, shortened."""
+    return [
+        {"id": 0, "question": "Does birth order influence personality traits?", "partial_answers": [
+            {"point_of_view": "Birth order does not have a meaningful and lasting effect on broad Big Five "
+                              "personality traits", "explanation": "The influence of birth order ..."},
+            {"point_of_view": "Firstborns score higher on intelligence and intellect",
+             "explanation": "Yes, birth order does influence ..."}]},
+        {"id": 1, "question": "Is remote work better than office work?", "partial_answers": [
+            {"point_of_view": "Remote work raises productivity", "explanation": "Studies of ..."},
+            {"point_of_view": "Offices foster collaboration", "explanation": "Teams that ..."},
+            {"point_of_view": "It depends on the job", "explanation": ""}]},
+    ]
+
+
+def test_debateqa_questions_load_with_their_partial_answers(tmp_path, monkeypatch):
+    from berds.errors import BerdsError
+    from berds.questions import load_questions
+
+    monkeypatch.setenv("BERDS_DATA_DIR", str(tmp_path))
+    with pytest.raises(BerdsError, match="DebateQA \\(test\\) is not available locally"):
+        load_questions("debateqa")
+    (tmp_path / "debateqa").mkdir()
+    _write_jsonl(tmp_path / "debateqa" / "test.jsonl", _debateqa_rows())  # the repository's dataset/ folder
+    questions = load_questions("debateqa")
+    assert [q.id for q in questions] == ["0", "1"] and {q.dataset for q in questions} == {"debateqa"}
+    # each partial answer as DebateQA's P.D. scores it: f"{point_of_view}. {explanation}"
+    assert questions[0].perspectives[1] == "Firstborns score higher on intelligence and intellect. Yes, birth order does influence ..."
+    assert questions[1].extra["points_of_view"] == ["Remote work raises productivity", "Offices foster collaboration",
+                                                    "It depends on the job"]
+    _write_jsonl(tmp_path / "debateqa.dev.jsonl", _debateqa_rows()[:1])
+    assert len(load_questions("debateqa", "dev")) == 1
+    bad = _write_jsonl(tmp_path / "bad.jsonl", [{"id": 2, "question": "Q?", "partial_answers": [{"explanation": "x"}]}])
+    with pytest.raises(InputError, match="line 1.*partial_answers\\[0\\] needs a 'point_of_view'"):
+        load_questions(str(bad))
