@@ -560,3 +560,59 @@ def download_delphi(url: str, dest: Path) -> Path:
     with atomic_write(dest, "wb", encoding=None) as out:
         out.write(response.content)
     return dest
+
+
+# ------------------------------------------------------------------------------------ Table 1 statistics
+
+STAT_TOKENIZERS = ("nltk", "nltk-line")
+
+
+def word_counter(tokenizer: str = "nltk") -> Any:
+    """Words of a perspective as the study's Table 1 counts them: NLTK's ``word_tokenize`` (``nltk``: it
+    splits sentences first with NLTK's English punkt model, data one installs once with
+    ``python -m nltk.downloader punkt_tab``), or ``nltk-line``: the same word tokenizer on the whole text as
+    one sentence (no data needed; a full stop inside a perspective of several sentences stays on its word)."""
+    if tokenizer not in STAT_TOKENIZERS:
+        raise BerdsError(f"unknown tokenizer {tokenizer!r}; use one of {', '.join(STAT_TOKENIZERS)}")
+    from berds.lazy import require
+
+    nltk_tokenize = require("nltk.tokenize", extra="analysis", purpose="Table 1's word counts (NLTK word_tokenize)")
+    if tokenizer == "nltk":
+        import nltk
+
+        try:
+            nltk.data.find("tokenizers/punkt_tab/english/")
+        except LookupError:
+            raise BerdsError("NLTK's word_tokenize needs its punkt_tab data, which is not installed — run "
+                             "`python -m nltk.downloader punkt_tab` once, or pass --tokenizer nltk-line (the same "
+                             "word tokenizer, each perspective as one sentence)") from None
+        return lambda text: len(nltk_tokenize.word_tokenize(text))
+    return lambda text: len(nltk_tokenize.word_tokenize(text, preserve_line=True))
+
+
+def question_set_statistics(sets: dict[str, dict[str, list[Question]]], *, tokenizer: str = "nltk"
+                            ) -> list[dict[str, Any]]:
+    """Table 1 of the study for ``{set name: {split: questions}}``: per set and over all, the number of
+    questions (and per split), ``perspectives``: the mean number of perspectives per question, and ``words``:
+    the mean number of words per perspective (``word_counter``); "all" weighs every question and every
+    perspective alike (the study's All row: 2.28 and 13.84 from its three sets)."""
+    count = word_counter(tokenizer)
+    rows: list[dict[str, Any]] = []
+    all_q = all_p = all_w = 0
+    all_splits: dict[str, int] = {}
+    for name, splits in sets.items():
+        questions = [q for qs in splits.values() for q in qs]
+        if not questions:
+            raise BerdsError(f"{name}: no questions to count")
+        perspectives = [p for q in questions for p in q.perspectives]
+        words = sum(count(p) for p in perspectives)
+        rows.append({"set": name, "questions": len(questions), "splits": {s: len(qs) for s, qs in splits.items()},
+                     "perspectives": len(perspectives) / len(questions),
+                     "words": words / len(perspectives) if perspectives else 0.0})
+        all_q, all_p, all_w = all_q + len(questions), all_p + len(perspectives), all_w + words
+        for s, qs in splits.items():
+            all_splits[s] = all_splits.get(s, 0) + len(qs)
+    if len(rows) > 1:
+        rows.append({"set": "all", "questions": all_q, "splits": all_splits, "perspectives": all_p / all_q,
+                     "words": all_w / all_p if all_p else 0.0})
+    return rows

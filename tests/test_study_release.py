@@ -619,3 +619,43 @@ def test_debateqa_questions_load_with_their_partial_answers(tmp_path, monkeypatc
     bad = _write_jsonl(tmp_path / "bad.jsonl", [{"id": 2, "question": "Q?", "partial_answers": [{"explanation": "x"}]}])
     with pytest.raises(InputError, match="line 1.*partial_answers\\[0\\] needs a 'point_of_view'"):
         load_questions(str(bad))
+
+
+def test_table_1_statistics_of_question_sets(tmp_path, monkeypatch):
+    pytest.importorskip("nltk")
+    from typer.testing import CliRunner
+
+    from berds.cli import app
+    from berds.errors import BerdsError
+    from berds.questions import load_questions, question_set_statistics
+
+    monkeypatch.setenv("BERDS_DATA_DIR", str(tmp_path))
+
+    def q(i, *persp):
+        return {"id": f"q{i}", "question": f"Question {i}?", "perspectives": list(persp)}
+
+    # arguana: 3 questions (1 dev / 2 test), 2 perspectives each; word_tokenize counts "pets." as 2 tokens
+    _write_jsonl(tmp_path / "arguana.dev.jsonl", [q(0, "Cats are great pets.", "Dogs are loyal.")])
+    _write_jsonl(tmp_path / "arguana.test.jsonl", [q(1, "Yes.", "No, it isn't."), q(2, "Fish swim", "Birds can't fly")])
+    # kialo: 1 dev question with 4 perspectives, 1 test question with 2
+    _write_jsonl(tmp_path / "kialo.dev.jsonl", [q(3, "A b c", "D e", "F", "G h i j")])
+    _write_jsonl(tmp_path / "kialo.test.jsonl", [q(4, "K l", "M n o")])
+    sets = {name: {s: load_questions(name, s) for s in ("dev", "test")} for name in ("arguana", "kialo")}
+    rows = question_set_statistics(sets, tokenizer="nltk-line")
+    # arguana words: 5 + 4 | 2 + 6 ("No , it is n't .") | 2 + 4 ("Birds ca n't fly") = 23 over 6 perspectives
+    assert rows[0] == {"set": "arguana", "questions": 3, "splits": {"dev": 1, "test": 2}, "perspectives": 2.0,
+                       "words": pytest.approx(23 / 6)}
+    # kialo: 3 + 2 + 1 + 4 + 2 + 3 = 15 words over 6 perspectives, 6 perspectives over 2 questions
+    assert rows[1]["perspectives"] == 3.0 and rows[1]["words"] == pytest.approx(15 / 6)
+    # all: every question and every perspective weighs the same (the study's All row)
+    assert rows[2] == {"set": "all", "questions": 5, "splits": {"dev": 2, "test": 3}, "perspectives": 12 / 5,
+                       "words": pytest.approx(38 / 12)}
+    try:  # the study's tokenizer: word_tokenize with NLTK's sentence model (its data may not be installed)
+        assert question_set_statistics(sets)[2]["words"] == pytest.approx(38 / 12)
+    except BerdsError as exc:
+        assert "punkt_tab" in str(exc) and "--tokenizer nltk-line" in str(exc)
+    result = CliRunner().invoke(app, ["questions", "stats", "arguana", "kialo", "--tokenizer", "nltk-line",
+                                      "--out", str(tmp_path / "t1.json")])
+    assert result.exit_code == 0, result.output
+    assert "5 (2/3)" in result.output and "2.40" in result.output and "3.17" in result.output
+    assert json.loads((tmp_path / "t1.json").read_text())["rows"][2]["questions"] == 5

@@ -16,7 +16,7 @@ import sys
 
 import typer
 
-from berds.cli import analysis, answers, corpus, engine, evaluate, export, judge_trust, llm, rerank, retrieval
+from berds.cli import analysis, answers, corpus, engine, evaluate, export, judge_trust, llm, questions, rerank, retrieval
 from berds.cli.options import plain_help_types
 
 app = typer.Typer(
@@ -45,7 +45,7 @@ def _root(
     """Benchmark retrieval systems for diverse perspectives (BERDS)."""
 
 
-for module in (evaluate, corpus, retrieval, analysis, rerank, judge_trust, llm, engine, answers, export):
+for module in (evaluate, corpus, retrieval, analysis, rerank, judge_trust, llm, engine, answers, export, questions):
     module.register(app)
 
 plain_help_types()
