@@ -653,9 +653,11 @@ def read_predictions(path: str | Path, *, allow_empty: bool = False, duplicates:
         if duplicates != "keep":
             kept = unique_hits(qhits, duplicates=duplicates, path=path, line=line, qid=qid,
                                duplicates_option=duplicates_option)
-            if len(kept) != len(qhits):  # drop each repeated ctx with its predictions
-                seen: set[str] = set()
-                keep = [not (h.passage.id in seen or seen.add(h.passage.id)) for h in qhits]  # type: ignore[func-returns-value]
+            if len(kept) != len(qhits):  # drop each repeated ctx with its predictions (the first one stays)
+                first = {}
+                for j, h in enumerate(qhits):
+                    first.setdefault(h.passage.id, j)
+                keep = [first[h.passage.id] == j for j, h in enumerate(qhits)]
                 rows = [[x for x, k in zip(row, keep) if k] for row in rows]
                 qhits = kept
         hits[qid] = qhits

@@ -659,3 +659,11 @@ def test_table_1_statistics_of_question_sets(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "5 (2/3)" in result.output and "2.40" in result.output and "3.17" in result.output
     assert json.loads((tmp_path / "t1.json").read_text())["rows"][2]["questions"] == 5
+
+
+def test_an_nli_max_length_given_by_name_keys_the_cache_apart():
+    from berds.judges.nli import NLIJudge
+
+    # under study-t5 an unnamed max_length is 256 and a named 512 is 512: two judges, two ids
+    assert NLIJudge("org/t5").id != NLIJudge("org/t5", max_length=512).id
+    assert NLIJudge("org/t5", max_length=256).id.endswith("|max_length=256")

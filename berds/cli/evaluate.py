@@ -198,7 +198,7 @@ def judges_list() -> None:
     table.add_row("transformers:MODEL", "Any HF model (path or hub name) with the study's prompt; adapter=PATH for LoRA; prompt=plain for base models.", "llm extra", "generic")
     table.add_row("openai:MODEL", "Any OpenAI-compatible endpoint; base_url=URL, key from $OPENAI_API_KEY.", "api", "generic")
     table.add_row("vllm:MODEL", "vLLM offline batch inference.", "gpu", "generic")
-    table.add_row("nli:MODEL", "Entailment model (premise = passage, hypothesis = perspective); P(entail) >= threshold=0.5.", "llm extra", "generic")
+    table.add_row("nli:MODEL", "Entailment model (premise = passage, hypothesis = perspective); P(entail) >= threshold=0.5; T5 checkpoints scored as the study's T5 code.", "llm extra", "generic")
     table.add_row("calibrated:NAME", "Judge NAME with the P(Yes) threshold stored by `berds judge calibrate`.", "", "generic")
     table.add_row("debate:NAME", "Devil's-advocate wrapper around judge NAME (--rounds N).", "", "generic")
     Console().print(table)

@@ -84,7 +84,8 @@ class NLIJudge:
         self.id = (model_identity("nli", self.model_name, revision=revision)
                    + f"|threshold={id_number(threshold)}" + (f"|entail_label={entail_label}" if entail_label else "")
                    + (f"|dtype={self.dtype}" if self.dtype != "float32" else "")
-                   + (f"|max_length={self.max_length}" if self.max_length != DEFAULT_MAX_LENGTH else "")
+                   # (given at all: under study-t5 an unnamed max_length is 256, a named 512 is not the same judge)
+                   + (f"|max_length={self.max_length}" if self.given_max_length is not None else "")
                    + (f"|scoring={scoring}" if scoring != "auto" else "")
                    + (f"|seq2seq_format={hashlib.sha256(seq2seq_format.encode()).hexdigest()[:12]}"
                       if seq2seq_format != DEFAULT_SEQ2SEQ_FORMAT else "")
