@@ -7,6 +7,8 @@ from typing import List, Optional
 
 import typer
 
+from berds.cli.options import out_file_callback
+
 questions_app = typer.Typer(help="Question sets: statistics.", no_args_is_help=True)
 
 
@@ -19,7 +21,7 @@ def questions_stats_command(
     sources: List[str] = typer.Argument(..., help="Question sets: arguana, kialo, opinionqa, debateqa, demo, or jsonl paths."),
     split: List[str] = typer.Option(["dev", "test"], "--split", help="Splits of the named sets to count (repeatable)."),
     tokenizer: str = typer.Option("nltk", "--tokenizer", help="Words per perspective: nltk (word_tokenize, the study's; needs NLTK's punkt_tab data) or nltk-line (no sentence split, no data)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Also write the rows as JSON here."),
+    out: Optional[Path] = typer.Option(None, "--out", callback=out_file_callback, help="Also write the rows as JSON here."),
 ) -> None:
     """The study's Table 1: questions (per split), mean perspectives per question, mean words per perspective."""
     from rich.console import Console
