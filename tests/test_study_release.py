@@ -92,6 +92,7 @@ def test_cli_from_predictions_reads_repeats_and_takes_duplicates(tmp_path):
     kept = runner.invoke(app, ["eval", "--from-predictions", str(path), "--k", "4", "--out", str(tmp_path / "k")])
     assert kept.exit_code == 0, kept.output
     assert json.loads((tmp_path / "k" / "metrics.json").read_text())["averages"]["all"]["precision@4"] == 0.5
+    assert "Repeated passages" in kept.output and "2 of 8" in kept.output  # (Q1 repeats 7 and 9 in its top 4)
     dd = runner.invoke(app, ["eval", "--from-predictions", str(path), "--k", "3", "--duplicates", "dedupe",
                              "--out", str(tmp_path / "d")])
     assert dd.exit_code == 0, dd.output
