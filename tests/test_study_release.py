@@ -271,6 +271,7 @@ def test_a_t5_vocabulary_nli_model_is_scored_as_the_studys_t5_code(tmp_path):
     assert uncut[2].p_yes != pytest.approx(uncut[3].p_yes, abs=1e-6)  # (so the cut is what made them equal)
 
 
+@pytest.mark.slow  # (builds and loads a tiny T5)
 def test_study_t5_scoring_is_refused_for_another_vocabulary(tmp_path):
     from llm_fixtures import build_tiny_t5_nli
 
