@@ -9,8 +9,9 @@ and ``shared/data/berds-dev`` ship them). ``load_questions(source, split=...)`` 
    else the berds home cache, else the study's Hugging Face datasets ``timchen0618/Arguana``,
    ``timchen0618/Kialo``, ``timchen0618/OpinionQA`` (``datasets.load_dataset``; written once into the cache);
 4. ``delphi`` / ``delphi-controversial`` -> the DELPHI controversial-questions set (Sun et al.): a local
-   ``$BERDS_DATA_DIR/delphi.{split}.jsonl`` or ``delphi.jsonl``, else the home cache, else downloaded once
-   (``read_delphi`` also reads the release's csv/json). DELPHI has no gold perspectives.
+   ``$BERDS_DATA_DIR/delphi.{split}.jsonl``, ``delphi.jsonl`` or the release's tsv, else the home cache, else
+   the release downloaded once (``read_delphi`` reads the release's tsv, whose question texts come from the
+   Quora Question Pairs file as a second input, and jsonl/json/csv). DELPHI has no gold perspectives.
 
 Gold perspectives: ``berds eval``, ``berds analyze``/``report``, ``berds tune`` and ``berds answers eval
 --metric pd`` need them and refuse questions without (``load_questions(..., require_perspectives=True)``,
@@ -58,6 +59,10 @@ EVALUATOR_ADAPTER = "timchen0618/Mistral_BERDS_evaluator"  # LoRA on EVALUATOR_B
 EVALUATOR_BASE = "mistralai/Mistral-7B-Instruct-v0.2"
 
 
+# berds' split names and what `datasets` may call the same split (its file-name rule maps "dev" to "validation")
+HUB_SPLIT_NAMES = {"dev": ("dev", "validation"), "test": ("test",)}
+
+
 def hub_repo(spec: QuestionSetSpec) -> str:
     return os.environ.get(f"BERDS_HF_REPO_{spec.name.upper()}", spec.hf_repo)
 
@@ -99,6 +104,9 @@ def parse_question(rec: dict[str, Any], *, path: Path | str, line: int, dataset:
     if not isinstance(text, str) or not text.strip():
         raise InputError("record has no 'question' text", path=path, line=line, record=str(qid))
     persp = rec.get("perspectives")
+    extra: dict[str, Any] = {}
+    if persp is None and "partial_answers" in rec:  # a DebateQA record (its dataset/{test,dev}.jsonl)
+        persp, extra = debateqa_perspectives(rec["partial_answers"], path=path, line=line, record=str(qid))
     if persp is None and not require_perspectives:
         persp = []
     if persp is None:
@@ -110,9 +118,30 @@ def parse_question(rec: dict[str, Any], *, path: Path | str, line: int, dataset:
         raise InputError("'perspectives' must be a non-empty list of strings", path=path, line=line, record=str(qid),
                          fix=None if persp else NO_GOLD_FIX)
     try:
-        return Question(str(qid), text, tuple(persp), dataset=str(rec.get("dataset", dataset) or dataset))
+        return Question(str(qid), text, tuple(persp), dataset=str(rec.get("dataset", dataset) or dataset),
+                        **({"extra": extra} if extra else {}))
     except ValueError as exc:
         raise InputError(str(exc), path=path, line=line, record=str(qid)) from None
+
+
+def debateqa_perspectives(partial_answers: Any, *, path: Path | str, line: int, record: str
+                          ) -> tuple[list[str], dict[str, Any]]:
+    """DebateQA's partial answers (``[{"point_of_view", "explanation"}]``) -> gold perspectives: each partial
+    answer's text as DebateQA's P.D. scores it, ``f"{point_of_view}. {explanation}"`` (its eval_PD script; the
+    paper's PA = concat(POV, Explan)); ``extra["points_of_view"]`` keeps the POVs alone."""
+    if not isinstance(partial_answers, list) or not partial_answers:
+        raise InputError("'partial_answers' must be a non-empty list of {\"point_of_view\", \"explanation\"}",
+                         path=path, line=line, record=record)
+    texts, povs = [], []
+    for i, pa in enumerate(partial_answers):
+        pov = pa.get("point_of_view") if isinstance(pa, dict) else None
+        explanation = pa.get("explanation") if isinstance(pa, dict) else None
+        if not isinstance(pov, str) or not pov.strip() or not isinstance(explanation, str):
+            raise InputError(f"partial_answers[{i}] needs a 'point_of_view' string and an 'explanation' string",
+                             path=path, line=line, record=record)
+        texts.append(f"{pov}. {explanation}")
+        povs.append(pov)
+    return texts, {"points_of_view": povs}
 
 
 def read_questions(path: str | Path, *, dataset: str = "", require_perspectives: bool = True) -> list[Question]:
@@ -140,28 +169,39 @@ def _hub_download(spec: QuestionSetSpec, split: str, dest: Path) -> Path:
     repo = hub_repo(spec)
     fix = (f"download it elsewhere (datasets.load_dataset({repo!r}, split={split!r}).to_json(...)) and pass the "
            f"file's path, or put it at $BERDS_DATA_DIR/{spec.name}.{split}.jsonl")
+    local = Path(repo).expanduser().is_dir()  # a copy of the dataset's repository on disk (a mirror's files)
     offline = [v for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
                if os.environ.get(v, "").lower() in ("1", "true", "yes", "on")]
-    if offline:
+    if offline and not local:
         # Checked here, not left to the hub client: it reads the variables once, at import time.
         raise BerdsError(f"{spec.name} ({split}) is not available locally and {offline[0]} is set — {fix}")
     datasets = require("datasets", extra="hub", purpose=f"downloading the BERDS {spec.name} set")
-    try:  # one request with a short timeout first: the loader retries an unreachable hub for half a minute
-        import huggingface_hub
+    if not local:
+        try:  # one request with a short timeout first: the loader retries an unreachable hub for half a minute
+            import huggingface_hub
 
-        huggingface_hub.dataset_info(repo, timeout=10)
-    except ImportError:
-        pass
-    except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise BerdsError(f"could not reach the Hugging Face dataset {repo} for {spec.name} ({split}): {first} — "
-                         f"{fix}") from None
-    try:
-        rows = datasets.load_dataset(repo, split=split)
-    except Exception as exc:  # the hub client raises many kinds; all mean "not reachable / not there"
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        raise BerdsError(f"could not load {spec.name} ({split}) from the Hugging Face dataset {repo}: "
-                         f"{type(exc).__name__}: {first} — {fix}") from None
+            huggingface_hub.dataset_info(repo, timeout=10)
+        except ImportError:
+            pass
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise BerdsError(f"could not reach the Hugging Face dataset {repo} for {spec.name} ({split}): {first} — "
+                             f"{fix}") from None
+    # The study's hub repositories store {name}.dev.jsonl / {name}.test.jsonl with no split config, and
+    # `datasets` names a file with "dev" in it "validation": berds' "dev" is read under either name.
+    names = [split] + [other for other in HUB_SPLIT_NAMES.get(split, ()) if other != split]
+    rows = None
+    for i, name in enumerate(names):
+        try:
+            rows = datasets.load_dataset(str(Path(repo).expanduser()) if local else repo, split=name)
+            break
+        except Exception as exc:  # the hub client raises many kinds; all mean "not reachable / not there"
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            if i + 1 < len(names) and "split" in first.lower():  # (an unknown split name: try the next spelling)
+                continue
+            tried = " or ".join(repr(n) for n in names)
+            raise BerdsError(f"could not load {spec.name} ({split}, split {tried}) from the Hugging Face dataset "
+                             f"{repo}: {type(exc).__name__}: {first} — {fix}") from None
     dest.parent.mkdir(parents=True, exist_ok=True)
     from berds.io import write_jsonl
 
@@ -185,12 +225,14 @@ def resolve_questions_path(source: str, split: str = "test") -> Path:
         return path if path.is_file() else DEMO_DIR / "questions.jsonl"
     if source in DELPHI_SETS:
         return resolve_delphi_path(split)
+    if source == "debateqa":
+        return resolve_debateqa_path(split)
     if source not in BERDS_SETS:
         if path.is_dir():
             raise InputError("is a folder, expected a questions .jsonl file", path=source)
         if any(ch in source for ch in "/\\."):
             raise InputError("file not found", path=source, fix="pass an existing questions jsonl or a set name")
-        raise UnknownNameError("question set", source, list(BERDS_SETS) + list(DELPHI_SETS) + ["demo"])
+        raise UnknownNameError("question set", source, list(BERDS_SETS) + list(DELPHI_SETS) + ["demo", "debateqa"])
     candidates = []
     if os.environ.get("BERDS_DATA_DIR"):
         candidates.append(Path(os.environ["BERDS_DATA_DIR"]) / f"{source}.{split}.jsonl")
@@ -215,19 +257,24 @@ def load_questions(source: str | Path, split: str = "test", *, limit: int | None
     path = resolve_questions_path(source, split)
     if source in DELPHI_SETS or _looks_like_delphi(path):
         # a .json/.csv set of one's own is read the same way but keeps its own name (it was labelled 'delphi')
-        own = source not in DELPHI_SETS and not path.name.lower().startswith("delphi")
+        own = (source not in DELPHI_SETS and not path.name.lower().startswith("delphi")
+               and path.name != DELPHI_RELEASE_NAME)
         questions = read_delphi(path, controversial_only=source == "delphi-controversial",
                                 dataset=path.name.split(".")[0] if own else "delphi")
         if require_perspectives:
             require_gold(questions, source=str(path))
     else:
-        dataset = source if (source in BERDS_SETS or source == "demo") else ""
+        dataset = source if (source in BERDS_SETS or source in ("demo", "debateqa")) else ""
         questions = read_questions(path, dataset=dataset, require_perspectives=require_perspectives)
     return questions[:limit] if limit else questions
 
 
+DELPHI_RELEASE_NAME = "controversial_questions_annotated_id_removed.tsv"  # the release's file name
+
+
 def _looks_like_delphi(path: Path) -> bool:
-    return path.name.lower().startswith("delphi") or path.suffix.lower() in (".csv", ".json")
+    return (path.name.lower().startswith("delphi") or path.name == DELPHI_RELEASE_NAME
+            or path.suffix.lower() in (".csv", ".json", ".tsv"))
 
 
 def require_gold(questions: Sequence[Question], *, source: str = "", purpose: str = "this command") -> None:
@@ -241,13 +288,22 @@ def require_gold(questions: Sequence[Question], *, source: str = "", purpose: st
 
 # ------------------------------------------------------------------------------------------- DELPHI
 
-# The DELPHI release (github.com/apple/ml-delphi). The file name inside the repository could not be checked
-# from where this was written (no network): override with BERDS_DELPHI_URL, or download it yourself and
-# pass its path / put it at $BERDS_DATA_DIR/delphi.jsonl.
-DELPHI_URL = "https://raw.githubusercontent.com/apple/ml-delphi/main/delphi.jsonl"
+# The DELPHI release (github.com/apple/ml-delphi): one TSV, `qid  r1  r2  Controversial question` — the Quora
+# Question Pairs question id, the two mean human ratings (r1: strong emotional reaction, r2: diverse and opposing
+# opinions; 1 to 5) and the label — with no question text. The paper (Sun et al. 2023, Sec. 3) labels a question
+# controversial when both mean ratings are >= 4.0 (which gives the release's label on every row); the text comes
+# from the Quora Question Pairs data the qids index (Kaggle's train.csv or quora_duplicate_questions.tsv:
+# id, qid1, qid2, question1, question2, is_duplicate), a second input: BERDS_DELPHI_QUESTIONS, or
+# $BERDS_DATA_DIR/quora_duplicate_questions.tsv. Override the URL with BERDS_DELPHI_URL.
+DELPHI_URL = ("https://raw.githubusercontent.com/apple/ml-delphi/main/dataset/"
+              "controversial_questions_annotated_id_removed.tsv")
 DELPHI_ID_KEYS = ("id", "qid", "question_id")
 DELPHI_TEXT_KEYS = ("question", "question_text", "text", "query")
-DELPHI_LABEL_KEYS = ("controversial", "is_controversial", "controversy_label", "controversy", "label")
+DELPHI_LABEL_KEYS = ("controversial", "is_controversial", "controversy_label", "controversy", "label",
+                     "Controversial question")
+DELPHI_RATINGS = ("r1", "r2")  # the release's mean ratings; controversial when both >= DELPHI_MIN_RATING
+DELPHI_MIN_RATING = 4.0
+QUORA_FILE_NAMES = ("quora_duplicate_questions.tsv", "train.csv")
 _TRUE = {"1", "true", "yes", "y", "controversial", "highly controversial"}
 _FALSE = {"0", "false", "no", "n", "non-controversial", "not controversial", "noncontroversial"}
 
@@ -269,19 +325,32 @@ def parse_controversy_label(value: Any) -> bool | None:
     return True if text in _TRUE else False if text in _FALSE else None
 
 
-def parse_delphi_record(rec: dict[str, Any], *, path: Path | str, line: int, dataset: str = "delphi") -> Question:
+def parse_delphi_record(rec: dict[str, Any], *, path: Path | str, line: int, dataset: str = "delphi",
+                        question_texts: "QuoraQuestions | None" = None) -> Question:
     """A DELPHI record (field names as in the release or as berds writes them) -> ``Question``.
 
     ``extra`` gets ``controversial`` (bool, when the record has a label), ``answers`` (per-answer records
-    with their perspectives, when given) and every other field as it is."""
+    with their perspectives, when given) and every other field as it is. A record with the release's
+    ratings ``r1`` and ``r2`` is controversial when both are >= 4.0 (the paper's rule), its own label kept
+    as ``release_label``; one without text takes it from ``question_texts`` (the Quora file, by qid)."""
     id_key, qid = _first(rec, DELPHI_ID_KEYS)
     if qid is None:
         raise InputError("record has no id", path=path, line=line, fix=f"give each record one of {', '.join(DELPHI_ID_KEYS)}")
     qid = record_id(qid, what=f"question {id_key!r}", path=path, line=line)
     text_key, text = _first(rec, DELPHI_TEXT_KEYS)
+    if (not isinstance(text, str) or not text.strip()) and question_texts is not None:
+        text_key, text = None, question_texts.get(str(qid))
+        if text is None:
+            raise InputError(f"Quora question id {qid} is not in the question-text file ({question_texts.source})",
+                             path=path, line=line, record=str(qid),
+                             fix="pass the Quora Question Pairs file the DELPHI qids index (Kaggle's train.csv or "
+                                 "quora_duplicate_questions.tsv)")
     if not isinstance(text, str) or not text.strip():
         raise InputError("record has no question text", path=path, line=line, record=str(qid),
-                         fix=f"give each record one of {', '.join(DELPHI_TEXT_KEYS)}")
+                         fix=f"give each record one of {', '.join(DELPHI_TEXT_KEYS)}" + (
+                             "; the DELPHI release has none: set BERDS_DELPHI_QUESTIONS to the Quora Question Pairs "
+                             "file (train.csv or quora_duplicate_questions.tsv), or put it in $BERDS_DATA_DIR"
+                             if all(r in rec for r in DELPHI_RATINGS) else ""))
     extra: dict[str, Any] = {k: v for k, v in rec.items() if k not in (id_key, text_key, "perspectives", "answers")}
     label_key, label = _first(rec, DELPHI_LABEL_KEYS)
     if label_key is not None:
@@ -291,6 +360,19 @@ def parse_delphi_record(rec: dict[str, Any], *, path: Path | str, line: int, dat
                              line=line, record=str(qid), fix="use true/false, 1/0 or controversial/non-controversial")
         extra.pop(label_key, None)
         extra["controversial"] = parsed
+    if all(rec.get(r) not in (None, "") for r in DELPHI_RATINGS):
+        # the release's ratings: the paper's rule decides (both means >= 4.0); the release's own label is kept
+        ratings = []
+        for r in DELPHI_RATINGS:
+            try:
+                ratings.append(float(rec[r]))
+            except (TypeError, ValueError):
+                raise InputError(f"rating {r}={rec[r]!r} is not a number", path=path, line=line, record=str(qid),
+                                 fix="the DELPHI release gives r1 and r2 as mean ratings from 1 to 5") from None
+        extra.update(dict(zip(DELPHI_RATINGS, ratings)))
+        if "controversial" in extra:
+            extra["release_label"] = extra["controversial"]
+        extra["controversial"] = all(x >= DELPHI_MIN_RATING for x in ratings)
     answers = rec.get("answers")
     if answers is not None:
         if not isinstance(answers, list) or not all(isinstance(a, dict) for a in answers):
@@ -312,15 +394,17 @@ def parse_delphi_record(rec: dict[str, Any], *, path: Path | str, line: int, dat
 
 
 def _delphi_records(path: Path) -> Any:
-    """``(line, record)`` from a jsonl, a json array (or ``{"data": [...]}``) or a csv with a header row."""
+    """``(line, record)`` from a jsonl, a json array (or ``{"data": [...]}``) or a csv/tsv with a header row
+    (the DELPHI release is a tsv)."""
     suffix = path.suffix.lower()
-    if suffix == ".csv":
+    if suffix in (".csv", ".tsv"):
         import csv
 
         if not path.is_file():
             raise InputError("file not found", path=path)
         with open(path, newline="", encoding="utf-8") as f:
-            for row_number, row in enumerate(csv.DictReader(f), start=2):
+            reader = csv.DictReader(f, delimiter="\t" if suffix == ".tsv" else ",")
+            for row_number, row in enumerate(reader, start=2):
                 yield row_number, {k: v for k, v in row.items() if k is not None}
         return
     if suffix == ".json":
@@ -338,13 +422,63 @@ def _delphi_records(path: Path) -> Any:
     yield from iter_jsonl(path, what="a questions jsonl")
 
 
-def read_delphi(path: str | Path, *, controversial_only: bool = False, dataset: str = "delphi") -> list[Question]:
-    """Read DELPHI questions (jsonl, json or csv); ``controversial_only`` keeps those labelled controversial."""
+class QuoraQuestions:
+    """Question texts by Quora qid, from the Quora Question Pairs file the DELPHI qids index (Kaggle's
+    ``train.csv`` or ``quora_duplicate_questions.tsv``: ``id, qid1, qid2, question1, question2,
+    is_duplicate``). Read once, whole; ``get(qid)`` is the text (the first row that gives it)."""
+
+    def __init__(self, path: str | Path):
+        import csv
+        import sys
+
+        self.source = path = Path(path)
+        if not path.is_file():
+            raise InputError("file not found (the Quora Question Pairs file with the DELPHI question texts)",
+                             path=path)
+        csv.field_size_limit(min(sys.maxsize, 2**31 - 1))  # (a few Quora questions run long)
+        self.texts: dict[str, str] = {}
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f, delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
+            need = {"qid1", "qid2", "question1", "question2"}
+            if not need <= set(reader.fieldnames or ()):
+                raise InputError(f"expected the Quora Question Pairs header (id, qid1, qid2, question1, question2, "
+                                 f"is_duplicate), got {reader.fieldnames!r:.120}", path=path, line=1)
+            for row in reader:
+                for qid, text in ((row["qid1"], row["question1"]), (row["qid2"], row["question2"])):
+                    if qid and text and qid.strip() not in self.texts:
+                        self.texts[qid.strip()] = text
+
+    def get(self, qid: str) -> str | None:
+        return self.texts.get(str(qid))
+
+
+def delphi_question_texts() -> Path | None:
+    """Where the DELPHI question texts are: ``$BERDS_DELPHI_QUESTIONS``, else a Quora Question Pairs file in
+    ``$BERDS_DATA_DIR`` (``quora_duplicate_questions.tsv`` or ``train.csv``), else None."""
+    if os.environ.get("BERDS_DELPHI_QUESTIONS"):
+        return Path(os.environ["BERDS_DELPHI_QUESTIONS"])
+    if os.environ.get("BERDS_DATA_DIR"):
+        for name in QUORA_FILE_NAMES:
+            if (Path(os.environ["BERDS_DATA_DIR"]) / name).is_file():
+                return Path(os.environ["BERDS_DATA_DIR"]) / name
+    return None
+
+
+def read_delphi(path: str | Path, *, controversial_only: bool = False, dataset: str = "delphi",
+                question_texts: str | Path | None = None) -> list[Question]:
+    """Read DELPHI questions (the release's tsv, or jsonl, json, csv); ``controversial_only`` keeps those
+    labelled controversial. ``question_texts``: the Quora Question Pairs file for records without text (the
+    release has none; default ``delphi_question_texts()``, read only when such a record comes)."""
     path = Path(path)
     out: list[Question] = []
     seen: dict[str, int] = {}
+    quora: QuoraQuestions | None = None
     for line, rec in _delphi_records(path):
-        q = parse_delphi_record(rec, path=path, line=line, dataset=dataset)
+        if quora is None and not _first(rec, DELPHI_TEXT_KEYS)[0]:
+            where = question_texts if question_texts is not None else delphi_question_texts()
+            if where is not None:
+                quora = QuoraQuestions(where)
+        q = parse_delphi_record(rec, path=path, line=line, dataset=dataset, question_texts=quora)
         if q.id in seen:
             raise InputError(f"duplicate question id (first on line {seen[q.id]})", path=path, line=line, record=q.id)
         seen[q.id] = line
@@ -358,14 +492,27 @@ def read_delphi(path: str | Path, *, controversial_only: bool = False, dataset: 
     return out
 
 
+def resolve_debateqa_path(split: str = "test") -> Path:
+    """DebateQA (Xu et al.): ``$BERDS_DATA_DIR/debateqa.{split}.jsonl``, else ``$BERDS_DATA_DIR/debateqa/{split}.jsonl``
+    (its repository's ``dataset/`` folder copied as it is: test.jsonl, 1,000 questions; dev.jsonl, 1,941)."""
+    data_dir = os.environ.get("BERDS_DATA_DIR")
+    candidates = ([Path(data_dir) / f"debateqa.{split}.jsonl", Path(data_dir) / "debateqa" / f"{split}.jsonl"]
+                  if data_dir else [])
+    for c in candidates:
+        if c.is_file():
+            return c
+    raise BerdsError(f"DebateQA ({split}) is not available locally — put its {split}.jsonl (the dataset/ folder of "
+                     f"github.com/pillowsofwind/DebateQA) at $BERDS_DATA_DIR/debateqa.{split}.jsonl, or pass its path")
+
+
 def resolve_delphi_path(split: str = "test") -> Path:
     """``$BERDS_DATA_DIR/delphi.{split}.jsonl`` or ``delphi.jsonl``, the home cache, else one download."""
     candidates = []
     if os.environ.get("BERDS_DATA_DIR"):
         data_dir = Path(os.environ["BERDS_DATA_DIR"])
-        candidates += [data_dir / f"delphi.{split}.jsonl", data_dir / "delphi.jsonl"]
+        candidates += [data_dir / f"delphi.{split}.jsonl", data_dir / "delphi.jsonl", data_dir / DELPHI_RELEASE_NAME]
     url = os.environ.get("BERDS_DELPHI_URL", DELPHI_URL)
-    suffix = Path(url.split("?")[0]).suffix.lower() if Path(url.split("?")[0]).suffix.lower() in (".csv", ".json") else ".jsonl"
+    suffix = Path(url.split("?")[0]).suffix.lower() if Path(url.split("?")[0]).suffix.lower() in (".csv", ".json", ".tsv") else ".jsonl"
     cached = home_dir() / "benchmarks" / f"delphi{suffix}"
     candidates.append(cached)
     for c in candidates:
@@ -413,3 +560,59 @@ def download_delphi(url: str, dest: Path) -> Path:
     with atomic_write(dest, "wb", encoding=None) as out:
         out.write(response.content)
     return dest
+
+
+# ------------------------------------------------------------------------------------ Table 1 statistics
+
+STAT_TOKENIZERS = ("nltk", "nltk-line")
+
+
+def word_counter(tokenizer: str = "nltk") -> Any:
+    """Words of a perspective as the study's Table 1 counts them: NLTK's ``word_tokenize`` (``nltk``: it
+    splits sentences first with NLTK's English punkt model, data one installs once with
+    ``python -m nltk.downloader punkt_tab``), or ``nltk-line``: the same word tokenizer on the whole text as
+    one sentence (no data needed; a full stop inside a perspective of several sentences stays on its word)."""
+    if tokenizer not in STAT_TOKENIZERS:
+        raise BerdsError(f"unknown tokenizer {tokenizer!r}; use one of {', '.join(STAT_TOKENIZERS)}")
+    from berds.lazy import require
+
+    nltk_tokenize = require("nltk.tokenize", extra="analysis", purpose="Table 1's word counts (NLTK word_tokenize)")
+    if tokenizer == "nltk":
+        import nltk
+
+        try:
+            nltk.data.find("tokenizers/punkt_tab/english/")
+        except LookupError:
+            raise BerdsError("NLTK's word_tokenize needs its punkt_tab data, which is not installed — run "
+                             "`python -m nltk.downloader punkt_tab` once, or pass --tokenizer nltk-line (the same "
+                             "word tokenizer, each perspective as one sentence)") from None
+        return lambda text: len(nltk_tokenize.word_tokenize(text))
+    return lambda text: len(nltk_tokenize.word_tokenize(text, preserve_line=True))
+
+
+def question_set_statistics(sets: dict[str, dict[str, list[Question]]], *, tokenizer: str = "nltk"
+                            ) -> list[dict[str, Any]]:
+    """Table 1 of the study for ``{set name: {split: questions}}``: per set and over all, the number of
+    questions (and per split), ``perspectives``: the mean number of perspectives per question, and ``words``:
+    the mean number of words per perspective (``word_counter``); "all" weighs every question and every
+    perspective alike (the study's All row: 2.28 and 13.84 from its three sets)."""
+    count = word_counter(tokenizer)
+    rows: list[dict[str, Any]] = []
+    all_q = all_p = all_w = 0
+    all_splits: dict[str, int] = {}
+    for name, splits in sets.items():
+        questions = [q for qs in splits.values() for q in qs]
+        if not questions:
+            raise BerdsError(f"{name}: no questions to count")
+        perspectives = [p for q in questions for p in q.perspectives]
+        words = sum(count(p) for p in perspectives)
+        rows.append({"set": name, "questions": len(questions), "splits": {s: len(qs) for s, qs in splits.items()},
+                     "perspectives": len(perspectives) / len(questions),
+                     "words": words / len(perspectives) if perspectives else 0.0})
+        all_q, all_p, all_w = all_q + len(questions), all_p + len(perspectives), all_w + words
+        for s, qs in splits.items():
+            all_splits[s] = all_splits.get(s, 0) + len(qs)
+    if len(rows) > 1:
+        rows.append({"set": "all", "questions": all_q, "splits": all_splits, "perspectives": all_p / all_q,
+                     "words": all_w / all_p if all_p else 0.0})
+    return rows

@@ -71,21 +71,50 @@ def fields_intact(text: str, lines: int, fields: int) -> bool:
     return len(tokens) == lines * fields and sum(map(len, tokens)) + lines * fields == len(text)
 
 
+def trec_scores(scores: Sequence[float]) -> list[float]:
+    """Scores for one question's TREC lines, strictly decreasing in run order, so that every TREC tool reads
+    the run in that order (trec_eval sorts ties by docid, ranx reorders ties in lists of 16 or more itself).
+    Distinct scores stay as they are; each run of tied scores is spread evenly below its value, above the next
+    lower score (1 below for a tie at the bottom). A list whose scores rise somewhere, are not finite, or are
+    too close to spread in float precision gets ``n - position`` instead. The original scores stay in
+    ``run.ctxs.jsonl``."""
+    values = [float(x) for x in scores]
+    n = len(values)
+    if all(math.isfinite(x) for x in values) and all(values[i] >= values[i + 1] for i in range(n - 1)):
+        out = list(values)
+        i = 0
+        while i < n:
+            j = i + 1
+            while j < n and values[j] == values[i]:
+                j += 1
+            if j - i > 1:
+                top = values[i]
+                gap = (top - values[j]) if j < n else 1.0
+                for m in range(i + 1, j):
+                    out[m] = top - gap * (m - i) / (j - i)
+            i = j
+        if all(out[i] > out[i + 1] for i in range(n - 1)) and all(math.isfinite(x) for x in out):
+            return out
+    return [float(n - i) for i in range(n)]
+
+
 def write_trec(run: Run, path: str | Path, tag: str | None = None) -> None:
     """TREC run file: hits in run order with tied scores ordered docid-descending
-    (``order_ties_like_trec_eval``), rank = position from 1. A docid repeated within a question (a merge
-    that keeps duplicates) is written once, at its first position: TREC tools hold one score per docid."""
+    (``order_ties_like_trec_eval``), rank = position from 1, scores made strictly decreasing in that order
+    (``trec_scores``: trec_eval/ir_measures and ranx then read the same ranking at any depth; the original
+    scores are those of ``run.ctxs.jsonl``). A docid repeated within a question (a merge that keeps
+    duplicates) is written once, at its first position: TREC tools hold one score per docid."""
     tag = re.sub(r"\s", "_", tag or run.name or "berds")
     lines = []
     for qid, hits in run.hits.items():
         seen: set[str] = set()
-        rank = 0
+        firsts = []
         for hit in order_ties_like_trec_eval(hits):
-            if hit.passage.id in seen:
-                continue
-            seen.add(hit.passage.id)
-            rank += 1
-            lines.append(f"{qid} Q0 {hit.passage.id} {rank} {_score(hit.score)} {tag}\n")
+            if hit.passage.id not in seen:
+                seen.add(hit.passage.id)
+                firsts.append(hit)
+        for rank, (hit, score) in enumerate(zip(firsts, trec_scores([h.score for h in firsts])), start=1):
+            lines.append(f"{qid} Q0 {hit.passage.id} {rank} {_score(score)} {tag}\n")
     text = "".join(lines)
     if not fields_intact(text, len(lines), 6):  # an id holding whitespace would shift the fields after it
         qid, docid = next((q, h.passage.id) for q, hs in run.hits.items() for h in hs
@@ -560,34 +589,81 @@ def write_legacy_predictions(run: Run, support: Mapping[str, Any], path: str | P
     return path
 
 
-def read_predictions(path: str | Path, *, allow_empty: bool = False) -> tuple[Run, dict[str, list[list[bool]]]]:
+GPT4_PREDICTIONS_FIELD = "gpt4-preds"  # the study's GPT-4 judgements, in files named with ".gpt4pred"
+
+
+def predictions_field(path: str | Path, first_ctx: Mapping[str, Any] | None = None) -> str:
+    """Which ctx field holds a prediction file's judgements. The study's compute-only mode decides by the
+    file name: ``gpt4-preds`` when it contains ``.gpt4pred``, else ``mistral-preds`` (and it refuses a name
+    with neither ``.gpt4pred`` nor ``.mistralpred``). berds takes any name: one with neither marker uses the
+    field its first ctx carries (``mistral-preds`` when both or none are there)."""
+    name = Path(path).name
+    if ".gpt4pred" in name:
+        return GPT4_PREDICTIONS_FIELD
+    if ".mistralpred" in name or first_ctx is None:
+        return PREDICTIONS_FIELD
+    if GPT4_PREDICTIONS_FIELD in first_ctx and PREDICTIONS_FIELD not in first_ctx:
+        return GPT4_PREDICTIONS_FIELD
+    return PREDICTIONS_FIELD
+
+
+def read_predictions(path: str | Path, *, allow_empty: bool = False, duplicates: str = "keep",
+                     duplicates_option: str | None = None) -> tuple[Run, dict[str, list[list[bool]]]]:
     """A file with predictions already in it (the original compute-only mode): ``(run, support)``, where
-    ``support[qid][i][j]`` is ctx ``j``'s ``mistral-preds[i]``. Predictions must be booleans (the original
-    code counts any non-empty string, "No" included, as true, so strings are refused rather than guessed)."""
+    ``support[qid][i][j]`` is ctx ``j``'s prediction for perspective ``i`` (``mistral-preds``, or
+    ``gpt4-preds`` in the study's GPT-4 files: see ``predictions_field``). Predictions must be booleans (the
+    original code counts any non-empty string, "No" included, as true, so strings are refused rather than
+    guessed).
+
+    ``duplicates``: a ctx that repeats a passage of the same question (every query-expansion run of the study
+    keeps them) is counted with its own prediction under ``"keep"`` (default: what the original evaluation
+    does), dropped with its prediction under ``"dedupe"`` (the first occurrence stays), refused under
+    ``"refuse"`` (see ``unique_hits``)."""
     import json
 
+    if duplicates not in DUPLICATE_POLICIES:
+        raise BerdsError(f"duplicates must be one of {', '.join(DUPLICATE_POLICIES)}, got {duplicates!r}")
     path = Path(path)
-    run = read_ctxs_jsonl(path, allow_empty_ctxs=allow_empty)
+    run = read_ctxs_jsonl(path, allow_empty_ctxs=allow_empty, duplicates="keep")
     support: dict[str, list[list[bool]]] = {}
+    hits: dict[str, list[Hit]] = {}
     with open(path, encoding="utf-8") as f:
         records = [(n, json.loads(line)) for n, line in enumerate(f, start=1) if line.strip()]
+    field_name = None
     for (line, rec), (qid, q) in zip(records, run.questions.items()):
+        if field_name is None and rec["ctxs"]:
+            field_name = predictions_field(path, rec["ctxs"][0])
         rows: list[list[bool]] = [[] for _ in q.perspectives]
         for j, ctx in enumerate(rec["ctxs"]):
-            preds = ctx.get(PREDICTIONS_FIELD)
+            preds = ctx.get(field_name)
             if preds is None:
                 if j == 0:
-                    raise InputError(f"ctxs[0] has no '{PREDICTIONS_FIELD}'", path=path, line=line, record=qid,
-                                     fix=f"each judged ctx needs '{PREDICTIONS_FIELD}': one boolean per perspective "
-                                         "(berds eval --write-legacy writes such files)")
+                    raise InputError(f"ctxs[0] has no '{field_name}'", path=path, line=line, record=qid,
+                                     fix=f"each judged ctx needs '{field_name}': one boolean per perspective "
+                                         "(berds eval --write-legacy writes such files; the study's GPT-4 files carry "
+                                         f"'{GPT4_PREDICTIONS_FIELD}' and '.gpt4pred' in their name)")
                 break  # the judged passages come first; the rest were not judged
             if not isinstance(preds, list) or len(preds) != len(q.perspectives) or not all(
                     isinstance(x, bool) for x in preds):
-                raise InputError(f"ctxs[{j}].{PREDICTIONS_FIELD} must be a list of {len(q.perspectives)} booleans "
+                raise InputError(f"ctxs[{j}].{field_name} must be a list of {len(q.perspectives)} booleans "
                                  f"(one per perspective), got {preds!r:.80}", path=path, line=line, record=qid)
             for i, x in enumerate(preds):
                 rows[i].append(x)
+        qhits = list(run.hits[qid])
+        if duplicates != "keep":
+            kept = unique_hits(qhits, duplicates=duplicates, path=path, line=line, qid=qid,
+                               duplicates_option=duplicates_option)
+            if len(kept) != len(qhits):  # drop each repeated ctx with its predictions (the first one stays)
+                first = {}
+                for j, h in enumerate(qhits):
+                    first.setdefault(h.passage.id, j)
+                keep = [first[h.passage.id] == j for j, h in enumerate(qhits)]
+                rows = [[x for x, k in zip(row, keep) if k] for row in rows]
+                qhits = kept
+        hits[qid] = qhits
         support[qid] = rows
+    if duplicates != "keep":
+        run = Run(run.questions, hits, manifest=run.manifest, name=run.name)
     return run, support
 
 

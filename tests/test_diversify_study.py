@@ -105,6 +105,11 @@ def test_study_runs_every_strategy_on_the_demo_with_true_labels(demo_runs, tmp_p
     assert {(c.run, c.metric) for c in study.comparison.comparisons} == {(l, m) for l in labels[1:] for m in metrics}
     for c in study.comparison.comparisons:
         assert c.questions == 6 and c.ci_low <= c.difference <= c.ci_high and c.p_value <= c.p_holm <= 1.0
+    # the expansion run keeps repeated passages (the study's merge): the study says how many slots repeat (issue 32)
+    repeats = sum(len(hs[:k]) - len({h.passage.id for h in hs[:k]}) for k in (5, 10) for hs in exp_test.hits.values())
+    noted = [n for n in study.notes if n.startswith("expansion: ") and "repeat a passage ranked above" in n]
+    assert repeats > 0 and len(noted) == 2 and all("each passage counted once" in n for n in noted)
+    assert not any(n.startswith("base run: ") for n in study.notes)
     # the base row is the true metrics of the test questions
     truth = study.rows[0].metrics
     assert 0.0 < truth["mrecall@5"] <= 1.0

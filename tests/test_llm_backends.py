@@ -437,7 +437,7 @@ def test_llm_judge_on_transformers_returns_verdicts_with_p_yes(tiny_llm):
     assert [v.label for v in thresholded] == [v.p_yes >= 0.5 for v in verdicts]
     assert judge.id == f"{tiny_llm.id}|parse=berds-study|top_logprobs={vocab_size}"  # a non-default: it keys the cache
     assert LLMJudge(tiny_llm).id == f"{tiny_llm.id}|parse=berds-study"  # the study's 16 tokens and 5 log-probs add nothing
-    assert judge.prompt_version == "berds-study-chat-v1+no-system"
+    assert judge.prompt_version == "berds-study-chat-v1+no-system+answer-rule-2"
 
 
 # --------------------------------------------------------------------------- the server process

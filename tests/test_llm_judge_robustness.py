@@ -60,13 +60,13 @@ def test_a_local_mistral_folder_named_otherwise_gets_no_system_turn(tiny_mistral
     llm = TransformersLLM(str(folder), device="cpu")
     assert "mistral" not in llm.id.lower()
     judge = LLMJudge(llm)
-    assert judge.prompt_version == "berds-study-chat-v1+no-system"
+    assert judge.prompt_version == "berds-study-chat-v1+no-system+answer-rule-2"
     assert [m["role"] for m in judge.render(PAIR)] == ["user"]
-    assert LLMJudge(llm, system="keep").prompt_version == "berds-study-chat-v1"
+    assert LLMJudge(llm, system="keep").prompt_version == "berds-study-chat-v1+answer-rule-2"
     # another architecture in a local folder keeps it
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "model_type": "llama"}))
-    assert LLMJudge(TransformersLLM(str(folder), device="cpu")).prompt_version == "berds-study-chat-v1"
+    assert LLMJudge(TransformersLLM(str(folder), device="cpu")).prompt_version == "berds-study-chat-v1+answer-rule-2"
 
 
 def test_a_plain_prompt_is_bos_then_its_own_tokens_for_tokenizers_that_mark_only_the_first_word(tiny_mistral, tmp_path):

@@ -89,7 +89,7 @@ def test_chat_prompt_renders_byte_for_byte_with_the_system_turn_for_gpt4():
     gpt4 = LLMJudge(FakeLLM("openai:gpt-4@api.openai.com/v1"), prompt="one-shot")
     [sent] = gpt4.prompts_for([JudgePair(statement, doc)])
     assert [m["role"] for m in sent] == ["system", "user", "assistant", "user"]  # GPT-4 gets every turn
-    assert gpt4.prompt_version == "berds-study-chat-1shot-v1"
+    assert gpt4.prompt_version == "berds-study-chat-1shot-v1+answer-rule-2"
 
 
 def test_one_shot_is_the_prop_19_example_answered_no():
@@ -117,13 +117,13 @@ def test_split_chat_follows_the_readme_rule():
 def test_mistral_gets_no_system_turn_and_a_new_prompt_version():
     llm = FakeLLM("transformers:mistralai/Mistral-7B-Instruct-v0.2+adapter=timchen0618/Mistral_BERDS_evaluator")
     judge = LLMJudge(llm)
-    assert judge.prompt_version == "berds-study-chat-v1+no-system"
+    assert judge.prompt_version == "berds-study-chat-v1+no-system+answer-rule-2"
     verdicts = judge.judge([JudgePair("S", "D")])
     assert llm.prompts[0] == [{"role": "user", "content": f"Document: D\nStatement: S\n{INSTRUCTION}Answer:"}]
     assert llm.asked == (16, 0.0) and verdicts[0].label  # greedy, 16 new tokens
     one_shot = LLMJudge(FakeLLM("vllm:mistralai/Mistral-7B-Instruct-v0.2"), prompt="one-shot")
     assert [m["role"] for m in one_shot.prompts_for([JudgePair("S", "D")])[0]] == ["user", "assistant", "user"]
-    assert LLMJudge(FakeLLM("openai:gpt-4"), system="drop").prompt_version.endswith("+no-system")
+    assert "+no-system" in LLMJudge(FakeLLM("openai:gpt-4"), system="drop").prompt_version
     # every new wording has its own version: no verdict of the earlier paraphrase is reused
     from berds.judges.prompts import PROMPTS
 
@@ -167,7 +167,7 @@ def test_tiny_mistral_sees_inst_wrapped_user_turn_and_plain_prompts_no_template(
     # a plain prompt goes through the same model without any chat template
     plain_judge = LLMJudge(llm, prompt="plain")
     # (+bos-ids: verdicts cached while plain prompts were tokenised after a literal BOS string are not reused)
-    assert plain_judge.prompt_version == "berds-study-plain-v1+bos-ids" and len(plain_judge.judge([pair])) == 1
+    assert plain_judge.prompt_version == "berds-study-plain-v1+answer-rule-2+bos-ids" and len(plain_judge.judge([pair])) == 1
 
 
 def test_plain_prompts_are_refused_by_chat_only_paths():
@@ -248,8 +248,9 @@ REPLIES = [
     ("Support: yes", True, False, True),
     ("Statement supported? No", False, False, False),
     ("The answer is Yes. Answer: No", False, False, True),
-    ('{"Answer": " Yes"}', False, False, True),         # the field must equal "yes" (any case): no stripping
-    ('{"Answer": "yes "}', False, False, True),
+    ('{"Answer": " Yes"}', True, False, True),          # the field, stripped, equals "yes" (any case): the
+    ('{"Answer": "yes "}', True, False, True),          # study's .strip().lower() == 'yes' (issue 32)
+    ('{"Answer": "y es"}', False, False, False),
     ('{"Answer": "YeS"}', True, False, True),
     ('{"Answer": true}', False, False, False),          # not the string "yes"
     ("Yes. answer: no", True, True, True),              # the markers are cut before lower-casing: case-sensitive

@@ -16,7 +16,7 @@ import sys
 
 import typer
 
-from berds.cli import analysis, answers, corpus, engine, evaluate, export, judge_trust, llm, rerank, retrieval
+from berds.cli import analysis, answers, corpus, engine, evaluate, export, judge_trust, llm, questions, rerank, retrieval
 from berds.cli import label  # `berds label ...`: human labels in the browser (berds/trust/labelling)
 from berds.cli.options import plain_help_types
 
@@ -46,7 +46,7 @@ def _root(
     """Benchmark retrieval systems for diverse perspectives (BERDS)."""
 
 
-for module in (evaluate, corpus, retrieval, analysis, rerank, judge_trust, llm, engine, answers, export, label):
+for module in (evaluate, corpus, retrieval, analysis, rerank, judge_trust, llm, engine, answers, export, questions, label):
     module.register(app)
 
 plain_help_types()

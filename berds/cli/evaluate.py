@@ -41,10 +41,10 @@ def eval_command(
     title_position: str = typer.Option("after", "--title-position", help="Judge sees text+title (after, the study), title+text (before) or none."),
     allow_short: bool = typer.Option(False, "--allow-short", help=ALLOW_SHORT_HELP),
     allow_unparsed: bool = typer.Option(False, "--allow-unparsed", help=ALLOW_UNPARSED_HELP),
-    duplicates: str = typer.Option("refuse", "--duplicates", help="A passage listed twice in one question's ranking: refuse (default) | dedupe (keep the first) | keep (count every occurrence, as the study's expansion runs did; run folders that repeat on purpose are read so by default)."),
+    duplicates: Optional[str] = typer.Option(None, "--duplicates", help="A passage listed twice in one question's ranking: refuse (default) | dedupe (keep the first) | keep (count every occurrence, as the study's expansion runs did; run folders that repeat on purpose, and --from-predictions files, are read so by default)."),
     out: Optional[Path] = typer.Option(None, "--out", callback=out_folder_callback, help="Write metrics here instead of next to the run."),
     write_legacy: bool = typer.Option(False, "--write-legacy", help="Also write run.mistralpred.jsonl: each judged ctx with 'mistral-preds' (one boolean per perspective), what the original BERDS evaluation reads."),
-    from_predictions: Optional[Path] = typer.Option(None, "--from-predictions", help="Compute metrics from the 'mistral-preds' already in this file (the original compute-only mode); no judge."),
+    from_predictions: Optional[Path] = typer.Option(None, "--from-predictions", help="Compute metrics from the 'mistral-preds' (or, in the study's .gpt4pred files, 'gpt4-preds') already in this file (the original compute-only mode); no judge."),
     engine: str = typer.Option("local", "--engine", help="local | ray"),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (with --engine ray)."),
     batch_timeout: Optional[float] = typer.Option(None, "--batch-timeout", help=BATCH_TIMEOUT_HELP),
@@ -55,6 +55,7 @@ def eval_command(
     labels: Optional[Path] = typer.Option(None, "--labels", help=LABELS_HELP),
     population: str = typer.Option("questions", "--population", help=POPULATION_HELP),
     ppi_lambda: str = typer.Option("1", "--ppi-lambda", help=PPI_LAMBDA_HELP),
+    qrels_pool: str = typer.Option("runs", "--qrels-pool", help="Qrels of --measure when several runs are evaluated: runs (their judgements pooled, TREC pooling: every run gets the same ideal ranking) | single (each run's own judgements)."),
 ) -> None:
     """Judge retrieval runs against their gold perspectives and report MRecall@k / Precision@k."""
     from rich.console import Console
@@ -74,7 +75,9 @@ def eval_command(
         if judge is not None:
             raise BerdsError("--from-predictions FILE reads the judgements stored in that file ('mistral-preds'); "
                              "no judge runs — drop --judge")
-        return _eval_from_predictions(from_predictions, tuple(k), allow_short=allow_short, out=out)
+        return _eval_from_predictions(from_predictions, tuple(k), allow_short=allow_short, out=out,
+                                      duplicates=duplicates or "keep")
+    duplicates = duplicates or "refuse"
     if not runs:
         raise BerdsError("name at least one run folder or BERDS-format jsonl (or --from-predictions FILE)")
     check_run_args(runs)
@@ -87,6 +90,8 @@ def eval_command(
 
         check_options(population, ppi_lambda)
         human = read_labels(labels)
+    if qrels_pool not in ("runs", "single"):
+        raise BerdsError(f"--qrels-pool must be runs or single, got {qrels_pool!r}")
     if measure:
         from berds.evaluate.qrels import check_measures
 
@@ -135,6 +140,7 @@ def eval_command(
     results = evaluate_paths(runs, judge, eval_options, judge_options=options, check_run=check_run if checks else None)
     console = Console()
     console.print(metrics_table([r for _, r, _ in results]))
+    _print_repeats(console, [r for _, r, _ in results])
     for path, result, files in results:
         s = result.stats
         console.print(
@@ -147,13 +153,18 @@ def eval_command(
             highlight=False,
         )
     if measure or qrels is not None:
-        from berds.evaluate.qrels import add_measures_to_outputs, measures_table
+        from berds.evaluate.qrels import add_measures_to_outputs, measures_table, pool_qrels, read_judgements
 
+        # several runs, one judge: measured against their judgements pooled (each run gets the same ideal ranking)
+        pool = qrels_pool if len(results) > 1 else "single"
+        pooled = (pool_qrels(read_judgements(files["judgements"])[0] for _, _, files in results)
+                  if measure and pool == "runs" else None)
         rows = [(result.run_name or path.name, result.averages,
-                 add_measures_to_outputs(files, measure, qrels_files[i] if qrels_files else None))
+                 add_measures_to_outputs(files, measure, qrels_files[i] if qrels_files else None, pooled=pooled,
+                                         pool=pool))
                 for i, (path, result, files) in enumerate(results)]
         if measure:
-            console.print(measures_table(rows))
+            console.print(measures_table(rows, pool=pool))
         if qrels is not None:
             console.print(f"qrels (qid subtopic docid rel) → {qrels}", highlight=False)
     if human is not None:
@@ -167,18 +178,31 @@ def eval_command(
         check_unparsed([r for _, r, _ in results], written=" (the table above is flagged; metrics were written)")
 
 
-def _eval_from_predictions(path: Path, ks: tuple[int, ...], *, allow_short: bool, out: Optional[Path]) -> None:
+def _print_repeats(console, results) -> None:
+    """Under the metrics: how many top-k slots repeat a passage, and Precision with each passage once (runs
+    that repeat passages only: an expansion run merged with duplicates kept, as the study's)."""
+    from berds.evaluate.evaluation import repeats_table
+
+    table = repeats_table(results)
+    if table is not None:
+        console.print(table)
+
+
+def _eval_from_predictions(path: Path, ks: tuple[int, ...], *, allow_short: bool, out: Optional[Path],
+                           duplicates: str) -> None:
     from rich.console import Console
 
     from berds.evaluate.evaluation import EvalOptions, eval_output_dir, evaluate_predictions, metrics_table
     from berds.io import write_json
 
-    _, result = evaluate_predictions(path, EvalOptions(ks=ks, allow_short=allow_short, progress=False, use_cache=False))
+    _, result = evaluate_predictions(path, EvalOptions(ks=ks, allow_short=allow_short, progress=False, use_cache=False),
+                                     duplicates=duplicates, duplicates_option="--duplicates")
     target = eval_output_dir(path, out, 1)
     target.mkdir(parents=True, exist_ok=True)
     write_json(target / "metrics.json", result.to_json())
     console = Console()
     console.print(metrics_table([result], title="BERDS metrics from stored predictions"))
+    _print_repeats(console, [result])
     console.print(f"{path}: {result.stats.pairs} stored predictions → {target / 'metrics.json'}", highlight=False)
 
 
@@ -211,7 +235,7 @@ def judges_list() -> None:
     table.add_row("transformers:MODEL", "Any HF model (path or hub name) with the study's prompt; adapter=PATH for LoRA; prompt=plain for base models.", "llm extra", "generic")
     table.add_row("openai:MODEL", "Any OpenAI-compatible endpoint; base_url=URL, key from $OPENAI_API_KEY.", "api", "generic")
     table.add_row("vllm:MODEL", "vLLM offline batch inference.", "gpu", "generic")
-    table.add_row("nli:MODEL", "Entailment model (premise = passage, hypothesis = perspective); P(entail) >= threshold=0.5.", "llm extra", "generic")
+    table.add_row("nli:MODEL", "Entailment model (premise = passage, hypothesis = perspective); P(entail) >= threshold=0.5; T5 checkpoints scored as the study's T5 code.", "llm extra", "generic")
     table.add_row("calibrated:NAME", "Judge NAME with the P(Yes) threshold stored by `berds judge calibrate`.", "", "generic")
     table.add_row("debate:NAME", "Devil's-advocate wrapper around judge NAME (--rounds N).", "", "generic")
     Console().print(table)

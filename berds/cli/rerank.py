@@ -60,7 +60,7 @@ def rerank_command(
     depth: Optional[int] = typer.Option(None, "--depth", min=1, help="Rerank the top DEPTH passages (default 100, the study's)."),
     top: Optional[int] = typer.Option(None, "--top", min=1, help="Order only the first TOP picks; the rest keep their order (default: all)."),
     normalisation: Optional[str] = typer.Option(None, "--normalisation", help=NORM_HELP),
-    sim1_constant: Optional[float] = typer.Option(None, "--sim1-constant", help="question-max: divisor for questions whose top score is <= 0 (default: the run's top score)."),
+    sim1_constant: Optional[str] = typer.Option(None, "--sim1-constant", help="question-max: divisor for questions whose top score is <= 0: a number, or the study's constant for RETRIEVER-CORPUS, e.g. bm25-wikipedia (default: the run's top score)."),
     first: Optional[str] = typer.Option(None, "--first", help="mmr: rank1 (the study's code) or objective (argmax λ·Sim1)."),
     model: Optional[str] = typer.Option(None, "--model", help="Embedding model (default WhereIsAI/UAE-Large-V1; a local folder or pypi:PACKAGE work)."),
     pooling: Optional[str] = typer.Option(None, "--pooling", help="cls (the study), mean, max, or model."),
@@ -109,7 +109,10 @@ def rerank_command(
             _console().print(f"[yellow]note:[/] λ was tuned with Sim2 model {tuned_model}; reranking with {model}",
                              highlight=False)
         model, pooling = model or tuned_model, pooling or tuned_pooling
-    options.update(depth=depth, top=top, normalisation=normalisation, sim1_constant=sim1_constant, first=first,
+    from berds.rerank.mmr import parse_sim1_constant
+
+    options.update(depth=depth, top=top, normalisation=normalisation, sim1_constant=parse_sim1_constant(sim1_constant),
+                   first=first,
                    model=model, pooling=pooling, embed_text=embed_text, device=device, batch_size=batch_size,
                    expansions=str(expansions) if expansions else None, llm=llm)
     options = reranker_options(name, options, embedding_cache=embedding_cache, no_embedding_cache=no_embedding_cache)

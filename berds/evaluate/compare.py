@@ -254,4 +254,28 @@ def compare_paths(run_paths: Sequence[str | Path], judge: str | Any, *, ks: Sequ
     check_shared_questions(runs, labels, index)
     results = judge_runs(runs, judge, ks[-1], judge_options=judge_options, cache_path=cache_path,
                          allow_short=allow_short, allow_unparsed=allow_unparsed, progress=progress)
-    return compare_results(results, labels, ks=ks, baseline=index, **options)
+    compared = compare_results(results, labels, ks=ks, baseline=index, **options)
+    compared.notes += repeat_notes(runs, results, labels, ks)
+    return compared
+
+
+def repeat_notes(runs: Sequence[Any], results: Sequence[Any], labels: Sequence[str], ks: Sequence[int]) -> list[str]:
+    """One line per run whose rankings repeat passages (the study's expansion merge keeps them): how many top-k
+    slots repeat a passage ranked above, and Precision@k with each passage counted once beside Precision@k
+    as compared (every slot counts, as in the study)."""
+    from berds.evaluate.evaluation import run_repeats
+    from berds.evaluate.metrics import question_metrics
+
+    lines = []
+    for run, result, label in zip(runs, results, labels):
+        support = {q: m[:, :max(ks)] for q, m in result.support.items()}
+        repeats = run_repeats(run, support, ks)
+        if not repeats:
+            continue
+        for k in ks:
+            slots = int(sum(q[f"repeats@{k}"] for q in repeats.values()))
+            once = sum(q[f"precision_once@{k}"] for q in repeats.values()) / len(repeats)
+            as_is = sum(question_metrics(m, (k,))[f"precision@{k}"] for m in support.values()) / len(support)
+            lines.append(f"{label}: {slots} of {k * len(repeats)} top-{k} slots repeat a passage ranked above; "
+                         f"Precision@{k} {100 * as_is:.1f}, with each passage counted once {100 * once:.1f}")
+    return lines

@@ -76,6 +76,8 @@ class EvalResult:
     stats: JudgeStats
     datasets: dict[str, str] = field(default_factory=dict)
     manifest: dict[str, Any] = field(default_factory=dict)
+    # a run whose rankings repeat passages: per question, repeats@k and precision_once@k (metrics.repeat_metrics)
+    repeats: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def __repr__(self) -> str:  # (the dataclass repr printed every support matrix: pages for a real run)
         overall = self.averages.get("all", {})
@@ -140,6 +142,8 @@ class EvalResult:
             "per_question": self.per_question,
             "judging": vars(self.stats),
             **({"run_manifest": self.manifest} if self.manifest else {}),
+            **({"repeats": {"averages": aggregate(self.repeats, self.datasets), "per_question": self.repeats}}
+               if self.repeats else {}),
         }
 
 
@@ -414,10 +418,46 @@ def evaluate_run(
         run_name=run.name, judge_id=judge.id, prompt_version=judge.prompt_version, ks=ks, depth=depth,
         support=support, p_yes=p_yes, per_question=per_question,
         averages=aggregate(per_question, datasets), stats=stats, datasets=datasets, manifest=dict(run.manifest),
+        repeats=run_repeats(run, support, ks),
     )
     if not opts.allow_unparsed:
         check_unparsed([result], opts.max_unparsed)
     return result
+
+
+def run_repeats(run: Run, support: Mapping[str, np.ndarray], ks: Sequence[int]) -> dict[str, dict[str, float]]:
+    """``metrics.repeat_metrics`` of every question, when some question's top ``max(ks)`` repeats a passage
+    (else empty: a run without repeats reports nothing more)."""
+    from berds.evaluate.metrics import repeat_metrics
+
+    depth = max(ks)
+    ids = {qid: [h.passage.id for h in run.hits[qid][:depth]] for qid in support}
+    if all(len(set(v)) == len(v) for v in ids.values()):
+        return {}
+    return {qid: repeat_metrics(ids[qid], support[qid], ks) for qid in support}
+
+
+def repeats_table(results: Sequence[EvalResult]) -> Any:
+    """A rich table of the results whose rankings repeat passages (None when none do): per run and k, the
+    top-k slots that repeat a passage ranked above (of all top-k slots), Precision@k as evaluated (every
+    slot counts, the study's way) and Precision@k with each passage counted once."""
+    shown = [r for r in results if r.repeats]
+    if not shown:
+        return None
+    from rich.table import Table
+
+    table = Table(title="Repeated passages in the top k (counted in Precision, as the study did)")
+    table.add_column("run", overflow="fold")
+    for name in ("k", "repeated slots", "Prec@k", "Prec@k, each passage once"):
+        table.add_column(name, justify="right")
+    for r in shown:
+        for k in r.ks:
+            repeats = int(sum(q[f"repeats@{k}"] for q in r.repeats.values()))
+            slots = k * len(r.repeats)
+            once = sum(q[f"precision_once@{k}"] for q in r.repeats.values()) / len(r.repeats)
+            table.add_row(r.run_name or "-", str(k), f"{repeats} of {slots}",
+                          f"{100 * r.averages['all'][f'precision@{k}']:.1f}", f"{100 * once:.1f}")
+    return table
 
 
 def check_unparsed(results: Sequence[EvalResult], limit: float = MAX_UNPARSED, *, written: str = "") -> None:
@@ -491,15 +531,20 @@ def write_eval_outputs(result: EvalResult, run: Run, out_dir: str | Path, *, leg
 PREDICTIONS_JUDGE = "predictions-in-file"
 
 
-def evaluate_predictions(path: str | Path, options: EvalOptions | Sequence[int] | None = None, **changes: Any
+def evaluate_predictions(path: str | Path, options: EvalOptions | Sequence[int] | None = None, *,
+                         duplicates: str = "keep", duplicates_option: str | None = None, **changes: Any
                          ) -> tuple[Run, EvalResult]:
-    """The original evaluation's compute-only mode: metrics from the ``mistral-preds`` already stored in
-    each ctx of ``path`` (as ``--write-legacy`` writes them); no judge, no cache. The top ``max(ks)``
-    passages must carry predictions (``allow_short``: missing ones count as unsupported)."""
+    """The original evaluation's compute-only mode: metrics from the ``mistral-preds`` (``gpt4-preds`` in
+    the study's ``.gpt4pred`` files) already stored in each ctx of ``path`` (as ``--write-legacy`` writes
+    them); no judge, no cache. The top ``max(ks)`` passages must carry predictions (``allow_short``: missing
+    ones count as unsupported). A ctx that repeats a passage counts with its own prediction (``duplicates=
+    "keep"``, the original's reading of its query-expansion runs); ``"dedupe"``/``"refuse"``: see
+    ``berds.runs.read_predictions``."""
     from berds.runs import read_predictions
 
     opts = as_options(options, changes)
-    run, labels = read_predictions(path, allow_empty=opts.allow_short)  # (an empty question scores zero)
+    run, labels = read_predictions(path, allow_empty=opts.allow_short,  # (an empty question scores zero)
+                                   duplicates=duplicates, duplicates_option=duplicates_option)
     depth = max(opts.ks)
     support: dict[str, np.ndarray] = {}
     per_question: dict[str, dict[str, float]] = {}
@@ -522,6 +567,7 @@ def evaluate_predictions(path: str | Path, options: EvalOptions | Sequence[int] 
         depth=depth, support=support, p_yes={q: np.full(m.shape, np.nan) for q, m in support.items()},
         per_question=per_question, averages=aggregate(per_question, datasets),
         stats=JudgeStats(pairs=n), datasets=datasets, manifest=dict(run.manifest),
+        repeats=run_repeats(run, support, opts.ks),
     )
     return run, result
 

@@ -90,6 +90,28 @@ def question_metrics(support: np.ndarray, ks: Sequence[int]) -> dict[str, float]
     return out
 
 
+def repeat_metrics(passage_ids: Sequence[str], support: np.ndarray, ks: Sequence[int]) -> dict[str, float]:
+    """For a ranking that repeats passages (the study's expansion merge keeps them), per k:
+
+    * ``repeats@k`` — how many of the top k slots hold a passage already ranked above (a count);
+    * ``precision_once@k`` — Precision@k with each passage counted once: (distinct passages in the top k
+      that support some perspective) / k, so a repeated slot counts as unsupported.
+
+    ``support`` is the (perspectives x ranks) matrix of the same ranking, ``passage_ids`` its ids in order."""
+    seen: set[str] = set()
+    repeat: list[bool] = []
+    for pid in passage_ids[:max(ks, default=0)]:
+        repeat.append(pid in seen)
+        seen.add(pid)
+    n = min(len(repeat), support.shape[1] if support.ndim == 2 else 0)
+    supported = support[:, :n].any(axis=0).tolist() if n and support.shape[0] else [False] * n
+    out: dict[str, float] = {}
+    for k in ks:
+        out[f"repeats@{k}"] = float(sum(repeat[:k]))
+        out[f"precision_once@{k}"] = sum(s and not r for s, r in zip(supported[:k], repeat[:k])) / k
+    return out
+
+
 def mean_metrics(rows: Iterable[Mapping[str, float]]) -> dict[str, float]:
     """Mean of each metric over questions (as percentages are up to the caller)."""
     rows = list(rows)

@@ -10,7 +10,10 @@ retrieved at several ranks gets one line per subtopic (its labels agree: same te
 ir_measures (its ``pyndeval`` provider) over these qrels and the run's ranking; nothing is hand-written here.
 ndeval's rules apply: a subtopic counts only when some judged passage supports it, so ``StRecall@k`` is the
 share of *supported* perspectives covered -- not MRecall's share of all gold perspectives -- and the ideal
-ranking of alpha-nDCG / ERR-IA is built (greedily) from the judged passages only.
+ranking of alpha-nDCG / ERR-IA is built (greedily) from the judged passages only. Runs evaluated together
+are therefore measured against their judgements pooled (``pool_qrels``, TREC pooling; ``--qrels-pool runs``,
+the default), so that every run is normalised by the same ideal; ``--qrels-pool single`` measures each run
+against its own judgements.
 """
 
 from __future__ import annotations
@@ -214,10 +217,28 @@ def compute_measures(measures: Sequence[Any | str], qrels: Sequence[QrelRow], ra
     return means, per_question
 
 
-def add_measures_to_outputs(files: Mapping[str, Path], measures: Sequence[str], qrels_out: str | Path | None = None
-                            ) -> dict[str, float]:
+QRELS_POOLS = ("runs", "single")
+
+
+def pool_qrels(row_sets: Iterable[Sequence[QrelRow]]) -> list[QrelRow]:
+    """TREC pooling of several runs' judgements (one judge): every judged (question, perspective, passage) of
+    any run, supported when any judgement of it says so (one judge gives a passage one verdict per
+    perspective). Evaluated against this pool, the ideal ranking of alpha-nDCG / ERR-IA is the same for every
+    run, so the runs' values compare; with each run's own judgements a run that found fewer supporting
+    passages is normalised by a smaller ideal."""
+    labels: dict[tuple[str, str, str], int] = {}
+    for rows in row_sets:
+        for q, sub, d, r in rows:
+            labels[(q, sub, d)] = max(int(r), labels.get((q, sub, d), 0))
+    return [(q, sub, d, r) for (q, sub, d), r in labels.items()]
+
+
+def add_measures_to_outputs(files: Mapping[str, Path], measures: Sequence[str], qrels_out: str | Path | None = None,
+                            *, pooled: Sequence[QrelRow] | None = None, pool: str = "single") -> dict[str, float]:
     """After ``berds eval`` wrote an evaluation: compute ``measures`` from its judgements.jsonl, store them in its
-    metrics.json (``"ir_measures"``: mean and per question) and write the qrels to ``qrels_out`` when given."""
+    metrics.json (``"ir_measures"``: mean and per question) and write the qrels to ``qrels_out`` when given.
+    ``pooled``: the qrels to measure against (``pool_qrels`` of every run evaluated together; ``pool`` names
+    it in metrics.json) instead of this run's own judgements (``qrels_out`` always gets the run's own)."""
     from berds.io import read_json, write_json
 
     rows, ranking = read_judgements(files["judgements"])
@@ -225,13 +246,15 @@ def add_measures_to_outputs(files: Mapping[str, Path], measures: Sequence[str], 
         write_qrels(rows, qrels_out)
     if not measures:
         return {}
-    means, per_question = compute_measures(measures, rows, ranking)
+    means, per_question = compute_measures(measures, pooled if pooled is not None else rows, ranking)
     # A run folder gets metrics.json twice: at its top and beside the judgements (eval/<judge>/); update both.
     for target in dict.fromkeys([Path(files["metrics"]), Path(files["judgements"]).parent / "metrics.json"]):
         if target.exists():
             metrics = read_json(target)
             metrics["ir_measures"] = {"mean": means, "per_question": per_question,
-                                      "provider": _providers(means), "questions": len(per_question)}
+                                      "provider": _providers(means), "questions": len(per_question),
+                                      "qrels": pool if pooled is not None else "single",
+                                      **({"qrels_lines": len(pooled)} if pooled is not None else {})}
             write_json(target, metrics)
     return means
 
@@ -256,14 +279,18 @@ def qrels_paths(qrels: str | Path, run_paths: Sequence[str | Path]) -> list[Path
     return [Path(qrels) / f"{name}.qrels" for name in distinct_names([run_stem(p) for p in paths], paths)]
 
 
-def measures_table(rows: Sequence[tuple[str, Mapping[str, Mapping[str, float]], Mapping[str, float]]]) -> Any:
-    """A rich table: run, MRecall@k / Prec@k (all questions) and the ir_measures means, in percent."""
+def measures_table(rows: Sequence[tuple[str, Mapping[str, Mapping[str, float]], Mapping[str, float]]],
+                   pool: str | None = None) -> Any:
+    """A rich table: run, MRecall@k / Prec@k (all questions) and the ir_measures means, in percent; ``pool``
+    says in the title which qrels the measures used."""
     from rich.table import Table
 
     metric_names = sorted({k for _, averages, _ in rows for k in averages.get("all", {})},
                           key=lambda k: (not k.startswith("mrecall"), int(k.split("@")[1]) if "@" in k else 0, k))
     measure_names = list(dict.fromkeys(k for _, _, measures in rows for k in measures))
-    table = Table(title="BERDS metrics and diversity measures (ir_measures over the judgements as qrels)", pad_edge=False)
+    qrels = ({"runs": f"the judgements of all {len(rows)} runs pooled as qrels",
+              "single": "each run's own judgements as qrels"}.get(pool or "", "the judgements as qrels"))
+    table = Table(title=f"BERDS metrics and diversity measures (ir_measures over {qrels})", pad_edge=False)
     table.add_column("run", overflow="fold")
     for title in [*(n.replace("mrecall", "MRecall").replace("precision", "Prec") for n in metric_names), *measure_names]:
         # "alpha_nDCG" over "@10": the cut-off on a line of its own, and never narrower than the name (the run

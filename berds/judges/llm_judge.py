@@ -28,7 +28,9 @@ def study_answer(reply: str) -> tuple[bool, bool]:
     """The study's answer rule, exactly as its released evaluation applied it (``(label, parsed)``).
 
     A reply starting with ``{`` is read as a dict (JSON, else a Python literal) and is Yes when its
-    ``Answer`` field is "yes" in any case (a dict that cannot be read: No, ``parsed=False``). Otherwise the
+    ``Answer`` field, stripped, is "yes" in any case (``{'Answer': ' Yes '}`` is Yes, as in the study's
+    ``ast.literal_eval(reply)['Answer'].strip().lower() == 'yes'``; a dict that cannot be read: No,
+    ``parsed=False``, where the study's code stopped with an exception). Otherwise the
     text after the last ``Answer:``, then after the last ``The answer is``, ``The answer is:`` and
     ``Based on the information provided in the document, the answer is`` (case-sensitive, in that order)
     is stripped and lower-cased; it is Yes when it starts with ``yes`` or ``(yes``, equals ``y`` or ``ye``,
@@ -54,15 +56,28 @@ def study_answer(reply: str) -> tuple[bool, bool]:
                 return False, False
         if not isinstance(record, dict):
             return False, False
-        # compared as it is, no stripping: the study's rule is the field == "yes" in any case. A dict without the
-        # field (which the study's code could not read either) is No, and unparsed
-        return str(record.get("Answer", "")).lower() == "yes", "Answer" in record
+        # the study's rule: the field, stripped, == "yes" in any case. A dict without the field (which the study's
+        # code could not read either) is No, and unparsed
+        return str(record.get("Answer", "")).strip().lower() == "yes", "Answer" in record
     for marker in STUDY_ANSWER_MARKERS:
         text = text.split(marker)[-1]
     text = text.strip().lower()
     yes = (text.startswith(("yes", "(yes")) or text in ("y", "ye") or text.endswith(("yes", "yes.", 'yes".'))
            or text.startswith(("entail", "true")))
     return yes, True
+
+
+# A version of the study's rule: verdicts cached under the earlier one (a dict's Answer compared unstripped, a
+# Mistral reply read past "[/INST]" or "</s>") are not reused (it enters LLMJudge.prompt_version)
+STUDY_RULE_VERSION = "answer-rule-2"
+
+
+def study_mistral_reply(reply: str) -> str:
+    """The part of a Mistral reply the study's code parsed: it decoded prompt and reply together, cut the
+    whole at the first ``</s>`` and kept what lies between the first and the second ``[/INST]`` — so a reply
+    that itself writes ``</s>`` or ``[/INST]`` (as text: for Mistral's tokenizer ``[/INST]`` is no special
+    token) is read only up to the first of them, then stripped."""
+    return reply.split("</s>")[0].split("[/INST]")[0].strip()
 
 
 def parse_answer(text: str, mode: str = "berds-study") -> tuple[bool, bool]:
@@ -207,7 +222,8 @@ class LLMJudge:
         self.id = redact_text(f"{llm.id}{suffix}")
         self.system = system
         self.drop_system = drops_system_turn(system, llm.id, llm) and self.prompt.has_system_turn
-        self.prompt_version = prompt_version(self.prompt) + ("+no-system" if self.drop_system else "")
+        self.prompt_version = (prompt_version(self.prompt) + ("+no-system" if self.drop_system else "")
+                               + (f"+{STUDY_RULE_VERSION}" if parse == "berds-study" else ""))
         if self.prompt.plain:
             # plain prompts reach a local model as BOS + the text's own tokens since 0d6a9b8 (a literal BOS string
             # glued to the text gave some tokenizers another first token): verdicts cached before are not reused
@@ -236,7 +252,9 @@ class LLMJudge:
         )
         verdicts = []
         for gen in generations:
-            label, parsed = parse_answer(gen.text, self.parse)
+            # the study's Mistral path (the system turn dropped) read the reply only up to a "</s>"/"[/INST]" in it
+            reply = study_mistral_reply(gen.text) if self.parse == "berds-study" and self.drop_system else gen.text
+            label, parsed = parse_answer(reply, self.parse)
             p_yes = p_yes_from_logprobs(gen.first_token_logprobs)
             detail = {} if parsed else {"unparsed": True}
             if self.threshold is not None:

@@ -10,6 +10,13 @@ P(entailment) >= ``threshold`` (default 0.5, ``-o threshold=``). Two kinds of tr
   is ``premise: P hypothesis: H`` (``-o seq2seq_format=``), and P(entail) is the first decoder step's
   probability of ``entail_token`` ("1") renormalised against ``other_token`` ("0").
 
+  A checkpoint with T5's own vocabulary (id 3 = "▁", id 209 = "▁1": ``google/t5_xxl_true_nli_mixture``, the
+  study's Table 4 baseline) is scored as the study's code scored it (``-o scoring=study-t5``, the default
+  there through ``scoring=auto``): the premise cut to its first 2,000 characters, the input truncated to
+  256 tokens, the decoder started with the pad token, a two-way softmax over the logits of token ids 3 (the
+  first piece of "0") and 209 ("1"), and "supports" when P(id 209) > ``threshold`` (strictly).
+  ``-o scoring=tokens`` gives berds' earlier T5 reading (the answer words, 512 tokens, no cut, >=).
+
 The model loads on first use, in float32 unless ``-o dtype=bfloat16``/``float16`` (half precision halves
 GPU memory for the 11B T5; the checkpoint's own dtype is never used silently, since transformers 5 would
 keep it and change verdicts between versions). The id names model, revision, threshold and a non-float32
@@ -25,8 +32,16 @@ from berds.judges.base import id_number
 from berds.lazy import require
 from berds.types import JudgePair, Verdict
 
-PROMPT_VERSION = "nli-premise=passage-hypothesis=perspective-v1"
+# v2 (issue 32): T5-vocabulary checkpoints are scored the study's way by default; their v1 verdicts are not reused
+PROMPT_VERSION = "nli-premise=passage-hypothesis=perspective-v2"
 DEFAULT_THRESHOLD = 0.5
+SCORINGS = ("auto", "study-t5", "tokens")
+# The study's T5 code (Table 4): ids of T5's vocabulary, the premise's first characters, the input's tokens
+STUDY_T5_IDS = {"other": 3, "entail": 209}  # "▁" (first piece of "0") and "▁1"
+STUDY_T5_TOKENS = {3: "▁", 209: "▁1"}
+STUDY_PREMISE_CHARS = 2000
+STUDY_MAX_LENGTH = 256
+DEFAULT_MAX_LENGTH = 512
 DEFAULT_SEQ2SEQ_FORMAT = "premise: {premise} hypothesis: {hypothesis}"
 
 
@@ -34,10 +49,10 @@ class NLIJudge:
     """A transformers NLI model behind the judge protocol (see the module doc)."""
 
     def __init__(self, model: str, *, threshold: float = DEFAULT_THRESHOLD, revision: str | None = None,
-                 device: str | None = None, batch_size: int = 16, max_length: int = 512,
+                 device: str | None = None, batch_size: int = 16, max_length: int | None = None,
                  entail_label: str | None = None, seq2seq_format: str = DEFAULT_SEQ2SEQ_FORMAT,
                  entail_token: str = "1", other_token: str = "0", name: str | None = None,
-                 dtype: str = "float32"):
+                 dtype: str = "float32", scoring: str = "auto"):
         from berds.llm.shared import model_identity
         from berds.llm.transformers_backend import _DTYPES
 
@@ -48,13 +63,17 @@ class NLIJudge:
             raise BerdsError(f"batch_size must be a positive integer, got {batch_size!r}")
         if dtype not in _DTYPES:
             raise BerdsError(f"unknown dtype {dtype!r}; use {', '.join(sorted(set(_DTYPES.values())))}")
+        if scoring not in SCORINGS:
+            raise BerdsError(f"unknown nli scoring {scoring!r}; use one of {', '.join(SCORINGS)}")
+        self.scoring = scoring
         self.dtype = _DTYPES[dtype]
         self.model_name = str(model)
         self.threshold = threshold
         self.revision = revision
         self.requested_device = device
         self.batch_size = batch_size
-        self.max_length = int(max_length)
+        self.given_max_length = None if max_length is None else int(max_length)
+        self.max_length = self.given_max_length or DEFAULT_MAX_LENGTH  # (study-t5 makes it 256 when not given)
         self.entail_label = entail_label
         self.seq2seq_format = seq2seq_format
         self.entail_token, self.other_token = entail_token, other_token
@@ -65,7 +84,9 @@ class NLIJudge:
         self.id = (model_identity("nli", self.model_name, revision=revision)
                    + f"|threshold={id_number(threshold)}" + (f"|entail_label={entail_label}" if entail_label else "")
                    + (f"|dtype={self.dtype}" if self.dtype != "float32" else "")
-                   + (f"|max_length={self.max_length}" if self.max_length != 512 else "")
+                   # (given at all: under study-t5 an unnamed max_length is 256, a named 512 is not the same judge)
+                   + (f"|max_length={self.max_length}" if self.given_max_length is not None else "")
+                   + (f"|scoring={scoring}" if scoring != "auto" else "")
                    + (f"|seq2seq_format={hashlib.sha256(seq2seq_format.encode()).hexdigest()[:12]}"
                       if seq2seq_format != DEFAULT_SEQ2SEQ_FORMAT else "")
                    + (f"|tokens={entail_token},{other_token}" if (entail_token, other_token) != ("1", "0") else ""))
@@ -97,8 +118,19 @@ class NLIJudge:
         if getattr(config, "is_encoder_decoder", False):
             model = _load_or_explain(transformers.AutoModelForSeq2SeqLM.from_pretrained, self.model_name, where,
                                      "seq2seq NLI model", revision=self.revision, dtype=getattr(torch, self.dtype))
-            self.kind = "seq2seq"
-            self._label_ids = [self._single_token(tokenizer, t) for t in (self.entail_token, self.other_token)]
+            study_vocab = _has_t5_vocabulary(tokenizer)
+            if self.scoring == "study-t5" and not study_vocab:
+                raise BerdsError(f"{self.model_name}: scoring=study-t5 reads T5's token ids 3 and 209, but this "
+                                 "tokenizer's ids 3 and 209 are not '▁' and '▁1' — use scoring=tokens (or auto)")
+            if self.scoring == "study-t5" or (self.scoring == "auto" and study_vocab):
+                self.kind = "study-t5"
+                self._label_ids = [STUDY_T5_IDS["entail"], STUDY_T5_IDS["other"]]
+                self.max_length = self.given_max_length or STUDY_MAX_LENGTH
+                self._start_id = tokenizer.pad_token_id  # the study: tokenizer("<pad>").input_ids[:, :1]
+            else:
+                self.kind = "seq2seq"
+                self._label_ids = [self._single_token(tokenizer, t) for t in (self.entail_token, self.other_token)]
+                self._start_id = model.config.decoder_start_token_id
         else:
             model = _load_or_explain(transformers.AutoModelForSequenceClassification.from_pretrained, self.model_name,
                                      where, "NLI classifier", revision=self.revision, dtype=getattr(torch, self.dtype))
@@ -128,10 +160,13 @@ class NLIJudge:
                                     max_length=self.max_length, padding=True, return_tensors="pt").to(self.device)
                     probs = torch.softmax(model(**enc).logits.float(), dim=-1)[:, self._entail_index]
                 else:
-                    texts = [self.seq2seq_format.format(premise=p.passage, hypothesis=p.perspective) for p in batch]
+                    # the study's T5 code put only the premise's first 2,000 characters in
+                    cut = STUDY_PREMISE_CHARS if self.kind == "study-t5" else None
+                    texts = [self.seq2seq_format.format(premise=p.passage[:cut], hypothesis=p.perspective)
+                             for p in batch]
                     enc = tokenizer(texts, truncation=True, max_length=self.max_length, padding=True,
                                     return_tensors="pt").to(self.device)
-                    start = torch.full((len(batch), 1), model.config.decoder_start_token_id, device=self.device)
+                    start = torch.full((len(batch), 1), self._start_id, device=self.device)
                     logits = model(**enc, decoder_input_ids=start).logits[:, 0, self._label_ids].float()
                     probs = torch.softmax(logits, dim=-1)[:, 0]
             out += [float(p) for p in probs.cpu()]
@@ -140,8 +175,18 @@ class NLIJudge:
     def judge(self, pairs: Sequence[JudgePair]) -> list[Verdict]:
         if not pairs:
             return []
-        return [Verdict(label=p >= self.threshold, p_yes=p, raw=f"P(entail)={p:.6f}")
-                for p in self.p_entail(list(pairs))]
+        probs = self.p_entail(list(pairs))
+        strict = self.kind == "study-t5"  # the study's T5 code: probs > threshold
+        return [Verdict(label=p > self.threshold if strict else p >= self.threshold, p_yes=p,
+                        raw=f"P(entail)={p:.6f}") for p in probs]
+
+
+def _has_t5_vocabulary(tokenizer: Any) -> bool:
+    """Whether ids 3 and 209 are T5's "▁" and "▁1" (the ids the study's T5 code read)."""
+    try:
+        return tokenizer.convert_ids_to_tokens([3, 209]) == [STUDY_T5_TOKENS[3], STUDY_T5_TOKENS[209]]
+    except (IndexError, KeyError, TypeError, ValueError, OverflowError):
+        return False
 
 
 def entailment_index(id2label: Any, wanted: str | None, model: str) -> int:

@@ -38,7 +38,9 @@ from berds.rerank.candidates import (DEFAULT_DEPTH, DEFAULT_EMBED_TEXT, DEFAULT_
                                      unit_rows)
 from berds.types import Hit, Run
 
-__all__ = ["NORMALISATIONS", "EMBED_TEXTS", "DEFAULT_DEPTH", "DEFAULT_LAMBDAS", "LAMBDA_PRESETS", "FIRST_PICKS",
+__all__ = ["NORMALISATIONS", "EMBED_TEXTS", "DEFAULT_DEPTH", "DEFAULT_LAMBDAS", "LAMBDA_PRESETS",
+           "SIM1_CONSTANT_PRESETS",
+           "FIRST_PICKS", "parse_sim1_constant",
            "normalise_scores", "passage_embed_text", "cosine_matrix", "mmr_order", "mmr_order_embeddings",
            "mmr_rerank_hits", "mmr_rerank", "rerank_path", "lambda_from_manifest", "parse_lambda", "MMRReranker"]
 
@@ -64,6 +66,37 @@ def lambda_preset(retriever: str, corpus: str) -> float:
     except KeyError:
         names = ", ".join(f"{a}-{b}" for a, b in LAMBDA_PRESETS)
         raise BerdsError(f"Table 7 has no λ for retriever {retriever!r} on corpus {corpus!r}; presets: {names}") from None
+
+
+# The study's per-(corpus, retriever) Sim1 divisors for a question whose top score is <= 0 (its MMR code's
+# max_score_map: wiki, sphere, google_api), keyed like LAMBDA_PRESETS. Google Search output has no DPR run.
+SIM1_CONSTANT_PRESETS: dict[tuple[str, str], float] = {
+    ("bm25", "wikipedia"): 63.5, ("dpr", "wikipedia"): 100.6, ("contriever", "wikipedia"): 2.20,
+    ("bm25", "sphere"): 99.9, ("dpr", "sphere"): 243.9, ("contriever", "sphere"): 2.55,
+    ("bm25", "google-search"): 181.5, ("contriever", "google-search"): 2.52,
+}
+_CORPUS_ALIASES["google_api"] = "google-search"  # (the study's own name for it)
+
+
+def parse_sim1_constant(text: str | float | None) -> float | None:
+    """``--sim1-constant``: a number > 0, or the study's constant for ``RETRIEVER-CORPUS`` (``bm25-wikipedia``,
+    ``contriever-sphere``, ``bm25-google-search``, ...: ``SIM1_CONSTANT_PRESETS``)."""
+    if text is None or isinstance(text, (int, float)):
+        return None if text is None else float(text)
+    value = str(text).strip()
+    try:
+        number = float(value)
+    except ValueError:
+        retriever, sep, corpus = value.partition("-")
+        key = (retriever.strip().lower(), _CORPUS_ALIASES.get(corpus.strip().lower(), corpus.strip().lower()))
+        if not sep or key not in SIM1_CONSTANT_PRESETS:
+            names = ", ".join(f"{a}-{b}" for a, b in SIM1_CONSTANT_PRESETS)
+            raise BerdsError(f"--sim1-constant {value!r} is neither a number nor one of the study's presets: "
+                             f"{names}") from None
+        return SIM1_CONSTANT_PRESETS[key]
+    if not number > 0:
+        raise BerdsError(f"--sim1-constant must be > 0, got {value!r}")
+    return number
 
 
 def parse_lambda(text: str | float) -> float:

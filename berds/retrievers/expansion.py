@@ -17,7 +17,8 @@ perspective text alone (berds' earlier behaviour).
     hits = retriever.search(questions, k=100)
 
 Perspectives come from an ``Expander``: ``FileExpander`` reads precomputed ones (the study's released
-format: ``{"id", "question", "expansions": [{"name", "text"}]}`` per line), ``LLMExpander`` asks any
+files, one row per perspective, or berds' ``{"id", "question", "expansions": [{"name", "text"}]}`` per
+question: see ``read_expansions_and_questions``), ``LLMExpander`` asks any
 ``berds.llm`` backend. LLM output is parsed tolerantly (code fences, prose around the JSON, trailing
 commas, Python-style quotes, nested values); output with no usable perspective raises
 ``ExpansionParseError`` naming the question and showing the start of the output.
@@ -51,11 +52,17 @@ class Expansion:
     ``standalone`` marks a query searched as it is, without the question in front: the question itself, which
     berds adds (``include_question``, ``on_error="question"``) and which is no perspective. Anything a model
     wrote or a file gives is searched as the study did, ``question + " " + text``, whatever its name and text
-    (a file records the mark as ``"standalone": true``, so a recorded run replays the same queries)."""
+    (a file records the mark as ``"standalone": true``, so a recorded run replays the same queries).
+
+    ``query`` is the query a file recorded for this perspective (the study's released one-row-per-perspective
+    files give it as ``question``): searched as it is in the study's query form, since it is what the study
+    searched even where it is not exactly ``question + " " + text`` (a few released rows repeat a quote
+    after the question)."""
 
     name: str
     text: str
     standalone: bool = False
+    query: str | None = None
 
 
 class ExpansionParseError(BerdsError):
@@ -312,17 +319,31 @@ def read_expansions(path: str | Path) -> dict[str, list[Expansion]]:
 
 
 def read_expansions_and_questions(path: str | Path) -> tuple[dict[str, list[Expansion]], dict[str, str]]:
-    """``read_expansions`` and, for records that give one, ``qid -> question text`` (to check the pairing)."""
+    """``read_expansions`` and, for records that give one, ``qid -> question text`` (to check the pairing).
+
+    Two shapes are read: berds' per-question ``{"id", "question", "expansions": [{"name", "text"}]}`` and the
+    study's released files (``query_exp/data/*_query_exp.*.jsonl``), one row per perspective: ``org_id`` and
+    ``org_q`` (the question), ``perspective`` (the name), ``text`` (the perspective) and ``question`` (the
+    query it searched). Released rows are grouped by ``org_q`` in file order, as the study's merge
+    (``process_query_exp_data.py``) groups them, under the id ``org_id``."""
     from berds.io import iter_jsonl
 
     path = Path(path)
     out: dict[str, list[Expansion]] = {}
     texts: dict[str, str] = {}
+    released: dict[str, str] = {}  # org_q -> the id its rows are grouped under
     for line, rec in iter_jsonl(path):
+        if isinstance(rec, dict) and "org_q" in rec and "expansions" not in rec:
+            _released_row(rec, path, line, out, texts, released)
+            continue
+        if released:
+            raise InputError("mixes the study's one-row-per-perspective records with per-question ones", path=path,
+                             line=line, fix="keep one shape per file")
         qid = rec.get("id")
         if qid is None:
             raise InputError("record has no 'id'", path=path, line=line,
-                             fix='each line needs {"id", "question", "expansions": [{"name", "text"}]}')
+                             fix='each line needs {"id", "question", "expansions": [{"name", "text"}]}, or the '
+                                 'study\'s released rows {"org_id", "org_q", "perspective", "text", "question"}')
         qid = str(qid)
         items = rec.get("expansions")
         if not isinstance(items, list) or not items:
@@ -335,9 +356,13 @@ def read_expansions_and_questions(path: str | Path) -> tuple[dict[str, list[Expa
             text = item.get("text") if isinstance(item, dict) else None
             if not isinstance(text, str) or not text.strip():
                 raise InputError(f"expansions[{i}] has no 'text' string", path=path, line=line, record=qid)
+            query = item.get("query") if isinstance(item, dict) else None
+            if query is not None and not isinstance(query, str):
+                raise InputError(f"expansions[{i}].query must be a string", path=path, line=line, record=qid)
             # the text as the file has it: the study queried question + " " + text, end spaces included
             exps.append(Expansion(str(item.get("name") or f"perspective_{i + 1}"), text,
-                                  standalone=item.get("standalone") is True if isinstance(item, dict) else False))
+                                  standalone=item.get("standalone") is True if isinstance(item, dict) else False,
+                                  query=query))
         if qid in out:
             raise InputError("duplicate question id", path=path, line=line, record=qid)
         out[qid] = exps
@@ -348,10 +373,40 @@ def read_expansions_and_questions(path: str | Path) -> tuple[dict[str, list[Expa
     return out, texts
 
 
+def _released_row(rec: dict[str, Any], path: Path, line: int, out: dict[str, list[Expansion]],
+                  texts: dict[str, str], released: dict[str, str]) -> None:
+    """One row of the study's released expansion files, added to its question's group (see above)."""
+    if out and not released:
+        raise InputError("mixes the study's one-row-per-perspective records with per-question ones", path=path,
+                         line=line, fix="keep one shape per file")
+    fields = {}
+    for key in ("org_q", "text", "question"):
+        value = rec.get(key)
+        if not isinstance(value, str) or not value.strip():
+            raise InputError(f"the study's expansion row needs a non-empty '{key}' string", path=path, line=line,
+                             fix='each row: {"org_id", "org_q", "perspective", "text", "question"} (the study\'s '
+                                 "query_exp/data files)")
+        fields[key] = value
+    org_q = fields["org_q"]
+    qid = released.get(org_q)
+    if qid is None:
+        qid = str(rec["org_id"]) if rec.get("org_id") not in (None, "") else org_q
+        if qid in out:
+            raise InputError(f"org_id {qid!r} is given to two questions (the other on an earlier line)",
+                             path=path, line=line, record=qid)
+        released[org_q] = qid
+        out[qid] = []
+        texts[qid] = org_q
+    name = rec.get("perspective")
+    out[qid].append(Expansion(str(name) if name not in (None, "") else f"perspective_{len(out[qid]) + 1}",
+                              fields["text"], query=fields["question"]))
+
+
 def expansion_record(e: Expansion) -> dict[str, Any]:
     """An expansion as a file holds it: ``{"name", "text"}`` (the study's format), plus ``"standalone": true``
     for a query searched without the question in front."""
-    return {"name": e.name, "text": e.text, **({"standalone": True} if e.standalone else {})}
+    return {"name": e.name, "text": e.text, **({"standalone": True} if e.standalone else {}),
+            **({"query": e.query} if e.query is not None else {})}
 
 
 def write_expansions(path: str | Path, questions: Sequence[Question], expansions: Mapping[str, Sequence[Expansion]]) -> int:
@@ -398,25 +453,35 @@ class FileExpander:
         self.sha256 = sha256_file(self.path)
 
     def expand(self, questions: Sequence[Question]) -> dict[str, list[Expansion]]:
-        missing = [q.id for q in questions if q.id not in self.expansions]
+        def plain(text: str) -> str:
+            return " ".join(text.split()).casefold()
+
+        # A question's record: the one with its id, unless that record names another question; then the one
+        # that names this question (the study's released files key their rows by the question's text, org_q,
+        # and their org_id need not be the id a question set gives). Two question sets that both number their
+        # questions q0, q1, ... would otherwise mix silently.
+        by_text: dict[str, str] = {}
+        for key, text in self.question_texts.items():
+            by_text.setdefault(plain(text), key)
+        keys: dict[str, str] = {}
+        for q in questions:
+            given = self.question_texts.get(q.id)
+            if q.id in self.expansions and (given is None or plain(given) == plain(q.text)):
+                keys[q.id] = q.id
+            elif plain(q.text) in by_text:
+                keys[q.id] = by_text[plain(q.text)]
+            elif given is not None:
+                raise InputError(
+                    f"the expansions for question {q.id!r} were written for another question: {given[:80]!r}, "
+                    f"not {q.text[:80]!r}", path=self.path,
+                    fix="use the expansions file written for this question set (ids are matched, then question texts)")
+        missing = [q.id for q in questions if q.id not in keys]
         if missing:
             raise InputError(
                 f"no expansions for {len(missing)} question(s), e.g. {', '.join(map(repr, missing[:3]))}",
                 path=self.path, fix=f"use an expansions file written for this question set, {self.instead}",
             )
-        # Ids are matched first; where the file names its question, it must be this one (without case or spacing):
-        # two question sets that both number their questions q0, q1, ... would otherwise mix silently.
-        def plain(text: str) -> str:
-            return " ".join(text.split()).casefold()
-
-        for q in questions:
-            given = self.question_texts.get(q.id)
-            if given is not None and plain(given) != plain(q.text):
-                raise InputError(
-                    f"the expansions for question {q.id!r} were written for another question: {given[:80]!r}, "
-                    f"not {q.text[:80]!r}", path=self.path,
-                    fix="use the expansions file written for this question set (ids are matched, then question texts)")
-        return {q.id: list(self.expansions[q.id]) for q in questions}
+        return {q.id: list(self.expansions[keys[q.id]]) for q in questions}
 
     def provenance(self) -> dict[str, Any]:
         return {"source": "file", "path": str(self.path), "sha256": self.sha256}
@@ -569,7 +634,9 @@ class ExpandedRetriever:
             # the study's query for every perspective, even one named "question" whose text is the question
             # (it searched "Q Q" then); only the question berds adds itself is searched alone
             queries += [Question(f"{q.id}{EXPANSION_SEP}{i}",
-                                 e.text if e.standalone else expansion_query(q.text, e.text, self.query),
+                                 e.text if e.standalone else
+                                 e.query if e.query is not None and self.query == "question+perspective" else
+                                 expansion_query(q.text, e.text, self.query),
                                  q.perspectives, q.dataset)
                         for i, e in enumerate(exps)]
             spans.append((start, len(queries)))

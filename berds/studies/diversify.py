@@ -282,6 +282,10 @@ def study_diversify(
         study_one("expansion + mmr", "mmr", expanded_dev_run, expanded_test_run)
     comparison = compare_results(evals, [r.label for r in rows], ks=ks, baseline=0, n_resamples=n_resamples,
                                  alpha=alpha, seed=seed)
+    from berds.evaluate.compare import repeat_notes
+
+    # a ranking that repeats passages (an expansion run merged as the study did): repeated slots, Precision once
+    comparison.notes += repeat_notes([r.run for r in rows], evals, [r.label for r in rows], ks)
     notes += comparison.notes
     return DiversifyStudy(rows, comparison, tuning, tradeoff, ks, getattr(judge, "id", ""), list(dev_run.questions),
                           list(test_run.questions), notes)
