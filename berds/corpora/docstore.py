@@ -43,6 +43,7 @@ import weakref
 import zlib
 from array import array
 from itertools import islice
+from operator import attrgetter
 from json.encoder import encode_basestring as _json_string
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -117,6 +118,7 @@ def _fingerprint_bytes(p: Passage, group: str | None) -> bytes:
 
 
 _new_passage = object.__new__
+_passage_id = attrgetter("id")
 
 
 class PassageRefusedError(InputError):
@@ -129,6 +131,10 @@ class PassageRefusedError(InputError):
 
 class DuplicatePassageIdError(PassageRefusedError):
     """A passage id added twice."""
+
+
+class StoreDamagedError(InputError):
+    """A passage store whose files were changed on disk (a read found it): rebuild the store."""
 
 
 class DamagedRecordError(ValueError):
@@ -170,6 +176,49 @@ def _decoder(compressed: bool) -> Callable[[bytes], Passage]:
 
 def _group_number(value: bytes) -> int:
     return _HEAD.unpack_from(value)[0]
+
+
+def _json_utf8(utf8: bytes) -> bytes:
+    """``json.dumps(text, ensure_ascii=False).encode()`` from the UTF-8 bytes of ``text``."""
+    if b"\x00" in utf8.translate(_JSON_PLAIN):
+        return _json_string(utf8.decode("utf-8")).encode("utf-8")
+    return b'"' + utf8 + b'"'
+
+
+class _StreamCheck:
+    """The store's fingerprint recomputed over a whole-store read, record by record (``iter_passages(verify=True)``).
+
+    Records carry no checksum of their own, so a flipped bit that keeps a record decodable is found when the
+    stream ends: the last batch is then refused, so an index or encoding reading the stream is never finished
+    from it. A record that cannot be decoded, a record number out of sequence or a group number outside the
+    store's groups is named as it is read. Costs about as much as the read itself (``docs/reliability.md``)."""
+
+    __slots__ = ("store", "n", "_update", "_hash", "_groups")
+
+    def __init__(self, store: "PassageStore"):
+        self.store, self.n = store, 0
+        self._hash = hashlib.sha256()
+        self._update = self._hash.update
+        self._groups = [_json_string(g).encode("utf-8") for g in store._group_names]
+
+    def add(self, value: bytes, line: bytes) -> None:
+        """One record: ``line`` is its fingerprint line without a group; the group comes from the record header."""
+        g = _group_number(value)
+        if g != -1:
+            if not 0 <= g < len(self._groups):
+                raise self.store._damaged(ValueError(f"record {self.n} has group number {g}; the store has "
+                                                     f"{len(self._groups)} groups"))
+            line = line[:-2] + b"," + self._groups[g] + b"]\n"
+        self._update(line)
+        self.n += 1
+
+    def finish(self) -> None:
+        store = self.store
+        if self.n != store._count or self._hash.hexdigest() != store.fingerprint:
+            raise StoreDamagedError(f"the passage store is damaged: the {self.n:,} passages read do not give the fingerprint "
+                             f"its manifest.json records ({store._count:,} passages) — a record was changed on disk "
+                             f"(`berds corpus info --verify {store.path}` checks it)", path=store.path / DATA_FILE,
+                             fix=_rebuild_hint(store.path, store.manifest))
 
 
 def is_passage_store(path: str | os.PathLike) -> bool:
@@ -720,8 +769,12 @@ class PassageStore:
         _OPEN_STORES.add(self)
 
     def _damaged(self, error: Exception) -> InputError:
-        return InputError(f"the passage store is damaged ({type(error).__name__}: {error})", path=self.path / DATA_FILE,
+        return StoreDamagedError(f"the passage store is damaged ({type(error).__name__}: {error})", path=self.path / DATA_FILE,
                           fix=_rebuild_hint(self.path, self.manifest))
+
+    def _wrong_record(self, pid: str, found: str, record: bytes) -> InputError:
+        return self._damaged(ValueError(f"the id table sends passage id {pid!r} to record {_REC.unpack(record)[0]}, "
+                                        f"which holds passage {found!r}"))
 
     def _missing(self, pid: object) -> PassageNotFoundError:
         return PassageNotFoundError(f"passage id {pid!r} is not in this store ({self._count} passages)", path=self.path,
@@ -770,11 +823,14 @@ class PassageStore:
             record = id_get(pid.encode("utf-8") if len(pid) <= _MAX_KEY // 4 else _id_key(pid))
             if record is None:
                 raise self._missing(pid)
-            return self._decode(passage_get(record))
+            passage = self._decode(passage_get(record))
         except (AttributeError, TypeError, lmdb.BadValsizeError):  # not a str, or ""
             raise self._missing(pid) from None
         except (lmdb.Error, *_DECODE_ERRORS) as e:
             raise self._damaged(e) from None
+        if passage.id != pid:  # a damaged id table points at another record: never serve another passage
+            raise self._wrong_record(pid, passage.id, record)
+        return passage
 
     __getitem__ = get
 
@@ -789,19 +845,31 @@ class PassageStore:
                 records = list(map(id_get, [p.encode("utf-8") if len(p) <= _MAX_KEY // 4 else _id_key(p) for p in pids]))
                 if None in records:
                     raise self._missing(pids[records.index(None)])
-                return list(map(self._decode, map(passage_get, records)))
+                passages = list(map(self._decode, map(passage_get, records)))
         except (AttributeError, TypeError, lmdb.BadValsizeError):
             raise self._missing(next(p for p in pids if not isinstance(p, str) or not p)) from None
         except (lmdb.Error, *_DECODE_ERRORS) as e:
             raise self._damaged(e) from None
+        got = list(map(_passage_id, passages))
+        if got != (pids if isinstance(pids, list) else list(pids)):  # (one list comparison: the batch's ids)
+            i = next(i for i, (a, b) in enumerate(zip(got, pids)) if a != b)
+            raise self._wrong_record(pids[i], got[i], records[i])
+        return passages
 
-    def _values(self) -> Iterator[bytes]:
-        """Every stored record in store order."""
+    def _values(self, verify: bool = False) -> Iterator[bytes]:
+        """Every stored record in store order (with ``verify``, checking that the record numbers run 0, 1, 2...)."""
         if self._env is None:
             self._connect()
         try:
             with self._env.begin(db=self._passages) as txn, txn.cursor() as cursor:  # type: ignore[union-attr]
-                yield from cursor.iternext(keys=False, values=True)
+                if not verify:
+                    yield from cursor.iternext(keys=False, values=True)
+                    return
+                pack = _REC.pack
+                for n, (key, value) in enumerate(cursor.iternext()):
+                    if key != pack(n):
+                        raise self._damaged(ValueError(f"record {n} is missing (found key {key!r})"))
+                    yield value
         except lmdb.Error as e:
             raise self._damaged(e) from None
 
@@ -812,23 +880,42 @@ class PassageStore:
         except _DECODE_ERRORS as e:
             raise self._damaged(e) from None
 
-    def iter_batches(self, batch_size: int) -> Iterator[list[Passage]]:
-        """Passages in store order, ``batch_size`` at a time (the last batch may be shorter)."""
+    def iter_passages(self, *, verify: bool = False) -> Iterator[Passage]:
+        """All passages in store order; with ``verify``, the fingerprint is recomputed on the way and a store whose
+        records do not give it fails when the stream ends (``_StreamCheck``): what readers of the whole store use."""
+        if not verify:
+            yield from self
+            return
+        check = _StreamCheck(self)
+        decode, add = self._decode, check.add
+        try:
+            for value in self._values(verify=True):
+                p = decode(value)
+                add(value, _fingerprint_bytes(p, None))
+                yield p
+        except _DECODE_ERRORS as e:
+            raise self._damaged(ValueError(f"record {check.n} cannot be decoded: {e}")) from None
+        check.finish()
+
+    def iter_batches(self, batch_size: int, *, verify: bool = False) -> Iterator[list[Passage]]:
+        """Passages in store order, ``batch_size`` at a time (the last batch may be shorter); ``verify`` as in
+        ``iter_passages`` (indexing and encoding pass it)."""
         if batch_size < 1:
             raise BerdsError(f"batch_size must be at least 1, got {batch_size}")
-        passages = iter(self)
+        passages = self.iter_passages(verify=verify)
         while batch := list(islice(passages, batch_size)):
             yield batch
 
-    def iter_utf8_batches(self, batch_size: int) -> Iterator[list[tuple[bytes, bytes, bytes]]]:
+    def iter_utf8_batches(self, batch_size: int, *, verify: bool = False) -> Iterator[list[tuple[bytes, bytes, bytes]]]:
         """``(id, title, text)`` of every passage as UTF-8 bytes, in store order, ``batch_size`` at a time: for
         writers that pass bytes on (the Lucene indexer) without building ``Passage``s and encoding them again.
         A record that is all ASCII is sliced as stored (its character counts are byte counts); others are
-        decoded and their fields encoded."""
+        decoded and their fields encoded. ``verify`` as in ``iter_passages``."""
         if batch_size < 1:
             raise BerdsError(f"batch_size must be at least 1, got {batch_size}")
         unpack, head, compressed = _HEAD.unpack_from, _HEAD_SIZE, self._decode is _decode_zlib
-        values = self._values()
+        values = self._values(verify)
+        check = _StreamCheck(self) if verify else None
         try:
             while chunk := list(islice(values, batch_size)):
                 batch = []
@@ -838,16 +925,23 @@ class PassageStore:
                     if a + t + s > len(body) or not a:  # (decoded, a non-ASCII body is checked again by character)
                         raise DamagedRecordError(f"record header says {a}+{t}+{s} of id, title and source in {len(body)}")
                     if body.isascii():
-                        batch.append((body[:a], body[a:a + t], body[a + t + s:]))
+                        fields = (body[:a], body[a:a + t], body[a + t + s:])
                     else:
                         text = body.decode("utf-8")
                         if a + t + s > len(text):
                             raise DamagedRecordError(f"record header says {a}+{t}+{s} characters in {len(text)}")
-                        batch.append((text[:a].encode("utf-8"), text[a:a + t].encode("utf-8"),
-                                      text[a + t + s:].encode("utf-8")))
+                        fields = (text[:a].encode("utf-8"), text[a:a + t].encode("utf-8"),
+                                  text[a + t + s:].encode("utf-8"))
+                    if check is not None:
+                        check.add(value, b"".join((b"[", _json_utf8(fields[0]), b",", _json_utf8(fields[1]), b",",
+                                                   _json_utf8(fields[2]), b"]\n")))
+                    batch.append(fields)
                 yield batch
         except _DECODE_ERRORS as e:
-            raise self._damaged(e) from None
+            where = f"record {check.n} cannot be decoded: " if check is not None else ""
+            raise self._damaged(ValueError(f"{where}{e}") if where else e) from None
+        if check is not None:
+            check.finish()
 
     def ids(self) -> Iterator[str]:
         """Passage ids in store order."""

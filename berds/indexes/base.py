@@ -49,6 +49,16 @@ def open_store(corpus: Any) -> Any:
     raise BerdsError(f"expected a passage store or its folder, got {type(corpus).__name__}")
 
 
+def whole_store_batches(store: Any, batch_size: int, *, utf8: bool = False) -> Any:
+    """``store.iter_batches`` (or ``iter_utf8_batches``) for a read of the whole store that builds something:
+    a ``PassageStore`` recomputes its fingerprint on the way and refuses the last batch when a record was changed
+    on disk, so no index or encoding is finished from damaged text. Duck-typed stores are read as they are."""
+    from berds.corpora.docstore import PassageStore
+
+    read = store.iter_utf8_batches if utf8 else store.iter_batches
+    return read(batch_size, verify=True) if isinstance(store, PassageStore) else read(batch_size)
+
+
 def corpus_record(store: Any) -> dict[str, Any]:
     """What an index or run records about its corpus: path, fingerprint, size, number of groups."""
     return {

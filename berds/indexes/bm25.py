@@ -62,6 +62,7 @@ from berds.indexes.base import (
     read_ids,
     read_index_meta,
     releases_on_failure,
+    whole_store_batches,
     write_id,
     write_id_batch,
 )
@@ -417,7 +418,7 @@ def build_bm25_index(
                 ThreadPoolExecutor(1, thread_name_prefix="berds-bm25-reader") as reader:
             task = bar.add_task("BM25 index", total=len(store))
             if bridge is not None and terms is None and hasattr(store, "iter_utf8_batches"):  # bytes straight to Lucene
-                utf8_batches = store.iter_utf8_batches(batch_size)
+                utf8_batches = whole_store_batches(store, batch_size, utf8=True)
                 with_title = contents == "title+text"
 
                 def next_batch() -> tuple[int, int, Any, list[str]] | None:
@@ -437,7 +438,7 @@ def build_bm25_index(
                     return (len(batch), len(ids), (b"".join(ids), list(accumulate(map(len, ids))),
                                                    b"".join(texts), list(accumulate(map(len, texts)))), [])
             else:
-                batches = store.iter_batches(batch_size)
+                batches = whole_store_batches(store, batch_size)
 
                 def next_batch() -> tuple[int, int, Any, list[str]] | None:
                     """Read and encode the next batch (runs while Lucene indexes the previous one: pyjnius lets go of the GIL)."""

@@ -91,7 +91,14 @@ def token_counter(llm: Any) -> Callable[[list[dict[str, str]]], int] | None:
     if not callable(render) or tokenizer is None or not callable(tokenizer):
         return None
 
+    mode = getattr(llm, "special_tokens", None)
+
     def count(messages: list[dict[str, str]]) -> int:
+        if mode in ("split", "parse"):  # the ids the backend will give the model (text's control strings split)
+            from berds.llm.shared import normalise_prompts, prompt_token_ids
+
+            return len(prompt_token_ids(tokenizer, normalise_prompts([messages])[0],
+                                        chat_template=getattr(llm, "chat_template", None), special_tokens=mode))
         return len(tokenizer(render(messages), add_special_tokens=False)["input_ids"])
 
     return count
@@ -547,7 +554,8 @@ class ChatServer:
         context = model_context(self.llm)
         if not limit and context is None:
             return
-        n = len(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+        split = {"split_special_tokens": True} if getattr(self.llm, "special_tokens", None) == "split" else {}
+        n = len(tokenizer(prompt, add_special_tokens=True, **split)["input_ids"])
         if limit and n > limit:
             raise too_many_tokens(n, limit, "prompt")
         why = context_overrun("the prompt", n, context)  # (the scorer refuses it too, but without the code)
