@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator, Mapping
 
-from berds.errors import InputError
+from berds.errors import BerdsError, InputError
 
 PathLike = str | os.PathLike
 
@@ -302,9 +302,54 @@ def post_within(session: Any, url: str, *, deadline: float, limit: int, **kwargs
     return response, body
 
 
+# Bounds on what one input file may hold, so a corrupted or hostile file costs bounded memory and time. Each is an
+# environment variable a user raises for a file that really is that large (docs/reliability.md).
+MAX_LINE_BYTES_ENV, MAX_LINE_BYTES = "BERDS_MAX_LINE_BYTES", 32 << 20  # one jsonl line (a question, a run's question)
+MAX_JSON_BYTES_ENV, MAX_JSON_BYTES = "BERDS_MAX_JSON_BYTES", 256 << 20  # one whole-file JSON (manifest, meta.json)
+MAX_TEXT_CHARS_ENV, MAX_TEXT_CHARS = "BERDS_MAX_TEXT_CHARS", 1_000_000  # a passage's or a question's text
+
+
+def input_limit(env: str, default: int) -> int:
+    """The bound ``env`` sets (a positive integer; ``_`` separators allowed), else ``default``."""
+    value = os.environ.get(env, "").strip()
+    if not value:
+        return default
+    try:
+        limit = int(value)
+    except ValueError:
+        limit = 0
+    if limit < 1:
+        raise BerdsError(f"{env}={value!r} must be a positive whole number")
+    return limit
+
+
+def text_limit() -> int:
+    """The most characters a passage's or a question's text may have (``BERDS_MAX_TEXT_CHARS``); a reader takes it
+    once per file and checks each text with ``check_text_size``."""
+    return input_limit(MAX_TEXT_CHARS_ENV, MAX_TEXT_CHARS)
+
+
+def check_text_size(text: str, limit: int, what: str, **where: Any) -> None:
+    """Refuse ``text`` longer than ``limit`` (a passage of 60 MB drove ``eval`` past 7.8 GB of memory)."""
+    if len(text) > limit:
+        raise InputError(f"{what} is {len(text):,} characters long, over the limit of {limit:,}", **where,
+                         fix=f"shorten or split it, or raise the limit ({MAX_TEXT_CHARS_ENV}=N)")
+
+
+def _too_deep(path: PathLike, line: int | None = None) -> InputError:
+    return InputError("JSON nested too deeply (over about 1,000 levels of lists or objects: Python's JSON reader "
+                      "stops there)", path=path, line=line, fix="no berds file nests more than a few levels; is it "
+                      "the right file?")
+
+
 def read_json(path: PathLike) -> Any:
     path = Path(path)
+    limit = input_limit(MAX_JSON_BYTES_ENV, MAX_JSON_BYTES)
     try:
+        size = path.stat().st_size
+        if size > limit:
+            raise InputError(f"is {size:,} bytes, over the limit of {limit:,} for a JSON file", path=path,
+                             fix=f"is it the right file? Raise the limit with {MAX_JSON_BYTES_ENV}=N")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError("file not found", path=path) from None
@@ -314,6 +359,8 @@ def read_json(path: PathLike) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"invalid JSON: {exc.msg}", path=path, line=exc.lineno) from None
+    except RecursionError:
+        raise _too_deep(path) from None
 
 
 def write_jsonl(path: PathLike, records: Iterable[Mapping[str, Any]]) -> int:
@@ -355,8 +402,12 @@ def jsonl_lines(path: PathLike, *, what: str = "jsonl input") -> Iterator[tuple[
     if path.is_dir():
         raise InputError("is a folder, expected a .jsonl file", path=path)
     refuse_compressed(path, what)
+    limit = input_limit(MAX_LINE_BYTES_ENV, MAX_LINE_BYTES)
     with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
+        for lineno, raw in enumerate(iter(lambda: f.readline(limit + 1), b""), start=1):
+            if len(raw) > limit:  # (read no further than the limit: a 10 GB line is not read into memory)
+                raise InputError(f"line is over {limit:,} bytes long", path=path, line=lineno,
+                                 fix=f"is it the right file? Raise the limit with {MAX_LINE_BYTES_ENV}=N")
             if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]  # a UTF-8 byte-order mark (Windows editors write one; RFC 8259 lets readers skip it)
             if raw.strip():
@@ -382,6 +433,8 @@ def jsonl_record(raw: bytes, path: PathLike, lineno: int) -> dict[str, Any] | No
             f"malformed JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})", path=path, line=lineno,
             fix="each line must be one complete JSON object",
         ) from None
+    except RecursionError:
+        raise _too_deep(path, lineno) from None
     if not isinstance(rec, dict):
         raise InputError(f"expected a JSON object, got {type(rec).__name__}", path=path, line=lineno)
     return rec

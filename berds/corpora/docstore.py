@@ -52,7 +52,17 @@ import lmdb
 import numpy as np
 
 from berds.errors import BerdsError, InputError
-from berds.io import empty_folder, iter_jsonl, lock_folder, new_manifest, no_gc, read_json, write_json
+from berds.io import (
+    MAX_TEXT_CHARS_ENV,
+    empty_folder,
+    iter_jsonl,
+    lock_folder,
+    new_manifest,
+    no_gc,
+    read_json,
+    text_limit,
+    write_json,
+)
 from berds.types import Passage
 
 STORE_KIND = "passage-store"
@@ -394,6 +404,7 @@ class PassageStoreWriter:
 
         self._count = 0
         self._fingerprint = hashlib.sha256()
+        self._text_limit = text_limit()  # (BERDS_MAX_TEXT_CHARS: a 60 MB passage costs GBs in every later stage)
         self._groups: dict[str, int] = {}
         self._record_groups = array("i")
         self._uses_groups = False
@@ -451,6 +462,10 @@ class PassageStoreWriter:
         if group is not None and (not isinstance(group, str) or not group):
             raise InputError(f"group must be a non-empty string, got {group!r}", record=passage.id, path=self.out)
         pid, title, text = passage.id, passage.title, passage.text
+        if len(text) > self._text_limit:
+            raise PassageRefusedError(f"passage {pid!r} has {len(text):,} characters of text, over the limit of "
+                                      f"{self._text_limit:,}", path=self.out, record=pid,
+                                      fix=f"split the document into passages, or raise the limit ({MAX_TEXT_CHARS_ENV}=N)")
         try:
             id_b, title_b, source_b, text_b = pid.encode("utf-8"), title.encode("utf-8"), passage.source.encode("utf-8"), text.encode("utf-8")
         except UnicodeEncodeError as e:  # a lone surrogate (JSON's "\ud800" escapes decode to one): UTF-8 has no bytes for it
