@@ -120,6 +120,7 @@ def _retrieve_into(retriever: Any, questions: list[Question], question_source: d
         identity = _jsonable({"retriever": spec_name or provenance["class"], "options": _persistable(options), "k": k,
                               "questions": question_source["ids_sha256"], "question_texts": texts,
                               "provenance": provenance})
+        corpus = _searched_store(retriever, provenance)
         done: dict[str, list[Hit]] = {}
         if out_dir is not None:
             done = _read_partial(out_dir / PARTIAL, identity, progress)
@@ -146,6 +147,8 @@ def _retrieve_into(retriever: Any, questions: list[Question], question_source: d
                                                  allow_duplicates=bool(getattr(retriever, "allows_duplicates", False)))
                     if problems:
                         raise BerdsError(f"retriever {retriever.name!r} broke the retriever contract: " + "; ".join(problems[:3]))
+                    if corpus is not None:
+                        _check_hits_are_the_corpus(retriever, corpus, results)
                     for q, hits in zip(batch, results):
                         done[q.id] = list(hits)
                         partial.write(q.id, hits)
@@ -193,6 +196,41 @@ def _retrieve_into(retriever: Any, questions: list[Question], question_source: d
             f"{', '.join(empty[:5])}{', ...' if len(empty) > 5 else ''} — `berds eval/tune/analyze` refuse them "
             "unless --allow-short, which scores them as zero", highlight=False)
     return run
+
+
+def _searched_store(retriever: Any, provenance: Mapping[str, Any]) -> Any:
+    """The passage store the retriever says it searches (``provenance()["corpus"]``: path and fingerprint), opened
+    to check its hits; None when it names none (a plug-in over its own collection: nothing to check against)."""
+    from berds.corpora.docstore import PassageStore, is_passage_store
+
+    corpus = provenance.get("corpus")
+    path = corpus.get("path") if isinstance(corpus, Mapping) else None
+    if not isinstance(path, str) or not is_passage_store(path):
+        return None
+    store = PassageStore.open(path)
+    if corpus.get("fingerprint") not in (None, store.fingerprint):
+        raise BerdsError(f"retriever {retriever.name!r} says it searches the corpus at {path} with fingerprint "
+                         f"{str(corpus.get('fingerprint'))[:12]}…, but the store there has {store.fingerprint[:12]}… — "
+                         "rebuild its index on this corpus")
+    return store
+
+
+def _check_hits_are_the_corpus(retriever: Any, store: Any, results: Sequence[Sequence[Hit]]) -> None:
+    """Refuse hits whose passage is not in the corpus the run is recorded under, or whose text differs from it:
+    they would be saved under its fingerprint and judged (``check-retriever`` tests the same on its tiny corpus).
+    One ``get_many`` per batch: a few microseconds a hit."""
+    hits = [h for batch in results for h in batch]
+    missing = [h.passage.id for h in hits if h.passage.id not in store]
+    if missing:
+        raise BerdsError(f"retriever {retriever.name!r} returned {len(missing)} passages that are not in its corpus "
+                         f"({store.path}): {', '.join(map(repr, missing[:3]))} — a run holds passages of the corpus "
+                         "it is recorded under (see `berds check-retriever`)")
+    changed = [h.passage.id for h, p in zip(hits, store.get_many([h.passage.id for h in hits]))
+               if (h.passage.text, h.passage.title) != (p.text, p.title)]
+    if changed:
+        raise BerdsError(f"retriever {retriever.name!r} returned {len(changed)} passages whose text or title differs "
+                         f"from its corpus ({store.path}): {', '.join(map(repr, changed[:3]))} — a run holds the "
+                         "corpus's passages as stored (see `berds check-retriever`)")
 
 
 def _failure_note(retriever: Any, batch: Sequence[Question], finished: int, out_dir: Path | None) -> str:
