@@ -71,16 +71,25 @@ def order_ties_like_trec_eval(hits: Sequence[Hit]) -> list[Hit]:
 
 
 def one_token(text: str) -> bool:
-    """``text`` is not empty and holds no whitespace (``str.split``'s: Unicode spaces and line breaks included)."""
+    """``text`` is not empty and holds no whitespace (``str.split``'s: Unicode spaces and line breaks included) and
+    no NUL character (trec_eval and other C readers end a field at one)."""
     parts = text.split()
-    return len(parts) == 1 and len(parts[0]) == len(text)
+    return len(parts) == 1 and len(parts[0]) == len(text) and "\x00" not in text
+
+
+def id_flaw(text: str) -> str:
+    """What an id that is not ``one_token`` holds, for the error: a NUL character, a line break or whitespace."""
+    if "\x00" in text:
+        return "a NUL character"
+    return "a line break" if len(text.splitlines()) > 1 or text != text.rstrip("\r\n") else "whitespace"
 
 
 def fields_intact(text: str, lines: int, fields: int) -> bool:
     """Whether ``text`` — ``lines`` lines of ``fields`` fields, joined by one space, each line ended by a newline —
     splits back into exactly those fields (no field held whitespace or was empty). One C-level pass."""
     tokens = text.split()
-    return len(tokens) == lines * fields and sum(map(len, tokens)) + lines * fields == len(text)
+    return (len(tokens) == lines * fields and sum(map(len, tokens)) + lines * fields == len(text)
+            and "\x00" not in text)
 
 
 def write_trec(run: Run, path: str | Path, tag: str | None = None) -> None:
@@ -102,9 +111,10 @@ def write_trec(run: Run, path: str | Path, tag: str | None = None) -> None:
     if not fields_intact(text, len(lines), 6):  # an id holding whitespace would shift the fields after it
         qid, docid = next((q, h.passage.id) for q, hs in run.hits.items() for h in hs
                           if not (one_token(q) and one_token(h.passage.id)))
-        raise InputError(f"question id {qid!r} / passage id {docid!r} holds whitespace, which a TREC run file "
-                         "(fields split at whitespace) cannot carry", path=path, record=qid,
-                         fix="give questions and passages ids without spaces, tabs or line breaks")
+        raise InputError(f"question id {qid!r} / passage id {docid!r} holds "
+                         f"{id_flaw(qid if not one_token(qid) else docid)}, which a TREC run file (fields split at "
+                         "whitespace, ended at a NUL) cannot carry", path=path, record=qid,
+                         fix="give questions and passages ids without spaces, tabs, line breaks or NUL characters")
     with atomic_write(path) as f:
         f.write(text)
 

@@ -22,7 +22,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from berds.errors import BerdsError, InputError
 from berds.io import sha256_text
 from berds.retrievers.base import contract_problems, provenance_of
-from berds.runs import one_token
+from berds.runs import id_flaw, one_token
 from berds.types import Hit, InvalidScore, Passage, Question, Run
 
 PARTIAL = ".partial.jsonl"
@@ -71,8 +71,8 @@ def retrieve(
     if not questions:
         raise BerdsError("no questions to retrieve for")
     if bad := next((q for q in questions if not one_token(q.id)), None):  # found now, not when run.trec is written
-        raise InputError(f"question id {bad.id!r} holds whitespace, which a TREC run file (fields split at whitespace) "
-                         "cannot carry", path=question_source["source"], record=bad.id,
+        raise InputError(f"question id {bad.id!r} holds {id_flaw(bad.id)}, which a TREC run file (fields split at "
+                         "whitespace) cannot carry", path=question_source["source"], record=bad.id,
                          fix="give questions ids without spaces, tabs or line breaks")
     # the question texts too: a question edited between a stopped run and its resumption is retrieved again
     texts = sha256_text("\n".join(json.dumps([q.id, q.text], ensure_ascii=False) for q in questions))
