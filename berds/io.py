@@ -17,6 +17,7 @@ import os
 import platform
 import re
 import secrets
+import shutil
 import stat
 import sys
 import threading
@@ -81,8 +82,8 @@ def atomic_write(path: PathLike, mode: str = "w", encoding: str | None = "utf-8"
                 yield f
             except OSError as exc:
                 # a write the system refused (disk full, quota, file too large, I/O error) carries no file name
-                if exc.filename is None and exc.errno in _WRITE_REFUSED:
-                    raise named(exc) from None
+                if exc.filename is None and (refused := refused_write(exc, given, written=tmp)) is not None:
+                    raise refused from None
                 raise
             try:
                 f.flush()
@@ -91,7 +92,7 @@ def atomic_write(path: PathLike, mode: str = "w", encoding: str | None = "utf-8"
                     with contextlib.suppress(FileNotFoundError):  # keep a replaced file's permissions
                         os.chmod(f.fileno(), stat.S_IMODE(os.stat(path).st_mode))
             except OSError as exc:  # (the disk filling up shows here when the body was small enough to buffer)
-                raise named(exc) from None
+                raise (refused_write(exc, given, written=tmp) or named(exc)) from None
         try:
             os.replace(tmp, path)
         except OSError as exc:
@@ -103,6 +104,44 @@ def atomic_write(path: PathLike, mode: str = "w", encoding: str | None = "utf-8"
 
 
 _WRITE_REFUSED = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG, errno.EIO, errno.EROFS}
+_SHORT_WRITE = re.compile(r"(\d+) requested and (\d+) written")  # numpy's tofile (np.save) when the disk fills up
+
+
+def refused_write(exc: BaseException, path: PathLike, *, written: PathLike | None = None) -> OSError | None:
+    """An ``OSError`` naming ``path`` for a write the system refused — disk full, quota, the file-size limit
+    (``ulimit -f``), an I/O error, a read-only disk, or a short write (numpy's ``N requested and M written``; LMDB's
+    errors carry the same codes in their text) — saying how much space there is and how much the write asked for.
+    ``written``: the file actually written, when it is not ``path`` (a temporary file). None for any other error
+    (it is not about space)."""
+    text = str(exc)
+    short = _SHORT_WRITE.search(text)
+    if isinstance(exc, OSError) and exc.errno is not None:
+        code = exc.errno if exc.errno in _WRITE_REFUSED else None
+    else:  # (LMDB's errors, numpy's short write: the code is in the text, if anywhere)
+        code = next((c for c in sorted(_WRITE_REFUSED) if os.strerror(c) in text), None)
+    if code is None and short is None:
+        return None
+    if code is None:
+        code = errno.ENOSPC
+    facts = []
+    if short is not None:
+        facts.append(f"a write of {int(short.group(1)):,} bytes stopped after {int(short.group(2)):,}")
+    where = Path(path).parent
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    with contextlib.suppress(OSError):
+        facts.append(f"{shutil.disk_usage(where).free:,} bytes free on its disk")
+    with contextlib.suppress(ImportError, OSError, ValueError):
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if limit != resource.RLIM_INFINITY:
+            facts.append(f"files may grow to {limit:,} bytes here (ulimit -f)")
+            if code in (errno.EIO, errno.ENOSPC) and os.path.getsize(written or path) >= limit:
+                code = errno.EFBIG  # (LMDB and fwrite report the limit as a short write: EIO)
+    what = os.strerror(code) if short is None or code != errno.ENOSPC else "the write was cut short"
+    return OSError(code, f"{what} ({'; '.join(facts)}) — free space (or raise the limit) and run the command again: "
+                         "what it finished is kept", str(path))
 
 
 def _descriptor_named(path: Path) -> int | None:

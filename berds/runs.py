@@ -77,11 +77,14 @@ def one_token(text: str) -> bool:
     return len(parts) == 1 and len(parts[0]) == len(text) and "\x00" not in text
 
 
-def id_flaw(text: str) -> str:
-    """What an id that is not ``one_token`` holds, for the error: a NUL character, a line break or whitespace."""
+def id_flaw(text: str, *, line_breaks: bool = False) -> str:
+    """What an id that is not ``one_token`` holds, for the error: a NUL character, else whitespace (with
+    ``line_breaks``, a line break is named as such)."""
     if "\x00" in text:
         return "a NUL character"
-    return "a line break" if len(text.splitlines()) > 1 or text != text.rstrip("\r\n") else "whitespace"
+    if line_breaks and (len(text.splitlines()) > 1 or text != text.rstrip("\r\n")):
+        return "a line break"
+    return "whitespace"
 
 
 def fields_intact(text: str, lines: int, fields: int) -> bool:

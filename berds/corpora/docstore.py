@@ -60,6 +60,7 @@ from berds.io import (
     new_manifest,
     no_gc,
     read_json,
+    refused_write,
     text_limit,
     write_json,
 )
@@ -520,12 +521,16 @@ class PassageStoreWriter:
 
     def _commit(self) -> None:
         """Commit what was added so far, with what a resumed build needs to carry on from it."""
-        self._txn.put(b"state", json.dumps({
-            "passages": self._count, "compression": self.compression, "groups": list(self._groups),
-            **({"identity": self.identity} if self.identity is not None else {}),
-        }).encode(), db=self._meta)
-        self._txn.commit()
-        self._env.sync(True)
+        try:
+            self._txn.put(b"state", json.dumps({
+                "passages": self._count, "compression": self.compression, "groups": list(self._groups),
+                **({"identity": self.identity} if self.identity is not None else {}),
+            }).encode(), db=self._meta)
+            self._txn.commit()
+            self._env.sync(True)
+        except lmdb.Error as e:  # (a full disk or the file-size limit: LMDB writes at commit)
+            self._txn = self._env.begin(write=True)  # (the failed one is gone: abort() and a resume start from here)
+            raise refused_write(e, self.building / DATA_FILE) or e from None
         self._txn = self._env.begin(write=True)
         self._txn_passages = self._txn_bytes = 0
 
@@ -582,10 +587,14 @@ class PassageStoreWriter:
             return PassageStore.open(self.out)
         self._commit()
         self._txn.abort()
-        # Record a map size that fits the finished file, so readers reserve that much address space, not 1 TB.
-        self._env.set_mapsize((self.building / DATA_FILE).stat().st_size + (4 << 20))
-        with self._env.begin(write=True) as txn:
-            txn.put(b"finished", b"1", db=self._meta)
+        try:
+            # Record a map size that fits the finished file, so readers reserve that much address space, not 1 TB.
+            self._env.set_mapsize((self.building / DATA_FILE).stat().st_size + (4 << 20))
+            with self._env.begin(write=True) as txn:
+                txn.put(b"finished", b"1", db=self._meta)
+        except lmdb.Error as e:
+            self._txn = self._env.begin(write=True)
+            raise refused_write(e, self.building / DATA_FILE) or e from None
         self._env.close()
         self._closed = True
         (self.building / "lock.mdb").unlink(missing_ok=True)

@@ -321,7 +321,7 @@ def check_row_ids(ids: Sequence[str], *, source: Any = None) -> None:
     field after it). One C-level split per batch; the offending id is named."""
     if ids and not one_token("".join(ids)):
         bad = next(pid for pid in ids if not one_token(pid))
-        raise InputError(f"passage id {bad!r} holds {id_flaw(bad)}, which the index's id list (one id per line) and TREC "
+        raise InputError(f"passage id {bad!r} holds {id_flaw(bad, line_breaks=True)}, which the index's id list (one id per line) and TREC "
                          "run files (fields split at whitespace) cannot carry", path=source, record=bad, fix=ROW_ID_FIX)
 
 

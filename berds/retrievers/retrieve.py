@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from berds.errors import BerdsError, InputError
-from berds.io import sha256_text
+from berds.io import refused_write, sha256_text
 from berds.retrievers.base import contract_problems, provenance_of
 from berds.runs import id_flaw, one_token
 from berds.types import Hit, InvalidScore, Passage, Question, Run
@@ -288,13 +288,19 @@ class _PartialWriter:
         # a passage without a title field is marked (6th item): the run files and judge texts leave its title out
         rec = {"qid": qid, "hits": [[h.passage.id, h.passage.title, h.passage.text, h.passage.source, float(h.score)]
                                     + ([] if h.passage.title_field else [False]) for h in hits]}
-        self._f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        try:
+            self._f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        except OSError as exc:
+            raise refused_write(exc, self.path) or exc from None
 
     def commit(self) -> None:
         """Put what was written on disk: called after each batch, the resume unit."""
         if self._f is not None:
-            self._f.flush()
-            os.fsync(self._f.fileno())
+            try:
+                self._f.flush()
+                os.fsync(self._f.fileno())
+            except OSError as exc:  # (a full disk names the file, not only "No space left on device")
+                raise refused_write(exc, self.path) or exc from None
 
     def __exit__(self, *exc: Any) -> None:
         if self._f is not None:
