@@ -35,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import struct
 import tempfile
@@ -758,8 +759,14 @@ class PassageStore:
             self._env = _reader_env(self.path)
             self._passages = self._env.open_db(b"passages", create=False)
             self._ids = self._env.open_db(b"ids", create=False)
+            with self._env.begin() as txn:  # (LMDB keeps the counts: no read of the records)
+                counts = txn.stat(self._passages)["entries"], txn.stat(self._ids)["entries"]
         except (lmdb.Error, OSError) as e:
             raise self._damaged(e) from None
+        if counts != (self._count, self._count):  # found now, not as an index "incomplete" after its whole build
+            raise StoreDamagedError(f"manifest.json says {self._count:,} passages, but data.mdb holds {counts[0]:,} "
+                                    f"passages and {counts[1]:,} ids", path=self.path,
+                                    fix=_rebuild_hint(self.path, self.manifest))
 
     def _txn(self) -> lmdb.Transaction:
         if self._env is None:
@@ -1081,6 +1088,9 @@ class PassageStore:
         return {"passages": n, "fingerprint": self.fingerprint, "verified": True}
 
 
+_SHA256 = re.compile("[0-9a-f]{64}")
+
+
 def _manifest_problem(manifest: dict) -> str | None:
     """What is wrong with the types of a store manifest's fields (None when they are right)."""
     def count(value: Any) -> bool:
@@ -1088,8 +1098,10 @@ def _manifest_problem(manifest: dict) -> str | None:
 
     if not count(manifest.get("passages")):
         return f"'passages' is {manifest.get('passages')!r}, not a count"
-    if not isinstance(manifest.get("fingerprint"), str):
-        return f"'fingerprint' is {manifest.get('fingerprint')!r}, not a string"
+    fingerprint = manifest.get("fingerprint")
+    if not isinstance(fingerprint, str) or not _SHA256.fullmatch(fingerprint) or not fingerprint.strip("0"):
+        # (64 zeros is a placeholder, not what any content hashes to: runs would be recorded under it)
+        return f"'fingerprint' is {str(fingerprint)[:80]!r}, not a SHA-256 of the passages (64 hex digits)"
     for key in ("files", "groups"):
         value = manifest.get(key, {})
         if not isinstance(value, dict) or not all(isinstance(k, str) and count(v) for k, v in value.items()):
