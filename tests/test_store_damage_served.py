@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from berds.corpora.docstore import PassageStore, StoreDamagedError, write_passage_store
+from berds.corpora.docstore import PassageStore, StoreDamagedError
 from berds.errors import InputError
 from berds.types import Passage
 from retrieval_fixtures import tiny_bert
