@@ -36,6 +36,11 @@ def test_deeply_nested_json_is_a_one_line_error_in_every_input_file(tmp_path):
          "c.jsonl, line 1"),
         (lambda: read_index_meta(tmp_path / "idx"), "meta.json"),
     ]
+    from berds.evaluate.qrels import read_judgements
+
+    judged = json.dumps({"qid": "q1", "docid": "d1", "rank": 1, "perspective": 0, "label": 1})
+    cases.append((lambda: read_judgements(_jsonl(tmp_path / "judgements.jsonl", judged, '{"qid": %s}' % DEEP)),
+                  "judgements.jsonl, line 2"))
     (tmp_path / "idx").mkdir()
     (tmp_path / "idx" / "meta.json").write_text('{"kind": %s}' % DEEP, encoding="utf-8")
     for read, where in cases:
@@ -88,3 +93,9 @@ def test_a_json_file_over_its_limit_is_refused_before_it_is_read(tmp_path, monke
     monkeypatch.setenv("BERDS_MAX_JSON_BYTES", "4096")
     with pytest.raises(InputError, match=r"manifest.json: is 5,0\d\d bytes, over the limit of 4,096 .*BERDS_MAX_JSON_BYTES"):
         read_json(path)
+
+
+def test_an_llm_reply_nested_too_deeply_is_no_list_of_perspectives():
+    from berds.retrievers.expansion import _decode_at
+
+    assert _decode_at(DEEP, 0) is None  # (a RecursionError traceback before)

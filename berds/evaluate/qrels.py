@@ -68,7 +68,7 @@ def read_judgements(path: str | Path) -> tuple[list[QrelRow], list[RunRow]]:
     try:  # one C-level parse of the whole file; on any error, parse line by line to name the bad line
         records = json.loads("[" + ",".join(lines) + "]")
         fields = [_judgement_fields(r) for r in records]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         fields = []
         for line_number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
@@ -77,6 +77,10 @@ def read_judgements(path: str | Path) -> tuple[list[QrelRow], list[RunRow]]:
             try:
                 record = json.loads(line)
                 fields.append(_judgement_fields(record))
+            except RecursionError:
+                raise InputError("JSON nested too deeply (over about 1,000 levels)", path=path, line=line_number,
+                                 fix='expected {"qid", "docid", "rank", "perspective", "label"} as berds eval writes'
+                                 ) from None
             except (ValueError, KeyError, TypeError) as exc:
                 if isinstance(record, dict) and "ctxs" in record:  # (a run given for its judgements)
                     raise InputError("this is a run (its record has 'ctxs'), not the judgements of an evaluation",
