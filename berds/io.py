@@ -549,7 +549,8 @@ def check_writable(path: PathLike, *, folder: bool) -> None:
     reverse), or no write access to the nearest existing folder above it. Commands that judge or retrieve for
     an hour call this first, so a typo in ``--out`` does not fail at the end."""
     path = Path(path)
-    if path.is_symlink() and not path.exists():  # (making the folder said only "File exists")
+    if folder and path.is_symlink() and not path.exists():  # (making the folder said only "File exists"; a file
+        # through a dangling link is written where it points)
         raise InputError(f"is a symbolic link to {os.readlink(path)}, which does not exist", path=path,
                          fix="create what it points to, remove the link, or choose another --out")
     if folder and path.is_file():
