@@ -126,22 +126,49 @@ def refused_write(exc: BaseException, path: PathLike, *, written: PathLike | Non
     facts = []
     if short is not None:
         facts.append(f"a write of {int(short.group(1)):,} bytes stopped after {int(short.group(2)):,}")
-    where = Path(path).parent
+    facts += space_facts(path)
+    if code in (errno.EIO, errno.ENOSPC) and at_size_limit(written or path):
+        code = errno.EFBIG  # (LMDB and fwrite report the limit as a short write: EIO)
+    what = os.strerror(code) if short is None or code != errno.ENOSPC else "the write was cut short"
+    return OSError(code, f"{what} ({'; '.join(facts)}) — free space (or raise the limit) and run the command again: "
+                         "what it finished is kept", str(path))
+
+
+def _size_limit() -> int | None:
+    """The file-size limit of this process (``ulimit -f``) in bytes, None when there is none."""
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    return None if limit == resource.RLIM_INFINITY else int(limit)
+
+
+def at_size_limit(path: PathLike) -> bool:
+    """Whether ``path`` (a file, or any file in a folder) has reached the file-size limit."""
+    limit = _size_limit()
+    if limit is None:
+        return False
+    path = Path(path)
+    with contextlib.suppress(OSError):
+        files = [p for p in path.iterdir() if p.is_file()] if path.is_dir() else [path]
+        return any(p.stat().st_size >= limit for p in files)
+    return False
+
+
+def space_facts(path: PathLike) -> list[str]:
+    """What an error about a write that did not fit says: the free space on ``path``'s disk, the size limit."""
+    facts = []
+    where = Path(path) if Path(path).is_dir() else Path(path).parent
     while not where.exists() and where != where.parent:
         where = where.parent
     with contextlib.suppress(OSError):
         facts.append(f"{shutil.disk_usage(where).free:,} bytes free on its disk")
-    with contextlib.suppress(ImportError, OSError, ValueError):
-        import resource
-
-        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-        if limit != resource.RLIM_INFINITY:
-            facts.append(f"files may grow to {limit:,} bytes here (ulimit -f)")
-            if code in (errno.EIO, errno.ENOSPC) and os.path.getsize(written or path) >= limit:
-                code = errno.EFBIG  # (LMDB and fwrite report the limit as a short write: EIO)
-    what = os.strerror(code) if short is None or code != errno.ENOSPC else "the write was cut short"
-    return OSError(code, f"{what} ({'; '.join(facts)}) — free space (or raise the limit) and run the command again: "
-                         "what it finished is kept", str(path))
+    limit = _size_limit()
+    if limit is not None:
+        facts.append(f"files may grow to {limit:,} bytes here (ulimit -f)")
+    return facts
 
 
 def _descriptor_named(path: Path) -> int | None:

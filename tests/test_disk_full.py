@@ -17,19 +17,23 @@ resource = pytest.importorskip("resource")
 LIMIT = 256 * 1024
 
 
-def _limited(args, cwd, **kw):
+def _limited(args, cwd, limit_bytes=LIMIT, **kw):
     def limit():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 
     return subprocess.run(args, cwd=cwd, preexec_fn=limit, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "COLUMNS": "200"}, **kw)
 
 
-def test_a_store_build_past_the_file_size_limit_names_the_file_and_resumes(tmp_path):
+def _docs(tmp_path):
     words = "alpha beta gamma delta epsilon zeta eta theta iota kappa".split()
     with open(tmp_path / "docs.jsonl", "w") as f:
         for i in range(4000):
             f.write(json.dumps({"id": f"d{i}", "text": " ".join(words[(i + j) % 10] for j in range(60))}) + "\n")
+
+
+def test_a_store_build_past_the_file_size_limit_names_the_file_and_resumes(tmp_path):
+    _docs(tmp_path)
     command = [sys.executable, "-m", "berds", "corpus", "build", "web", "--jsonl", "docs.jsonl", "--as-passages",
                "--shard-size", "200", "--out", "store"]
     done = _limited(command, tmp_path)
@@ -60,3 +64,40 @@ def test_a_short_write_through_numpy_names_the_file(tmp_path):
                      r"'vectors.npy'$", last), last
     assert "(ulimit -f)" in last
     assert not list(tmp_path.glob(".vectors.npy.*"))  # the temporary file went
+
+
+@pytest.mark.java
+def test_a_bm25_build_past_the_file_size_limit_is_named_not_opened(tmp_path):
+    # Anserini's indexer drops Lucene's write errors: the build went on to open a folder with no commit point and
+    # ended in a Java traceback ("no segments* file found")
+    pytest.importorskip("pyserini")
+    import random
+
+    rnd = random.Random(0)  # (words Lucene cannot compress away: its term files pass 128 KB)
+    vocab = ["".join(rnd.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(7)) for _ in range(20000)]
+    with open(tmp_path / "docs.jsonl", "w") as f:
+        for i in range(4000):
+            f.write(json.dumps({"id": f"d{i}", "text": " ".join(rnd.choice(vocab) for _ in range(60))}) + "\n")
+    subprocess.run([sys.executable, "-m", "berds", "corpus", "build", "web", "--jsonl", "docs.jsonl", "--as-passages",
+                    "--out", "store", "-q"], cwd=tmp_path, check=True, capture_output=True, timeout=300)
+    done = _limited([sys.executable, "-m", "berds", "index", "bm25", "store", "--out", "idx", "-q"], tmp_path,
+                    limit_bytes=128 * 1024)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert re.search(r"^error: \S*idx/lucene.partial: Lucene could not finish writing the index \(no segments file: "
+                     r"a write failed; .*\(ulimit -f\)\)", done.stderr, re.M), done.stderr
+    assert not (tmp_path / "idx" / "meta.json").exists()
+
+
+def test_a_faiss_write_past_the_file_size_limit_names_the_file(tmp_path):
+    pytest.importorskip("faiss")
+    script = textwrap.dedent("""
+        import numpy as np, faiss
+        from pathlib import Path
+        from berds.indexes.faiss import write_faiss
+        index = faiss.IndexFlatIP(64)
+        index.add(np.zeros((4000, 64), dtype="float32"))
+        write_faiss(index, Path("faiss.index"))
+    """)
+    last = _limited([sys.executable, "-c", script], tmp_path).stderr.strip().splitlines()[-1]
+    assert re.search(r"OSError: \[Errno 27\] File too large \(.*\(ulimit -f\)\).*'faiss.index'$", last), last
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # (its temporary file went)

@@ -37,6 +37,7 @@ separate Lucene index per question would give, at numpy speed. ``tests/test_bm25
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import shutil
@@ -66,7 +67,7 @@ from berds.indexes.base import (
     write_id,
     write_id_batch,
 )
-from berds.io import atomic_write
+from berds.io import at_size_limit, atomic_write, space_facts
 
 DEFAULT_K1 = 0.9  # Pyserini / Anserini defaults, used by the BERDS study's BM25 runs
 DEFAULT_B = 0.4
@@ -476,6 +477,13 @@ def build_bm25_index(
     finally:
         indexer.close()
     seconds = time.perf_counter() - started
+    if not any(p.name.startswith("segments_") for p in partial.iterdir()):
+        # Anserini's indexer drops Lucene's write errors (a full disk, the file-size limit): without a commit point
+        # the folder is no index, and opening it ended in a Java traceback
+        raise OSError(errno.EFBIG if at_size_limit(partial) else errno.EIO,
+                      f"Lucene could not finish writing the index (no segments file: a write failed; "
+                      f"{'; '.join(space_facts(partial))}) — free space (or raise the limit) and run the command "
+                      "again", str(partial))
     os.replace(partial, out / LUCENE_DIR)
     if terms is not None:
         row_groups, names = _row_groups(store, read_ids(out / "docids.txt"))

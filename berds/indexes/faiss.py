@@ -52,7 +52,7 @@ from berds.indexes.base import (
 )
 from berds.indexes.embedding import ShardedEmbeddings, embed_corpus, embed_corpus_on_engine
 from berds.indexes.encoders import Encoder, EncoderSpec, encoder_spec, model_files_fingerprint
-from berds.io import atomic_write, read_json, sha256_file, write_json
+from berds.io import atomic_write, read_json, refused_write, sha256_file, write_json
 from berds.lazy import require
 
 FAISS_KINDS = ("flat", "hnsw", "ivfpq")
@@ -227,7 +227,10 @@ def write_faiss(index: Any, path: Path) -> tuple[int, str]:
     and the SHA-256 of its bytes (recorded in ``meta.json``; ``read_faiss`` checks both)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        _faiss().write_index(index, str(tmp))
+        try:
+            _faiss().write_index(index, str(tmp))
+        except RuntimeError as exc:  # FAISS's "write error in ...: N != M (No space left on device)"
+            raise refused_write(exc, path, written=tmp) or exc from None
         size = tmp.stat().st_size
         digest = sha256_file(tmp)
         os.replace(tmp, path)
