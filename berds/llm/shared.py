@@ -8,11 +8,13 @@ a GPU are tested on CPU (``tests/test_llm_backends.py``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
 import re
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -135,6 +137,23 @@ def special_strings(tokenizer: Any) -> list[str]:
     return sorted((s for s in found if s), key=len, reverse=True)
 
 
+_SPECIAL_PATTERNS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+
+
+def _special_pattern(tokenizer: Any) -> Any:
+    """A compiled search for any of the tokenizer's control-token strings (None when it has none), made once per
+    tokenizer: some have hundreds of reserved control tokens, and every prompt is searched."""
+    try:
+        return _SPECIAL_PATTERNS[tokenizer]
+    except (KeyError, TypeError):
+        pass
+    strings = special_strings(tokenizer)
+    pattern = re.compile("|".join(re.escape(s) for s in strings)) if strings else None
+    with contextlib.suppress(TypeError):  # (an object that takes no weak reference: made again next time)
+        _SPECIAL_PATTERNS[tokenizer] = pattern
+    return pattern
+
+
 def _ids(tokenizer: Any, text: str, *, split: bool) -> list[int]:
     if not split:
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -207,16 +226,16 @@ def prompt_token_ids(tokenizer: Any, messages: Sequence[Mapping[str, str]], *,
         ids = _ids(tokenizer, messages[0]["content"], split=split)
         return ([bos] if bos is not None else []) + ids
     text = render_chat(tokenizer, messages, chat_template=chat_template)
-    strings = special_strings(tokenizer) if split else []
-    if not strings or not any(s in m["content"] for m in messages for s in strings):
+    pattern = _special_pattern(tokenizer) if split else None
+    if pattern is None or not any(pattern.search(m["content"]) for m in messages):
         return _ids(tokenizer, text, split=False)  # (the common case: one tokenizer call, as before)
+    strings = special_strings(tokenizer)
     spans = _content_spans(tokenizer, messages, text, chat_template)
     if spans is None:  # a template that rewrites the text: break the strings in the text itself instead
         safe = [{"role": m["role"], "content": neutralise_special_strings(m["content"], strings)} for m in messages]
         return _ids(tokenizer, render_chat(tokenizer, safe, chat_template=chat_template), split=False)
     # The template's own control tokens are those outside the messages' text: cut the prompt there and tokenise
     # the pieces between them with control-token strings split (as the tokenizer itself cuts at control tokens).
-    pattern = re.compile("|".join(re.escape(s) for s in strings))
     ids: list[int] = []
     start = 0
     for match in pattern.finditer(text):
