@@ -98,3 +98,17 @@ def test_index_dense_refuses_a_damaged_store_and_keeps_no_shard_to_resume_from(t
         build_dense_index(tmp_path / "s", tmp_path / "idx", encoder=spec, shard_size=16, progress=False)
     assert not (tmp_path / "idx" / "meta.json").exists()
     assert not list((tmp_path / "idx").rglob("shard-*"))  # a rebuilt store has the same fingerprint: no resume
+
+
+@pytest.mark.parametrize("compression", ["none", "zlib"])
+def test_a_clean_store_of_any_text_passes_the_verified_reads(tmp_path, compression):
+    # the fast path (ASCII, nothing to escape) and the general one must both give the manifest's fingerprint
+    from berds.corpora.docstore import PassageStoreWriter
+
+    texts = ["plain ascii", 'a "quote" and a \\ backslash', "line\nbreak\ttab", "café ünïcode", "東京 𝄞", "\x01ctl"]
+    with PassageStoreWriter(tmp_path / "s", compression=compression) as w:
+        for i, text in enumerate(texts * 5):
+            w.add(Passage(f"d{i}", text, title=texts[(i + 1) % len(texts)]), group=["g1", "g2", None][i % 3])
+    store = PassageStore.open(tmp_path / "s")
+    assert sum(map(len, store.iter_batches(4, verify=True))) == 30
+    assert sum(map(len, store.iter_utf8_batches(4, verify=True))) == 30

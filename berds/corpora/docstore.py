@@ -190,6 +190,14 @@ def _group_number(value: bytes) -> int:
     return _HEAD.unpack_from(value)[0]
 
 
+def _ascii_line(body: bytes, a: int, t: int, s: int) -> bytes | None:
+    """The fingerprint line (no group) of a record body that is ASCII with nothing to escape, sliced from the bytes as
+    stored (character counts are byte counts then); None otherwise (the general path encodes the fields)."""
+    if body.isascii() and b"\x00" not in body.translate(_JSON_PLAIN):
+        return b"".join((b'["', body[:a], b'","', body[a:a + t], b'","', body[a + t + s:], b'"]\n'))
+    return None
+
+
 def _json_utf8(utf8: bytes) -> bytes:
     """``json.dumps(text, ensure_ascii=False).encode()`` from the UTF-8 bytes of ``text``."""
     if b"\x00" in utf8.translate(_JSON_PLAIN):
@@ -205,12 +213,13 @@ class _StreamCheck:
     from it. A record that cannot be decoded, a record number out of sequence or a group number outside the
     store's groups is named as it is read. Costs about as much as the read itself (``docs/reliability.md``)."""
 
-    __slots__ = ("store", "n", "_update", "_hash", "_groups")
+    __slots__ = ("store", "n", "_lines", "_hash", "_groups")
 
     def __init__(self, store: "PassageStore"):
         self.store, self.n = store, 0
         self._hash = hashlib.sha256()
-        self._update = self._hash.update
+        self._lines: list[bytes] = []  # hashed 1,024 at a time: one call, which lets go of the GIL (hashlib does
+        # for more than 2 KB), so a reader thread hashes while Lucene indexes
         self._groups = [_json_string(g).encode("utf-8") for g in store._group_names]
 
     def add(self, value: bytes, line: bytes) -> None:
@@ -221,11 +230,16 @@ class _StreamCheck:
                 raise self.store._damaged(ValueError(f"record {self.n} has group number {g}; the store has "
                                                      f"{len(self._groups)} groups"))
             line = line[:-2] + b"," + self._groups[g] + b"]\n"
-        self._update(line)
+        self._lines.append(line)
         self.n += 1
+        if len(self._lines) >= 1024:
+            self._hash.update(b"".join(self._lines))
+            self._lines.clear()
 
     def finish(self) -> None:
         store = self.store
+        self._hash.update(b"".join(self._lines))
+        self._lines.clear()
         if self.n != store._count or self._hash.hexdigest() != store.fingerprint:
             raise StoreDamagedError(f"the passage store is damaged: the {self.n:,} passages read do not give the fingerprint "
                              f"its manifest.json records ({store._count:,} passages) — a record was changed on disk "
@@ -918,11 +932,16 @@ class PassageStore:
             yield from self
             return
         check = _StreamCheck(self)
-        decode, add = self._decode, check.add
+        decode, add, plain = self._decode, check.add, self._decode is _decode
+        unpack = _HEAD.unpack_from
         try:
             for value in self._values(verify=True):
                 p = decode(value)
-                add(value, _fingerprint_bytes(p, None))
+                line = None
+                if plain:
+                    _, a, t, s = unpack(value)
+                    line = _ascii_line(value[_HEAD_SIZE:], a, t, s)
+                add(value, line or _fingerprint_bytes(p, None))
                 yield p
         except _DECODE_ERRORS as e:
             raise self._damaged(ValueError(f"record {check.n} cannot be decoded: {e}")) from None
@@ -964,8 +983,9 @@ class PassageStore:
                         fields = (text[:a].encode("utf-8"), text[a:a + t].encode("utf-8"),
                                   text[a + t + s:].encode("utf-8"))
                     if check is not None:
-                        check.add(value, b"".join((b"[", _json_utf8(fields[0]), b",", _json_utf8(fields[1]), b",",
-                                                   _json_utf8(fields[2]), b"]\n")))
+                        check.add(value, _ascii_line(body, a, t, s) or b"".join((
+                            b"[", _json_utf8(fields[0]), b",", _json_utf8(fields[1]), b",", _json_utf8(fields[2]),
+                            b"]\n")))
                     batch.append(fields)
                 yield batch
         except _DECODE_ERRORS as e:
