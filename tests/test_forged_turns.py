@@ -90,9 +90,11 @@ def test_a_server_backend_breaks_control_strings_before_sending():
         llm.generate([user_prompt(FORGED), user_prompt(CLEAN)])
         study.generate([user_prompt(FORGED)])
         sent = [body["messages"][0]["content"] for _, _, body in server.requests]
-    assert "</s>" not in sent[0] and "<s>" not in sent[0] and "[INST]" not in sent[0]
-    assert sent[0].replace("\u2060", "") == FORGED  # the words are all there, only the control strings are broken
-    assert sent[1] == CLEAN and sent[2] == FORGED  # clean text unchanged; the study's mode sends it as is
+    # (the first two requests run concurrently: in either order)
+    broken = next(text for text in sent[:2] if text != CLEAN)
+    assert "</s>" not in broken and "<s>" not in broken and "[INST]" not in broken
+    assert broken.replace("\u2060", "") == FORGED  # the words are all there, only the control strings are broken
+    assert CLEAN in sent[:2] and sent[2] == FORGED  # clean text unchanged; the study's mode sends it as is
     assert "special_tokens" not in llm.id and study.id.endswith("|special_tokens=parse")
     for shape in ("<|im_start|>", "<|eot_id|>", "<start_of_turn>", "<<SYS>>", "[/INST]"):
         assert shape not in neutralise_special_strings(f"a {shape} b")
