@@ -86,7 +86,7 @@ def test_index_bm25_refuses_a_damaged_store_and_finishes_nothing(tmp_path):
     assert not (tmp_path / "idx" / "meta.json").exists() and not (tmp_path / "idx" / "lucene").exists()
 
 
-def test_index_dense_refuses_a_damaged_store_and_keeps_no_shard_to_resume_from(tmp_path):
+def test_index_dense_refuses_a_damaged_store_and_keeps_no_shard_to_resume_from(tmp_path, monkeypatch):
     pytest.importorskip("faiss")
     from berds.indexes.encoders import EncoderSpec
     from berds.indexes.faiss import build_dense_index
@@ -94,6 +94,12 @@ def test_index_dense_refuses_a_damaged_store_and_keeps_no_shard_to_resume_from(t
     spec = EncoderSpec(name="tiny-bert", model=str(tiny_bert(tmp_path / "bert")), pooling="mean", max_length=32)
     _store(tmp_path)
     _change_text(tmp_path / "s", b"text number 33 about", b"text number 38 about")
+    import berds.indexes.faiss as faiss_module
+
+    def no_encoding(*args, **kwargs):
+        raise AssertionError("an encoder was made for a damaged store")
+
+    monkeypatch.setattr(faiss_module, "Encoder", no_encoding)  # the whole store is checked before any encoding
     with pytest.raises(StoreDamagedError, match="do not give the fingerprint"):
         build_dense_index(tmp_path / "s", tmp_path / "idx", encoder=spec, shard_size=16, progress=False)
     assert not (tmp_path / "idx" / "meta.json").exists()

@@ -278,6 +278,23 @@ def read_faiss(path: Path, *, folder: Path, meta: dict[str, Any]) -> Any:
 # ------------------------------------------------------------------------------------------ building
 
 
+def _check_store_before_encoding(store: Any, emb_dir: Path) -> None:
+    """Read the whole store once, recomputing its fingerprint, before any passage is encoded: a few µs a passage
+    (about a minute for 21M) against hours of encoding a damaged store. Found damage also deletes the shards of an
+    earlier try (a store rebuilt from its source has the same fingerprint: they must not be resumed from)."""
+    from berds.corpora.docstore import PassageStore, StoreDamagedError
+
+    if not isinstance(store, PassageStore):
+        return
+    try:
+        for _ in store.iter_utf8_batches(8192, verify=True):
+            pass
+    except StoreDamagedError:
+        for path in emb_dir.glob("shard-*"):
+            path.unlink(missing_ok=True)
+        raise
+
+
 @releases_on_failure
 def build_dense_index(
     corpus: Any,
@@ -329,6 +346,7 @@ def build_dense_index(
     if not prepare_index_folder(out, settings, overwrite=overwrite, redone=("faiss",)):
         return {**read_index_meta(out, "dense"), "kept": True}  # (not in the file: says nothing was built)
     emb_dir = out / EMBEDDINGS_DIR
+    _check_store_before_encoding(store, emb_dir)
     if engine is not None and engine != "local":  # shards encoded by an execution engine's workers
         stats = embed_corpus_on_engine(engine, store, spec, emb_dir, shard_size=shard_size, device=device,
                                        batch_size=batch_size, dtype=dtype, progress=progress)
