@@ -17,6 +17,7 @@ import os
 import platform
 import re
 import secrets
+import shutil
 import stat
 import sys
 import threading
@@ -24,7 +25,7 @@ import time
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator, Mapping
 
-from berds.errors import InputError
+from berds.errors import BerdsError, InputError
 
 PathLike = str | os.PathLike
 
@@ -81,8 +82,8 @@ def atomic_write(path: PathLike, mode: str = "w", encoding: str | None = "utf-8"
                 yield f
             except OSError as exc:
                 # a write the system refused (disk full, quota, file too large, I/O error) carries no file name
-                if exc.filename is None and exc.errno in _WRITE_REFUSED:
-                    raise named(exc) from None
+                if exc.filename is None and (refused := refused_write(exc, given, written=tmp)) is not None:
+                    raise refused from None
                 raise
             try:
                 f.flush()
@@ -91,7 +92,7 @@ def atomic_write(path: PathLike, mode: str = "w", encoding: str | None = "utf-8"
                     with contextlib.suppress(FileNotFoundError):  # keep a replaced file's permissions
                         os.chmod(f.fileno(), stat.S_IMODE(os.stat(path).st_mode))
             except OSError as exc:  # (the disk filling up shows here when the body was small enough to buffer)
-                raise named(exc) from None
+                raise (refused_write(exc, given, written=tmp) or named(exc)) from None
         try:
             os.replace(tmp, path)
         except OSError as exc:
@@ -103,6 +104,71 @@ def atomic_write(path: PathLike, mode: str = "w", encoding: str | None = "utf-8"
 
 
 _WRITE_REFUSED = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG, errno.EIO, errno.EROFS}
+_SHORT_WRITE = re.compile(r"(\d+) requested and (\d+) written")  # numpy's tofile (np.save) when the disk fills up
+
+
+def refused_write(exc: BaseException, path: PathLike, *, written: PathLike | None = None) -> OSError | None:
+    """An ``OSError`` naming ``path`` for a write the system refused — disk full, quota, the file-size limit
+    (``ulimit -f``), an I/O error, a read-only disk, or a short write (numpy's ``N requested and M written``; LMDB's
+    errors carry the same codes in their text) — saying how much space there is and how much the write asked for.
+    ``written``: the file actually written, when it is not ``path`` (a temporary file). None for any other error
+    (it is not about space)."""
+    text = str(exc)
+    short = _SHORT_WRITE.search(text)
+    if isinstance(exc, OSError) and exc.errno is not None:
+        code = exc.errno if exc.errno in _WRITE_REFUSED else None
+    else:  # (LMDB's errors, numpy's short write: the code is in the text, if anywhere)
+        code = next((c for c in sorted(_WRITE_REFUSED) if os.strerror(c) in text), None)
+    if code is None and short is None:
+        return None
+    if code is None:
+        code = errno.ENOSPC
+    facts = []
+    if short is not None:
+        facts.append(f"a write of {int(short.group(1)):,} bytes stopped after {int(short.group(2)):,}")
+    facts += space_facts(path)
+    if code in (errno.EIO, errno.ENOSPC) and at_size_limit(written or path):
+        code = errno.EFBIG  # (LMDB and fwrite report the limit as a short write: EIO)
+    what = os.strerror(code) if short is None or code != errno.ENOSPC else "the write was cut short"
+    return OSError(code, f"{what} ({'; '.join(facts)}) — free space (or raise the limit) and run the command again: "
+                         "what it finished is kept", str(path))
+
+
+def _size_limit() -> int | None:
+    """The file-size limit of this process (``ulimit -f``) in bytes, None when there is none."""
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    return None if limit == resource.RLIM_INFINITY else int(limit)
+
+
+def at_size_limit(path: PathLike) -> bool:
+    """Whether ``path`` (a file, or any file in a folder) has reached the file-size limit."""
+    limit = _size_limit()
+    if limit is None:
+        return False
+    path = Path(path)
+    with contextlib.suppress(OSError):
+        files = [p for p in path.iterdir() if p.is_file()] if path.is_dir() else [path]
+        return any(p.stat().st_size >= limit for p in files)
+    return False
+
+
+def space_facts(path: PathLike) -> list[str]:
+    """What an error about a write that did not fit says: the free space on ``path``'s disk, the size limit."""
+    facts = []
+    where = Path(path) if Path(path).is_dir() else Path(path).parent
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    with contextlib.suppress(OSError):
+        facts.append(f"{shutil.disk_usage(where).free:,} bytes free on its disk")
+    limit = _size_limit()
+    if limit is not None:
+        facts.append(f"files may grow to {limit:,} bytes here (ulimit -f)")
+    return facts
 
 
 def _descriptor_named(path: Path) -> int | None:
@@ -302,9 +368,54 @@ def post_within(session: Any, url: str, *, deadline: float, limit: int, **kwargs
     return response, body
 
 
+# Bounds on what one input file may hold, so a corrupted or hostile file costs bounded memory and time. Each is an
+# environment variable a user raises for a file that really is that large (docs/reliability.md).
+MAX_LINE_BYTES_ENV, MAX_LINE_BYTES = "BERDS_MAX_LINE_BYTES", 32 << 20  # one jsonl line (a question, a run's question)
+MAX_JSON_BYTES_ENV, MAX_JSON_BYTES = "BERDS_MAX_JSON_BYTES", 256 << 20  # one whole-file JSON (manifest, meta.json)
+MAX_TEXT_CHARS_ENV, MAX_TEXT_CHARS = "BERDS_MAX_TEXT_CHARS", 1_000_000  # a passage's or a question's text
+
+
+def input_limit(env: str, default: int) -> int:
+    """The bound ``env`` sets (a positive integer; ``_`` separators allowed), else ``default``."""
+    value = os.environ.get(env, "").strip()
+    if not value:
+        return default
+    try:
+        limit = int(value)
+    except ValueError:
+        limit = 0
+    if limit < 1:
+        raise BerdsError(f"{env}={value!r} must be a positive whole number")
+    return limit
+
+
+def text_limit() -> int:
+    """The most characters a passage's or a question's text may have (``BERDS_MAX_TEXT_CHARS``); a reader takes it
+    once per file and checks each text with ``check_text_size``."""
+    return input_limit(MAX_TEXT_CHARS_ENV, MAX_TEXT_CHARS)
+
+
+def check_text_size(text: str, limit: int, what: str, **where: Any) -> None:
+    """Refuse ``text`` longer than ``limit`` (a passage of 60 MB drove ``eval`` past 7.8 GB of memory)."""
+    if len(text) > limit:
+        raise InputError(f"{what} is {len(text):,} characters long, over the limit of {limit:,}", **where,
+                         fix=f"shorten or split it, or raise the limit ({MAX_TEXT_CHARS_ENV}=N)")
+
+
+def _too_deep(path: PathLike, line: int | None = None) -> InputError:
+    return InputError("JSON nested too deeply (over about 1,000 levels of lists or objects: Python's JSON reader "
+                      "stops there)", path=path, line=line, fix="no berds file nests more than a few levels; is it "
+                      "the right file?")
+
+
 def read_json(path: PathLike) -> Any:
     path = Path(path)
+    limit = input_limit(MAX_JSON_BYTES_ENV, MAX_JSON_BYTES)
     try:
+        size = path.stat().st_size
+        if size > limit:
+            raise InputError(f"is {size:,} bytes, over the limit of {limit:,} for a JSON file", path=path,
+                             fix=f"is it the right file? Raise the limit with {MAX_JSON_BYTES_ENV}=N")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError("file not found", path=path) from None
@@ -314,6 +425,8 @@ def read_json(path: PathLike) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"invalid JSON: {exc.msg}", path=path, line=exc.lineno) from None
+    except RecursionError:
+        raise _too_deep(path) from None
 
 
 def write_jsonl(path: PathLike, records: Iterable[Mapping[str, Any]]) -> int:
@@ -355,8 +468,12 @@ def jsonl_lines(path: PathLike, *, what: str = "jsonl input") -> Iterator[tuple[
     if path.is_dir():
         raise InputError("is a folder, expected a .jsonl file", path=path)
     refuse_compressed(path, what)
+    limit = input_limit(MAX_LINE_BYTES_ENV, MAX_LINE_BYTES)
     with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
+        for lineno, raw in enumerate(iter(lambda: f.readline(limit + 1), b""), start=1):
+            if len(raw) > limit:  # (read no further than the limit: a 10 GB line is not read into memory)
+                raise InputError(f"line is over {limit:,} bytes long", path=path, line=lineno,
+                                 fix=f"is it the right file? Raise the limit with {MAX_LINE_BYTES_ENV}=N")
             if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]  # a UTF-8 byte-order mark (Windows editors write one; RFC 8259 lets readers skip it)
             if raw.strip():
@@ -382,6 +499,8 @@ def jsonl_record(raw: bytes, path: PathLike, lineno: int) -> dict[str, Any] | No
             f"malformed JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})", path=path, line=lineno,
             fix="each line must be one complete JSON object",
         ) from None
+    except RecursionError:
+        raise _too_deep(path, lineno) from None
     if not isinstance(rec, dict):
         raise InputError(f"expected a JSON object, got {type(rec).__name__}", path=path, line=lineno)
     return rec
@@ -457,6 +576,10 @@ def check_writable(path: PathLike, *, folder: bool) -> None:
     reverse), or no write access to the nearest existing folder above it. Commands that judge or retrieve for
     an hour call this first, so a typo in ``--out`` does not fail at the end."""
     path = Path(path)
+    if folder and path.is_symlink() and not path.exists():  # (making the folder said only "File exists"; a file
+        # through a dangling link is written where it points)
+        raise InputError(f"is a symbolic link to {os.readlink(path)}, which does not exist", path=path,
+                         fix="create what it points to, remove the link, or choose another --out")
     if folder and path.is_file():
         raise InputError("is a file, but a folder is written here", path=path, fix="choose another --out")
     if not folder and path.is_dir():

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from berds.errors import BerdsError, InputError, UnknownNameError
-from berds.io import home_dir, iter_jsonl
+from berds.io import check_text_size, home_dir, iter_jsonl, text_limit
 from berds.types import Question
 
 DEMO_DIR = Path(__file__).parent / "data" / "demo"
@@ -103,6 +103,8 @@ def parse_question(rec: dict[str, Any], *, path: Path | str, line: int, dataset:
     text = rec.get("question", rec.get("text", rec.get("query")))
     if not isinstance(text, str) or not text.strip():
         raise InputError("record has no 'question' text", path=path, line=line, record=str(qid))
+    limit = text_limit()
+    check_text_size(text, limit, "the question", path=path, line=line, record=str(qid))
     persp = rec.get("perspectives")
     extra: dict[str, Any] = {}
     if persp is None and "partial_answers" in rec:  # a DebateQA record (its dataset/{test,dev}.jsonl)
@@ -117,6 +119,9 @@ def parse_question(rec: dict[str, Any], *, path: Path | str, line: int, dataset:
     if isinstance(persp, str) or not isinstance(persp, list) or (not persp and require_perspectives):
         raise InputError("'perspectives' must be a non-empty list of strings", path=path, line=line, record=str(qid),
                          fix=None if persp else NO_GOLD_FIX)
+    for i, perspective in enumerate(persp):
+        if isinstance(perspective, str):
+            check_text_size(perspective, limit, f"perspective {i}", path=path, line=line, record=str(qid))
     try:
         return Question(str(qid), text, tuple(persp), dataset=str(rec.get("dataset", dataset) or dataset),
                         **({"extra": extra} if extra else {}))

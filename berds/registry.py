@@ -157,10 +157,16 @@ class Catalogue(Generic[T]):
         from importlib import metadata  # here, not at import: 20 ms every berds command would pay otherwise
 
         for ep in metadata.entry_points(group=self.entry_point_group):
-            if ep.name in self._specs:
-                continue
             dist = getattr(ep, "dist", None)
             origin = f"entry point ({dist.name})" if dist is not None else "entry point"
+            if ep.name in self._specs:
+                if self._specs[ep.name].source == "built-in":  # (it was ignored without a word)
+                    import warnings
+
+                    warnings.warn(f"the {origin} {ep.name} = {ep.value} (group {self.entry_point_group}) has the name "
+                                  f"of a built-in {self.kind}: the built-in one is used — give the plug-in another "
+                                  "name", UserWarning, stacklevel=2)
+                continue
             self._specs[ep.name] = Spec(name=ep.name, loader=ep.value, description="", source=origin)
 
     def specs(self) -> list[Spec]:
@@ -189,11 +195,19 @@ class Catalogue(Generic[T]):
         try:
             return import_object(spec.loader)
         except BerdsError as exc:
+            if spec.source.startswith("entry point"):  # name where the loader came from: a package's entry point
+                raise BerdsError(f"{self.kind} {spec.name!r}, from the {spec.source} {spec.name} = {spec.loader} "
+                                 f"(group {self.entry_point_group}): {exc}") from exc
             if spec.source != "module:attr":
                 raise
             # 'pypi:model' or a misremembered name also looks like module:attr: name the catalogue too
             raise BerdsError(f"{exc}; and {spec.name!r} is not a known {self.kind} either (known: "
                              f"{', '.join(sorted(self._specs)) or 'none registered'})") from exc
+        except Exception as exc:  # the plug-in's own bug while importing: its traceback stays, and says whose it is
+            if spec.source.startswith("entry point"):
+                exc.add_note(f"(while importing the {self.kind} {spec.name!r} from the {spec.source} "
+                             f"{spec.name} = {spec.loader}, group {self.entry_point_group})")
+            raise
 
     def create(self, name: str, **options: Any) -> T:
         """Build an instance: the spec's default options, overridden by ``options``."""

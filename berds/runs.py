@@ -26,7 +26,19 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from berds.questions import parse_question, record_id
 from berds.errors import BerdsError, InputError
-from berds.io import atomic_write, jsonl_lines, jsonl_record, new_manifest, no_gc, read_json, sha256_file, write_json
+from berds.io import (
+    MAX_TEXT_CHARS,
+    atomic_write,
+    check_text_size,
+    jsonl_lines,
+    jsonl_record,
+    new_manifest,
+    no_gc,
+    read_json,
+    sha256_file,
+    text_limit,
+    write_json,
+)
 from berds.types import Hit, Passage, Question, Run
 
 MANIFEST = "manifest.json"
@@ -59,16 +71,28 @@ def order_ties_like_trec_eval(hits: Sequence[Hit]) -> list[Hit]:
 
 
 def one_token(text: str) -> bool:
-    """``text`` is not empty and holds no whitespace (``str.split``'s: Unicode spaces and line breaks included)."""
+    """``text`` is not empty and holds no whitespace (``str.split``'s: Unicode spaces and line breaks included) and
+    no NUL character (trec_eval and other C readers end a field at one)."""
     parts = text.split()
-    return len(parts) == 1 and len(parts[0]) == len(text)
+    return len(parts) == 1 and len(parts[0]) == len(text) and "\x00" not in text
+
+
+def id_flaw(text: str, *, line_breaks: bool = False) -> str:
+    """What an id that is not ``one_token`` holds, for the error: a NUL character, else whitespace (with
+    ``line_breaks``, a line break is named as such)."""
+    if "\x00" in text:
+        return "a NUL character"
+    if line_breaks and (len(text.splitlines()) > 1 or text != text.rstrip("\r\n")):
+        return "a line break"
+    return "whitespace"
 
 
 def fields_intact(text: str, lines: int, fields: int) -> bool:
     """Whether ``text`` — ``lines`` lines of ``fields`` fields, joined by one space, each line ended by a newline —
     splits back into exactly those fields (no field held whitespace or was empty). One C-level pass."""
     tokens = text.split()
-    return len(tokens) == lines * fields and sum(map(len, tokens)) + lines * fields == len(text)
+    return (len(tokens) == lines * fields and sum(map(len, tokens)) + lines * fields == len(text)
+            and "\x00" not in text)
 
 
 def trec_scores(scores: Sequence[float]) -> list[float]:
@@ -119,9 +143,10 @@ def write_trec(run: Run, path: str | Path, tag: str | None = None) -> None:
     if not fields_intact(text, len(lines), 6):  # an id holding whitespace would shift the fields after it
         qid, docid = next((q, h.passage.id) for q, hs in run.hits.items() for h in hs
                           if not (one_token(q) and one_token(h.passage.id)))
-        raise InputError(f"question id {qid!r} / passage id {docid!r} holds whitespace, which a TREC run file "
-                         "(fields split at whitespace) cannot carry", path=path, record=qid,
-                         fix="give questions and passages ids without spaces, tabs or line breaks")
+        raise InputError(f"question id {qid!r} / passage id {docid!r} holds "
+                         f"{id_flaw(qid if not one_token(qid) else docid)}, which a TREC run file (fields split at "
+                         "whitespace, ended at a NUL) cannot carry", path=path, record=qid,
+                         fix="give questions and passages ids without spaces, tabs, line breaks or NUL characters")
     with atomic_write(path) as f:
         f.write(text)
 
@@ -212,13 +237,14 @@ def _synth_id(title: str, text: str) -> str:
     return "h" + hashlib.sha1(f"{title}\n{text}".encode("utf-8")).hexdigest()[:16]
 
 
-def _parse_ctx(ctx: Any, *, path: Path, line: int, qid: str, pos: int) -> tuple[Hit, bool]:
+def _parse_ctx(ctx: Any, *, path: Path, line: int, qid: str, pos: int, limit: int = MAX_TEXT_CHARS) -> tuple[Hit, bool]:
     where = f"{qid} ctxs[{pos}]"
     if not isinstance(ctx, dict):
         raise InputError(f"expected an object with 'text', got {type(ctx).__name__}", path=path, line=line, record=where)
     text = ctx.get("text")
     if not isinstance(text, str):
         raise InputError("passage has no 'text' string", path=path, line=line, record=where)
+    check_text_size(text, limit, "the passage's text", path=path, line=line, record=where)
     title_field = "title" in ctx
     title = ctx.get("title") or ""
     if not isinstance(title, str):
@@ -236,7 +262,8 @@ def _parse_ctx(ctx: Any, *, path: Path, line: int, qid: str, pos: int) -> tuple[
     return Hit(Passage(pid, text, title, title_field=title_field), score), synthesized
 
 
-def _parse_ctxs(ctxs: list, *, path: Path, line: int, qid: str, exact: bool = True) -> tuple[list[Hit], int] | None:
+def _parse_ctxs(ctxs: list, *, path: Path, line: int, qid: str, exact: bool = True,
+                limit: int = MAX_TEXT_CHARS) -> tuple[list[Hit], int] | None:
     """A question's ctxs as hits, and how many had their id synthesised. A ctx with a string id, title and text
     and a float score (what berds writes) is taken directly; anything else goes through ``_parse_ctx`` — or,
     for a record not read by ``json`` itself (``exact=False``), returns None: read the line again with ``json``."""
@@ -246,12 +273,12 @@ def _parse_ctxs(ctxs: list, *, path: Path, line: int, qid: str, exact: bool = Tr
         if type(ctx) is dict:
             pid, title, text, score = ctx.get("id"), ctx.get("title"), ctx.get("text"), ctx.get("score")
             if type(pid) is str and pid and type(title) is str and type(text) is str and type(score) is float \
-                    and score == score:
+                    and score == score and len(text) <= limit:
                 hits.append(Hit(Passage(pid, text, title), score))
                 continue
         if not exact:
             return None
-        hit, synth = _parse_ctx(ctx, path=path, line=line, qid=qid, pos=pos)
+        hit, synth = _parse_ctx(ctx, path=path, line=line, qid=qid, pos=pos, limit=limit)
         hits.append(hit)
         synthesized += synth
     return hits, synthesized
@@ -338,6 +365,7 @@ def _read_ctxs_jsonl(path: Path, allow_empty_ctxs: bool, duplicates: str, requir
     seen: dict[str, int] = {}
     synthesized = 0
     exchange_only = 0
+    limit = text_limit()
     for line, raw in jsonl_lines(path, what="a BERDS-format run"):
         rec, exact = _orjson_record(raw), False
         if rec is None:
@@ -368,9 +396,9 @@ def _read_ctxs_jsonl(path: Path, allow_empty_ctxs: bool, duplicates: str, requir
                        "zero (no passage supports any perspective)")
             raise InputError("'ctxs' is empty: nothing was retrieved for this question", path=path, line=line,
                              record=q.id, fix=fix)
-        parsed = _parse_ctxs(ctxs, path=path, line=line, qid=q.id, exact=exact)
+        parsed = _parse_ctxs(ctxs, path=path, line=line, qid=q.id, exact=exact, limit=limit)
         if parsed is None:  # a ctx not in berds' own form, in a line orjson read: read it with json
-            parsed = _parse_ctxs(jsonl_record(raw, path, line)["ctxs"], path=path, line=line, qid=q.id)
+            parsed = _parse_ctxs(jsonl_record(raw, path, line)["ctxs"], path=path, line=line, qid=q.id, limit=limit)
         parsed, synth = parsed
         synthesized += synth
         questions.append(q)

@@ -81,14 +81,39 @@ def _modernise(args: list[str]) -> list[str]:
     return args
 
 
+_TERMINATED: list[int] = []  # the signal that ended the command, when it was SIGTERM
+
+
+def _on_terminate(signum: int, frame: object) -> None:
+    """SIGTERM (a scheduler's time limit, `kill`): stop as Ctrl-C does, so what is finished is kept and said."""
+    _TERMINATED.append(signum)
+    raise KeyboardInterrupt
+
+
+def _catch_termination() -> None:
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # (never one someone else installed)
+        signal.signal(signal.SIGTERM, _on_terminate)
+
+
 def _interrupted(args: list[str]) -> None:
+    import signal
+
     from rich.console import Console
 
     words = [a for a in args if not a.startswith("-")][:3]
     kept = KEPT_ON_INTERRUPT.get(" ".join(words)) or KEPT_ON_INTERRUPT.get(words[0] if words else "",
                                                                         "work already written stays on disk")
-    Console(stderr=True).print(f"[bold yellow]interrupted[/] (Ctrl-C): {kept}.", highlight=False, soft_wrap=True)
-    sys.exit(130)
+    how, code = "interrupted[/] (Ctrl-C)", 130
+    if _TERMINATED:
+        name = signal.Signals(_TERMINATED[0]).name
+        how, code = f"stopped[/] ({name})", 128 + _TERMINATED[0]
+    Console(stderr=True).print(f"[bold yellow]{how}: {kept}.", highlight=False, soft_wrap=True)
+    sys.exit(code)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -97,6 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     from berds.errors import BerdsError
 
     args = _modernise(list(sys.argv[1:] if argv is None else argv))
+    _catch_termination()
     try:
         code = app(args=args, standalone_mode=False, prog_name="berds")
         if code == 130:  # typer turns KeyboardInterrupt into Exit(130) and returns the code

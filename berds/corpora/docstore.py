@@ -35,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import struct
 import tempfile
@@ -43,6 +44,7 @@ import weakref
 import zlib
 from array import array
 from itertools import islice
+from operator import attrgetter
 from json.encoder import encode_basestring as _json_string
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -51,7 +53,18 @@ import lmdb
 import numpy as np
 
 from berds.errors import BerdsError, InputError
-from berds.io import empty_folder, iter_jsonl, lock_folder, new_manifest, no_gc, read_json, write_json
+from berds.io import (
+    MAX_TEXT_CHARS_ENV,
+    empty_folder,
+    iter_jsonl,
+    lock_folder,
+    new_manifest,
+    no_gc,
+    read_json,
+    refused_write,
+    text_limit,
+    write_json,
+)
 from berds.types import Passage
 
 STORE_KIND = "passage-store"
@@ -117,6 +130,7 @@ def _fingerprint_bytes(p: Passage, group: str | None) -> bytes:
 
 
 _new_passage = object.__new__
+_passage_id = attrgetter("id")
 
 
 class PassageRefusedError(InputError):
@@ -129,6 +143,10 @@ class PassageRefusedError(InputError):
 
 class DuplicatePassageIdError(PassageRefusedError):
     """A passage id added twice."""
+
+
+class StoreDamagedError(InputError):
+    """A passage store whose files were changed on disk (a read found it): rebuild the store."""
 
 
 class DamagedRecordError(ValueError):
@@ -170,6 +188,63 @@ def _decoder(compressed: bool) -> Callable[[bytes], Passage]:
 
 def _group_number(value: bytes) -> int:
     return _HEAD.unpack_from(value)[0]
+
+
+def _ascii_line(body: bytes, a: int, t: int, s: int) -> bytes | None:
+    """The fingerprint line (no group) of a record body that is ASCII with nothing to escape, sliced from the bytes as
+    stored (character counts are byte counts then); None otherwise (the general path encodes the fields)."""
+    if body.isascii() and b"\x00" not in body.translate(_JSON_PLAIN):
+        return b"".join((b'["', body[:a], b'","', body[a:a + t], b'","', body[a + t + s:], b'"]\n'))
+    return None
+
+
+def _json_utf8(utf8: bytes) -> bytes:
+    """``json.dumps(text, ensure_ascii=False).encode()`` from the UTF-8 bytes of ``text``."""
+    if b"\x00" in utf8.translate(_JSON_PLAIN):
+        return _json_string(utf8.decode("utf-8")).encode("utf-8")
+    return b'"' + utf8 + b'"'
+
+
+class _StreamCheck:
+    """The store's fingerprint recomputed over a whole-store read, record by record (``iter_passages(verify=True)``).
+
+    Records carry no checksum of their own, so a flipped bit that keeps a record decodable is found when the
+    stream ends: the last batch is then refused, so an index or encoding reading the stream is never finished
+    from it. A record that cannot be decoded, a record number out of sequence or a group number outside the
+    store's groups is named as it is read. Costs about as much as the read itself (``docs/reliability.md``)."""
+
+    __slots__ = ("store", "n", "_lines", "_hash", "_groups")
+
+    def __init__(self, store: "PassageStore"):
+        self.store, self.n = store, 0
+        self._hash = hashlib.sha256()
+        self._lines: list[bytes] = []  # hashed 1,024 at a time: one call, which lets go of the GIL (hashlib does
+        # for more than 2 KB), so a reader thread hashes while Lucene indexes
+        self._groups = [_json_string(g).encode("utf-8") for g in store._group_names]
+
+    def add(self, value: bytes, line: bytes) -> None:
+        """One record: ``line`` is its fingerprint line without a group; the group comes from the record header."""
+        g = _group_number(value)
+        if g != -1:
+            if not 0 <= g < len(self._groups):
+                raise self.store._damaged(ValueError(f"record {self.n} has group number {g}; the store has "
+                                                     f"{len(self._groups)} groups"))
+            line = line[:-2] + b"," + self._groups[g] + b"]\n"
+        self._lines.append(line)
+        self.n += 1
+        if len(self._lines) >= 1024:
+            self._hash.update(b"".join(self._lines))
+            self._lines.clear()
+
+    def finish(self) -> None:
+        store = self.store
+        self._hash.update(b"".join(self._lines))
+        self._lines.clear()
+        if self.n != store._count or self._hash.hexdigest() != store.fingerprint:
+            raise StoreDamagedError(f"the passage store is damaged: the {self.n:,} passages read do not give the fingerprint "
+                             f"its manifest.json records ({store._count:,} passages) — a record was changed on disk "
+                             f"(`berds corpus info --verify {store.path}` checks it)", path=store.path / DATA_FILE,
+                             fix=_rebuild_hint(store.path, store.manifest))
 
 
 def is_passage_store(path: str | os.PathLike) -> bool:
@@ -345,6 +420,7 @@ class PassageStoreWriter:
 
         self._count = 0
         self._fingerprint = hashlib.sha256()
+        self._text_limit = text_limit()  # (BERDS_MAX_TEXT_CHARS: a 60 MB passage costs GBs in every later stage)
         self._groups: dict[str, int] = {}
         self._record_groups = array("i")
         self._uses_groups = False
@@ -402,6 +478,10 @@ class PassageStoreWriter:
         if group is not None and (not isinstance(group, str) or not group):
             raise InputError(f"group must be a non-empty string, got {group!r}", record=passage.id, path=self.out)
         pid, title, text = passage.id, passage.title, passage.text
+        if len(text) > self._text_limit:
+            raise PassageRefusedError(f"passage {pid!r} has {len(text):,} characters of text, over the limit of "
+                                      f"{self._text_limit:,}", path=self.out, record=pid,
+                                      fix=f"split the document into passages, or raise the limit ({MAX_TEXT_CHARS_ENV}=N)")
         try:
             id_b, title_b, source_b, text_b = pid.encode("utf-8"), title.encode("utf-8"), passage.source.encode("utf-8"), text.encode("utf-8")
         except UnicodeEncodeError as e:  # a lone surrogate (JSON's "\ud800" escapes decode to one): UTF-8 has no bytes for it
@@ -456,12 +536,16 @@ class PassageStoreWriter:
 
     def _commit(self) -> None:
         """Commit what was added so far, with what a resumed build needs to carry on from it."""
-        self._txn.put(b"state", json.dumps({
-            "passages": self._count, "compression": self.compression, "groups": list(self._groups),
-            **({"identity": self.identity} if self.identity is not None else {}),
-        }).encode(), db=self._meta)
-        self._txn.commit()
-        self._env.sync(True)
+        try:
+            self._txn.put(b"state", json.dumps({
+                "passages": self._count, "compression": self.compression, "groups": list(self._groups),
+                **({"identity": self.identity} if self.identity is not None else {}),
+            }).encode(), db=self._meta)
+            self._txn.commit()
+            self._env.sync(True)
+        except lmdb.Error as e:  # (a full disk or the file-size limit: LMDB writes at commit)
+            self._txn = self._env.begin(write=True)  # (the failed one is gone: abort() and a resume start from here)
+            raise refused_write(e, self.building / DATA_FILE) or e from None
         self._txn = self._env.begin(write=True)
         self._txn_passages = self._txn_bytes = 0
 
@@ -518,10 +602,14 @@ class PassageStoreWriter:
             return PassageStore.open(self.out)
         self._commit()
         self._txn.abort()
-        # Record a map size that fits the finished file, so readers reserve that much address space, not 1 TB.
-        self._env.set_mapsize((self.building / DATA_FILE).stat().st_size + (4 << 20))
-        with self._env.begin(write=True) as txn:
-            txn.put(b"finished", b"1", db=self._meta)
+        try:
+            # Record a map size that fits the finished file, so readers reserve that much address space, not 1 TB.
+            self._env.set_mapsize((self.building / DATA_FILE).stat().st_size + (4 << 20))
+            with self._env.begin(write=True) as txn:
+                txn.put(b"finished", b"1", db=self._meta)
+        except lmdb.Error as e:
+            self._txn = self._env.begin(write=True)
+            raise refused_write(e, self.building / DATA_FILE) or e from None
         self._env.close()
         self._closed = True
         (self.building / "lock.mdb").unlink(missing_ok=True)
@@ -685,8 +773,14 @@ class PassageStore:
             self._env = _reader_env(self.path)
             self._passages = self._env.open_db(b"passages", create=False)
             self._ids = self._env.open_db(b"ids", create=False)
+            with self._env.begin() as txn:  # (LMDB keeps the counts: no read of the records)
+                counts = txn.stat(self._passages)["entries"], txn.stat(self._ids)["entries"]
         except (lmdb.Error, OSError) as e:
             raise self._damaged(e) from None
+        if counts != (self._count, self._count):  # found now, not as an index "incomplete" after its whole build
+            raise StoreDamagedError(f"manifest.json says {self._count:,} passages, but data.mdb holds {counts[0]:,} "
+                                    f"passages and {counts[1]:,} ids", path=self.path,
+                                    fix=_rebuild_hint(self.path, self.manifest))
 
     def _txn(self) -> lmdb.Transaction:
         if self._env is None:
@@ -720,8 +814,12 @@ class PassageStore:
         _OPEN_STORES.add(self)
 
     def _damaged(self, error: Exception) -> InputError:
-        return InputError(f"the passage store is damaged ({type(error).__name__}: {error})", path=self.path / DATA_FILE,
+        return StoreDamagedError(f"the passage store is damaged ({type(error).__name__}: {error})", path=self.path / DATA_FILE,
                           fix=_rebuild_hint(self.path, self.manifest))
+
+    def _wrong_record(self, pid: str, found: str, record: bytes) -> InputError:
+        return self._damaged(ValueError(f"the id table sends passage id {pid!r} to record {_REC.unpack(record)[0]}, "
+                                        f"which holds passage {found!r}"))
 
     def _missing(self, pid: object) -> PassageNotFoundError:
         return PassageNotFoundError(f"passage id {pid!r} is not in this store ({self._count} passages)", path=self.path,
@@ -770,11 +868,14 @@ class PassageStore:
             record = id_get(pid.encode("utf-8") if len(pid) <= _MAX_KEY // 4 else _id_key(pid))
             if record is None:
                 raise self._missing(pid)
-            return self._decode(passage_get(record))
+            passage = self._decode(passage_get(record))
         except (AttributeError, TypeError, lmdb.BadValsizeError):  # not a str, or ""
             raise self._missing(pid) from None
         except (lmdb.Error, *_DECODE_ERRORS) as e:
             raise self._damaged(e) from None
+        if passage.id != pid:  # a damaged id table points at another record: never serve another passage
+            raise self._wrong_record(pid, passage.id, record)
+        return passage
 
     __getitem__ = get
 
@@ -789,19 +890,31 @@ class PassageStore:
                 records = list(map(id_get, [p.encode("utf-8") if len(p) <= _MAX_KEY // 4 else _id_key(p) for p in pids]))
                 if None in records:
                     raise self._missing(pids[records.index(None)])
-                return list(map(self._decode, map(passage_get, records)))
+                passages = list(map(self._decode, map(passage_get, records)))
         except (AttributeError, TypeError, lmdb.BadValsizeError):
             raise self._missing(next(p for p in pids if not isinstance(p, str) or not p)) from None
         except (lmdb.Error, *_DECODE_ERRORS) as e:
             raise self._damaged(e) from None
+        got = list(map(_passage_id, passages))
+        if got != (pids if isinstance(pids, list) else list(pids)):  # (one list comparison: the batch's ids)
+            i = next(i for i, (a, b) in enumerate(zip(got, pids)) if a != b)
+            raise self._wrong_record(pids[i], got[i], records[i])
+        return passages
 
-    def _values(self) -> Iterator[bytes]:
-        """Every stored record in store order."""
+    def _values(self, verify: bool = False) -> Iterator[bytes]:
+        """Every stored record in store order (with ``verify``, checking that the record numbers run 0, 1, 2...)."""
         if self._env is None:
             self._connect()
         try:
             with self._env.begin(db=self._passages) as txn, txn.cursor() as cursor:  # type: ignore[union-attr]
-                yield from cursor.iternext(keys=False, values=True)
+                if not verify:
+                    yield from cursor.iternext(keys=False, values=True)
+                    return
+                pack = _REC.pack
+                for n, (key, value) in enumerate(cursor.iternext()):
+                    if key != pack(n):
+                        raise self._damaged(ValueError(f"record {n} is missing (found key {key!r})"))
+                    yield value
         except lmdb.Error as e:
             raise self._damaged(e) from None
 
@@ -812,23 +925,47 @@ class PassageStore:
         except _DECODE_ERRORS as e:
             raise self._damaged(e) from None
 
-    def iter_batches(self, batch_size: int) -> Iterator[list[Passage]]:
-        """Passages in store order, ``batch_size`` at a time (the last batch may be shorter)."""
+    def iter_passages(self, *, verify: bool = False) -> Iterator[Passage]:
+        """All passages in store order; with ``verify``, the fingerprint is recomputed on the way and a store whose
+        records do not give it fails when the stream ends (``_StreamCheck``): what readers of the whole store use."""
+        if not verify:
+            yield from self
+            return
+        check = _StreamCheck(self)
+        decode, add, plain = self._decode, check.add, self._decode is _decode
+        unpack = _HEAD.unpack_from
+        try:
+            for value in self._values(verify=True):
+                p = decode(value)
+                line = None
+                if plain:
+                    _, a, t, s = unpack(value)
+                    line = _ascii_line(value[_HEAD_SIZE:], a, t, s)
+                add(value, line or _fingerprint_bytes(p, None))
+                yield p
+        except _DECODE_ERRORS as e:
+            raise self._damaged(ValueError(f"record {check.n} cannot be decoded: {e}")) from None
+        check.finish()
+
+    def iter_batches(self, batch_size: int, *, verify: bool = False) -> Iterator[list[Passage]]:
+        """Passages in store order, ``batch_size`` at a time (the last batch may be shorter); ``verify`` as in
+        ``iter_passages`` (indexing and encoding pass it)."""
         if batch_size < 1:
             raise BerdsError(f"batch_size must be at least 1, got {batch_size}")
-        passages = iter(self)
+        passages = self.iter_passages(verify=verify)
         while batch := list(islice(passages, batch_size)):
             yield batch
 
-    def iter_utf8_batches(self, batch_size: int) -> Iterator[list[tuple[bytes, bytes, bytes]]]:
+    def iter_utf8_batches(self, batch_size: int, *, verify: bool = False) -> Iterator[list[tuple[bytes, bytes, bytes]]]:
         """``(id, title, text)`` of every passage as UTF-8 bytes, in store order, ``batch_size`` at a time: for
         writers that pass bytes on (the Lucene indexer) without building ``Passage``s and encoding them again.
         A record that is all ASCII is sliced as stored (its character counts are byte counts); others are
-        decoded and their fields encoded."""
+        decoded and their fields encoded. ``verify`` as in ``iter_passages``."""
         if batch_size < 1:
             raise BerdsError(f"batch_size must be at least 1, got {batch_size}")
         unpack, head, compressed = _HEAD.unpack_from, _HEAD_SIZE, self._decode is _decode_zlib
-        values = self._values()
+        values = self._values(verify)
+        check = _StreamCheck(self) if verify else None
         try:
             while chunk := list(islice(values, batch_size)):
                 batch = []
@@ -838,16 +975,24 @@ class PassageStore:
                     if a + t + s > len(body) or not a:  # (decoded, a non-ASCII body is checked again by character)
                         raise DamagedRecordError(f"record header says {a}+{t}+{s} of id, title and source in {len(body)}")
                     if body.isascii():
-                        batch.append((body[:a], body[a:a + t], body[a + t + s:]))
+                        fields = (body[:a], body[a:a + t], body[a + t + s:])
                     else:
                         text = body.decode("utf-8")
                         if a + t + s > len(text):
                             raise DamagedRecordError(f"record header says {a}+{t}+{s} characters in {len(text)}")
-                        batch.append((text[:a].encode("utf-8"), text[a:a + t].encode("utf-8"),
-                                      text[a + t + s:].encode("utf-8")))
+                        fields = (text[:a].encode("utf-8"), text[a:a + t].encode("utf-8"),
+                                  text[a + t + s:].encode("utf-8"))
+                    if check is not None:
+                        check.add(value, _ascii_line(body, a, t, s) or b"".join((
+                            b"[", _json_utf8(fields[0]), b",", _json_utf8(fields[1]), b",", _json_utf8(fields[2]),
+                            b"]\n")))
+                    batch.append(fields)
                 yield batch
         except _DECODE_ERRORS as e:
-            raise self._damaged(e) from None
+            where = f"record {check.n} cannot be decoded: " if check is not None else ""
+            raise self._damaged(ValueError(f"{where}{e}") if where else e) from None
+        if check is not None:
+            check.finish()
 
     def ids(self) -> Iterator[str]:
         """Passage ids in store order."""
@@ -963,6 +1108,9 @@ class PassageStore:
         return {"passages": n, "fingerprint": self.fingerprint, "verified": True}
 
 
+_SHA256 = re.compile("[0-9a-f]{64}")
+
+
 def _manifest_problem(manifest: dict) -> str | None:
     """What is wrong with the types of a store manifest's fields (None when they are right)."""
     def count(value: Any) -> bool:
@@ -970,8 +1118,10 @@ def _manifest_problem(manifest: dict) -> str | None:
 
     if not count(manifest.get("passages")):
         return f"'passages' is {manifest.get('passages')!r}, not a count"
-    if not isinstance(manifest.get("fingerprint"), str):
-        return f"'fingerprint' is {manifest.get('fingerprint')!r}, not a string"
+    fingerprint = manifest.get("fingerprint")
+    if not isinstance(fingerprint, str) or not _SHA256.fullmatch(fingerprint) or not fingerprint.strip("0"):
+        # (64 zeros is a placeholder, not what any content hashes to: runs would be recorded under it)
+        return f"'fingerprint' is {str(fingerprint)[:80]!r}, not a SHA-256 of the passages (64 hex digits)"
     for key in ("files", "groups"):
         value = manifest.get(key, {})
         if not isinstance(value, dict) or not all(isinstance(k, str) and count(v) for k, v in value.items()):

@@ -32,7 +32,7 @@ from typing import Callable, Iterator, Sequence
 from berds.corpora.build import BuildProgress, BuildReport, check_disk_and_announce, write_passages
 from berds.corpora.docstore import PassageStore
 from berds.questions import record_id
-from berds.runs import one_token
+from berds.runs import id_flaw, one_token
 from berds.corpora.html import HTML_TYPES, clean_html, decode_html
 from berds.corpora.split import DEFAULT_WORDS, Document, split_document
 from berds.errors import InputError
@@ -131,7 +131,7 @@ def iter_jsonl_documents(
             if not doc_id.strip():
                 doc_id = f"{prefix}:{line}"
             elif not one_token(doc_id):  # refused here, by line, rather than by `berds index` after the build
-                raise InputError(f"the id {doc_id!r} (field {resolved.id!r}) holds whitespace, which indexes and TREC "
+                raise InputError(f"the id {doc_id!r} (field {resolved.id!r}) holds {id_flaw(doc_id)}, which indexes and TREC "
                                  "run files cannot carry", path=path, line=line,
                                  fix="give records ids without spaces, tabs or line breaks, or name another field with --id-field")
             if html:

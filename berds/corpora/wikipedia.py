@@ -30,7 +30,7 @@ from berds.corpora.docstore import PassageStore
 from berds.corpora.split import DEFAULT_WORDS, Document, DprCounterIds, doc_ids, split_document
 from berds.errors import InputError
 from berds.lazy import require
-from berds.runs import one_token
+from berds.runs import id_flaw, one_token
 from berds.types import Passage
 
 DPR_HEADER = ["id", "text", "title"]
@@ -110,7 +110,7 @@ def read_dpr_tsv(path: str | os.PathLike, report: BuildReport | None = None, *, 
                 if not pid.strip():
                     raise InputError("empty passage id", path=path, line=start)
                 if not one_token(pid):  # refused here, by line, rather than by `berds index` after the build
-                    raise InputError(f"passage id {pid!r} holds whitespace, which indexes and TREC run files cannot "
+                    raise InputError(f"passage id {pid!r} holds {id_flaw(pid)}, which indexes and TREC run files cannot "
                                      "carry", path=path, line=start, fix="DPR's ids are numbers; fix that line")
                 if report is not None:
                     report.input_bytes = raw.tell()

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from berds.errors import BerdsError, InputError
-from berds.runs import fields_intact, one_token
+from berds.runs import fields_intact, id_flaw, one_token
 
 QrelRow = tuple[str, str, str, int]  # (qid, subtopic, docid, rel)
 RunRow = tuple[str, str, int]        # (qid, docid, rank)
@@ -76,7 +76,7 @@ def read_judgements(path: str | Path) -> tuple[list[QrelRow], list[RunRow]]:
     try:  # one C-level parse of the whole file; on any error, parse line by line to name the bad line
         records = json.loads("[" + ",".join(lines) + "]")
         fields = [_judgement_fields(r) for r in records]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         fields = []
         for line_number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
@@ -85,6 +85,10 @@ def read_judgements(path: str | Path) -> tuple[list[QrelRow], list[RunRow]]:
             try:
                 record = json.loads(line)
                 fields.append(_judgement_fields(record))
+            except RecursionError:
+                raise InputError("JSON nested too deeply (over about 1,000 levels)", path=path, line=line_number,
+                                 fix='expected {"qid", "docid", "rank", "perspective", "label"} as berds eval writes'
+                                 ) from None
             except (ValueError, KeyError, TypeError) as exc:
                 if isinstance(record, dict) and "ctxs" in record:  # (a run given for its judgements)
                     raise InputError("this is a run (its record has 'ctxs'), not the judgements of an evaluation",
@@ -135,7 +139,7 @@ def check_trec_ids(path: str | Path, run: Any) -> None:
     for qid, hits in run.hits.items():
         bad = [qid] if not one_token(qid) else [h.passage.id for h in hits if not one_token(h.passage.id)][:1]
         if bad:
-            raise InputError(f"question {qid!r}: the id {bad[0]!r} holds whitespace, which TREC qrels cannot carry "
+            raise InputError(f"question {qid!r}: the id {bad[0]!r} holds {id_flaw(bad[0])}, which TREC qrels cannot carry "
                              "(--qrels)", path=path, fix="give ids without spaces, or drop --qrels")
 
 
@@ -144,7 +148,8 @@ def qrels_text(rows: Sequence[QrelRow]) -> str:
     text = "".join([f"{q} {s} {d} {r}\n" for q, s, d, r in rows])
     if not fields_intact(text, len(rows), 4):  # one C-level pass instead of a check per id
         bad = next((q, d) for q, _, d, _ in rows if not (one_token(q) and one_token(d)))
-        raise BerdsError(f"question/passage id {bad[0]!r} / {bad[1]!r} holds whitespace, which the TREC qrels "
+        raise BerdsError(f"question/passage id {bad[0]!r} / {bad[1]!r} holds "
+                         f"{id_flaw(bad[0] if not one_token(bad[0]) else bad[1])}, which the TREC qrels "
                          "format cannot carry")
     return text
 

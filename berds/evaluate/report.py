@@ -66,16 +66,18 @@ def csv_text(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def write_table(stem: str | Path, header: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str = "",
-                md_rows: Sequence[Sequence[Any]] | None = None) -> dict[str, Path]:
+                md_rows: Sequence[Sequence[Any]] | None = None, notes: Sequence[str] = ()) -> dict[str, Path]:
     """Write ``STEM.csv`` and ``STEM.md`` (atomically; ``md_rows``: other cells for the markdown, e.g. marked
-    values); returns their paths."""
+    values; ``notes``: lines under the markdown table, what a reader of the file must know to read it); returns
+    their paths."""
     from berds.io import write_text
 
     stem = Path(stem)
     paths = {"csv": stem.with_name(stem.name + ".csv"), "md": stem.with_name(stem.name + ".md")}
     write_text(paths["csv"], csv_text(header, rows))
     write_text(paths["md"], (f"### {title}\n\n" if title else "")
-               + markdown_table(header, [[str(c) for c in r] for r in (rows if md_rows is None else md_rows)]))
+               + markdown_table(header, [[str(c) for c in r] for r in (rows if md_rows is None else md_rows)])
+               + ("\n" + "".join(f"- Note: {n}\n" for n in notes) if notes else ""))
     return paths
 
 

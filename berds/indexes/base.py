@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from berds.errors import BerdsError, InputError
 from berds.io import empty_folder, lock_folder, new_manifest, read_json, write_json
-from berds.runs import fields_intact, one_token
+from berds.runs import fields_intact, id_flaw, one_token
 
 INDEX_META = "meta.json"
 BUILDING_MARKER = ".building.json"  # settings of a build in progress; removed when meta.json is written
@@ -47,6 +47,16 @@ def open_store(corpus: Any) -> Any:
     if hasattr(corpus, "fingerprint") and hasattr(corpus, "iter_batches"):
         return corpus  # anything store-like (duck-typed)
     raise BerdsError(f"expected a passage store or its folder, got {type(corpus).__name__}")
+
+
+def whole_store_batches(store: Any, batch_size: int, *, utf8: bool = False) -> Any:
+    """``store.iter_batches`` (or ``iter_utf8_batches``) for a read of the whole store that builds something:
+    a ``PassageStore`` recomputes its fingerprint on the way and refuses the last batch when a record was changed
+    on disk, so no index or encoding is finished from damaged text. Duck-typed stores are read as they are."""
+    from berds.corpora.docstore import PassageStore
+
+    read = store.iter_utf8_batches if utf8 else store.iter_batches
+    return read(batch_size, verify=True) if isinstance(store, PassageStore) else read(batch_size)
 
 
 def corpus_record(store: Any) -> dict[str, Any]:
@@ -301,7 +311,8 @@ def _short(value: Any) -> str:
 
 
 
-ROW_ID_FIX = ("give passages ids without spaces, tabs or line breaks (e.g. replace them with '_') and rebuild the corpus")
+ROW_ID_FIX = ("give passages ids without spaces, tabs, line breaks or NUL characters (e.g. replace them with '_') "
+              "and rebuild the corpus")
 
 
 def check_row_ids(ids: Sequence[str], *, source: Any = None) -> None:
@@ -310,8 +321,7 @@ def check_row_ids(ids: Sequence[str], *, source: Any = None) -> None:
     field after it). One C-level split per batch; the offending id is named."""
     if ids and not one_token("".join(ids)):
         bad = next(pid for pid in ids if not one_token(pid))
-        what = "a line break" if len(bad.splitlines()) > 1 or bad != bad.rstrip("\r\n") else "whitespace"
-        raise InputError(f"passage id {bad!r} holds {what}, which the index's id list (one id per line) and TREC "
+        raise InputError(f"passage id {bad!r} holds {id_flaw(bad, line_breaks=True)}, which the index's id list (one id per line) and TREC "
                          "run files (fields split at whitespace) cannot carry", path=source, record=bad, fix=ROW_ID_FIX)
 
 

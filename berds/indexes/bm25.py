@@ -37,6 +37,7 @@ separate Lucene index per question would give, at numpy speed. ``tests/test_bm25
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import shutil
@@ -62,10 +63,11 @@ from berds.indexes.base import (
     read_ids,
     read_index_meta,
     releases_on_failure,
+    whole_store_batches,
     write_id,
     write_id_batch,
 )
-from berds.io import atomic_write
+from berds.io import at_size_limit, atomic_write, space_facts
 
 DEFAULT_K1 = 0.9  # Pyserini / Anserini defaults, used by the BERDS study's BM25 runs
 DEFAULT_B = 0.4
@@ -417,7 +419,7 @@ def build_bm25_index(
                 ThreadPoolExecutor(1, thread_name_prefix="berds-bm25-reader") as reader:
             task = bar.add_task("BM25 index", total=len(store))
             if bridge is not None and terms is None and hasattr(store, "iter_utf8_batches"):  # bytes straight to Lucene
-                utf8_batches = store.iter_utf8_batches(batch_size)
+                utf8_batches = whole_store_batches(store, batch_size, utf8=True)
                 with_title = contents == "title+text"
 
                 def next_batch() -> tuple[int, int, Any, list[str]] | None:
@@ -437,7 +439,7 @@ def build_bm25_index(
                     return (len(batch), len(ids), (b"".join(ids), list(accumulate(map(len, ids))),
                                                    b"".join(texts), list(accumulate(map(len, texts)))), [])
             else:
-                batches = store.iter_batches(batch_size)
+                batches = whole_store_batches(store, batch_size)
 
                 def next_batch() -> tuple[int, int, Any, list[str]] | None:
                     """Read and encode the next batch (runs while Lucene indexes the previous one: pyjnius lets go of the GIL)."""
@@ -475,6 +477,13 @@ def build_bm25_index(
     finally:
         indexer.close()
     seconds = time.perf_counter() - started
+    if not any(p.name.startswith("segments_") for p in partial.iterdir()):
+        # Anserini's indexer drops Lucene's write errors (a full disk, the file-size limit): without a commit point
+        # the folder is no index, and opening it ended in a Java traceback
+        raise OSError(errno.EFBIG if at_size_limit(partial) else errno.EIO,
+                      f"Lucene could not finish writing the index (no segments file: a write failed; "
+                      f"{'; '.join(space_facts(partial))}) — free space (or raise the limit) and run the command "
+                      "again", str(partial))
     os.replace(partial, out / LUCENE_DIR)
     if terms is not None:
         row_groups, names = _row_groups(store, read_ids(out / "docids.txt"))

@@ -24,9 +24,10 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from berds.corpora.docstore import StoreDamagedError
 from berds.engine.recipes import Recipe
 from berds.errors import BerdsError, InputError
-from berds.indexes.base import check_row_ids, progress_bar, read_ids, write_ids
+from berds.indexes.base import check_row_ids, progress_bar, read_ids, whole_store_batches, write_ids
 from berds.indexes.encoders import Encoder, encoder_spec
 from berds.io import atomic_write
 
@@ -48,7 +49,7 @@ def save_shard(folder: Path, i: int, vectors: np.ndarray, ids: list[str]) -> Non
 def iter_shard_passages(store: Any, shard_size: int, batch_size: int) -> Iterator[tuple[int, list[Any]]]:
     """``(shard number, passages of that shard)`` in store order, one shard's passages at a time."""
     shard, current = 0, []
-    for batch in store.iter_batches(batch_size):
+    for batch in whole_store_batches(store, batch_size):
         check_row_ids([p.id for p in batch], source=getattr(store, "path", None))  # before any encoding is spent on them
         for p in batch:
             current.append(p)
@@ -92,9 +93,16 @@ def resume_point(folder: Path, n: int, shard_size: int) -> tuple[int, int]:
 
 def shards_to_encode(store: Any, folder: Path, shard_size: int) -> Iterator[tuple[int, list[Any]]]:
     """``(shard number, passages)`` of the shards not yet (completely) written to ``folder``, in store order."""
-    for shard, passages in iter_shard_passages(store, shard_size, min(shard_size, 1024)):
-        if not shard_is_complete(folder, shard, len(passages)):
-            yield shard, passages
+    try:
+        for shard, passages in iter_shard_passages(store, shard_size, min(shard_size, 1024)):
+            if not shard_is_complete(folder, shard, len(passages)):
+                yield shard, passages
+    except StoreDamagedError:
+        # A damaged store is found when the read ends (its fingerprint), so any shard may hold damaged text (one
+        # left by a killed build too), and a rebuilt store has the same fingerprint: none of them may be resumed.
+        for path in folder.glob("shard-*"):
+            path.unlink(missing_ok=True)
+        raise
 
 
 def stored_dim(folder: Path) -> int:

@@ -377,9 +377,10 @@ class Encoder:
                 chunk = texts[i:i + self.batch_size]
                 if titles is not None:  # DPR: [CLS] title [SEP] text [SEP], truncating the text
                     batch = tokenizer(titles[i:i + self.batch_size], chunk, padding=True, truncation="only_second",
-                                      max_length=self.spec.max_length, return_tensors="pt")
+                                      max_length=self.spec.max_length, return_tensors="pt", split_special_tokens=True)
                 else:
-                    batch = tokenizer(chunk, padding=True, truncation=True, max_length=self.spec.max_length, return_tensors="pt")
+                    batch = tokenizer(chunk, padding=True, truncation=True, max_length=self.spec.max_length,
+                                      return_tensors="pt", split_special_tokens=True)  # ("[SEP]" in text is text)
                 limit = getattr(model.config, "max_position_embeddings", None)
                 if isinstance(limit, int) and 0 < limit < batch["input_ids"].shape[1]:
                     # (else it ends deep in the model: "The size of tensor a (98) must match the size of tensor b")

@@ -52,7 +52,7 @@ from berds.indexes.base import (
 )
 from berds.indexes.embedding import ShardedEmbeddings, embed_corpus, embed_corpus_on_engine
 from berds.indexes.encoders import Encoder, EncoderSpec, encoder_spec, model_files_fingerprint
-from berds.io import atomic_write, read_json, write_json
+from berds.io import atomic_write, read_json, refused_write, sha256_file, write_json
 from berds.lazy import require
 
 FAISS_KINDS = ("flat", "hnsw", "ivfpq")
@@ -222,33 +222,53 @@ def build_faiss(chunks: Any, n: int, dim: int, settings: FaissSettings, *, devic
     return _to_cpu(index)
 
 
-def write_faiss(index: Any, path: Path) -> int:
-    """Write an index atomically (FAISS writes to a temporary name, then it is renamed); returns its size in bytes."""
+def write_faiss(index: Any, path: Path) -> tuple[int, str]:
+    """Write an index atomically (FAISS writes to a temporary name, then it is renamed); returns its size in bytes
+    and the SHA-256 of its bytes (recorded in ``meta.json``; ``read_faiss`` checks both)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        _faiss().write_index(index, str(tmp))
+        try:
+            _faiss().write_index(index, str(tmp))
+        except RuntimeError as exc:  # FAISS's "write error in ...: N != M (No space left on device)"
+            raise refused_write(exc, path, written=tmp) or exc from None
         size = tmp.stat().st_size
+        digest = sha256_file(tmp)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return size
+    return size, digest
 
 
 def read_faiss(path: Path, *, folder: Path, meta: dict[str, Any]) -> Any:
-    """Read ``faiss.index`` and check it against ``meta.json`` (size, vector count, dimension): a damaged
-    file is an error naming it and the rebuild command, never a FAISS traceback or wrong results."""
+    """Read ``faiss.index`` and check it against ``meta.json`` (size, SHA-256, vector count, dimension): a damaged
+    file is an error naming it and the rebuild command, never a FAISS traceback or wrong results.
+
+    The SHA-256 is computed on a second thread while FAISS reads the file (both read it once from the page cache),
+    so the check costs little more than the read: ``docs/reliability.md`` gives the timing. Indexes built before
+    berds recorded it (no ``faiss_sha256``) are checked by size only."""
     if not path.is_file():
         raise damaged_index(path, "file is missing", folder=folder, meta=meta)
     want_bytes = meta.get("faiss_bytes")
     have_bytes = path.stat().st_size
     if want_bytes is not None and have_bytes != want_bytes:
         raise damaged_index(path, f"{have_bytes:,} bytes, meta.json records {want_bytes:,}", folder=folder, meta=meta)
+    want_digest = meta.get("faiss_sha256")
+    hashing = None
+    if want_digest is not None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(1, thread_name_prefix="berds-faiss-sha256")
+        hashing = pool.submit(sha256_file, path)
+        pool.shutdown(wait=False)
     try:
         index = _faiss().read_index(str(path))
     except (RuntimeError, MemoryError, ValueError) as exc:  # FAISS reports a bad file as RuntimeError
         first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
         raise damaged_index(path, f"FAISS cannot read it: {first[:200]}", folder=folder, meta=meta) from None
+    if hashing is not None and hashing.result() != want_digest:
+        raise damaged_index(path, "its SHA-256 is not the one meta.json recorded when it was built (its vectors "
+                                  "were changed on disk)", folder=folder, meta=meta)
     if index.ntotal != meta.get("rows", index.ntotal) or index.d != meta.get("dim", index.d):
         raise damaged_index(path, f"holds {index.ntotal} vectors of {index.d}-d, meta.json records "
                                   f"{meta.get('rows')} of {meta.get('dim')}-d", folder=folder, meta=meta)
@@ -256,6 +276,23 @@ def read_faiss(path: Path, *, folder: Path, meta: dict[str, Any]) -> Any:
 
 
 # ------------------------------------------------------------------------------------------ building
+
+
+def _check_store_before_encoding(store: Any, emb_dir: Path) -> None:
+    """Read the whole store once, recomputing its fingerprint, before any passage is encoded: a few µs a passage
+    (about a minute for 21M) against hours of encoding a damaged store. Found damage also deletes the shards of an
+    earlier try (a store rebuilt from its source has the same fingerprint: they must not be resumed from)."""
+    from berds.corpora.docstore import PassageStore, StoreDamagedError
+
+    if not isinstance(store, PassageStore):
+        return
+    try:
+        for _ in store.iter_utf8_batches(8192, verify=True):
+            pass
+    except StoreDamagedError:
+        for path in emb_dir.glob("shard-*"):
+            path.unlink(missing_ok=True)
+        raise
 
 
 @releases_on_failure
@@ -309,6 +346,7 @@ def build_dense_index(
     if not prepare_index_folder(out, settings, overwrite=overwrite, redone=("faiss",)):
         return {**read_index_meta(out, "dense"), "kept": True}  # (not in the file: says nothing was built)
     emb_dir = out / EMBEDDINGS_DIR
+    _check_store_before_encoding(store, emb_dir)
     if engine is not None and engine != "local":  # shards encoded by an execution engine's workers
         stats = embed_corpus_on_engine(engine, store, spec, emb_dir, shard_size=shard_size, device=device,
                                        batch_size=batch_size, dtype=dtype, progress=progress)
@@ -329,7 +367,7 @@ def build_dense_index(
     started = time.perf_counter()
     sample = embeddings.sample(resolved.train_size, resolved.seed) if resolved.kind == "ivfpq" else None
     index = build_faiss(iter(embeddings), len(store), stats["dim"], resolved, device=device, training_sample=sample)
-    faiss_bytes = write_faiss(index, out / FAISS_FILE)
+    faiss_bytes, faiss_sha256 = write_faiss(index, out / FAISS_FILE)
     faiss_seconds = time.perf_counter() - started
     if not keep:
         shutil.rmtree(emb_dir)
@@ -346,6 +384,7 @@ def build_dense_index(
         passages_per_second=round(stats["encoded"] / stats["seconds"], 2) if stats["encoded"] and stats["seconds"] > 0 else None,
         faiss_seconds=round(faiss_seconds, 3),
         faiss_bytes=faiss_bytes,  # checked when the index is opened (a truncated copy is caught)
+        faiss_sha256=faiss_sha256,  # checked when it is read (a changed byte is caught)
         device=device,
     )
 
@@ -361,6 +400,7 @@ class DenseIndex:
     device: str = "cpu"
     ef_search: int | None = None
     nprobe: int | None = None
+    verify: bool = True  # check faiss.index's SHA-256 when it is read
     meta: dict[str, Any] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -381,7 +421,8 @@ class DenseIndex:
 
     def _faiss_index(self) -> Any:
         if self._index is None:
-            index = read_faiss(self.path / FAISS_FILE, folder=self.path, meta=self.meta)
+            meta = self.meta if self.verify else {k: v for k, v in self.meta.items() if k != "faiss_sha256"}
+            index = read_faiss(self.path / FAISS_FILE, folder=self.path, meta=meta)
             if self.ef_search is not None and hasattr(index, "hnsw"):
                 index.hnsw.efSearch = int(self.ef_search)
             if self.nprobe is not None and hasattr(index, "nprobe"):

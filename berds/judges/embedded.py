@@ -316,7 +316,7 @@ class MiniLMEncoder:
                 idx = order[start : start + self.batch_size]
                 batch = self._tokenizer(
                     [texts[i] for i in idx], padding=True, truncation=True, max_length=self.max_length,
-                    return_tensors="pt", return_offsets_mapping=True,
+                    return_tensors="pt", return_offsets_mapping=True, split_special_tokens=True,
                 )
                 offsets = batch.pop("offset_mapping").numpy()
                 batch = batch.to(self.device)
@@ -630,7 +630,8 @@ def build_stance_network(model_path: Path, trained_layers: int):
 def tokenize_pairs(tokenizer, pairs: Sequence[tuple[str, str]], max_length: int):
     """``[CLS] perspective [SEP] passage [SEP]``; only the passage is cut when the pair is too long."""
     return tokenizer([p for p, _ in pairs], [d for _, d in pairs], padding=True, truncation="only_second",
-                     max_length=max_length, return_tensors="pt")
+                     max_length=max_length, return_tensors="pt",
+                     split_special_tokens=True)  # a "[SEP]" in a passage is text, not a segment break
 
 
 class StanceCrossEncoder:

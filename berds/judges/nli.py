@@ -157,7 +157,8 @@ class NLIJudge:
             with torch.inference_mode():
                 if self.kind == "classification":
                     enc = tokenizer([p.passage for p in batch], [p.perspective for p in batch], truncation=True,
-                                    max_length=self.max_length, padding=True, return_tensors="pt").to(self.device)
+                                    max_length=self.max_length, padding=True, return_tensors="pt",
+                                    split_special_tokens=True).to(self.device)  # (text's "[SEP]" is text)
                     probs = torch.softmax(model(**enc).logits.float(), dim=-1)[:, self._entail_index]
                 else:
                     # the study's T5 code put only the premise's first 2,000 characters in
@@ -165,7 +166,7 @@ class NLIJudge:
                     texts = [self.seq2seq_format.format(premise=p.passage[:cut], hypothesis=p.perspective)
                              for p in batch]
                     enc = tokenizer(texts, truncation=True, max_length=self.max_length, padding=True,
-                                    return_tensors="pt").to(self.device)
+                                    return_tensors="pt", split_special_tokens=True).to(self.device)
                     start = torch.full((len(batch), 1), self._start_id, device=self.device)
                     logits = model(**enc, decoder_input_ids=start).logits[:, 0, self._label_ids].float()
                     probs = torch.softmax(logits, dim=-1)[:, 0]

@@ -30,7 +30,13 @@ from berds.errors import BerdsError
 from berds.io import BodyTooLarge, BodyTooSlow, cuttable_session, http_text, post_within
 from berds.llm.base import PLAIN_ROLE, ContinuationScore, Generation, Prompt
 from berds.llm.secrets import redact_text, redact_url, url_credentials
-from berds.llm.shared import check_generation_options, generation_from_token_logprobs, normalise_prompts
+from berds.llm.shared import (
+    check_generation_options,
+    check_special_tokens_mode,
+    generation_from_token_logprobs,
+    neutralise_special_strings,
+    normalise_prompts,
+)
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 OPENAI_KEY_ENV = "OPENAI_API_KEY"
@@ -56,6 +62,9 @@ class OpenAILLM:
       make it wait.
     * ``max_tokens_field``: ``max_tokens`` (default) or ``max_completion_tokens`` (newer OpenAI models
       refuse the former).
+    * ``special_tokens``: ``"split"`` (default) breaks control-token strings (``</s>``, ``[INST]``,
+      ``<|im_start|>`` ...) in the messages' text with a WORD JOINER, so a passage cannot forge a chat turn on a
+      server that parses them; ``"parse"`` sends the text unchanged, as the BERDS study's code did.
     * ``id``: overrides the identity used as cache key (default ``openai:MODEL@HOST[:PORT]/PATH``; pass a
       stable name when the same local model is served on changing ports).
     * ``seed``, ``extra_body``: sent with every request (``extra_body`` merged into the JSON body).
@@ -86,6 +95,7 @@ class OpenAILLM:
         extra_body: Mapping[str, Any] | None = None,
         max_response_bytes: int = 50_000_000,
         id: str | None = None,  # noqa: A002 - matches the LLM protocol's attribute
+        special_tokens: str = "split",
     ):
         try:
             parts = urlsplit(base_url)
@@ -138,10 +148,14 @@ class OpenAILLM:
         self.seed = seed
         self.extra_body = dict(extra_body or {})
         self.logprobs_supported = True
+        # The server tokenises what it is sent (and most parse control-token strings anywhere): "split" breaks such
+        # strings in the messages' text with a WORD JOINER (neutralise_special_strings); "parse" sends them as is.
+        self.special_tokens = check_special_tokens_mode(special_tokens)
         # The id keys the judgement cache: host, port and path only, so it never holds (or depends on) a key; request
         # fields that change the answers (extra_body may even name another model) enter it as a hash, never verbatim.
         changes = ((f"|extra_body={_canonical_sha256(self.extra_body)[:12]}" if self.extra_body else "")
-                   + (f"|seed={seed}" if seed is not None else ""))
+                   + (f"|seed={seed}" if seed is not None else "")
+                   + ("|special_tokens=parse" if special_tokens == "parse" else ""))
         self.id = redact_text(id) if id else f"openai:{redact_text(model)}@{netloc}{parts.path.rstrip('/')}{changes}"
         self._local = threading.local()
         self._warn_lock = threading.Lock()
@@ -217,6 +231,8 @@ class OpenAILLM:
 
     def _complete(self, messages: list[dict[str, str]], max_new_tokens: int, temperature: float,
                   top_logprobs: int, stop: threading.Event | None = None) -> Generation:
+        if self.special_tokens == "split":
+            messages = [{**m, "content": neutralise_special_strings(m["content"])} for m in messages]
         body: dict[str, Any] = {"model": self.model, "messages": messages, self.max_tokens_field: max_new_tokens,
                                 "temperature": float(temperature), "n": 1, **self.extra_body}
         if self.seed is not None:

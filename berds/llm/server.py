@@ -91,7 +91,14 @@ def token_counter(llm: Any) -> Callable[[list[dict[str, str]]], int] | None:
     if not callable(render) or tokenizer is None or not callable(tokenizer):
         return None
 
+    mode = getattr(llm, "special_tokens", None)
+
     def count(messages: list[dict[str, str]]) -> int:
+        if mode in ("split", "parse"):  # the ids the backend will give the model (text's control strings split)
+            from berds.llm.shared import normalise_prompts, prompt_token_ids
+
+            return len(prompt_token_ids(tokenizer, normalise_prompts([messages])[0],
+                                        chat_template=getattr(llm, "chat_template", None), special_tokens=mode))
         return len(tokenizer(render(messages), add_special_tokens=False)["input_ids"])
 
     return count
@@ -311,6 +318,7 @@ class ChatServer:
             timeout_keep_alive=max(1, int(math.ceil(self.limits.keep_alive_timeout))),
             timeout_graceful_shutdown=10, backlog=self.limits.backlog, access_log=self.log_requests,
             log_level="info" if self.log_requests else "warning", server_header=False,
+            h11_max_incomplete_event_size=MAX_HEAD_BYTES,  # (a head arriving in pieces; whole ones: data_received)
         )
         return uvicorn.Server(config)
 
@@ -547,7 +555,8 @@ class ChatServer:
         context = model_context(self.llm)
         if not limit and context is None:
             return
-        n = len(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+        split = {"split_special_tokens": True} if getattr(self.llm, "special_tokens", None) == "split" else {}
+        n = len(tokenizer(prompt, add_special_tokens=True, **split)["input_ids"])
         if limit and n > limit:
             raise too_many_tokens(n, limit, "prompt")
         why = context_overrun("the prompt", n, context)  # (the scorer refuses it too, but without the code)
@@ -780,6 +789,9 @@ class _GuardMiddleware:
         await send({"type": "http.response.body", "body": data})
 
 
+MAX_HEAD_BYTES = 64 * 1024  # a request line and headers together (h11's own bound sees only heads in pieces)
+
+
 def _protocol_class(limits: ServerLimits) -> type:
     """uvicorn's h11 protocol, plus a deadline for the request head (uvicorn times out idle keep-alive
     sockets but not a client that opens a socket and sends its headers a byte at a time) and a cap on
@@ -798,6 +810,7 @@ def _protocol_class(limits: ServerLimits) -> type:
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._head_timer: Any = None
+            self._head_bytes, self._head_tail = 0, b""
             self._refused = len(self.connections) > limits.max_connections
             if self._refused:
                 # Answer, send FIN, and keep reading (and dropping) what the client sends until it closes:
@@ -820,8 +833,27 @@ def _protocol_class(limits: ServerLimits) -> type:
             if self._between_requests() and not self.transport.is_closing():
                 self.transport.close()
 
+        def _head_too_long(self, data: bytes) -> bool:
+            """Whether the request head being received passes MAX_HEAD_BYTES: h11 bounds only a head that arrives
+            in pieces, so a 100 KB head sent at once was read while the error spoke of 64 KB."""
+            if not self._between_requests():
+                self._head_bytes, self._head_tail = 0, b""
+                return False
+            seen = self._head_tail + data
+            end = seen.find(b"\r\n\r\n")
+            used = len(data) if end < 0 else end + 4 - len(self._head_tail)
+            self._head_bytes += max(used, 0)
+            self._head_tail = b"" if end >= 0 else seen[-3:]
+            too_long = self._head_bytes > MAX_HEAD_BYTES
+            if end >= 0:
+                self._head_bytes = 0
+            return too_long
+
         def data_received(self, data: bytes) -> None:
             if self._refused:
+                return
+            if self._head_too_long(data):
+                self.send_400_response("request head too long")
                 return
             super().data_received(data)
             if self._refused:  # (refused just now: its closing timer stays)

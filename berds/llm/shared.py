@@ -8,11 +8,13 @@ a GPU are tested on CPU (``tests/test_llm_backends.py``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
 import re
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -114,21 +116,138 @@ def render_chat(tokenizer: Any, messages: Sequence[Mapping[str, str]], *, chat_t
                          f"into the first user turn): {exc}") from exc
 
 
+SPECIAL_TOKEN_MODES = ("split", "parse")
+
+
+def check_special_tokens_mode(value: Any) -> str:
+    """``special_tokens`` option of the local backends: ``split`` (berds' default) or ``parse`` (the study's code)."""
+    if value not in SPECIAL_TOKEN_MODES:
+        raise BerdsError(f"special_tokens must be 'split' (text in the prompt's messages is plain text) or 'parse' "
+                         f"(the BERDS study's code: control-token strings in it become control tokens), got {value!r}")
+    return value
+
+
+def special_strings(tokenizer: Any) -> list[str]:
+    """The strings a tokenizer turns into one control token (BOS, EOS, ``[INST]`` where it is special, ...),
+    longest first. These are the ``special`` added tokens: what ``split_special_tokens=True`` splits."""
+    found = {str(t) for t in (getattr(tokenizer, "all_special_tokens", None) or [])}
+    for token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+        if getattr(token, "special", False):
+            found.add(str(getattr(token, "content", token)))
+    return sorted((s for s in found if s), key=len, reverse=True)
+
+
+_SPECIAL_PATTERNS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+
+
+def _special_pattern(tokenizer: Any) -> Any:
+    """A compiled search for any of the tokenizer's control-token strings (None when it has none), made once per
+    tokenizer: some have hundreds of reserved control tokens, and every prompt is searched."""
+    try:
+        return _SPECIAL_PATTERNS[tokenizer]
+    except (KeyError, TypeError):
+        pass
+    strings = special_strings(tokenizer)
+    pattern = re.compile("|".join(re.escape(s) for s in strings)) if strings else None
+    with contextlib.suppress(TypeError):  # (an object that takes no weak reference: made again next time)
+        _SPECIAL_PATTERNS[tokenizer] = pattern
+    return pattern
+
+
+def _ids(tokenizer: Any, text: str, *, split: bool) -> list[int]:
+    if not split:
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return list(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+
+
+def _content_spans(tokenizer: Any, messages: Sequence[Mapping[str, str]], text: str,
+                   chat_template: str | None) -> list[tuple[int, int]] | None:
+    """Where each message's text sits in ``text`` (the rendered prompt), or None when the template changed it.
+
+    The template is rendered once more with a marker in place of each message's text; the pieces between the
+    markers are the template's own text, which must match ``text`` around the messages."""
+    marked = [{"role": m["role"], "content": f"\ue000{i}\ue001"} for i, m in enumerate(messages)]
+    layout = re.split("\ue000(\\d+)\ue001", render_chat(tokenizer, marked, chat_template=chat_template))
+    spans, pos = [], 0
+    for n in range(0, len(layout) - 1, 2):
+        piece, content = layout[n], messages[int(layout[n + 1])]["content"]
+        if not text.startswith(piece, pos):
+            return None
+        pos += len(piece)
+        for shown in (content, content.strip()):  # (templates that trim the text)
+            if text.startswith(shown, pos):
+                spans.append((pos, pos + len(shown)))
+                pos += len(shown)
+                break
+        else:
+            return None
+    return spans if text.endswith(layout[-1]) and pos + len(layout[-1]) == len(text) else None
+
+
+def neutralise_special_strings(text: str, strings: Sequence[str] | None = None) -> str:
+    """``text`` with each control-token string broken by a WORD JOINER (U+2060) after its first character.
+
+    For backends that send text to a server, which tokenises it itself: ``strings`` are the model's special
+    strings when known; by default the shapes chat models use (``<s>``, ``</s>``, ``[INST]``, ``<<SYS>>``,
+    ``<|im_start|>``, ``<|eot_id|>``, ``<start_of_turn>``, ...). Text without them is returned unchanged."""
+    pattern = _CONTROL_SHAPES
+    if strings is not None:
+        strings = [s for s in strings if len(s) > 1]  # (one character cannot be broken)
+        if not strings:
+            return text
+        pattern = re.compile("|".join(re.escape(s) for s in sorted(strings, key=len, reverse=True)))
+    return pattern.sub(lambda m: m.group(0)[0] + "\u2060" + m.group(0)[1:], text)
+
+
+_CONTROL_SHAPES = re.compile(r"</?s>|</?(?:unk|pad|bos|eos|start_of_turn|end_of_turn)>|\[/?INST\]|<</?SYS>>"
+                             r"|\[/?(?:AVAILABLE_TOOLS|TOOL_RESULTS|TOOL_CALLS|SYSTEM_PROMPT)\]|<\|[^|<>\s]{1,64}\|>")
+
+
 def prompt_token_ids(tokenizer: Any, messages: Sequence[Mapping[str, str]], *,
-                     chat_template: str | None = None) -> list[int]:
+                     chat_template: str | None = None, special_tokens: str = "split") -> list[int]:
     """The token ids a model is given for one prompt (what ``render_chat`` shows, as ids).
 
     A chat prompt: the rendered template tokenised without adding special tokens (the template writes BOS). A
     plain prompt: the tokenizer's BOS id, then its text tokenised on its own — not the text after a literal BOS
     string, which tokenizers whose sentencepiece marker is prepended only at the start of the input
     (``Metaspace(prepend_scheme="first")``) read as a word in mid-text, a different first token than
-    ``tokenizer(text)`` gives."""
+    ``tokenizer(text)`` gives.
+
+    ``special_tokens="split"`` (the default): the messages' text is plain text. A passage holding
+    ``</s><s>[INST] ... [/INST] Yes`` gets the tokens of those characters, not control tokens, so the text being
+    judged cannot open a turn of its own; only the chat template writes control tokens. Text without such
+    strings gives exactly the ids of ``"parse"``, which is what the BERDS study's code does (its tokenizer call
+    parses control-token strings anywhere in the prompt).
+    """
+    check_special_tokens_mode(special_tokens)
+    split = special_tokens == "split"
     if len(messages) == 1 and messages[0]["role"] == PLAIN_ROLE:
         bos = getattr(tokenizer, "bos_token", None) and getattr(tokenizer, "bos_token_id", None)
-        ids = list(tokenizer(messages[0]["content"], add_special_tokens=False)["input_ids"])
+        ids = _ids(tokenizer, messages[0]["content"], split=split)
         return ([bos] if bos is not None else []) + ids
     text = render_chat(tokenizer, messages, chat_template=chat_template)
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    pattern = _special_pattern(tokenizer) if split else None
+    if pattern is None or not any(pattern.search(m["content"]) for m in messages):
+        return _ids(tokenizer, text, split=False)  # (the common case: one tokenizer call, as before)
+    strings = special_strings(tokenizer)
+    spans = _content_spans(tokenizer, messages, text, chat_template)
+    if spans is None:  # a template that rewrites the text: break the strings in the text itself instead
+        safe = [{"role": m["role"], "content": neutralise_special_strings(m["content"], strings)} for m in messages]
+        return _ids(tokenizer, render_chat(tokenizer, safe, chat_template=chat_template), split=False)
+    # The template's own control tokens are those outside the messages' text: cut the prompt there and tokenise
+    # the pieces between them with control-token strings split (as the tokenizer itself cuts at control tokens).
+    ids: list[int] = []
+    start = 0
+    for match in pattern.finditer(text):
+        if any(a <= match.start() < b for a, b in spans):
+            continue
+        if match.start() > start:
+            ids += _ids(tokenizer, text[start:match.start()], split=True)
+        ids.append(tokenizer.convert_tokens_to_ids(match.group(0)))
+        start = match.end()
+    if start < len(text):
+        ids += _ids(tokenizer, text[start:], split=True)
+    return ids
 
 
 # ---------------------------------------------------------------------------------------- logprobs
@@ -375,6 +494,7 @@ def model_identity(
     chat_template: str | None = None,
     merged: bool = False,
     options: Mapping[str, Any] | None = None,
+    special_tokens: str = "split",
 ) -> str:
     """The ``id`` of a local-weights backend: backend, model (+revision), GGUF file, precision, chat template,
     adapter (and whether it was merged into the weights) and other engine options.
@@ -384,7 +504,10 @@ def model_identity(
     answers, and the id keys judgement caches. So are the precision the weights run in (``dtype``; the study's
     ``bfloat16`` and ``None`` add nothing, so the study's ids stay as they were), a ``chat_template`` given
     instead of the tokenizer's own (as a hash) and ``options`` (a hash of the JSON object): each changes answers.
+    ``special_tokens="parse"`` (the study's tokenisation, ``prompt_token_ids``) adds ``+special_tokens=parse``: it
+    changes the answers for text holding control-token strings only, so the default keeps the ids as they were.
     """
+    check_special_tokens_mode(special_tokens)
     text = f"{backend}:{describe_source(model, revision)}"
     if gguf_file:
         text += f"+gguf={gguf_file}"
@@ -399,6 +522,8 @@ def model_identity(
 
         canonical = json.dumps(options, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
         text += f"+options={hashlib.sha256(canonical.encode('utf-8')).hexdigest()[:12]}"
+    if special_tokens != "split":
+        text += f"+special_tokens={special_tokens}"
     return text
 
 
@@ -455,7 +580,7 @@ def ensure_model_available(name: str, *, revision: str | None = None, what: str 
 
 
 def score_token_rows(tokenizer: Any, prompts: Sequence[Any], continuations: Sequence[str], *,
-                     chat_template: str | None = None, context: int | None = None
+                     chat_template: str | None = None, context: int | None = None, special_tokens: str = "split"
                      ) -> tuple[list[tuple[list[int], list[int]]], list[bool]]:
     """``(prompt ids, continuation ids)`` per pair for ``score()``, and which prompts were cut to fit.
 
@@ -463,7 +588,11 @@ def score_token_rows(tokenizer: Any, prompts: Sequence[Any], continuations: Sequ
     verbatim with the tokenizer's own special tokens; an empty prompt becomes BOS (or EOS). The continuation
     is tokenised on its own. With ``context``, a prompt is cut from the left so prompt + continuation fit.
     Every backend that scores with local weights builds its inputs here, so they score the same tokens.
+    Control-token strings in prompts and continuations are text unless ``special_tokens="parse"``
+    (``prompt_token_ids``).
     """
+    split = check_special_tokens_mode(special_tokens) == "split"
+    parse = {} if not split else {"split_special_tokens": True}
     if isinstance(prompts, (str, bytes)) or isinstance(continuations, (str, bytes)):
         raise BerdsError("score() takes a list of prompts and a list of continuations")
     if len(prompts) != len(continuations):
@@ -474,13 +603,14 @@ def score_token_rows(tokenizer: Any, prompts: Sequence[Any], continuations: Sequ
         if not isinstance(continuation, str) or not continuation.strip():
             raise BerdsError(f"continuation {i} is empty or not a string — there is nothing to score")
         if isinstance(prompt, str):
-            prompt_ids = list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+            prompt_ids = list(tokenizer(prompt, add_special_tokens=True, **parse)["input_ids"])
         else:
-            prompt_ids = prompt_token_ids(tokenizer, normalise_prompts([prompt])[0], chat_template=chat_template)
+            prompt_ids = prompt_token_ids(tokenizer, normalise_prompts([prompt])[0], chat_template=chat_template,
+                                          special_tokens=special_tokens)
         if not prompt_ids:  # the first token needs something to be conditioned on
             start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
             prompt_ids = [start]
-        cont_ids = list(tokenizer(continuation, add_special_tokens=False)["input_ids"])
+        cont_ids = list(tokenizer(continuation, add_special_tokens=False, **parse)["input_ids"])
         cut = False
         if context and len(prompt_ids) + len(cont_ids) > context:
             if len(cont_ids) >= context:

@@ -19,6 +19,7 @@ from berds.lazy import require
 from berds.llm.base import ContinuationScore, Generation, Prompt, context_overrun
 from berds.llm.shared import (
     check_generation_options,
+    check_special_tokens_mode,
     generation_from_token_logprobs,
     looks_like_local_path,
     model_identity,
@@ -56,6 +57,9 @@ class TransformersLLM:
       (less padding) and results returned in input order. Batches are left-padded.
     * ``gguf_file``: load a GGUF file inside ``model`` (dequantised by transformers; needs ``gguf``).
     * ``chat_template``: a Jinja template for tokenizers that lack one.
+    * ``special_tokens``: ``"split"`` (default) reads control-token strings in the prompt's text (``</s>``,
+      ``[INST]`` in a passage) as plain text, so the text judged cannot forge a chat turn; ``"parse"`` is the
+      BERDS study's tokenisation, which makes them control tokens (``berds.llm.shared.prompt_token_ids``).
 
     Decoding is greedy (``temperature=0``) unless a temperature is given. With ``top_logprobs=N`` each
     ``Generation`` carries the N most likely first tokens (decoded strings -> natural-log probabilities of
@@ -80,6 +84,7 @@ class TransformersLLM:
         trust_remote_code: bool = False,
         chat_template: str | None = None,
         seed: int = 0,
+        special_tokens: str = "split",
     ):
         if not isinstance(batch_size, int) or batch_size < 1:
             raise BerdsError(f"batch_size must be a positive integer, got {batch_size!r}")
@@ -97,12 +102,13 @@ class TransformersLLM:
         self.trust_remote_code = trust_remote_code
         self.chat_template = chat_template
         self.seed = seed
+        self.special_tokens = check_special_tokens_mode(special_tokens)
         # Raises at once for a local path that does not exist. The precision and a chat template of one's own
         # change answers, so they are in the id (it keys the judgement cache).
         self.id = model_identity("transformers", self.model_name, revision=revision, adapter=self.adapter,
                                  adapter_revision=adapter_revision, gguf_file=gguf_file,
                                  dtype=_resolved_dtype(dtype, device), chat_template=chat_template,
-                                 merged=merge_adapter)
+                                 merged=merge_adapter, special_tokens=special_tokens)
         self._model: Any = None
         self._tokenizer: Any = None
         self.device: str | None = None
@@ -189,7 +195,8 @@ class TransformersLLM:
         if not messages:
             return []
         self.load()
-        prompts_ids = [prompt_token_ids(self._tokenizer, m, chat_template=self.chat_template) for m in messages]
+        prompts_ids = [prompt_token_ids(self._tokenizer, m, chat_template=self.chat_template,
+                                        special_tokens=self.special_tokens) for m in messages]
         lengths = [len(ids) for ids in prompts_ids]
         context = self._context_length()
         over = [i for i, n in enumerate(lengths) if context_overrun("", n, context, max_new_tokens)]
@@ -273,7 +280,7 @@ class TransformersLLM:
         self.load()
         tokenizer = self._tokenizer
         rows, truncated = score_token_rows(tokenizer, prompts, continuations, chat_template=self.chat_template,
-                                           context=self._context_length())
+                                           context=self._context_length(), special_tokens=self.special_tokens)
         values = self._continuation_logprobs([p + c for p, c in rows], [len(p) for p, _ in rows])
         return [ContinuationScore(tuple(tokenizer.decode([t]) for t in cont_ids), tuple(v), truncated[i])
                 for i, ((_, cont_ids), v) in enumerate(zip(rows, values))]
@@ -283,7 +290,8 @@ class TransformersLLM:
         what an OpenAI ``/v1/completions`` request with ``echo=true, logprobs`` returns (``berds llm serve``)."""
         self.load()
         tokenizer = self._tokenizer
-        encoded = tokenizer(text, add_special_tokens=True, return_offsets_mapping=True)
+        split = {"split_special_tokens": True} if self.special_tokens == "split" else {}
+        encoded = tokenizer(text, add_special_tokens=True, return_offsets_mapping=True, **split)
         ids, offsets = list(encoded["input_ids"]), [int(a) for a, _ in encoded["offset_mapping"]]
         if not ids:
             return [], [], []

@@ -22,6 +22,7 @@ from berds.lazy import require
 from berds.llm.base import ContinuationScore, Generation, Prompt
 from berds.llm.shared import (
     check_generation_options,
+    check_special_tokens_mode,
     generation_from_token_logprobs,
     looks_like_local_path,
     model_identity,
@@ -65,6 +66,7 @@ class VLLMLLM:
         seed: int = 0,
         show_progress: bool = True,
         engine_options: Mapping[str, Any] | None = None,
+        special_tokens: str = "split",
     ):
         require("vllm", extra="vllm", purpose="the vLLM LLM backend (GPU machines)")
         if not 0.0 < float(gpu_memory_utilization) <= 1.0:
@@ -82,10 +84,11 @@ class VLLMLLM:
         self.max_lora_rank = max_lora_rank
         self.chat_template = chat_template
         self.show_progress = show_progress
+        self.special_tokens = check_special_tokens_mode(special_tokens)  # (as in TransformersLLM)
         # precision, a chat template of one's own and extra engine arguments (quantization=...) change answers
         self.id = vllm_identity(self.model_name, revision=revision, adapter=self.adapter,
                                 adapter_revision=adapter_revision, dtype=dtype, chat_template=chat_template,
-                                engine_options=engine_options)
+                                engine_options=engine_options, special_tokens=special_tokens)
         self._engine: Any = None
         self._lora_request: Any = None
         self._tokenizer: Any = None
@@ -128,7 +131,8 @@ class VLLMLLM:
             return []
         self.load()
         vllm = require("vllm", extra="vllm")
-        token_prompts = [{"prompt_token_ids": prompt_token_ids(self._tokenizer, m, chat_template=self.chat_template)}
+        token_prompts = [{"prompt_token_ids": prompt_token_ids(self._tokenizer, m, chat_template=self.chat_template,
+                                                               special_tokens=self.special_tokens)}
                          for m in messages]
         params = vllm.SamplingParams(**sampling_options(max_new_tokens, temperature, top_logprobs,
                                                         seed=self.engine_args.get("seed")))
@@ -149,7 +153,8 @@ class VLLMLLM:
             return []
         self.load()
         vllm = require("vllm", extra="vllm")
-        rows, _ = score_token_rows(self._tokenizer, prompts, continuations, chat_template=self.chat_template)
+        rows, _ = score_token_rows(self._tokenizer, prompts, continuations, chat_template=self.chat_template,
+                                   special_tokens=self.special_tokens)
         params = vllm.SamplingParams(max_tokens=1, temperature=0.0, n=1, prompt_logprobs=0)
         outputs = self._engine.generate([{"prompt_token_ids": p + c} for p, c in rows], params,
                                         use_tqdm=self.show_progress, lora_request=self._lora_request)

@@ -147,13 +147,34 @@ def tunable(reranker: Any) -> tuple[str | None, tuple[float, ...]]:
 def rerank_file(name: str | Any, run_path: Any, out: Any, *, options: dict[str, Any] | None = None,
                 overwrite: bool = False, progress: bool = False,
                 extra_provenance: dict[str, Any] | None = None) -> tuple[Any, Any, Any]:
-    """``berds rerank NAME RUN --out OUT``: load the run, rerank it, save it; returns (reranker, run, folder)."""
+    """``berds rerank NAME RUN --out OUT``: load the run, rerank it, save it; returns (reranker, run, folder). ``out`` is
+    locked while it runs (another rerank into it is refused at once)."""
+    import os
     from pathlib import Path
 
+    from berds.io import lock_folder
+
+    out = Path(out)
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    # one rerank per folder, as retrieve: two into one --out both computed to the end, then one was refused
+    lock = lock_folder(out, what="berds rerank")
+    try:
+        return _rerank_into(name, run_path, out, options=options, overwrite=overwrite, progress=progress,
+                            extra_provenance=extra_provenance)
+    finally:
+        if lock is not None:
+            os.close(lock)
+        if created and out.is_dir() and not any(out.iterdir()):  # (a refused or failed rerank leaves no empty folder)
+            out.rmdir()
+
+
+def _rerank_into(name: str | Any, run_path: Any, out: Any, *, options: dict[str, Any] | None, overwrite: bool,
+                 progress: bool, extra_provenance: dict[str, Any] | None) -> tuple[Any, Any, Any]:
+    """``rerank_file`` once ``out`` is locked."""
     from berds.runs import load_run, save_run
     from berds.types import Run
 
-    out = Path(out)
     if (out / "manifest.json").exists() and not overwrite:  # fail before the (slow) embedding step
         raise BerdsError(f"{out} already holds a run — choose another --out or pass --overwrite")
     reranker = load_reranker(name, **dict(options or {}))

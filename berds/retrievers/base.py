@@ -122,13 +122,14 @@ def _id_problems(questions: Sequence[Question], results: Sequence[Sequence[Hit]]
     batch that returned it, not when the run file is written after the whole retrieval. One C-level pass a batch."""
     ids = [h.passage.id for hits in results for h in hits]
     joined = " ".join(ids)
-    if len(joined.split()) == len(ids) and len(joined) == sum(map(len, ids)) + max(len(ids) - 1, 0):
+    if len(joined.split()) == len(ids) and len(joined) == sum(map(len, ids)) + max(len(ids) - 1, 0) \
+            and "\x00" not in joined:
         return []
-    from berds.runs import one_token
+    from berds.runs import id_flaw, one_token
 
     qid, pid = next((q.id, h.passage.id) for q, hits in zip(questions, results) for h in hits
                     if not one_token(h.passage.id))
-    return [f"question {qid!r}: passage id {pid!r} holds whitespace, which a TREC run file (fields split at "
+    return [f"question {qid!r}: passage id {pid!r} holds {id_flaw(pid)}, which a TREC run file (fields split at "
             "whitespace) cannot carry"]
 
 

@@ -189,6 +189,8 @@ def _decode_at(text: str, start: int) -> Any:
     or read as a Python literal (single quotes). None when nothing works."""
     try:
         return json.JSONDecoder().raw_decode(text, start)[0]
+    except RecursionError:  # (a reply nested past the parser's depth: not a list of perspectives)
+        return None
     except json.JSONDecodeError:
         pass
     end = _balanced_end(text, start)
@@ -197,6 +199,8 @@ def _decode_at(text: str, start: int) -> Any:
     body = text[start:end + 1]
     try:
         return json.loads(_TRAILING_COMMA.sub(r"\1", body))
+    except RecursionError:
+        return None
     except json.JSONDecodeError:
         pass
     try:

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from berds.errors import BerdsError, InputError
-from berds.io import sha256_text
+from berds.io import refused_write, sha256_text
 from berds.retrievers.base import contract_problems, provenance_of
-from berds.runs import one_token
+from berds.runs import id_flaw, one_token
 from berds.types import Hit, InvalidScore, Passage, Question, Run
 
 PARTIAL = ".partial.jsonl"
@@ -71,8 +71,8 @@ def retrieve(
     if not questions:
         raise BerdsError("no questions to retrieve for")
     if bad := next((q for q in questions if not one_token(q.id)), None):  # found now, not when run.trec is written
-        raise InputError(f"question id {bad.id!r} holds whitespace, which a TREC run file (fields split at whitespace) "
-                         "cannot carry", path=question_source["source"], record=bad.id,
+        raise InputError(f"question id {bad.id!r} holds {id_flaw(bad.id)}, which a TREC run file (fields split at "
+                         "whitespace) cannot carry", path=question_source["source"], record=bad.id,
                          fix="give questions ids without spaces, tabs or line breaks")
     # the question texts too: a question edited between a stopped run and its resumption is retrieved again
     texts = sha256_text("\n".join(json.dumps([q.id, q.text], ensure_ascii=False) for q in questions))
@@ -120,6 +120,7 @@ def _retrieve_into(retriever: Any, questions: list[Question], question_source: d
         identity = _jsonable({"retriever": spec_name or provenance["class"], "options": _persistable(options), "k": k,
                               "questions": question_source["ids_sha256"], "question_texts": texts,
                               "provenance": provenance})
+        corpus = _searched_store(retriever, provenance)
         done: dict[str, list[Hit]] = {}
         if out_dir is not None:
             done = _read_partial(out_dir / PARTIAL, identity, progress)
@@ -146,6 +147,8 @@ def _retrieve_into(retriever: Any, questions: list[Question], question_source: d
                                                  allow_duplicates=bool(getattr(retriever, "allows_duplicates", False)))
                     if problems:
                         raise BerdsError(f"retriever {retriever.name!r} broke the retriever contract: " + "; ".join(problems[:3]))
+                    if corpus is not None:
+                        _check_hits_are_the_corpus(retriever, corpus, results)
                     for q, hits in zip(batch, results):
                         done[q.id] = list(hits)
                         partial.write(q.id, hits)
@@ -193,6 +196,41 @@ def _retrieve_into(retriever: Any, questions: list[Question], question_source: d
             f"{', '.join(empty[:5])}{', ...' if len(empty) > 5 else ''} — `berds eval/tune/analyze` refuse them "
             "unless --allow-short, which scores them as zero", highlight=False)
     return run
+
+
+def _searched_store(retriever: Any, provenance: Mapping[str, Any]) -> Any:
+    """The passage store the retriever says it searches (``provenance()["corpus"]``: path and fingerprint), opened
+    to check its hits; None when it names none (a plug-in over its own collection: nothing to check against)."""
+    from berds.corpora.docstore import PassageStore, is_passage_store
+
+    corpus = provenance.get("corpus")
+    path = corpus.get("path") if isinstance(corpus, Mapping) else None
+    if not isinstance(path, str) or not is_passage_store(path):
+        return None
+    store = PassageStore.open(path)
+    if corpus.get("fingerprint") not in (None, store.fingerprint):
+        raise BerdsError(f"retriever {retriever.name!r} says it searches the corpus at {path} with fingerprint "
+                         f"{str(corpus.get('fingerprint'))[:12]}…, but the store there has {store.fingerprint[:12]}… — "
+                         "rebuild its index on this corpus")
+    return store
+
+
+def _check_hits_are_the_corpus(retriever: Any, store: Any, results: Sequence[Sequence[Hit]]) -> None:
+    """Refuse hits whose passage is not in the corpus the run is recorded under, or whose text differs from it:
+    they would be saved under its fingerprint and judged (``check-retriever`` tests the same on its tiny corpus).
+    One ``get_many`` per batch: a few microseconds a hit."""
+    hits = [h for batch in results for h in batch]
+    missing = [h.passage.id for h in hits if h.passage.id not in store]
+    if missing:
+        raise BerdsError(f"retriever {retriever.name!r} returned {len(missing)} passages that are not in its corpus "
+                         f"({store.path}): {', '.join(map(repr, missing[:3]))} — a run holds passages of the corpus "
+                         "it is recorded under (see `berds check-retriever`)")
+    changed = [h.passage.id for h, p in zip(hits, store.get_many([h.passage.id for h in hits]))
+               if (h.passage.text, h.passage.title) != (p.text, p.title)]
+    if changed:
+        raise BerdsError(f"retriever {retriever.name!r} returned {len(changed)} passages whose text or title differs "
+                         f"from its corpus ({store.path}): {', '.join(map(repr, changed[:3]))} — a run holds the "
+                         "corpus's passages as stored (see `berds check-retriever`)")
 
 
 def _failure_note(retriever: Any, batch: Sequence[Question], finished: int, out_dir: Path | None) -> str:
@@ -250,13 +288,19 @@ class _PartialWriter:
         # a passage without a title field is marked (6th item): the run files and judge texts leave its title out
         rec = {"qid": qid, "hits": [[h.passage.id, h.passage.title, h.passage.text, h.passage.source, float(h.score)]
                                     + ([] if h.passage.title_field else [False]) for h in hits]}
-        self._f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        try:
+            self._f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        except OSError as exc:
+            raise refused_write(exc, self.path) or exc from None
 
     def commit(self) -> None:
         """Put what was written on disk: called after each batch, the resume unit."""
         if self._f is not None:
-            self._f.flush()
-            os.fsync(self._f.fileno())
+            try:
+                self._f.flush()
+                os.fsync(self._f.fileno())
+            except OSError as exc:  # (a full disk names the file, not only "No space left on device")
+                raise refused_write(exc, self.path) or exc from None
 
     def __exit__(self, *exc: Any) -> None:
         if self._f is not None:

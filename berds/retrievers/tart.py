@@ -88,8 +88,8 @@ class TartScorer:
 
     def encode_pair(self, query: str, passage: str) -> list[int]:
         """``<s> query </s> passage </s>``, cutting the passage (then the query) to fit ``max_length``."""
-        q = self.tokenizer(query, add_special_tokens=False)["input_ids"]
-        p = self.tokenizer(passage, add_special_tokens=False)["input_ids"]
+        q = self.tokenizer(query, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        p = self.tokenizer(passage, add_special_tokens=False, split_special_tokens=True)["input_ids"]
         room = self.max_length - 3
         q = q[:room]
         p = p[: max(0, room - len(q))]

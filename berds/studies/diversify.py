@@ -101,7 +101,15 @@ class DiversifyStudy:
             body.append([row.label, param, *cells])
         title = (f"diversification on {len(self.test_questions)} test questions (judge {self.judge_id}); % with "
                  f"Δ vs the base run [95% bootstrap CI], Holm-corrected permutation p; * significant")
+        if self.mixed_questions():  # (rows averaged over other question sets: each says over how many)
+            header.insert(1, "questions")
+            for line, row in zip(body, self.rows):
+                line.insert(1, str(len(row.run.questions)))
         return title, header, body
+
+    def mixed_questions(self) -> bool:
+        """Whether the rows are averaged over different question sets (an expansion run covering only some)."""
+        return len({frozenset(row.run.questions) for row in self.rows}) > 1
 
     def _narrow_table(self, metrics: list[str]) -> tuple[str, list[str], list[list[str]]]:
         # (the wide layout folded a parameter mid-number, "diversity=0" over ".1", and every Δ onto a second line)
@@ -188,6 +196,13 @@ def study_diversify(
                          f"(strategies: {', '.join(strategies)}) — check the name after --grid, or add it with -s")
     if expanded_test_run is not None and expanded_dev_run is None:
         raise BerdsError("an expanded test run needs its dev run too (or split one run with --split-dev)")
+    # the comparison is paired over test questions (bootstrap interval, permutation test): with one question there
+    # is no spread to resample, and scipy failed on it after every strategy had been tuned and judged
+    for label, part in (("test run", test_run), ("expansion run's test part", expanded_test_run)):
+        if part is not None and len(part.questions) == 1:
+            raise BerdsError(f"the {label} holds 1 question: comparing strategies (a bootstrap interval and a paired "
+                             "permutation test over test questions) needs at least 2 — give more questions, or a "
+                             "smaller --split-dev")
     for label, part in (("test", expanded_test_run), ("dev", expanded_dev_run)):
         if part is not None and not part.questions:  # tuning on nothing ended in a misleading --select error
             raise BerdsError(f"the expansion run has no {label} questions (none of its question ids are among the "
@@ -353,9 +368,15 @@ def write_study(study: DiversifyStudy, out: str | Path, *, base_dev: Mapping[str
             if (out / "runs" / slug / "manifest.json").is_file():
                 shutil.rmtree(out / "runs" / slug)
     title, header, body = study.table()
-    files = {f"results.{k}": v for k, v in write_table(out / "results", header, body, title=title).items()}
+    notes = list(study.notes)
+    if study.mixed_questions():
+        counts = ", ".join(f"{r.label} {len(r.run.questions)}" for r in study.rows)
+        notes.insert(0, f"the rows are not averaged over the same test questions ({counts}); each Δ compares a row "
+                        "with the base run on the questions both hold")
+    files = {f"results.{k}": v for k, v in write_table(out / "results", header, body, title=title, notes=notes).items()}
     c_title, c_header, c_rows = study.comparison.table()
-    files.update({f"comparison.{k}": v for k, v in write_table(out / "comparison", c_header, c_rows, title=c_title).items()})
+    files.update({f"comparison.{k}": v for k, v in write_table(out / "comparison", c_header, c_rows, title=c_title,
+                                                               notes=notes).items()})
     write_json(out / "study.json", study.to_json())
     files["json"] = out / "study.json"
     chosen = {r.label: r.chosen for r in study.rows if r.chosen is not None}
