@@ -141,3 +141,27 @@ def test_auto_batch_on_cpu_is_the_old_fixed_eight(tiny_mistral):
     for bad in (0, "many", True):
         with pytest.raises(BerdsError, match="batch_size must be a positive integer or auto"):
             TransformersLLM(str(tiny_mistral), batch_size=bad)
+
+
+def test_mistral_berds_names_how_its_weights_are_loaded_and_each_way_has_its_own_id():
+    from berds.errors import BerdsError
+    from berds.judges.catalogue import load_judge
+    from berds.judges.validation import judge_warning
+
+    merged, adapter, full = (load_judge("mistral-berds", weights=w) for w in ("merged", "adapter", "full"))
+    assert load_judge("mistral-berds").id == merged.id  # merged at load is the default
+    assert merged.llm.merge_adapter and merged.llm.adapter == "timchen0618/Mistral_BERDS_evaluator"
+    assert not adapter.llm.merge_adapter
+    assert full.llm.adapter is None and full.llm.model_name == "timchen0618/Mistral_BERDS_evaluator_full"
+    assert load_judge("mistral-berds-full").id == full.id
+    # merged bf16 weights round differently from the unmerged sum: never one cache key for both
+    assert len({merged.id, adapter.id, full.id}) == 3
+    # the unmerged id is the one berds always used, so earlier verdicts are found again
+    assert adapter.id == ("transformers:mistralai/Mistral-7B-Instruct-v0.2+adapter=timchen0618/Mistral_BERDS_evaluator"
+                          "|parse=berds-study")
+    assert all(judge_warning(j.id) is None for j in (merged, adapter, full))  # all three are the study's evaluator
+    assert merged.prompt_version == adapter.prompt_version == full.prompt_version
+    with pytest.raises(BerdsError, match="unknown weights 'lora'"):
+        load_judge("mistral-berds", weights="lora")
+    with pytest.raises(BerdsError, match="weights=full .* takes no adapter"):
+        load_judge("mistral-berds", weights="full", adapter="/models/lora")
