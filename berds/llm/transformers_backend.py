@@ -94,6 +94,9 @@ class TransformersLLM:
             raise BerdsError(f"unknown dtype {dtype!r}; use auto, {', '.join(sorted(set(_DTYPES.values())))}")
         self.model_name = str(model)
         self.adapter = str(adapter) if adapter else None
+        base = _adapter_folder_base(self.model_name) if not self.adapter else None
+        if base:  # a LoRA folder alone (`berds judge train` writes one): its base model + it as the adapter
+            self.model_name, self.adapter = base, self.model_name
         self.revision = revision
         self.adapter_revision = adapter_revision
         self.merge_adapter = merge_adapter
@@ -438,6 +441,27 @@ def _empty_gpu_cache() -> None:
 
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+def _adapter_folder_base(path: str) -> str | None:
+    """The base model a local peft adapter folder names (``adapter_config.json`` without a ``config.json``),
+    else None. A folder whose adapter config names no base is an error saying so."""
+    import json
+    from pathlib import Path
+
+    if not looks_like_local_path(path):
+        return None
+    folder = Path(path).expanduser()
+    config = folder / "adapter_config.json"
+    if not config.is_file() or (folder / "config.json").exists():
+        return None
+    try:
+        base = json.loads(config.read_text(encoding="utf-8")).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise BerdsError(f"{config}: not a readable adapter config ({exc})") from None
+    if not isinstance(base, str) or not base:
+        raise BerdsError(f"{config} names no base_model_name_or_path — load it as transformers:BASE -o adapter={path}")
+    return base
 
 
 def _cancelled_rows(flags: list[Any]) -> Any:
