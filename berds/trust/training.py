@@ -213,8 +213,7 @@ def train_judge(
     dev_rows = [i for i, p in enumerate(labelled.pairs) if p.question in dev_questions]
 
     torch = require("torch", extra="llm", purpose="fine-tuning a judge")
-    peft = require("peft", extra="llm", purpose="LoRA fine-tuning")
-    transformers = require("transformers", extra="llm", purpose="fine-tuning a judge")
+    require("peft", extra="llm", purpose="LoRA fine-tuning")  # (before minutes of loading, not after)
     # The base model loads exactly as the judge will load it (same tokenizer handling, device, precision).
     loader = TransformersLLM(base, device=settings.device, dtype=settings.dtype).load()
     tokenizer, model = loader.tokenizer, loader.model
@@ -232,60 +231,8 @@ def train_judge(
     if not examples:
         raise BerdsError("every question was held out for validation — lower --dev-share or label more questions")
 
-    torch.manual_seed(settings.seed)
-    config = peft.LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
-                             target_modules=[m for m in settings.target_modules if _has_module(model, m)],
-                             task_type="CAUSAL_LM")
-    if not config.target_modules:
-        raise BerdsError(f"{base}: none of the projections {', '.join(settings.target_modules)} exist in this model")
-    model.train()
-    if settings.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-        model.enable_input_require_grads()
-    model = peft.get_peft_model(model, config)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    per_epoch = math.ceil(len(examples) / settings.batch_size)
-    total = max(1, math.ceil(per_epoch * settings.epochs))
-    if settings.max_steps:
-        total = min(total, settings.max_steps)
-    optimizer = torch.optim.AdamW(trainable, lr=settings.learning_rate, weight_decay=settings.weight_decay)
-    schedule = transformers.get_linear_schedule_with_warmup(optimizer, int(settings.warmup_ratio * total), total)
-    rng = random.Random(settings.seed)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    losses: list[float] = []
-    tokens = 0
-    started = time.perf_counter()
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    with Progress(TextColumn("training"), BarColumn(bar_width=20), MofNCompleteColumn(),
-                  TextColumn("loss {task.fields[loss]}"), TimeRemainingColumn(), disable=not progress) as bar:
-        task = bar.add_task("train", total=total, loss="-")
-        step = 0
-        while step < total:
-            order = list(range(len(examples)))
-            rng.shuffle(order)
-            for begin in range(0, len(order), settings.batch_size):
-                if step >= total:
-                    break
-                batch = [examples[j] for j in order[begin:begin + settings.batch_size]]
-                width = max(len(ids) for ids, _ in batch)
-                # right padding: positions count from each example's first token; padded slots carry no loss
-                input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in batch])
-                target = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in batch])
-                mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in batch])
-                loss = model(input_ids=input_ids.to(model.device), attention_mask=mask.to(model.device),
-                             labels=target.to(model.device)).loss
-                loss.backward()
-                optimizer.step()
-                schedule.step()
-                optimizer.zero_grad(set_to_none=True)
-                losses.append(float(loss.detach()))
-                tokens += int(mask.sum())
-                step += 1
-                bar.update(task, advance=1, loss=f"{losses[-1]:.3f}")
-    if loader.device and str(loader.device).startswith("cuda"):
-        torch.cuda.synchronize()
-    seconds = time.perf_counter() - started
+    model, losses, tokens, seconds = lora_train(model, examples, settings, pad_id=tokenizer.pad_token_id,
+                                                progress=progress)
 
     # Written next to the output, then moved into place: the folder appears complete or not at all.
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -303,7 +250,7 @@ def train_judge(
                 "targets": source, "prompt": prompt, "settings": asdict(settings),
                 "dev_questions": sorted(dev_questions)}
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    del model, loader, optimizer  # free the training copy before the judge loads the saved folder
+    del model, loader  # free the training copy before the judge loads the saved folder
     if str(settings.device or "").startswith("cuda") or torch.cuda.is_available():
         torch.cuda.empty_cache()
     if out.exists():
@@ -329,6 +276,72 @@ def train_judge(
 
     write_json(out / MANIFEST, manifest)
     return result
+
+
+def lora_train(model: Any, examples: Sequence[tuple[list[int], list[int]]], settings: TrainSettings, *,
+               pad_id: int | None = None, progress: bool = False) -> tuple[Any, list[float], int, float]:
+    """Wrap ``model`` in a fresh LoRA (``settings``) and train it on ``(input_ids, labels)`` examples: AdamW,
+    linear schedule with warmup, shuffled batches of ``settings.batch_size`` (seeded), right-padded with no loss
+    on padding. Returns ``(peft model, loss per step, tokens seen, seconds)``. ``train_judge`` and
+    benchmarks/gpu_check.py (the 7B training-speed row) both call this."""
+    torch = require("torch", extra="llm", purpose="fine-tuning a judge")
+    peft = require("peft", extra="llm", purpose="LoRA fine-tuning")
+    transformers = require("transformers", extra="llm", purpose="fine-tuning a judge")
+    torch.manual_seed(settings.seed)
+    targets = [m for m in settings.target_modules if _has_module(model, m)]
+    if not targets:
+        raise BerdsError(f"none of the projections {', '.join(settings.target_modules)} exist in this model")
+    config = peft.LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
+                             target_modules=targets, task_type="CAUSAL_LM")
+    model.train()
+    if settings.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.enable_input_require_grads()
+    model = peft.get_peft_model(model, config)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    per_epoch = math.ceil(len(examples) / settings.batch_size)
+    total = max(1, math.ceil(per_epoch * settings.epochs))
+    if settings.max_steps:
+        total = min(total, settings.max_steps)
+    optimizer = torch.optim.AdamW(trainable, lr=settings.learning_rate, weight_decay=settings.weight_decay)
+    schedule = transformers.get_linear_schedule_with_warmup(optimizer, int(settings.warmup_ratio * total), total)
+    rng = random.Random(settings.seed)
+    pad = pad_id if pad_id is not None else 0
+    losses: list[float] = []
+    tokens = 0
+    on_gpu = str(model.device).startswith("cuda")
+    started = time.perf_counter()
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("training"), BarColumn(bar_width=20), MofNCompleteColumn(),
+                  TextColumn("loss {task.fields[loss]}"), TimeRemainingColumn(), disable=not progress) as bar:
+        task = bar.add_task("train", total=total, loss="-")
+        step = 0
+        while step < total:
+            order = list(range(len(examples)))
+            rng.shuffle(order)
+            for begin in range(0, len(order), settings.batch_size):
+                if step >= total:
+                    break
+                batch = [examples[j] for j in order[begin:begin + settings.batch_size]]
+                width = max(len(ids) for ids, _ in batch)
+                # right padding: positions count from each example's first token; padded slots carry no loss
+                input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in batch])
+                target = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in batch])
+                mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in batch])
+                loss = model(input_ids=input_ids.to(model.device), attention_mask=mask.to(model.device),
+                             labels=target.to(model.device)).loss
+                loss.backward()
+                optimizer.step()
+                schedule.step()
+                optimizer.zero_grad(set_to_none=True)
+                losses.append(float(loss.detach()))  # (a sync per step: the bar shows the loss)
+                tokens += int(mask.sum())
+                step += 1
+                bar.update(task, advance=1, loss=f"{losses[-1]:.3f}")
+    if on_gpu:
+        torch.cuda.synchronize()
+    return model, losses, tokens, time.perf_counter() - started
 
 
 def _has_module(model: Any, suffix: str) -> bool:
