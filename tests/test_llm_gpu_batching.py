@@ -165,3 +165,45 @@ def test_mistral_berds_names_how_its_weights_are_loaded_and_each_way_has_its_own
         load_judge("mistral-berds", weights="lora")
     with pytest.raises(BerdsError, match="weights=full .* takes no adapter"):
         load_judge("mistral-berds", weights="full", adapter="/models/lora")
+
+
+def test_the_shared_prefix_cache_gives_the_plain_paths_verdicts(tiny_mistral):
+    """With shared_prefix the tokens every prompt starts with (the one-shot prompt's example turn) are run once
+    and their key-value cache copied into each batch, pads placed after it: same texts, same P(Yes). The study's
+    zero-shot prompt shares next to nothing at its start (the document comes first, the instruction after it),
+    so there the plain path runs."""
+    from berds.judges.llm_judge import LLMJudge
+    from berds.llm.transformers_backend import TransformersLLM
+    from berds.types import JudgePair
+
+    pairs = [JudgePair(persp, doc) for persp in ("bike lanes are safer", "taxes should be raised", "vaccines work")
+             for doc in ("Cities that built bike lanes saw fewer crashes.", "the school uniforms help students",
+                         "Raising taxes would fund schools and roads, it is said, and shops see more sales.")]
+    plain = TransformersLLM(str(tiny_mistral), device="cpu", batch_size=4)
+    shared = TransformersLLM(str(tiny_mistral), device="cpu", batch_size=4, shared_prefix=True)
+    calls: list[int] = []
+    shared.load()
+    real = shared._shared_prefix_cache
+
+    def counting(prompts_ids):
+        found = real(prompts_ids)
+        calls.append(len(found[0]) if found else 0)
+        return found
+
+    shared._shared_prefix_cache = counting
+    LLMJudge(shared).judge(pairs)
+    assert calls == [0]  # zero-shot: "<s>[INST] Document:" is all the prompts share
+    calls.clear()
+    a = LLMJudge(plain, prompt="one-shot").judge(pairs)
+    b = LLMJudge(shared, prompt="one-shot").judge(pairs)
+    assert len(calls) == 1 and calls[0] > 50  # the example turn: computed once for the call's three batches
+    assert [v.raw for v in a] == [v.raw for v in b] and [v.label for v in a] == [v.label for v in b]
+    assert all((x.p_yes is None) == (y.p_yes is None) for x, y in zip(a, b))
+    assert all(abs(x.p_yes - y.p_yes) < 1e-5 for x, y in zip(a, b) if x.p_yes is not None)
+    # first-token log-probabilities of the whole top 5 agree too
+    ga = plain.generate(LLMJudge(plain, prompt="one-shot").prompts_for(pairs), top_logprobs=5)
+    gb = shared.generate(LLMJudge(shared, prompt="one-shot").prompts_for(pairs), top_logprobs=5)
+    for x, y in zip(ga, gb):
+        assert x.first_token_logprobs.keys() == y.first_token_logprobs.keys()
+        assert all(abs(x.first_token_logprobs[t] - y.first_token_logprobs[t]) < 1e-4 for t in x.first_token_logprobs)
+    assert plain.id == shared.id

@@ -58,6 +58,10 @@ class TransformersLLM:
       padding) and results returned in input order. Batches are left-padded. A batch that runs out of GPU memory
       is halved and retried; the batches already answered are kept, and the smaller size is remembered for the
       rest of this object's life (``run_in_batches``).
+    * ``shared_prefix`` (off by default): the tokens every prompt of a ``generate()`` call starts with (the
+      study's instruction) are run through the model once per call; each batch starts from a copy of their
+      key-value cache (``_shared_prefix_cache``). Verdicts equal the plain path's up to float rounding (tested
+      on CPU); whether it is faster is for the GPU benchmark to show, so it is not the default.
     * ``gguf_file``: load a GGUF file inside ``model`` (dequantised by transformers; needs ``gguf``).
     * ``chat_template``: a Jinja template for tokenizers that lack one.
 
@@ -81,6 +85,7 @@ class TransformersLLM:
         dtype: str = "auto",
         batch_size: int | str = "auto",
         max_batch_size: int = 128,
+        shared_prefix: bool = False,
         gguf_file: str | None = None,
         trust_remote_code: bool = False,
         chat_template: str | None = None,
@@ -104,6 +109,9 @@ class TransformersLLM:
         self.requested_dtype = dtype
         self.batch_size = batch_size
         self.max_batch_size = max_batch_size
+        if not isinstance(shared_prefix, bool):
+            raise BerdsError(f"shared_prefix must be true or false, got {shared_prefix!r}")
+        self.shared_prefix = shared_prefix
         # The largest batch known to fit since an out-of-memory error (None: none seen); it only ever shrinks.
         self.batch_ceiling: int | None = None
         self.gguf_file = gguf_file
@@ -214,12 +222,14 @@ class TransformersLLM:
         results: list[Generation | None] = [None] * len(prompts_ids)
         steps_kept = max_new_tokens if top_logprobs > 0 else 1  # output_logits keeps every step's logits
 
+        prefix = self._shared_prefix_cache(prompts_ids) if self.shared_prefix and temperature == 0 else None
+
         def run(chunk: list[int]) -> list[Generation]:
             flags = None if cancel is None else [cancel[i] for i in chunk]
             if flags is not None and all(flag.is_set() for flag in flags):
                 return [Generation("", None) for _ in chunk]
             return self._generate_batch([prompts_ids[i] for i in chunk], max_new_tokens, temperature, top_logprobs,
-                                        flags)
+                                        flags, prefix)
 
         def size_for(rest: list[int]) -> int:  # rest is longest first: its first prompt bounds the batch's width
             return self._batch_size_for(lengths[rest[0]] + max_new_tokens, steps_kept)
@@ -248,19 +258,51 @@ class TransformersLLM:
                                    cap=self.max_batch_size)
         return max(1, min(size, self.batch_ceiling or size))
 
+    def _shared_prefix_cache(self, prompts_ids: list[list[int]]) -> tuple[list[int], Any] | None:
+        """``(prefix ids, their key-value cache)`` for the tokens all prompts start with, computed once; None when
+        there is nothing worth sharing (fewer than 2 prompts or 8 common tokens). Every prompt keeps at least
+        one token of its own (generation starts after the last prompt token, which must be fed)."""
+        if len(prompts_ids) < 2:
+            return None
+        first, common = prompts_ids[0], min(len(ids) for ids in prompts_ids) - 1
+        for ids in prompts_ids[1:]:
+            common = next((j for j in range(common) if ids[j] != first[j]), common)
+        if common < 8:
+            return None
+        torch, model = self._torch, self._model
+        prefix = first[:common]
+        with torch.inference_mode():
+            cache = model(input_ids=torch.tensor([prefix], device=model.device), use_cache=True).past_key_values
+        return prefix, cache
+
     def _generate_batch(
         self, prompts_ids: list[list[int]], max_new_tokens: int, temperature: float, top_logprobs: int,
-        cancel: list[Any] | None = None,
+        cancel: list[Any] | None = None, prefix: tuple[list[int], Any] | None = None,
     ) -> list[Generation]:
         torch, tokenizer, model = self._torch, self._tokenizer, self._model
         # Token ids as prompt_token_ids built them (BOS written once), left-padded: decoder-only models generate
         # after the prompt's last token
-        width = max(len(ids) for ids in prompts_ids)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0  # (masked out: any id does)
-        encoded = {
-            "input_ids": torch.tensor([[pad] * (width - len(ids)) + ids for ids in prompts_ids]),
-            "attention_mask": torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompts_ids]),
-        }
+        shared: dict[str, Any] = {}
+        if prefix is None:
+            width = max(len(ids) for ids in prompts_ids)
+            rows = [[pad] * (width - len(ids)) + ids for ids in prompts_ids]
+            masks = [[0] * (width - len(ids)) + [1] * len(ids) for ids in prompts_ids]
+        else:
+            # Shared prefix: [prefix][pads][own tokens]. The pads sit *after* the prefix and are masked; position
+            # ids come from the mask's running sum (generate() derives them so), so each prompt's own tokens get
+            # the positions they have in the plain layout and every token attends to the same tokens as there.
+            import copy
+
+            ids_prefix, cache = prefix
+            n = len(ids_prefix)
+            width = max(len(ids) - n for ids in prompts_ids)
+            rows = [ids_prefix + [pad] * (width - len(ids) + n) + ids[n:] for ids in prompts_ids]
+            masks = [[1] * n + [0] * (width - len(ids) + n) + [1] * (len(ids) - n) for ids in prompts_ids]
+            batch_cache = copy.deepcopy(cache)  # (generate() appends to the cache it is given)
+            batch_cache.batch_repeat_interleave(len(prompts_ids))
+            shared = {"past_key_values": batch_cache}
+        encoded = {"input_ids": torch.tensor(rows), "attention_mask": torch.tensor(masks)}
         encoded = {k: v.to(model.device) for k, v in encoded.items()}
         sampling: dict[str, Any] = {"do_sample": False}
         if temperature > 0:
@@ -272,7 +314,7 @@ class TransformersLLM:
                 # Greedy is the point; silence model generation_config defaults (top_p etc.).
                 num_beams=1, pad_token_id=tokenizer.pad_token_id,
                 return_dict_in_generate=True, output_logits=top_logprobs > 0,
-                stopping_criteria=None if cancel is None else _cancelled_rows(cancel),
+                stopping_criteria=None if cancel is None else _cancelled_rows(cancel), **shared,
             )
         prompt_width = encoded["input_ids"].shape[1]
         new_tokens = out.sequences[:, prompt_width:]
