@@ -85,8 +85,9 @@ def judge_throughput(device: str, pairs, *, full: bool) -> dict:
     n_slow = min(n_all, 128 if full else 4)
     n_loop = min(n_all, 12 if full else 2)
     rows: list[dict] = []
+    texts: dict[str, list[str]] = {}  # the 16-new-token replies of each row, to compare paths
 
-    def timed(name: str, llm, n: int, new_tokens=(16, 2), batch=None):
+    def timed(name: str, llm, n: int, new_tokens=(16, 2), batch=None, prompt="zero-shot"):
         sizes: list[int] = []
         real = llm._generate_batch
 
@@ -98,7 +99,7 @@ def judge_throughput(device: str, pairs, *, full: bool) -> dict:
         row = {"path": name, "pairs": n}
         judge_pairs = pairs[:n]
         for k in new_tokens:
-            judge = LLMJudge(llm, prompt="zero-shot", system="drop", parse="berds-study", max_new_tokens=k)
+            judge = LLMJudge(llm, prompt=prompt, system="drop", parse="berds-study", max_new_tokens=k)
             judge.judge(judge_pairs[:2])  # warm-up (kernels, allocator)
             sizes.clear()
             _peak_reset(torch, device)
@@ -109,6 +110,8 @@ def judge_throughput(device: str, pairs, *, full: bool) -> dict:
             row[f"peak_gb_{k}_new"] = _peak_gb(torch, device)
             row["largest_batch"] = max(sizes) if batch is None else batch
             assert len(verdicts) == n
+            if k == 16:
+                texts[name] = [v.raw for v in verdicts]
         rows.append(row)
 
     timed("the study's loop (one at a time, adapter)", _attached_llm(tokenizer_folder, model, device, dtype_name,
@@ -119,6 +122,18 @@ def judge_throughput(device: str, pairs, *, full: bool) -> dict:
     model = model.merge_and_unload()  # what mistral-berds does at load now (weights=merged)
     timed("mistral-berds now: merged, batch auto", _attached_llm(tokenizer_folder, model, device, dtype_name), n_all)
     timed("merged, batch 64", _attached_llm(tokenizer_folder, model, device, dtype_name, batch_size=64), n_all)
+    # The zero-shot prompt starts with the document (the instruction follows it): nothing to share. The one-shot
+    # prompt starts with its example turn, the case the shared prefix is for: timed with and without it.
+    timed("one-shot prompt, merged, batch auto", _attached_llm(tokenizer_folder, model, device, dtype_name), n_all,
+          prompt="one-shot")
+    timed("one-shot prompt, merged, auto, shared prefix", _attached_llm(tokenizer_folder, model, device, dtype_name,
+          shared_prefix=True), n_all, prompt="one-shot")
+
+    one_shot = texts["one-shot prompt, merged, batch auto"]
+    out["shared_prefix_same_replies"] = f"{sum(a == b for a, b in zip(one_shot, texts['one-shot prompt, merged, auto, shared prefix']))} of {len(one_shot)}"
+    out["merged_auto_vs_batch64_same_replies"] = (
+        f"{sum(a == b for a, b in zip(texts['mistral-berds now: merged, batch auto'], texts['merged, batch 64']))} "
+        f"of {n_all}")
 
     # A plain batched generate on the same merged weights and the same token ids (no berds in the loop).
     llm = _attached_llm(tokenizer_folder, model, device, dtype_name)
@@ -143,7 +158,6 @@ def judge_throughput(device: str, pairs, *, full: bool) -> dict:
         raw[f"pairs_per_s_{k}_new"] = round(n_all / (time.perf_counter() - t), 2)
         raw[f"peak_gb_{k}_new"] = _peak_gb(torch, device)
     rows.append(raw)
-    out["shared_prefix_kv"] = "not implemented in this berds (docs/llm.md says why)"
     out["rows"] = rows
     out["table"] = judge_table(rows)
     return out, model, tokenizer_folder

@@ -33,8 +33,10 @@ def test_gpu_check_dry_run_reports_every_section_as_passed(tmp_path):
     paths = [row["path"] for row in judge["rows"]]
     assert paths == ["the study's loop (one at a time, adapter)", "before: adapter unmerged, batch 8",
                      "adapter unmerged, batch auto", "mistral-berds now: merged, batch auto", "merged, batch 64",
+                     "one-shot prompt, merged, batch auto", "one-shot prompt, merged, auto, shared prefix",
                      "raw transformers generate (merged, batch 64)"]
     assert all(row["pairs_per_s_16_new"] > 0 for row in judge["rows"])
+    assert judge["shared_prefix_same_replies"] == "6 of 6"  # float32 on CPU: the shared prefix changes nothing
     assert all(row["pairs_per_s_2_new"] > 0 for row in judge["rows"][1:])
     train = next(v for k, v in results.items() if k.startswith("judge train speed"))
     assert train["steps"] == 1 and train["tokens_per_s"] > 0
