@@ -197,6 +197,8 @@ def train_judge(
     if looks_like_local_path(base):  # the adapter records its base: absolute, so it loads from anywhere
         base = str(Path(base).expanduser().resolve())
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise BerdsError(f"{out} is a file — --out names the folder the adapter is written to")
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise BerdsError(f"{out} exists and is not empty — choose another --out or pass --overwrite")
     labelled = read_labelled_pairs(labels)
