@@ -137,3 +137,32 @@ def test_distillation_trains_on_the_teachers_cached_verdicts_not_the_files_label
     assert result.labels_source == "cache:openai:gpt-4|parse=berds-study|zero-shot-v1"
     assert result.dev["metrics"]["accuracy"] == 1.0  # it learnt the teacher's Yes ...
     assert result.dev_against_file["metrics"]["accuracy"] == 0.0  # ... which the file's labels call wrong
+
+
+def test_an_adapter_folder_without_its_base_named_is_one_clear_error(tmp_path):
+    from berds.errors import BerdsError
+    from berds.llm.transformers_backend import TransformersLLM
+
+    folder = tmp_path / "adapter"
+    folder.mkdir()
+    (folder / "adapter_config.json").write_text('{"r": 4, "peft_type": "LORA"}')
+    with pytest.raises(BerdsError, match=r"names no base_model_name_or_path — load it as transformers:BASE -o adapter="):
+        TransformersLLM(str(folder))
+    (folder / "adapter_config.json").write_text("{not json")
+    with pytest.raises(BerdsError, match="not a readable adapter config"):
+        TransformersLLM(str(folder))
+
+
+def test_bad_training_settings_are_refused_before_any_model_loads(tmp_path):
+    from berds.errors import BerdsError
+    from berds.trust.training import TrainSettings, train_judge
+
+    labels = write_labels(tmp_path / "labels.tsv", 1)
+    for bad, message in ((TrainSettings(dev_share=1.0), "dev share must be in"),
+                         (TrainSettings(learning_rate=0.0), "learning_rate must be > 0"),
+                         (TrainSettings(lora_r=0), "lora_r must be a positive integer")):
+        with pytest.raises(BerdsError, match=message):
+            train_judge(labels, "/nonexistent/base", tmp_path / "out", settings=bad, progress=False)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(BerdsError, match="is a file"):
+        train_judge(labels, "/nonexistent/base", tmp_path / "file", progress=False)
