@@ -5,7 +5,12 @@ and compares what comes back (texts, verdicts, P(Yes), vectors). Models are the 
 tests build (tests/llm_fixtures.py, tests/retrieval_fixtures.py), so nothing is downloaded; ``--minilm``
 adds the embedded judge and the MiniLM encoder on a real all-MiniLM-L6-v2 folder.
 
-    python benchmarks/gpu_check.py [--minilm PATH] [--out gpu_check.json]
+    python benchmarks/gpu_check.py [--minilm PATH] [--out gpu_check.json] [--sections parity,judge,train,dense]
+
+The speed sections (benchmarks/gpu_speed.py; ``--sections judge,train,dense``) time the study's evaluator shape
+(Mistral-7B, random bf16 weights) every way berds judges — the study's one-at-a-time loop and a plain batched
+``generate`` beside them — its fine-tuning (``berds judge train``'s loop) and dense encoding of a BERT-base
+(Contriever) shape, berds' encoder beside plain transformers. All of it fits in 8 minutes on one H100.
 
 Exit status 1 when any parity check fails (a section that raises counts as failed). Not part of the test
 suite: CI has no GPU. Needs torch with CUDA, transformers, peft and (for --minilm) sentence-transformers.
@@ -24,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
 PROMPTS = [
     [{"role": "user", "content": "Should cities build bike lanes? Yes or No"}],
@@ -247,12 +252,65 @@ def check_embedded(minilm: Path, repeats: int):
     return {"ok": ok, **out}
 
 
+# ------------------------------------------------------------------------------ speed (benchmarks/gpu_speed.py)
+
+
+def run_speed_sections(sections: set[str], args) -> None:
+    """The judge, train and dense speed sections; a dry run (--device cpu) uses tiny shapes and few items."""
+    import gpu_speed
+
+    full = DEVICE.startswith("cuda")
+    pairs = demo_pairs()[:args.pairs if full else 6]
+    held: dict = {}
+
+    @section("judge throughput: Mistral-7B shape, random bf16 weights, study-shaped LoRA (pairs/s, peak GB)")
+    def judge():
+        figures, model, tokenizer_folder = gpu_speed.judge_throughput(DEVICE, pairs, full=full)
+        held.update(model=model, tokenizer_folder=tokenizer_folder)
+        print(figures["table"], flush=True)
+        return {"ok": True, **figures}
+
+    @section("judge train speed: Mistral-7B shape, LoRA r64 on seven projections, batch 8 (tokens/s)")
+    def train():
+        if "model" not in held:  # (train without judge: build the model the judge section would have)
+            _, held["model"], held["tokenizer_folder"] = gpu_speed.judge_throughput(DEVICE, pairs[:2], full=full)
+        figures = gpu_speed.train_speed(DEVICE, held["model"], held["tokenizer_folder"], pairs,
+                                        steps=args.train_steps if full else 1)
+        return {"ok": figures["losses_finite"], **figures}
+
+    @section("dense encoding: BERT-base (Contriever) shape, berds encoder vs raw transformers, fp32/fp16")
+    def dense():
+        figures = gpu_speed.dense_encoding(DEVICE, full=full, passages_n=args.passages if full else 16)
+        for row in figures["rows"]:
+            print(f"  {row['path']:<28} {row['dtype']:<8} {row['passages_per_s']:>9} passages/s  "
+                  f"21M passages: {row['hours_for_21m']} h", flush=True)
+        return {"ok": True, **figures}
+
+    if "judge" in sections:
+        judge()
+    if "train" in sections:
+        train()
+    held.clear()
+    if DEVICE.startswith("cuda"):
+        import torch
+
+        torch.cuda.empty_cache()
+    if "dense" in sections:
+        dense()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minilm", type=Path, help="an all-MiniLM-L6-v2 folder (embedded judge, MiniLM encoder)")
     parser.add_argument("--repeats", type=int, default=4, help="times the 650 demo pairs are judged for timing")
     parser.add_argument("--out", type=Path, help="write every figure here as JSON")
     parser.add_argument("--device", default="cuda", help="the device under test (cpu: a dry run of the script)")
+    parser.add_argument("--sections", default="parity,judge,train,dense",
+                        help="comma list: parity (GPU vs CPU checks), judge (7B judge pairs/s), train (7B judge train "
+                             "tokens/s), dense (BERT-base encoding passages/s)")
+    parser.add_argument("--pairs", type=int, default=640, help="demo pairs judged per fast row of the judge section")
+    parser.add_argument("--train-steps", type=int, default=10, help="timed steps of the training-speed row")
+    parser.add_argument("--passages", type=int, default=20000, help="passages encoded per row of the dense section")
     args = parser.parse_args()
     global DEVICE
     DEVICE = args.device
@@ -269,6 +327,15 @@ def main() -> int:
     RESULTS["machine"] = {"ok": True, "gpu": torch.cuda.get_device_name(0) if DEVICE != "cpu" else "none (dry run)", "torch": torch.__version__,
                           "transformers": transformers.__version__, "python": sys.version.split()[0]}
     print(RESULTS["machine"], flush=True)
+    sections = {s.strip() for s in args.sections.split(",") if s.strip()}
+    unknown = sections - {"parity", "judge", "train", "dense"}
+    if unknown:
+        print(f"unknown section(s) {', '.join(sorted(unknown))}; use parity, judge, train, dense", file=sys.stderr)
+        return 2
+    if sections & {"judge", "train", "dense"}:
+        run_speed_sections(sections, args)
+    if "parity" not in sections:
+        return finish(args)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         model = build_tiny_mistral(tmp / "mistral")
@@ -282,6 +349,10 @@ def main() -> int:
         if args.minilm:
             check_minilm_encoder(args.minilm)
             check_embedded(args.minilm, args.repeats)
+    return finish(args)
+
+
+def finish(args) -> int:
     failed = [name for name, figures in RESULTS.items() if not figures.get("ok")]
     if args.out:
         args.out.write_text(json.dumps(RESULTS, indent=2) + "\n")

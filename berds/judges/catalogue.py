@@ -43,11 +43,15 @@ JUDGES.register(Spec(
 ))
 JUDGES.register(Spec(
     name="mistral-berds",
-    loader="berds.judges.llm_judge:llm_judge",
-    description="The study's evaluator: Mistral-7B-Instruct-v0.2 + BERDS LoRA adapter, transformers, greedy, 16 tokens.",
-    options={"backend": "transformers", "model": "mistralai/Mistral-7B-Instruct-v0.2",
-             "adapter": "timchen0618/Mistral_BERDS_evaluator", "prompt": "zero-shot", "system": "drop",
-             "parse": "berds-study", "dtype": "bfloat16"},  # the study's precision, whichever machine names the id
+    loader="berds.judges.llm_judge:mistral_berds",
+    description="The study's evaluator: Mistral-7B-Instruct-v0.2 + BERDS LoRA merged at load (-o weights=adapter|full), greedy, 16 tokens.",
+    tags=("gpu",),  # bf16 whichever machine names the id; batch size auto on a GPU
+))
+JUDGES.register(Spec(
+    name="mistral-berds-full",
+    loader="berds.judges.llm_judge:mistral_berds",
+    description="The study's evaluator from its merged hub checkpoint (timchen0618/Mistral_BERDS_evaluator_full).",
+    options={"weights": "full"},
     tags=("gpu",),
 ))
 JUDGES.register(Spec(

@@ -58,6 +58,8 @@ def _card_figure(card: dict) -> tuple[float | None, str]:
 
 GOAL_F1 = 40.0  # the F1 on unseen questions the embedded judge was built to reach (docs/embedded-judge.md)
 STUDY_MODEL = "mistralai/Mistral-7B-Instruct-v0.2+adapter=timchen0618/Mistral_BERDS_evaluator"
+# The same fine-tuned weights loaded other ways (mistral-berds -o weights=merged|full): the study's evaluator too
+STUDY_MODELS = (STUDY_MODEL, STUDY_MODEL + "+merged", "timchen0618/Mistral_BERDS_evaluator_full")
 
 
 def _changes(judge_id: str) -> list[str]:
@@ -145,7 +147,7 @@ def _study_record(judge_id: str) -> JudgeValidation:
     if ":" in core and not core.startswith(("mistral-berds", "calibrated:", "debate:")):
         backend, _, rest = core.partition(":")
         model, _, suffix = rest.partition("|")
-        if backend not in ("transformers", "vllm") or model != STUDY_MODEL:
+        if backend not in ("transformers", "vllm") or model not in STUDY_MODELS:
             changes.append(f"{backend}:{model}")
         parts = suffix.split("|")
         changes += [s for s in parts if s and s != "parse=berds-study"

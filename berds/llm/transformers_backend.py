@@ -53,8 +53,16 @@ class TransformersLLM:
       ``merge_adapter=True`` folds it into the weights after loading (faster, tiny numeric differences).
     * ``device``: ``"cuda"`` when available else ``"cpu"``; ``"auto"`` spreads the model over all GPUs.
     * ``dtype``: ``"auto"`` = bfloat16 on GPU, float32 on CPU; or ``bfloat16``/``float16``/``float32``.
-    * ``batch_size``: prompts per ``generate()`` call. Prompts are sorted by length before batching
-      (less padding) and results returned in input order. Batches are left-padded.
+    * ``batch_size``: prompts per ``generate()`` call, or ``"auto"`` (default): on a CUDA device the size is
+      chosen per batch from the free GPU memory and the prompts' lengths (``auto_batch_size``), at most
+      ``max_batch_size``; on CPU ``"auto"`` is 8, as before. Prompts are sorted by length before batching (less
+      padding) and results returned in input order. Batches are left-padded. A batch that runs out of GPU memory
+      is halved and retried; the batches already answered are kept, and the smaller size is remembered for the
+      rest of this object's life (``run_in_batches``).
+    * ``shared_prefix`` (off by default): the tokens every prompt of a ``generate()`` call starts with (the
+      study's instruction) are run through the model once per call; each batch starts from a copy of their
+      key-value cache (``_shared_prefix_cache``). Verdicts equal the plain path's up to float rounding (tested
+      on CPU); whether it is faster is for the GPU benchmark to show, so it is not the default.
     * ``gguf_file``: load a GGUF file inside ``model`` (dequantised by transformers; needs ``gguf``).
     * ``chat_template``: a Jinja template for tokenizers that lack one.
     * ``special_tokens``: ``"split"`` (default) reads control-token strings in the prompt's text (``</s>``,
@@ -79,25 +87,38 @@ class TransformersLLM:
         merge_adapter: bool = False,
         device: str | None = None,
         dtype: str = "auto",
-        batch_size: int = 8,
+        batch_size: int | str = "auto",
+        max_batch_size: int = 128,
+        shared_prefix: bool = False,
         gguf_file: str | None = None,
         trust_remote_code: bool = False,
         chat_template: str | None = None,
         seed: int = 0,
         special_tokens: str = "split",
     ):
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise BerdsError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if batch_size != "auto" and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+            raise BerdsError(f"batch_size must be a positive integer or auto, got {batch_size!r}")
+        if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or max_batch_size < 1:
+            raise BerdsError(f"max_batch_size must be a positive integer, got {max_batch_size!r}")
         if dtype != "auto" and dtype not in _DTYPES:
             raise BerdsError(f"unknown dtype {dtype!r}; use auto, {', '.join(sorted(set(_DTYPES.values())))}")
         self.model_name = str(model)
         self.adapter = str(adapter) if adapter else None
+        base = _adapter_folder_base(self.model_name) if not self.adapter else None
+        if base:  # a LoRA folder alone (`berds judge train` writes one): its base model + it as the adapter
+            self.model_name, self.adapter = base, self.model_name
         self.revision = revision
         self.adapter_revision = adapter_revision
         self.merge_adapter = merge_adapter
         self.requested_device = device
         self.requested_dtype = dtype
         self.batch_size = batch_size
+        self.max_batch_size = max_batch_size
+        if not isinstance(shared_prefix, bool):
+            raise BerdsError(f"shared_prefix must be true or false, got {shared_prefix!r}")
+        self.shared_prefix = shared_prefix
+        # The largest batch known to fit since an out-of-memory error (None: none seen); it only ever shrinks.
+        self.batch_ceiling: int | None = None
         self.gguf_file = gguf_file
         self.trust_remote_code = trust_remote_code
         self.chat_template = chat_template
@@ -206,33 +227,89 @@ class TransformersLLM:
         # Longest first: similar lengths share a batch (less padding) and memory peaks show up early.
         order = sorted(range(len(prompts_ids)), key=lambda i: -lengths[i])
         results: list[Generation | None] = [None] * len(prompts_ids)
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start:start + self.batch_size]
+        steps_kept = max_new_tokens if top_logprobs > 0 else 1  # output_logits keeps every step's logits
+
+        prefix = self._shared_prefix_cache(prompts_ids) if self.shared_prefix and temperature == 0 else None
+
+        def run(chunk: list[int]) -> list[Generation]:
             flags = None if cancel is None else [cancel[i] for i in chunk]
             if flags is not None and all(flag.is_set() for flag in flags):
-                for index in chunk:
-                    results[index] = Generation("", None)
-                continue
-            for index, generation in zip(
-                chunk, self._generate_batch([prompts_ids[i] for i in chunk], max_new_tokens, temperature, top_logprobs,
-                                            flags)
-            ):
-                results[index] = generation
+                return [Generation("", None) for _ in chunk]
+            return self._generate_batch([prompts_ids[i] for i in chunk], max_new_tokens, temperature, top_logprobs,
+                                        flags, prefix)
+
+        def size_for(rest: list[int]) -> int:  # rest is longest first: its first prompt bounds the batch's width
+            return self._batch_size_for(lengths[rest[0]] + max_new_tokens, steps_kept)
+
+        for index, generation in run_in_batches(order, size_for, run, self):
+            results[index] = generation
         return results  # type: ignore[return-value]
+
+    # ---------------------------------------------------------------------------------- batch sizes
+
+    def _batch_size_for(self, tokens: int, logits_steps: int) -> int:
+        """Prompts per batch for sequences of at most ``tokens`` tokens: the fixed ``batch_size``, or (``auto``)
+        the estimate from free GPU memory on CUDA and 8 elsewhere; never above a size that ran out of memory."""
+        if isinstance(self.batch_size, int):
+            size = self.batch_size
+        elif self.device is None or not str(self.device).startswith("cuda"):
+            size = 8  # CPU: what berds always used (memory is rarely the limit; larger batches are not faster)
+        else:
+            torch = self._torch
+            device = torch.device(self._model.device) if str(self.device) == "auto" else torch.device(self.device)
+            free, _ = torch.cuda.mem_get_info(device)
+            # memory torch holds in its cache but no tensor uses is free to this process too
+            free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+            size = auto_batch_size(free, self._model.config, tokens=tokens, logits_steps=logits_steps,
+                                   dtype_bytes=torch.finfo(getattr(torch, self.dtype or "float32")).bits // 8,
+                                   cap=self.max_batch_size)
+        return max(1, min(size, self.batch_ceiling or size))
+
+    def _shared_prefix_cache(self, prompts_ids: list[list[int]]) -> tuple[list[int], Any] | None:
+        """``(prefix ids, their key-value cache)`` for the tokens all prompts start with, computed once; None when
+        there is nothing worth sharing (fewer than 2 prompts or 8 common tokens). Every prompt keeps at least
+        one token of its own (generation starts after the last prompt token, which must be fed)."""
+        if len(prompts_ids) < 2:
+            return None
+        first, common = prompts_ids[0], min(len(ids) for ids in prompts_ids) - 1
+        for ids in prompts_ids[1:]:
+            common = next((j for j in range(common) if ids[j] != first[j]), common)
+        if common < 8:
+            return None
+        torch, model = self._torch, self._model
+        prefix = first[:common]
+        with torch.inference_mode():
+            cache = model(input_ids=torch.tensor([prefix], device=model.device), use_cache=True).past_key_values
+        return prefix, cache
 
     def _generate_batch(
         self, prompts_ids: list[list[int]], max_new_tokens: int, temperature: float, top_logprobs: int,
-        cancel: list[Any] | None = None,
+        cancel: list[Any] | None = None, prefix: tuple[list[int], Any] | None = None,
     ) -> list[Generation]:
         torch, tokenizer, model = self._torch, self._tokenizer, self._model
         # Token ids as prompt_token_ids built them (BOS written once), left-padded: decoder-only models generate
         # after the prompt's last token
-        width = max(len(ids) for ids in prompts_ids)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0  # (masked out: any id does)
-        encoded = {
-            "input_ids": torch.tensor([[pad] * (width - len(ids)) + ids for ids in prompts_ids]),
-            "attention_mask": torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompts_ids]),
-        }
+        shared: dict[str, Any] = {}
+        if prefix is None:
+            width = max(len(ids) for ids in prompts_ids)
+            rows = [[pad] * (width - len(ids)) + ids for ids in prompts_ids]
+            masks = [[0] * (width - len(ids)) + [1] * len(ids) for ids in prompts_ids]
+        else:
+            # Shared prefix: [prefix][pads][own tokens]. The pads sit *after* the prefix and are masked; position
+            # ids come from the mask's running sum (generate() derives them so), so each prompt's own tokens get
+            # the positions they have in the plain layout and every token attends to the same tokens as there.
+            import copy
+
+            ids_prefix, cache = prefix
+            n = len(ids_prefix)
+            width = max(len(ids) - n for ids in prompts_ids)
+            rows = [ids_prefix + [pad] * (width - len(ids) + n) + ids[n:] for ids in prompts_ids]
+            masks = [[1] * n + [0] * (width - len(ids) + n) + [1] * (len(ids) - n) for ids in prompts_ids]
+            batch_cache = copy.deepcopy(cache)  # (generate() appends to the cache it is given)
+            batch_cache.batch_repeat_interleave(len(prompts_ids))
+            shared = {"past_key_values": batch_cache}
+        encoded = {"input_ids": torch.tensor(rows), "attention_mask": torch.tensor(masks)}
         encoded = {k: v.to(model.device) for k, v in encoded.items()}
         sampling: dict[str, Any] = {"do_sample": False}
         if temperature > 0:
@@ -244,7 +321,7 @@ class TransformersLLM:
                 # Greedy is the point; silence model generation_config defaults (top_p etc.).
                 num_beams=1, pad_token_id=tokenizer.pad_token_id,
                 return_dict_in_generate=True, output_logits=top_logprobs > 0,
-                stopping_criteria=None if cancel is None else _cancelled_rows(cancel),
+                stopping_criteria=None if cancel is None else _cancelled_rows(cancel), **shared,
             )
         prompt_width = encoded["input_ids"].shape[1]
         new_tokens = out.sequences[:, prompt_width:]
@@ -316,14 +393,15 @@ class TransformersLLM:
         order = sorted(range(len(sequences)), key=lambda i: -len(sequences[i]))
         out: list[list[float]] = [[] for _ in sequences]
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        for begin in range(0, len(order), self.batch_size):
-            chunk = order[begin:begin + self.batch_size]
+
+        def run(chunk: list[int]) -> list[list[float]]:
             width = max(len(sequences[i]) for i in chunk)
             ids = torch.full((len(chunk), width), pad, dtype=torch.long)
             mask = torch.zeros((len(chunk), width), dtype=torch.long)
             for row, i in enumerate(chunk):
                 ids[row, :len(sequences[i])] = torch.tensor(sequences[i])
                 mask[row, :len(sequences[i])] = 1
+            values = []
             with torch.inference_mode():
                 logits = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device)).logits
                 for row, i in enumerate(chunk):
@@ -331,8 +409,109 @@ class TransformersLLM:
                     # Position t predicts token t+1; log-softmax only the rows needed (vocabularies are large).
                     step = torch.log_softmax(logits[row, start - 1:end - 1].float(), dim=-1)
                     target = ids[row, start:end].to(step.device).unsqueeze(-1)
-                    out[i] = step.gather(-1, target).squeeze(-1).tolist()
+                    values.append(step.gather(-1, target).squeeze(-1).tolist())
+            return values
+
+        def size_for(rest: list[int]) -> int:  # a forward pass keeps every position's logits
+            return self._batch_size_for(len(sequences[rest[0]]), len(sequences[rest[0]]))
+
+        for i, values in run_in_batches(order, size_for, run, self):
+            out[i] = values
         return out
+
+
+def auto_batch_size(free_bytes: int, config: Any, *, tokens: int, logits_steps: int, dtype_bytes: int = 2,
+                    cap: int = 128, headroom: float = 0.8) -> int:
+    """How many sequences of ``tokens`` tokens fit in ``free_bytes`` of GPU memory (at least 1, at most ``cap``).
+
+    Per sequence: its key-value cache (``2 x layers x kv heads x head dim x dtype bytes`` per token), the
+    largest transient activations of one layer during the prompt's forward pass (hidden states, attention
+    projections and the MLP's gate/up/act tensors, ``(4 x hidden + 3 x intermediate) x dtype bytes`` per
+    token) and the float32 logits kept (``logits_steps x vocab x 4``, twice: the logits and their log-softmax).
+    Only ``headroom`` of the free memory is planned for (the allocator fragments; kernels take workspace). An
+    estimate, not a promise: an out-of-memory batch is halved and retried (``run_in_batches``).
+    """
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    heads = int(getattr(text, "num_attention_heads", 0) or 1)
+    hidden = int(getattr(text, "hidden_size", 0) or 4096)
+    kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(text, "head_dim", None) or hidden // heads)
+    layers = int(getattr(text, "num_hidden_layers", 0) or 32)
+    intermediate = int(getattr(text, "intermediate_size", 0) or 4 * hidden)
+    vocab = int(getattr(text, "vocab_size", 0) or 32000)
+    per_token = 2 * layers * kv_heads * head_dim * dtype_bytes + (4 * hidden + 3 * intermediate) * dtype_bytes
+    per_sequence = tokens * per_token + 2 * logits_steps * vocab * 4
+    return int(max(1, min(cap, (free_bytes * headroom) // max(per_sequence, 1))))
+
+
+def out_of_memory_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions that mean "this batch did not fit" (torch's CUDA OOM; constructible without a GPU)."""
+    import torch
+
+    return (torch.cuda.OutOfMemoryError,)
+
+
+def run_in_batches(order: list[int], size_for: Any, run: Any, state: Any) -> list[tuple[int, Any]]:
+    """Run ``run(chunk)`` over consecutive chunks of ``order``; return ``(index, result)`` for every index, once.
+
+    ``size_for(rest)`` says how many of the remaining indices ``rest`` the next chunk takes. A chunk whose
+    ``run`` raises an out-of-memory error is halved and retried (the GPU cache emptied first); chunks already
+    answered are kept, never run again, and ``state.batch_ceiling`` remembers the size that worked, so later
+    batches (and later calls on the same ``state``) start there. One prompt that does not fit is an error.
+    """
+    oom = out_of_memory_errors()
+    done: list[tuple[int, Any]] = []
+    position = 0
+    while position < len(order):
+        rest = order[position:]
+        size = max(1, min(size_for(rest), len(rest), state.batch_ceiling or len(rest)))
+        chunk = rest[:size]
+        try:
+            answers = run(chunk)
+        except oom as exc:
+            _empty_gpu_cache()
+            if size == 1:
+                raise BerdsError(f"one prompt alone does not fit in GPU memory ({str(exc).splitlines()[0][:200]}) — "
+                                 "free the GPU, use a shorter prompt, or a smaller dtype") from None
+            state.batch_ceiling = size // 2
+            import sys
+
+            print(f"note: a batch of {size} ran out of GPU memory; retrying with {size // 2} (batches already "
+                  "answered are kept)", file=sys.stderr)
+            continue
+        if len(answers) != len(chunk):  # (a bug, not a user error: keep the traceback)
+            raise RuntimeError(f"a batch of {len(chunk)} gave {len(answers)} answers")
+        done.extend(zip(chunk, answers))
+        position += size
+    return done
+
+
+def _empty_gpu_cache() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _adapter_folder_base(path: str) -> str | None:
+    """The base model a local peft adapter folder names (``adapter_config.json`` without a ``config.json``),
+    else None. A folder whose adapter config names no base is an error saying so."""
+    import json
+    from pathlib import Path
+
+    if not looks_like_local_path(path):
+        return None
+    folder = Path(path).expanduser()
+    config = folder / "adapter_config.json"
+    if not config.is_file() or (folder / "config.json").exists():
+        return None
+    try:
+        base = json.loads(config.read_text(encoding="utf-8")).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise BerdsError(f"{config}: not a readable adapter config ({exc})") from None
+    if not isinstance(base, str) or not base:
+        raise BerdsError(f"{config} names no base_model_name_or_path — load it as transformers:BASE -o adapter={path}")
+    return base
 
 
 def _cancelled_rows(flags: list[Any]) -> Any:

@@ -1,0 +1,378 @@
+"""``berds judge train``: fine-tune a LoRA perspective detector the way the BERDS study made its evaluator.
+
+The study (paper, Appendix A.5) fine-tuned Mistral-7B-Instruct-v0.2 with LoRA on ~3K (document, perspective)
+pairs labelled by GPT-4 (one-shot prompt), with AdamW, a linear schedule, learning rate 1e-4, warmup ratio 0.1,
+2 epochs and weight decay 0.001, choosing the checkpoint by F1 on 100 author-labelled dev pairs. Its adapter is
+rank 64, alpha 16, on all seven projections (q, k, v, o, gate, up, down). What the paper does not say — the
+LoRA dropout, the batch size per step, the maximum length — berds chooses and records (``TrainSettings``;
+docs/llm.md lists which is which).
+
+One training example is the judge's own prompt (the study's zero-shot prompt, ``berds.judges.prompts``, system
+turn dropped for Mistral as at evaluation) rendered by the model's chat template, followed by the assistant's
+answer ``Yes`` or ``No`` and EOS; the loss is on the answer tokens only. Labels come from a labelled-pairs file
+(``berds.trust.labels``: human labels) or, for distillation, from another judge's verdicts in the judgement
+cache (``from_cache``: the study trained on GPT-4's labels).
+
+A seeded, question-disjoint share of the questions is held out; after training the new judge answers those
+pairs through berds' own judging path and is scored like ``berds judge validate`` does (F1, accuracy, with
+bootstrap intervals and n). The output folder — adapter, tokenizer and ``berds-training.json`` — appears
+complete or not at all, and loads as a judge by path: ``--judge transformers:DIR``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from berds.errors import BerdsError, InputError
+from berds.lazy import require
+
+MANIFEST = "berds-training.json"
+SEVEN_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Fine-tuning settings. ``study`` marks those the paper gives; the others are berds' choices."""
+
+    learning_rate: float = 1e-4  # study
+    warmup_ratio: float = 0.1  # study
+    epochs: float = 2.0  # study
+    weight_decay: float = 0.001  # study
+    lora_r: int = 64  # study's adapter
+    lora_alpha: int = 16  # study's adapter
+    lora_dropout: float = 0.1  # not published: berds' choice
+    target_modules: tuple[str, ...] = SEVEN_PROJECTIONS  # study's adapter
+    batch_size: int = 8  # not published (8 A40s): berds' choice, examples per optimizer step
+    max_length: int = 2048  # not published: longer examples are an error, never silently cut
+    dev_share: float = 0.2  # share of questions held out (question-disjoint)
+    seed: int = 0
+    device: str | None = None  # cuda when available
+    dtype: str = "auto"  # bfloat16 on GPU, float32 on CPU
+    max_steps: int | None = None  # stop early (tests, speed checks)
+    gradient_checkpointing: bool = False  # trades speed for memory on long examples
+
+    def check(self) -> None:
+        for name, low in (("learning_rate", 0.0), ("epochs", 0.0)):
+            if not getattr(self, name) > low:
+                raise BerdsError(f"{name} must be > {low}, got {getattr(self, name)!r}")
+        if not 0.0 <= self.warmup_ratio < 1.0 or not 0.0 <= self.lora_dropout < 1.0 or self.weight_decay < 0:
+            raise BerdsError("warmup_ratio and lora_dropout must be in [0, 1), weight_decay >= 0")
+        if not 0.0 <= self.dev_share < 1.0:
+            raise BerdsError(f"dev share must be in [0, 1), got {self.dev_share!r}")
+        for name in ("lora_r", "lora_alpha", "batch_size", "max_length"):
+            if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise BerdsError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise BerdsError(f"max_steps must be a positive integer, got {self.max_steps!r}")
+
+
+@dataclass
+class TrainResult:
+    out: str
+    base: str
+    labels_source: str
+    train_pairs: int
+    train_questions: int
+    dev_pairs: int
+    dev_questions: int
+    steps: int
+    tokens: int
+    seconds: float
+    losses: list[float]
+    dev: dict[str, Any] = field(default_factory=dict)  # JudgeValidity.to_json() of the trained judge on the dev pairs
+    dev_against_file: dict[str, Any] | None = None  # distillation: the same predictions against the file's labels
+    judge_id: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ------------------------------------------------------------------------------------------ data
+
+
+def question_split(questions: Sequence[str], dev_share: float, seed: int) -> set[str]:
+    """The held-out questions: ``round(dev_share x questions)`` of them (at least one when dev_share > 0 and
+    there are two or more), drawn with ``random.Random(seed)`` from the distinct questions in sorted order, so
+    the split does not depend on the file's row order."""
+    distinct = sorted(set(questions))
+    if dev_share <= 0 or len(distinct) < 2:
+        return set()
+    n = min(len(distinct) - 1, max(1, round(dev_share * len(distinct))))
+    return set(random.Random(seed).sample(distinct, n))
+
+
+def teacher_labels(labelled: Any, judge_id: str, *, cache_path: str | None = None,
+                   prompt_version: str | None = None) -> tuple[list[bool], str]:
+    """The verdicts judge ``judge_id`` left in the judgement cache for every pair of ``labelled`` (distillation).
+
+    ``prompt_version`` may be left out when the cache holds that judge under one prompt version only. A pair
+    without a cached verdict is an error naming how many and the fix (judge them first)."""
+    from berds.evaluate.cache import JudgementCache
+
+    with JudgementCache(cache_path) as cache:
+        versions = [(prompt, n) for judge, prompt, n in cache.judges() if judge == judge_id]
+        if not versions:
+            known = sorted({judge for judge, _, _ in cache.judges()})
+            raise BerdsError(f"{cache.path}: no verdicts of judge {judge_id!r} in the judgement cache (judges there: "
+                             f"{', '.join(known[:5]) or 'none'}) — judge the pairs first, e.g. `berds judge validate "
+                             f"--labels FILE --judge NAME`, and pass the judge id it prints")
+        if prompt_version is None:
+            if len(versions) > 1:
+                raise BerdsError(f"judge {judge_id!r} has verdicts under {len(versions)} prompt versions "
+                                 f"({', '.join(p for p, _ in versions)}) — name one with --from-cache-prompt")
+            prompt_version = versions[0][0]
+        verdicts = cache.get_many(judge_id, prompt_version, labelled.judge_pairs())
+    missing = [p for p, v in zip(labelled.pairs, verdicts) if v is None]
+    if missing:
+        raise InputError(f"{len(missing)} of {len(verdicts)} pairs have no verdict of {judge_id!r} "
+                         f"(prompt {prompt_version}) in the cache",
+                         path=labelled.path, line=missing[0].line,
+                         fix="judge them first (`berds judge validate --labels FILE --judge NAME` caches every verdict)")
+    return [bool(v.label) for v in verdicts], f"cache:{judge_id}|{prompt_version}"
+
+
+def training_example(tokenizer: Any, messages: list[dict[str, str]], answer: str, *,
+                     chat_template: str | None = None) -> tuple[list[int], list[int]]:
+    """``(input_ids, labels)`` of one example: the prompt exactly as the judge sends it at evaluation
+    (``prompt_token_ids``), then the answer and EOS as the chat template writes an assistant turn; labels are
+    -100 (no loss) on the prompt. Where the template's full conversation does not begin with the prompt's own
+    tokens, the answer is tokenised on its own and EOS appended."""
+    from berds.llm.shared import prompt_token_ids
+
+    prompt = prompt_token_ids(tokenizer, messages, chat_template=chat_template)
+    answer_ids: list[int] | None = None
+    template = chat_template or getattr(tokenizer, "chat_template", None)
+    if template and messages[0]["role"] != "plain":
+        try:
+            full = tokenizer.apply_chat_template([*messages, {"role": "assistant", "content": answer}], tokenize=False,
+                                                 chat_template=template)
+            ids = list(tokenizer(full, add_special_tokens=False)["input_ids"])
+            if ids[:len(prompt)] == prompt and len(ids) > len(prompt):
+                answer_ids = ids[len(prompt):]
+        except Exception:  # a template that rejects an assistant turn: the plain way below
+            answer_ids = None
+    if answer_ids is None:
+        answer_ids = list(tokenizer(answer, add_special_tokens=False)["input_ids"])
+        if tokenizer.eos_token_id is not None:
+            answer_ids.append(tokenizer.eos_token_id)
+    return prompt + answer_ids, [-100] * len(prompt) + answer_ids
+
+
+# ------------------------------------------------------------------------------------------ training
+
+
+def train_judge(
+    labels: str | Path,
+    base: str,
+    out: str | Path,
+    *,
+    settings: TrainSettings = TrainSettings(),
+    from_cache: str | None = None,
+    from_cache_prompt: str | None = None,
+    cache_path: str | None = None,
+    prompt: str = "zero-shot",
+    overwrite: bool = False,
+    progress: bool = True,
+    n_boot: int = 1000,
+) -> TrainResult:
+    """Fine-tune a LoRA on ``base`` to answer the judge prompt for the pairs of ``labels``; write it to ``out``.
+
+    See the module docstring. Returns the figures the summary table shows (also in ``out/berds-training.json``).
+    """
+    from berds.judges.llm_judge import LLMJudge
+    from berds.llm.transformers_backend import TransformersLLM
+    from berds.trust.labels import read_labelled_pairs
+    from berds.trust.validate import score_predictions
+
+    from berds.llm.shared import looks_like_local_path
+
+    settings.check()
+    if looks_like_local_path(base):  # the adapter records its base: absolute, so it loads from anywhere
+        base = str(Path(base).expanduser().resolve())
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise BerdsError(f"{out} is a file — --out names the folder the adapter is written to")
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise BerdsError(f"{out} exists and is not empty — choose another --out or pass --overwrite")
+    labelled = read_labelled_pairs(labels)
+    if len(labelled) == 0:
+        raise InputError("no labelled pairs to train on", path=labels)
+    gold = [p.label for p in labelled.pairs]
+    source = f"labels:{labelled.path}"
+    if from_cache:
+        targets, source = teacher_labels(labelled, from_cache, cache_path=cache_path, prompt_version=from_cache_prompt)
+    else:
+        targets = gold
+    dev_questions = question_split([p.question for p in labelled.pairs], settings.dev_share, settings.seed)
+    train_rows = [i for i, p in enumerate(labelled.pairs) if p.question not in dev_questions]
+    dev_rows = [i for i, p in enumerate(labelled.pairs) if p.question in dev_questions]
+
+    torch = require("torch", extra="llm", purpose="fine-tuning a judge")
+    require("peft", extra="llm", purpose="LoRA fine-tuning")  # (before minutes of loading, not after)
+    # The base model loads exactly as the judge will load it (same tokenizer handling, device, precision).
+    loader = TransformersLLM(base, device=settings.device, dtype=settings.dtype).load()
+    tokenizer, model = loader.tokenizer, loader.model
+    # The judge's messages, system turn dropped for Mistral as at evaluation (LLMJudge decides as it will later).
+    shaping = LLMJudge(loader, prompt=prompt)
+    pairs = labelled.judge_pairs()
+    examples = []
+    for i in train_rows:
+        ids, lab = training_example(tokenizer, shaping.render(pairs[i]), "Yes" if targets[i] else "No")
+        if len(ids) > settings.max_length:
+            raise InputError(f"the training example is {len(ids)} tokens, over max_length {settings.max_length}",
+                             path=labelled.path, line=labelled.pairs[i].line,
+                             fix="raise --max-length (memory permitting) or shorten the document")
+        examples.append((ids, lab))
+    if not examples:
+        raise BerdsError("every question was held out for validation — lower --dev-share or label more questions")
+
+    model, losses, tokens, seconds = lora_train(model, examples, settings, pad_id=tokenizer.pad_token_id,
+                                                progress=progress)
+
+    # Written next to the output, then moved into place: the folder appears complete or not at all.
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = out.parent / f".{out.name}.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    result = TrainResult(
+        out=str(out), base=base, labels_source=source, train_pairs=len(train_rows),
+        train_questions=len({labelled.pairs[i].question for i in train_rows}), dev_pairs=len(dev_rows),
+        dev_questions=len(dev_questions), steps=len(losses), tokens=tokens, seconds=round(seconds, 2), losses=losses,
+    )
+    manifest = {"kind": "berds judge train", "base": base, "labels": {"path": labelled.path,
+                                                                       "sha256": labelled.sha256},
+                "targets": source, "prompt": prompt, "settings": asdict(settings),
+                "dev_questions": sorted(dev_questions)}
+    (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    del model, loader  # free the training copy before the judge loads the saved folder
+    if str(settings.device or "").startswith("cuda") or torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    if out.exists():
+        shutil.rmtree(out)
+    staging.rename(out)
+
+    # The held-out questions, judged through the path every berds judge takes.
+    judge = LLMJudge(TransformersLLM(str(out), device=settings.device, dtype=settings.dtype), prompt=prompt)
+    result.judge_id = judge.id
+    if dev_rows:
+        verdicts = judge.judge([pairs[i] for i in dev_rows])
+        groups = [labelled.pairs[i].question for i in dev_rows]
+        row = score_predictions("trained judge", [targets[i] for i in dev_rows], verdicts, judge_id=judge.id,
+                                prompt_version=judge.prompt_version, n_boot=n_boot, seed=settings.seed, groups=groups)
+        result.dev = row.to_json()
+        if from_cache:
+            result.dev_against_file = score_predictions(
+                "trained judge vs the file's labels", [gold[i] for i in dev_rows], verdicts, judge_id=judge.id,
+                prompt_version=judge.prompt_version, n_boot=n_boot, seed=settings.seed, groups=groups).to_json()
+    manifest["result"] = {k: v for k, v in result.to_json().items() if k != "losses"}
+    manifest["losses"] = losses
+    from berds.io import write_json
+
+    write_json(out / MANIFEST, manifest)
+    return result
+
+
+def lora_train(model: Any, examples: Sequence[tuple[list[int], list[int]]], settings: TrainSettings, *,
+               pad_id: int | None = None, progress: bool = False) -> tuple[Any, list[float], int, float]:
+    """Wrap ``model`` in a fresh LoRA (``settings``) and train it on ``(input_ids, labels)`` examples: AdamW,
+    linear schedule with warmup, shuffled batches of ``settings.batch_size`` (seeded), right-padded with no loss
+    on padding. Returns ``(peft model, loss per step, tokens seen, seconds)``. ``train_judge`` and
+    benchmarks/gpu_check.py (the 7B training-speed row) both call this."""
+    torch = require("torch", extra="llm", purpose="fine-tuning a judge")
+    peft = require("peft", extra="llm", purpose="LoRA fine-tuning")
+    transformers = require("transformers", extra="llm", purpose="fine-tuning a judge")
+    torch.manual_seed(settings.seed)
+    targets = [m for m in settings.target_modules if _has_module(model, m)]
+    if not targets:
+        raise BerdsError(f"none of the projections {', '.join(settings.target_modules)} exist in this model")
+    config = peft.LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
+                             target_modules=targets, task_type="CAUSAL_LM")
+    model.train()
+    if settings.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.enable_input_require_grads()
+    model = peft.get_peft_model(model, config)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    per_epoch = math.ceil(len(examples) / settings.batch_size)
+    total = max(1, math.ceil(per_epoch * settings.epochs))
+    if settings.max_steps:
+        total = min(total, settings.max_steps)
+    optimizer = torch.optim.AdamW(trainable, lr=settings.learning_rate, weight_decay=settings.weight_decay)
+    schedule = transformers.get_linear_schedule_with_warmup(optimizer, int(settings.warmup_ratio * total), total)
+    rng = random.Random(settings.seed)
+    pad = pad_id if pad_id is not None else 0
+    losses: list[float] = []
+    tokens = 0
+    on_gpu = str(model.device).startswith("cuda")
+    started = time.perf_counter()
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("training"), BarColumn(bar_width=20), MofNCompleteColumn(),
+                  TextColumn("loss {task.fields[loss]}"), TimeRemainingColumn(), disable=not progress) as bar:
+        task = bar.add_task("train", total=total, loss="-")
+        step = 0
+        while step < total:
+            order = list(range(len(examples)))
+            rng.shuffle(order)
+            for begin in range(0, len(order), settings.batch_size):
+                if step >= total:
+                    break
+                batch = [examples[j] for j in order[begin:begin + settings.batch_size]]
+                width = max(len(ids) for ids, _ in batch)
+                # right padding: positions count from each example's first token; padded slots carry no loss
+                input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in batch])
+                target = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in batch])
+                mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in batch])
+                loss = model(input_ids=input_ids.to(model.device), attention_mask=mask.to(model.device),
+                             labels=target.to(model.device)).loss
+                loss.backward()
+                optimizer.step()
+                schedule.step()
+                optimizer.zero_grad(set_to_none=True)
+                losses.append(float(loss.detach()))  # (a sync per step: the bar shows the loss)
+                tokens += int(mask.sum())
+                step += 1
+                bar.update(task, advance=1, loss=f"{losses[-1]:.3f}")
+    if on_gpu:
+        torch.cuda.synchronize()
+    return model, losses, tokens, time.perf_counter() - started
+
+
+def _has_module(model: Any, suffix: str) -> bool:
+    return any(name.split(".")[-1] == suffix for name, _ in model.named_modules())
+
+
+def result_table(result: TrainResult) -> Any:
+    """The summary table (fits 80 columns)."""
+    from rich.table import Table
+
+    table = Table(title=f"judge train -> {result.out}", title_justify="left")
+    table.add_column("what")
+    table.add_column("value", overflow="fold")
+    table.add_row("labels", result.labels_source)
+    table.add_row("train", f"{result.train_pairs} pairs, {result.train_questions} questions")
+    table.add_row("held out", f"{result.dev_pairs} pairs, {result.dev_questions} questions (question-disjoint)")
+    rate = result.tokens / result.seconds if result.seconds else float("nan")
+    table.add_row("steps", f"{result.steps} ({result.tokens} tokens, {result.seconds:.1f} s, {rate:.0f} tokens/s)")
+    if result.losses:
+        table.add_row("loss", f"{result.losses[0]:.3f} first, {result.losses[-1]:.3f} last")
+    for title, row in (("held-out F1", result.dev), ("vs file labels", result.dev_against_file)):
+        if not row:
+            continue
+        m, ci = row["metrics"], row["ci95"]
+        f1 = f"F1 {100 * m['f1']:.1f} [{100 * ci['f1'][0]:.1f}, {100 * ci['f1'][1]:.1f}]" if "f1" in ci else \
+            f"F1 {100 * m['f1']:.1f}"
+        acc = f"acc {100 * m['accuracy']:.1f}"
+        if "accuracy" in ci:
+            acc += f" [{100 * ci['accuracy'][0]:.1f}, {100 * ci['accuracy'][1]:.1f}]"
+        table.add_row(title, f"{f1}, {acc}, n={row['n']}")
+    table.add_row("judge", f"--judge transformers:{result.out}")
+    return table

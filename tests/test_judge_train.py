@@ -1,0 +1,168 @@
+"""``berds judge train``: a LoRA perspective detector fine-tuned the study's way, on a tiny random Mistral on CPU,
+then loaded back as a judge by its folder (``transformers:DIR``) and used like any other."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llm_fixtures import tiny_mistral  # noqa: F401
+
+pytest.importorskip("peft")
+
+WORDS = "cities bike lanes safer streets shops sales vaccines work taxes school uniforms help students".split()
+
+
+def write_labels(path, label: int, questions: int = 4, per_question: int = 4):
+    rows = ["question\tid\tdocument\tperspective\tlabel"]
+    for q in range(questions):
+        for d in range(per_question):
+            doc = " ".join(WORDS[(q + d + k) % len(WORDS)] for k in range(6))
+            rows.append(f"Question {q}?\tq{q}\t{doc}\t{WORDS[q]} are safer\t{label}")
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def cli(capsys, monkeypatch, *args):
+    from berds.cli import main
+
+    monkeypatch.setenv("COLUMNS", "100")
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code or 0
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_an_example_is_the_judges_prompt_then_the_answer_with_loss_on_the_answer_only(tiny_mistral):
+    from berds.judges.llm_judge import LLMJudge
+    from berds.llm.shared import prompt_token_ids
+    from berds.llm.transformers_backend import TransformersLLM
+    from berds.trust.training import training_example
+    from berds.types import JudgePair
+
+    llm = TransformersLLM(str(tiny_mistral), device="cpu").load()
+    messages = LLMJudge(llm).render(JudgePair("bike lanes are safer", "Cities that built bike lanes"))
+    assert [m["role"] for m in messages] == ["user"]  # the system turn dropped for Mistral, as at evaluation
+    ids, labels = training_example(llm.tokenizer, messages, "Yes")
+    prompt = prompt_token_ids(llm.tokenizer, messages)
+    assert ids[:len(prompt)] == prompt and labels[:len(prompt)] == [-100] * len(prompt)
+    answer = ids[len(prompt):]
+    assert labels[len(prompt):] == answer and answer[-1] == llm.tokenizer.eos_token_id
+    assert llm.tokenizer.decode(answer, skip_special_tokens=True).strip() == "Yes"
+
+
+def test_question_split_is_seeded_disjoint_and_independent_of_row_order():
+    from berds.trust.training import question_split
+
+    questions = [f"q{i}" for i in range(10)] * 3
+    held = question_split(questions, 0.2, seed=1)
+    assert len(held) == 2 and held == question_split(list(reversed(questions)), 0.2, seed=1)
+    assert question_split(questions, 0.0, seed=1) == set()
+    assert len(question_split(["a", "b"], 0.9, seed=0)) == 1  # one question always left to train on
+
+
+@pytest.mark.slow
+def test_train_on_labels_reload_as_a_judge_and_validate(tiny_mistral, tmp_path, capsys, monkeypatch):
+    """Every pair labelled Yes, a high learning rate and a few dozen steps: the trained judge must answer Yes,
+    where the random base model does not."""
+    from berds.judges.catalogue import load_judge
+    from berds.trust.labels import read_labelled_pairs
+
+    labels = write_labels(tmp_path / "labels.tsv", 1)
+    pairs = read_labelled_pairs(labels).judge_pairs()
+    base_texts = [v.raw for v in load_judge(f"transformers:{tiny_mistral}", device="cpu").judge(pairs)]
+    assert not all(t == "Yes" for t in base_texts)
+    out = tmp_path / "trained"
+    code, stdout, err = cli(capsys, monkeypatch, "judge", "train", "--labels", str(labels), "--base", str(tiny_mistral),
+                            "--out", str(out), "--learning-rate", "0.02", "--epochs", "20", "--batch-size", "4",
+                            "--max-steps", "40", "--lora-r", "4", "--device", "cpu", "--quiet")
+    assert code == 0, err
+    assert "12 pairs, 3 questions" in stdout and "4 pairs, 1 questions (question-disjoint)" in stdout
+    assert "F1 100.0" in stdout and "n=4" in stdout
+    assert (out / "adapter_config.json").is_file() and not (tmp_path / ".trained.partial").exists()
+    manifest = json.loads((out / "berds-training.json").read_text())
+    assert manifest["settings"]["lora_alpha"] == 16 and manifest["result"]["steps"] == 40
+    assert set(manifest["settings"]["target_modules"]) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                           "up_proj", "down_proj"}
+    assert manifest["losses"][-1] < manifest["losses"][0]
+    adapter_config = json.loads((out / "adapter_config.json").read_text())
+    assert adapter_config["r"] == 4 and set(adapter_config["target_modules"]) == set(manifest["settings"]["target_modules"])
+    # by its folder alone: the base it names, with it as the adapter
+    judge = load_judge(f"transformers:{out}", device="cpu")
+    assert judge.llm.adapter == str(out) and judge.llm.model_name == str(tiny_mistral.resolve())
+    verdicts = judge.judge(pairs)
+    assert all(v.label for v in verdicts), [v.raw for v in verdicts]
+    # and validated like any other judge
+    code, stdout, err = cli(capsys, monkeypatch, "judge", "validate", "--labels", str(labels), "--judge",
+                            f"transformers:{out}", "-o", "device=cpu", "--no-cache", "--bootstrap", "0", "--quiet")
+    assert code == 0, err
+    assert "16 labelled pairs" in stdout
+    # an existing folder is not overwritten by accident
+    code, _, err = cli(capsys, monkeypatch, "judge", "train", "--labels", str(labels), "--base", str(tiny_mistral),
+                       "--out", str(out), "--max-steps", "1", "--device", "cpu", "--quiet")
+    assert code == 2 and "exists and is not empty" in err
+
+
+@pytest.mark.slow
+def test_distillation_trains_on_the_teachers_cached_verdicts_not_the_files_labels(tiny_mistral, tmp_path):
+    from berds.errors import BerdsError, InputError
+    from berds.evaluate.cache import JudgementCache
+    from berds.trust.labels import read_labelled_pairs
+    from berds.trust.training import TrainSettings, train_judge
+    from berds.types import Verdict
+
+    labels = write_labels(tmp_path / "labels.tsv", 0)  # the humans said No everywhere
+    labelled = read_labelled_pairs(labels)
+    cache_path = tmp_path / "cache.sqlite"
+    settings = TrainSettings(learning_rate=0.02, epochs=20, batch_size=4, max_steps=40, lora_r=4, device="cpu")
+    with JudgementCache(cache_path) as cache:  # the teacher (say GPT-4) said Yes, but only to some pairs so far
+        cache.put_many("openai:gpt-4|parse=berds-study", "zero-shot-v1", labelled.judge_pairs()[:10],
+                       [Verdict(label=True, p_yes=None, raw="Yes")] * 10)
+    with pytest.raises(InputError, match=r"6 of 16 pairs have no verdict of 'openai:gpt-4\|parse=berds-study'"):
+        train_judge(labels, str(tiny_mistral), tmp_path / "a", settings=settings,
+                    from_cache="openai:gpt-4|parse=berds-study", cache_path=str(cache_path), progress=False)
+    with pytest.raises(BerdsError, match="no verdicts of judge 'gpt-5'"):
+        train_judge(labels, str(tiny_mistral), tmp_path / "a", settings=settings, from_cache="gpt-5",
+                    cache_path=str(cache_path), progress=False)
+    with JudgementCache(cache_path) as cache:
+        cache.put_many("openai:gpt-4|parse=berds-study", "zero-shot-v1", labelled.judge_pairs()[10:],
+                       [Verdict(label=True, p_yes=None, raw="Yes")] * 6)
+    result = train_judge(labels, str(tiny_mistral), tmp_path / "b", settings=settings,
+                         from_cache="openai:gpt-4|parse=berds-study", cache_path=str(cache_path), progress=False,
+                         n_boot=0)
+    assert result.labels_source == "cache:openai:gpt-4|parse=berds-study|zero-shot-v1"
+    assert result.dev["metrics"]["accuracy"] == 1.0  # it learnt the teacher's Yes ...
+    assert result.dev_against_file["metrics"]["accuracy"] == 0.0  # ... which the file's labels call wrong
+
+
+def test_an_adapter_folder_without_its_base_named_is_one_clear_error(tmp_path):
+    from berds.errors import BerdsError
+    from berds.llm.transformers_backend import TransformersLLM
+
+    folder = tmp_path / "adapter"
+    folder.mkdir()
+    (folder / "adapter_config.json").write_text('{"r": 4, "peft_type": "LORA"}')
+    with pytest.raises(BerdsError, match=r"names no base_model_name_or_path — load it as transformers:BASE -o adapter="):
+        TransformersLLM(str(folder))
+    (folder / "adapter_config.json").write_text("{not json")
+    with pytest.raises(BerdsError, match="not a readable adapter config"):
+        TransformersLLM(str(folder))
+
+
+def test_bad_training_settings_are_refused_before_any_model_loads(tmp_path):
+    from berds.errors import BerdsError
+    from berds.trust.training import TrainSettings, train_judge
+
+    labels = write_labels(tmp_path / "labels.tsv", 1)
+    for bad, message in ((TrainSettings(dev_share=1.0), "dev share must be in"),
+                         (TrainSettings(learning_rate=0.0), "learning_rate must be > 0"),
+                         (TrainSettings(lora_r=0), "lora_r must be a positive integer")):
+        with pytest.raises(BerdsError, match=message):
+            train_judge(labels, "/nonexistent/base", tmp_path / "out", settings=bad, progress=False)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(BerdsError, match="is a file"):
+        train_judge(labels, "/nonexistent/base", tmp_path / "file", progress=False)
