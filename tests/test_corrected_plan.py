@@ -74,3 +74,22 @@ def test_label_plan_command(tmp_path):
 
     with pytest.raises(BerdsError, match="berds eval"):
         plan_labels(other, JUDGE, labels, target_width=20, cache_path=tmp_path / "empty.sqlite")
+
+
+def test_plan_table_keeps_the_metric_name_in_80_columns_and_gives_sds_in_points():
+    """Three-digit widths and N used to squeeze the metric column to "MRecall…" in 80 columns, and the SDs were
+    fractions (0.577) beside widths in points (83.3)."""
+    import io
+
+    from rich.console import Console
+
+    from berds.trust.ppi import PlanRow, plan_table
+
+    rows = [PlanRow("mrecall@10", 40, 802, 0.5774, 0.5, 120, 133, 0.833),
+            PlanRow("precision@10", 40, 802, 0.342, 0.379, 45, 52, 0.644)]
+    buf = io.StringIO()
+    Console(file=buf, width=80).print(plan_table(rows, target_width=10))
+    text = buf.getvalue()
+    assert "MRecall@10" in text and "Prec@10" in text and "…" not in text
+    assert "57.7" in text and "37.9" in text and "0.577" not in text
+    assert all(len(line) <= 80 for line in text.splitlines())

@@ -732,15 +732,18 @@ def plan_table(rows: Sequence[PlanRow], *, target_width: float) -> Any:
     from rich.table import Table
 
     table = Table(title=f"questions to label for a 95% interval {target_width:g} points wide",
-                  caption="from the pilot's spread of human − judged (PPI) and of human values (labels only); "
-                          "a pilot with no disagreement plans too few — label more than it says")
+                  caption="from the pilot's spread of human − judged (PPI) and of human values (labels only), "
+                          "in points like the widths; a pilot with no disagreement plans too few — label more "
+                          "than it says")
     for col in ("metric", "pilot n", "width now", "SD human − judged", "SD human", "n PPI", "n labels only", "N"):
-        table.add_column(col, justify="left" if col == "metric" else "right")
+        # the metric is never cut to "MRecall…" in 80 columns: the other headers wrap instead
+        table.add_column(col, justify="left" if col == "metric" else "right", no_wrap=col == "metric",
+                         min_width=11 if col == "metric" else None)
     for r in rows:
         metric = r.metric.replace("mrecall", "MRecall").replace("precision", "Prec")
         table.add_row(metric, str(r.pilot), "-" if r.width_now is None else f"{100 * r.width_now:.1f}",
-                      "-" if r.s_rectifier != r.s_rectifier else f"{r.s_rectifier:.3f}",
-                      "-" if r.s_human != r.s_human else f"{r.s_human:.3f}",
+                      "-" if r.s_rectifier != r.s_rectifier else f"{100 * r.s_rectifier:.1f}",
+                      "-" if r.s_human != r.s_human else f"{100 * r.s_human:.1f}",
                       _needed(r.n_ppi, r), _needed(r.n_labels_only, r), str(r.N))
     return table
 
