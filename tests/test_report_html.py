@@ -119,13 +119,19 @@ def test_in_headless_chromium(report, tmp_path):
             from berds.evaluate.report_html import render_html
 
             for i, run in enumerate(data["runs"]):
-                run["corrected"] = {"MRecall@5": {"mean": 0.1 + 0.3 * i, "low": 0.05, "high": 0.9, "n": 12}}
+                run["corrected"] = {m: {"mean": 0.1 + 0.3 * i, "low": 0.05, "high": 0.9, "n": 4}
+                                    for m in ("MRecall@5", "MRecall@10", "Precision@5", "Precision@10")}
             (tmp_path / "corrected.html").write_text(render_html(data), encoding="utf-8")
+            page.set_viewport_size({"width": 1280, "height": 720})
             page.goto((tmp_path / "corrected.html").as_uri())
             page.wait_for_selector("body[data-ready='1']", timeout=10_000)
             page.click("#board th[data-col='corrected:MRecall@5']")
             assert order() == [r["label"] for r in reversed(data["runs"])]
-            assert "40.0" in page.inner_text("#board")
+            # each corrected estimate says how many labelled questions it rests on (4 here, of the run's 12)
+            cell = page.locator("#board tbody tr").first.locator("td").nth(3).inner_text()
+            assert cell.startswith("40.0") and cell.endswith("n=4"), cell
+            # ten columns scroll inside the leaderboard's box; the page itself is no wider than the window
+            assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
             assert not errors, errors
         finally:
             context.close()

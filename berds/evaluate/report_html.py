@@ -162,9 +162,9 @@ def tradeoff_svg(data: Mapping[str, Any], width: int = 560, height: int = 380) -
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1200px;padding:0 1em;color:#222}
 h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em}
-table.board{border-collapse:collapse;font-size:.92em}
+.board-box{overflow-x:auto;max-width:100%}table.board{border-collapse:collapse;font-size:.92em}
 table.board th,table.board td{border-bottom:1px solid #ddd;padding:.3em .6em;text-align:right;white-space:nowrap}
-table.board th{cursor:pointer;background:#f0f0f0;user-select:none}
+table.board th{cursor:pointer;background:#f0f0f0;user-select:none;white-space:normal;vertical-align:bottom}
 table.board th:first-child,table.board td:first-child{text-align:left}
 table.board th[aria-sort=ascending]::after{content:" \\25B2"}table.board th[aria-sort=descending]::after{content:" \\25BC"}
 .ci{color:#777;font-size:.85em}.warn{background:#fff4d6;padding:.5em;border-left:4px solid #e0a800}
@@ -208,8 +208,9 @@ function buildBoard() {
       if (hasCorrected) {
         const c = r.corrected && r.corrected[m];
         tr.dataset["c_" + m] = c ? c.mean : "";
+        // n = the labelled questions the estimate rests on (often far fewer than the run's n)
         tr.append(el("td", {}, c ? pct(c.mean) + " " : "n/a",
-                     c ? el("span", {class: "ci"}, "[" + pct(c.low) + ", " + pct(c.high) + "]") : ""));
+                     c ? el("span", {class: "ci"}, "[" + pct(c.low) + ", " + pct(c.high) + "] n=" + c.n) : ""));
       }
     }
     table.tBodies[0].append(tr);
@@ -318,7 +319,8 @@ def render_html(data: Mapping[str, Any]) -> str:
     payload = json.dumps(data, ensure_ascii=False, allow_nan=False, default=_no_nan).replace("<", "\\u003c")
     e = html.escape
     warning = f'<p class="warn">{e(data["warning"])}</p>' if data.get("warning") else ""
-    corrected = ("Corrected columns: estimates corrected for the judge's errors, where labels were given."
+    corrected = ("Corrected columns: estimates corrected for the judge's errors by human labels, with their 95% "
+                 "interval and n = the labelled questions they rest on."
                  if any(r.get("corrected") for r in data["runs"]) else "")
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -334,7 +336,8 @@ def render_html(data: Mapping[str, Any]) -> str:
         "<h2>Leaderboard</h2>"
         f"<p>Values in %, with {e(data['interval'])} in brackets; n = questions. Click a column to sort. "
         f"{corrected}</p>"
-        '<table class="board" id="board"><thead></thead><tbody></tbody></table>'
+        # (a wide leaderboard, e.g. corrected columns at two k, scrolls in its box instead of widening the page)
+        '<div class="board-box"><table class="board" id="board"><thead></thead><tbody></tbody></table></div>'
         "<h2>MRecall–Precision trade-off</h2>"
         f"{tradeoff_svg(data)}"
         "<h2>Questions</h2>"
