@@ -68,6 +68,9 @@ def test_label_by_keyboard_resume_two_annotators_and_kill(tmp_path, browser):
     proc, url = start_server(tmp_path / "task")
     try:
         alice = browser.new_context().new_page()
+        errors: list[str] = []  # e.g. the browser's favicon request answered 404
+        alice.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        alice.on("pageerror", lambda e: errors.append(str(e)))
         alice.goto(url)
         alice.fill("#name-input", "alice")
         alice.click("#name-ok")
@@ -100,6 +103,7 @@ def test_label_by_keyboard_resume_two_annotators_and_kill(tmp_path, browser):
         wait_progress(alice, f"10 of {n} labelled by you")
         assert alice.is_hidden("#name-form")
         assert alice.inner_text("#passage") == task.pairs[10]["document"]
+        assert not errors, errors
 
         bob = browser.new_context().new_page()  # another profile: another annotator, at the same time
         bob.goto(url)

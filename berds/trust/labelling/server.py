@@ -170,7 +170,10 @@ def build_app(task: LabelTask, store: LabelStore, *, hosts: list[str] | None = N
             return {**payload, "undone": undone}
         return await handle(request, work)
 
-    routes = [Route(path, page) for path in pages]
+    async def no_icon(request: Request) -> Any:
+        return Response(status_code=204)  # (a 404 for the browser's own favicon request is a console error)
+
+    routes = [Route(path, page) for path in pages] + [Route("/favicon.ico", no_icon)]
     routes += [Route("/api/task", task_info), Route("/api/next", next_), Route("/api/label", label, methods=["POST"]),
                Route("/api/undo", undo, methods=["POST"])]
     return Starlette(routes=routes, middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts or ["*"])])
