@@ -212,6 +212,16 @@ def test_report_labels_writes_corrected_tables(setup):
     assert saved[0]["estimates"]["all"]["mrecall@5"]["ppi"]["n"] == 3
     csv = (tmp / "report" / "corrected.csv").read_text().splitlines()
     assert csv[0].startswith("run,metric,set,judged,PPI") and len(csv) == 1 + 2 * 4  # 2 metrics x all/2 sets/macro
+    # report.md, the report itself, shows them (it used to name only the judged figures)
+    md = (tmp / "report" / "report.md").read_text()
+    assert "## Corrected estimates" in md and "[corrected.csv](corrected.csv)" in md
+    assert "| tiny | mrecall@5 | all | " in md
+    # the same report made again without --labels takes its corrected tables away (they no longer belong to it)
+    code, out, err = cli("report", folder, "--judge", JUDGE, "--k", "5", "--out", tmp / "report", "--cache",
+                         tmp / "c.sqlite", "-q")
+    assert code == 0, (out, err)
+    assert not any((tmp / "report" / f"corrected.{ext}").exists() for ext in ("json", "md", "csv"))
+    assert "Corrected" not in (tmp / "report" / "report.md").read_text()
     code, _, err = cli("report", "--out", tmp / "r2", "--labels", labels)
     assert code == 2 and "name the runs" in err
 

@@ -844,6 +844,20 @@ def print_corrected_runs(corrected: Sequence[Corrected], *, console: Any = None,
         write_corrected(corrected, out)
 
 
+def corrected_section(corrected: Sequence[Corrected], out: Any) -> tuple[dict[str, Any], list[str]]:
+    """``write_corrected`` into ``out`` and the lines ``report.md`` shows them with (``build_report(extra=)``)."""
+    from berds.evaluate.report import markdown_table
+
+    files = write_corrected(corrected, out)
+    header, rows = corrected_csv(corrected)
+    return files, ["## Corrected estimates (human labels)", "",
+                   "The judged metrics corrected by human labels on a random sample of whole questions "
+                   "(prediction-powered: judged mean + mean of human − judged over the n labelled questions; "
+                   "labels only: mean of the human values), in %, with 95% intervals; n labelled of N questions. "
+                   "Also in [corrected.csv](corrected.csv) and [corrected.json](corrected.json).", "",
+                   markdown_table(header, rows)]
+
+
 def write_corrected(corrected: Sequence[Corrected], out: Any) -> dict[str, Any]:
     """``corrected.json`` (every estimate, the labels used, the partly labelled questions) and
     ``corrected.md``/``.csv`` (the flat table) in the folder ``out``."""
