@@ -72,8 +72,9 @@ def test_label_plan_command(tmp_path):
     other = save_run(make_run(n_questions=6, depth=6, name="other"), tmp_path / "other")
     from berds.errors import BerdsError
 
-    with pytest.raises(BerdsError, match="berds eval"):
+    with pytest.raises(BerdsError, match="berds eval") as err:
         plan_labels(other, JUDGE, labels, target_width=20, cache_path=tmp_path / "empty.sqlite")
+    assert "not in the judgement cache" in str(err.value) and "--overwrite" not in str(err.value)  # (no such option)
 
 
 def test_plan_table_keeps_the_metric_name_in_80_columns_and_gives_sds_in_points():

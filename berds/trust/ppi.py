@@ -697,7 +697,9 @@ def plan_labels(run_path: Any, judge: Any, labels: Any, *, target_width: float, 
         except BerdsError as exc:
             if "not in the judgement cache" not in str(exc):
                 raise
-            raise BerdsError(f"{exc}; `berds label plan` judges nothing: run `berds eval {run_path} --judge ...` "
+            # (the evaluation's own advice, "use --overwrite only-missing", is no option of `label plan`)
+            what = str(exc).split(" and --overwrite never", 1)[0]
+            raise BerdsError(f"{what}; `berds label plan` judges nothing: run `berds eval {run_path} --judge ...` "
                              "first (with the same --cache)") from None
     corrected = corrected_metrics(run, result, labels, title_position=title_position, population=population)
     human = match_labels(run, result, labels, title_position=title_position)
