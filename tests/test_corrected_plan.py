@@ -44,7 +44,7 @@ def test_label_plan_command(tmp_path):
     run = make_run(n_questions=6, depth=6, name="tiny")
     folder = save_run(run, tmp_path / "tiny")
     cache = tmp_path / "c.sqlite"
-    evaluate_paths([folder], JUDGE, ks=(5,), progress=False, cache_path=cache)
+    evaluate_paths([folder], JUDGE, ks=(5, 6), progress=False, cache_path=cache)
     labels = tmp_path / "pilot.tsv"
     from dataclasses import replace
 
@@ -66,7 +66,13 @@ def test_label_plan_command(tmp_path):
                                       "--judge", JUDGE, "--cache", str(cache)], env={"COLUMNS": "80"})
     assert result.exit_code == 0, (result.output, result.exception)
     assert "questions to label" in result.output and "MRecall@5" in result.output
-    assert all(len(line) <= 80 for line in result.output.splitlines())
+    # at k=6 no pilot question is labelled whole: the row of dashes comes with a note saying why
+    result = CliRunner().invoke(app, ["label", "plan", str(folder), "--labels", str(labels), "--target-width", "20",
+                                      "--judge", JUDGE, "--cache", str(cache), "--k", "5,6"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "mrecall@6: 0 question(s) of the pilot are labelled whole" in " ".join(result.stderr.split())
+    assert "mrecall@5:" not in result.stderr
+    assert all(len(line) <= 80 for line in result.stdout.splitlines())  # (the table; notes are one line each)
 
     # nothing is judged: a run the cache has no verdicts for is refused with what to run
     other = save_run(make_run(n_questions=6, depth=6, name="other"), tmp_path / "other")
