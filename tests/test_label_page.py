@@ -119,6 +119,11 @@ def test_label_by_keyboard_resume_two_annotators_and_kill(tmp_path, browser):
 
         proc.send_signal(signal.SIGKILL)  # no chance to flush anything: every answer was committed already
         proc.wait(timeout=10)
+        alice.keyboard.press("Y")  # the server is gone: the page says the answer was not saved, and why
+        alice.wait_for_selector("#error", state="visible")
+        assert alice.inner_text("#error").startswith("Not saved: the labelling server does not answer")
+        assert progress(alice) == f"13 of {n} labelled by you"
+        errors.clear()  # (the refused connection is a console error, as it should be)
         port = int(url.rsplit(":", 1)[1].strip("/"))
         proc, url = start_server(tmp_path / "task", port=port)  # the same origin: the page keeps its name
         alice.reload()
