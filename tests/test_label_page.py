@@ -166,3 +166,30 @@ def test_label_by_keyboard_resume_two_annotators_and_kill(tmp_path, browser):
 
     verdicts = OverlapJudge().judge(labelled.judge_pairs())
     assert [int(v.label) for v in verdicts] == [int(p.extra["judge_label"]) for p in labelled]
+
+
+def test_the_all_labelled_card_lines_up_with_the_page(tmp_path, browser):
+    """Once every pair is answered the page shows a card in place of the pair's cards: it used to stick out 1em on
+    each side of them, with its button on its bottom border."""
+    evaluated_run(tmp_path / "run")
+    task, _ = sample_task([tmp_path / "run"], questions=1, seed=0, k=1, out=tmp_path / "task")
+    proc, url = start_server(tmp_path / "task")
+    try:
+        page = browser.new_context(viewport={"width": 1280, "height": 720}).new_page()
+        page.goto(url)
+        page.fill("#name-input", "alice")
+        page.click("#name-ok")
+        wait_progress(page, f"0 of {len(task.pairs)} labelled by you")
+        cards = page.locator("#question-box").bounding_box()
+        for i in range(1, len(task.pairs) + 1):
+            page.keyboard.press("Y")
+            if i < len(task.pairs):
+                wait_progress(page, f"{i} of {len(task.pairs)} labelled by you")
+        page.wait_for_selector("#done", state="visible")
+        done = page.locator("#done").bounding_box()
+        button = page.locator("#done-undo").bounding_box()
+        assert abs(done["x"] - cards["x"]) < 1 and abs(done["width"] - cards["width"]) < 1, (done, cards)
+        assert done["y"] + done["height"] - (button["y"] + button["height"]) >= 8  # room under the button
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=15)
