@@ -174,3 +174,21 @@ def test_corrected_estimates_and_hostile_text_in_the_data_model(tmp_path):
 def page_json_text(page: str) -> dict:
     found = re.search(r'<script type="application/json" id="berds-data">(.*?)</script>', page, re.S)
     return json.loads(found.group(1))
+
+
+def test_the_plot_legend_names_long_runs_in_full():
+    """Run names cut to 18 characters made "kialo-wiki-contriever-exp" and "kialo-wiki-contriever-mmr" one name."""
+    from berds.evaluate.report_html import tradeoff_svg
+
+    point = {"mean": 0.5, "low": 0.4, "high": 0.6, "n": 10}
+    names = ["kialo-wiki-contriever-exp", "kialo-wiki-contriever-mmr", "bm25"]
+    svg = tradeoff_svg({"ks": [5], "runs": [{"label": n, "metrics": {"MRecall@5": point, "Precision@5": point}}
+                                           for n in names]})
+    legend = re.findall(r'<text x="([\d.]+)" y="[\d.]+">([^<]+)</text>', svg)
+    shown = {text: float(x) for x, text in legend}
+    assert all(n in shown for n in names), shown
+    width = float(re.search(r'<svg [^>]*width="(\d+)"', svg).group(1))
+    assert shown[names[0]] + 6.5 * len(names[0]) <= width  # the longest name fits inside the plot
+    # short names keep the plot at its usual size
+    assert 'width="560"' in tradeoff_svg({"ks": [5], "runs": [{"label": "bm25", "metrics": {
+        "MRecall@5": point, "Precision@5": point}}]})

@@ -110,6 +110,12 @@ def tradeoff_svg(data: Mapping[str, Any], width: int = 560, height: int = 380) -
     """MRecall@k (x) against Precision@k (y), one colour per run, one point per k joined in k order, with each
     point's intervals as whiskers. Axes in %, 0 to 100."""
     left, right, top, bottom = 56, 150, 16, 44
+    # the legend names every run in full (cut to 18 characters, "kialo-wiki-contriever-exp" and "...-mmr" were
+    # one name): the plot widens to fit the longest (about 6.5 px a character at font-size 11)
+    longest = max((len(r["label"]) for r in data["runs"]), default=0)
+    extra = max(0, round(26 + 6.5 * longest + 8) - right)
+    right += extra
+    width += extra
     pw, ph = width - left - right, height - top - bottom
 
     def x(v: float) -> float:
@@ -152,7 +158,7 @@ def tradeoff_svg(data: Mapping[str, Any], width: int = 560, height: int = 380) -
                          + " ".join(f"{a:.1f},{b:.1f}" for a, b in points) + '"/>')
         ly = top + 14 + 16 * i
         parts.append(f'<rect x="{left + pw + 12}" y="{ly - 9}" width="10" height="10" fill="{colour}"/>'
-                     f'<text x="{left + pw + 26}" y="{ly}">{html.escape(run["label"][:18])}</text>')
+                     f'<text x="{left + pw + 26}" y="{ly}">{html.escape(run["label"])}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
