@@ -194,6 +194,12 @@ def test_compare_labels_gives_each_run_and_the_paired_difference(setup):
                                                      - by_run["tiny"][metric]["ppi"]["value"])
         assert diff["judged"] == pytest.approx(by_run["reversed"][metric]["judged"] - by_run["tiny"][metric]["judged"])
         assert diff["ppi"]["n"] == 4 and -1 <= diff["ppi"]["ci95"][0] <= diff["ppi"]["ci95"][1] <= 1
+    # the same comparison again into the same folder without --labels: no stale corrected tables beside it
+    code, out, err = cli("compare", folder, other_folder, "--judge", JUDGE, "--k", "5", "--cache", tmp / "c.sqlite",
+                         "-q", "--out", tmp / "cmp", "--resamples", "200")
+    assert code == 0, (out, err)
+    assert (tmp / "cmp" / "compare.json").exists()
+    assert not any((tmp / "cmp" / f"corrected.{ext}").exists() for ext in ("json", "md", "csv"))
 
 
 def test_report_labels_writes_corrected_tables(setup):
