@@ -56,6 +56,12 @@ def progress(page) -> str:
     return page.inner_text("#progress")
 
 
+def shown(page) -> str:
+    """The passage as the judge read it, from the page: the text, then the title the page shows above it."""
+    body = page.inner_text("#passage")
+    return body + " " + page.inner_text("#passage-title") if page.is_visible("#passage-title") else body
+
+
 def wait_progress(page, text: str) -> None:
     page.wait_for_function("t => document.getElementById('progress').textContent === t", arg=text, timeout=10_000)
 
@@ -75,7 +81,11 @@ def test_label_by_keyboard_resume_two_annotators_and_kill(tmp_path, browser):
         alice.fill("#name-input", "alice")
         alice.click("#name-ok")
         wait_progress(alice, f"0 of {n} labelled by you")
-        assert alice.inner_text("#passage") == task.pairs[0]["document"]
+        assert shown(alice) == task.pairs[0]["document"]
+        # the title stands apart above the text (glued to its end, it read as the last sentence's words)
+        title = task.pairs[0]["title"]
+        assert title and alice.inner_text("#passage-title") == title
+        assert not alice.inner_text("#passage").endswith(title)
         assert alice.is_hidden("#judge")  # the judge's verdict is hidden unless asked
         answers = "yynynnyyny"
         for i, key in enumerate(answers, start=1):
@@ -83,13 +93,13 @@ def test_label_by_keyboard_resume_two_annotators_and_kill(tmp_path, browser):
             wait_progress(alice, f"{i} of {n} labelled by you")
         alice.keyboard.press("S")  # skip the 11th
         wait_progress(alice, f"10 of {n} labelled by you (1 skipped)")
-        assert alice.inner_text("#passage") == task.pairs[11]["document"]
+        assert shown(alice) == task.pairs[11]["document"]
         alice.keyboard.press("U")  # undo the skip: the 11th pair comes back
         wait_progress(alice, f"10 of {n} labelled by you")
-        assert alice.inner_text("#passage") == task.pairs[10]["document"]
+        assert shown(alice) == task.pairs[10]["document"]
         alice.keyboard.press("Backspace")  # undo the 10th label
         wait_progress(alice, f"9 of {n} labelled by you")
-        assert alice.inner_text("#passage") == task.pairs[9]["document"]
+        assert shown(alice) == task.pairs[9]["document"]
         alice.keyboard.press("Y")  # ... and answer it again (yes, where it was yes)
         wait_progress(alice, f"10 of {n} labelled by you")
         alice.check("#show-judge")
@@ -102,7 +112,7 @@ def test_label_by_keyboard_resume_two_annotators_and_kill(tmp_path, browser):
         alice.reload()  # the name is remembered; the page resumes at the first unlabelled pair
         wait_progress(alice, f"10 of {n} labelled by you")
         assert alice.is_hidden("#name-form")
-        assert alice.inner_text("#passage") == task.pairs[10]["document"]
+        assert shown(alice) == task.pairs[10]["document"]
         assert not errors, errors
 
         bob = browser.new_context().new_page()  # another profile: another annotator, at the same time
@@ -115,7 +125,7 @@ def test_label_by_keyboard_resume_two_annotators_and_kill(tmp_path, browser):
             alice.keyboard.press("N")
             wait_progress(bob, f"{i} of {n} labelled by you")
             wait_progress(alice, f"{10 + i} of {n} labelled by you")
-        assert bob.inner_text("#passage") == task.pairs[3]["document"]
+        assert shown(bob) == task.pairs[3]["document"]
 
         proc.send_signal(signal.SIGKILL)  # no chance to flush anything: every answer was committed already
         proc.wait(timeout=10)

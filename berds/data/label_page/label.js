@@ -43,6 +43,8 @@
     $("question").textContent = current.question;
     $("perspective").textContent = current.perspective;
     $("passage").textContent = current.passage;
+    $("passage-title").textContent = current.title || "";  // (the judge read it with the text, as one string)
+    $("passage-title").hidden = !current.title;
     $("note").textContent = current.skipped_before ? "You skipped this pair before; answer it now or skip again." : "";
     const judge = $("judge");
     judge.hidden = !current.judge;

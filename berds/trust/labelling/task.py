@@ -286,7 +286,7 @@ def sample_task(
                         record = pairs[key] = {
                             "pair": key, "qid": qid, "question": question.text, "dataset": question.dataset,
                             "perspective_index": i, "perspective": perspective, "document": document,
-                            "docid": docid, "judge_label": verdict, "sources": []}
+                            "docid": docid, "title": passage.title, "judge_label": verdict, "sources": []}
                     elif record["judge_label"] != verdict:
                         raise InputError(f"question {qid!r}: the same pair got verdict {record['judge_label']} in one "
                                          f"run and {verdict} in {name} from the same judge", path=e.folder,
