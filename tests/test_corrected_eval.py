@@ -70,6 +70,7 @@ def test_eval_labels_prints_and_writes_estimates(setup):
     assert code == 0, (out, err)
     assert "PPI" in out and "labels only" in out and "4/6" in out
     assert "q2" in err and "partly labelled" in err
+    assert "include every run you correct in `berds label sample`" in " ".join(err.split())  # why it matters
     metrics = json.loads((folder / "metrics.json").read_text())
     corrected = metrics["corrected"]
     assert corrected["partly_labelled_questions"] == {"5": ["q2"]}

@@ -530,7 +530,12 @@ def notes(corrected: Corrected) -> list[str]:
         if qids:
             out.append(f"note: {corrected.run}: {len(qids)} partly labelled question(s) left out of the k={k} "
                        f"estimates (not every top-{k} pair labelled): {', '.join(qids[:8])}"
-                       + (" ..." if len(qids) > 8 else ""))
+                       + (" ..." if len(qids) > 8 else "")
+                       # (a run left out of `label sample` loses the questions its own ranking moved off the
+                       # sampled passages: the rest are then no random sample, and the estimate may be biased)
+                       + " — the rest stand for a random sample only if these were left partly labelled by "
+                         "chance; labels sampled from other runs are not: include every run you correct in "
+                         "`berds label sample`")
     flat = sorted({r.metric for r in corrected.rows for e in (r.ppi, r.labels_only)
                    if e.width == 0 and e.n < e.N})
     if flat:
