@@ -96,6 +96,11 @@ def test_eval_labels_prints_and_writes_estimates(setup):
     # the judge's own folder has them as well
     inner = next((folder / "eval").iterdir()) / "metrics.json"
     assert json.loads(inner.read_text())["corrected"]["estimates"] == corrected["estimates"]
+    # labels of the top 5 at k=6: no question is whole there, and the note says to label deeper
+    code, out, err = cli("eval", folder, "--judge", JUDGE, "--k", "5,6", "--cache", tmp / "c.sqlite", "-q",
+                         "--labels", labels, "--out", tmp / "deeper")
+    assert code == 0, (out, err)
+    assert "none is whole at k=6: label the top 6 (`berds label sample --k 6`)" in " ".join(err.split())
 
 
 def test_labels_of_another_run_are_refused(setup, tmp_path):

@@ -533,9 +533,10 @@ def notes(corrected: Corrected) -> list[str]:
                        + (" ..." if len(qids) > 8 else "")
                        # (a run left out of `label sample` loses the questions its own ranking moved off the
                        # sampled passages: the rest are then no random sample, and the estimate may be biased)
-                       + " — the rest stand for a random sample only if these were left partly labelled by "
-                         "chance; labels sampled from other runs are not: include every run you correct in "
-                         "`berds label sample`")
+                       + (" — the rest stand for a random sample only if these were left partly labelled by "
+                          "chance; labels sampled from other runs are not: include every run you correct in "
+                          "`berds label sample`" if corrected.labelled.get(k) else
+                          f" — none is whole at k={k}: label the top {k} (`berds label sample --k {k}`)"))
     flat = sorted({r.metric for r in corrected.rows for e in (r.ppi, r.labels_only)
                    if e.width == 0 and e.n < e.N})
     if flat:
