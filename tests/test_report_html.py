@@ -192,3 +192,17 @@ def test_the_plot_legend_names_long_runs_in_full():
     # short names keep the plot at its usual size
     assert 'width="560"' in tradeoff_svg({"ks": [5], "runs": [{"label": "bm25", "metrics": {
         "MRecall@5": point, "Precision@5": point}}]})
+
+
+def test_point_labels_of_the_plot_never_overlap():
+    """Two runs at the same point wrote their "k=10" labels on top of each other ("k=10k=10")."""
+    from berds.evaluate.report_html import tradeoff_svg
+
+    point = {"mean": 0.5, "low": 0.4, "high": 0.6, "n": 10}
+    runs = [{"label": f"run{i}", "metrics": {"MRecall@10": point, "Precision@10": point}} for i in range(3)]
+    svg = tradeoff_svg({"ks": [10], "runs": runs})
+    spots = [(float(x), float(y)) for x, y in re.findall(r'<text x="([\d.]+)" y="([\d.]+)" fill="#\w+">k=10</text>', svg)]
+    assert len(spots) == 3  # three labels fit around one point
+    for i, (x1, y1) in enumerate(spots):
+        for x2, y2 in spots[i + 1:]:
+            assert abs(x1 - x2) >= 6.5 * 4 or abs(y1 - y2) >= 12, spots

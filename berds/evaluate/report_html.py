@@ -136,6 +136,18 @@ def tradeoff_svg(data: Mapping[str, Any], width: int = 560, height: int = 380) -
     parts.append(f'<text x="{left + pw / 2:.1f}" y="{height - 8}" text-anchor="middle">MRecall@k (%)</text>'
                  f'<text transform="translate(14 {top + ph / 2:.1f}) rotate(-90)" text-anchor="middle">'
                  "Precision@k (%)</text>")
+    placed: list[tuple[float, float]] = []  # the "k=…" labels drawn so far (their left, baseline)
+
+    def label_at(px: float, py: float, text: str) -> tuple[float, float] | None:
+        """Where a point's label goes: above right, else below right, else left — never over another label (two
+        runs at one point wrote "k=10k=10"); None when every place is taken (the point's tooltip still names it)."""
+        w = 6.5 * len(text)
+        for lx, ly in ((px + 6, py - 5), (px + 6, py + 14), (px - 6 - w, py - 5), (px - 6 - w, py + 14)):
+            if all(abs(lx - ox) >= w or abs(ly - oy) >= 12 for ox, oy in placed):
+                placed.append((lx, ly))
+                return lx, ly
+        return None
+
     for i, run in enumerate(data["runs"]):
         colour = PALETTE[i % len(PALETTE)]
         points = []
@@ -151,8 +163,10 @@ def tradeoff_svg(data: Mapping[str, Any], width: int = 560, height: int = 380) -
                          f'stroke="{colour}" stroke-opacity="0.6"/>'
                          f'<circle cx="{px:.1f}" cy="{py:.1f}" r="4" fill="{colour}"><title>'
                          f'{html.escape(run["label"])}, k={k}: MRecall {100 * mr["mean"]:.1f}, Precision '
-                         f'{100 * pr["mean"]:.1f}</title></circle>'
-                         f'<text x="{px + 6:.1f}" y="{py - 5:.1f}" fill="{colour}">k={k}</text>')
+                         f'{100 * pr["mean"]:.1f}</title></circle>')
+            where = label_at(px, py, f"k={k}")
+            if where is not None:
+                parts.append(f'<text x="{where[0]:.1f}" y="{where[1]:.1f}" fill="{colour}">k={k}</text>')
         if len(points) > 1:
             parts.append(f'<polyline fill="none" stroke="{colour}" points="'
                          + " ".join(f"{a:.1f},{b:.1f}" for a, b in points) + '"/>')
