@@ -70,6 +70,7 @@ def test_eval_labels_prints_and_writes_estimates(setup):
     assert code == 0, (out, err)
     assert "PPI" in out and "labels only" in out and "4/6" in out
     assert "q2" in err and "partly labelled" in err
+    assert "include every run you correct in `berds label sample`" in " ".join(err.split())  # why it matters
     metrics = json.loads((folder / "metrics.json").read_text())
     corrected = metrics["corrected"]
     assert corrected["partly_labelled_questions"] == {"5": ["q2"]}
@@ -95,6 +96,11 @@ def test_eval_labels_prints_and_writes_estimates(setup):
     # the judge's own folder has them as well
     inner = next((folder / "eval").iterdir()) / "metrics.json"
     assert json.loads(inner.read_text())["corrected"]["estimates"] == corrected["estimates"]
+    # labels of the top 5 at k=6: no question is whole there, and the note says to label deeper
+    code, out, err = cli("eval", folder, "--judge", JUDGE, "--k", "5,6", "--cache", tmp / "c.sqlite", "-q",
+                         "--labels", labels, "--out", tmp / "deeper")
+    assert code == 0, (out, err)
+    assert "none is whole at k=6: label the top 6 (`berds label sample --k 6`)" in " ".join(err.split())
 
 
 def test_labels_of_another_run_are_refused(setup, tmp_path):
@@ -194,6 +200,12 @@ def test_compare_labels_gives_each_run_and_the_paired_difference(setup):
                                                      - by_run["tiny"][metric]["ppi"]["value"])
         assert diff["judged"] == pytest.approx(by_run["reversed"][metric]["judged"] - by_run["tiny"][metric]["judged"])
         assert diff["ppi"]["n"] == 4 and -1 <= diff["ppi"]["ci95"][0] <= diff["ppi"]["ci95"][1] <= 1
+    # the same comparison again into the same folder without --labels: no stale corrected tables beside it
+    code, out, err = cli("compare", folder, other_folder, "--judge", JUDGE, "--k", "5", "--cache", tmp / "c.sqlite",
+                         "-q", "--out", tmp / "cmp", "--resamples", "200")
+    assert code == 0, (out, err)
+    assert (tmp / "cmp" / "compare.json").exists()
+    assert not any((tmp / "cmp" / f"corrected.{ext}").exists() for ext in ("json", "md", "csv"))
 
 
 def test_report_labels_writes_corrected_tables(setup):
@@ -212,6 +224,16 @@ def test_report_labels_writes_corrected_tables(setup):
     assert saved[0]["estimates"]["all"]["mrecall@5"]["ppi"]["n"] == 3
     csv = (tmp / "report" / "corrected.csv").read_text().splitlines()
     assert csv[0].startswith("run,metric,set,judged,PPI") and len(csv) == 1 + 2 * 4  # 2 metrics x all/2 sets/macro
+    # report.md, the report itself, shows them (it used to name only the judged figures)
+    md = (tmp / "report" / "report.md").read_text()
+    assert "## Corrected estimates" in md and "[corrected.csv](corrected.csv)" in md
+    assert "| tiny | mrecall@5 | all | " in md
+    # the same report made again without --labels takes its corrected tables away (they no longer belong to it)
+    code, out, err = cli("report", folder, "--judge", JUDGE, "--k", "5", "--out", tmp / "report", "--cache",
+                         tmp / "c.sqlite", "-q")
+    assert code == 0, (out, err)
+    assert not any((tmp / "report" / f"corrected.{ext}").exists() for ext in ("json", "md", "csv"))
+    assert "Corrected" not in (tmp / "report" / "report.md").read_text()
     code, _, err = cli("report", "--out", tmp / "r2", "--labels", labels)
     assert code == 2 and "name the runs" in err
 

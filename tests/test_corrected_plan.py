@@ -44,7 +44,7 @@ def test_label_plan_command(tmp_path):
     run = make_run(n_questions=6, depth=6, name="tiny")
     folder = save_run(run, tmp_path / "tiny")
     cache = tmp_path / "c.sqlite"
-    evaluate_paths([folder], JUDGE, ks=(5,), progress=False, cache_path=cache)
+    evaluate_paths([folder], JUDGE, ks=(5, 6), progress=False, cache_path=cache)
     labels = tmp_path / "pilot.tsv"
     from dataclasses import replace
 
@@ -66,11 +66,37 @@ def test_label_plan_command(tmp_path):
                                       "--judge", JUDGE, "--cache", str(cache)], env={"COLUMNS": "80"})
     assert result.exit_code == 0, (result.output, result.exception)
     assert "questions to label" in result.output and "MRecall@5" in result.output
-    assert all(len(line) <= 80 for line in result.output.splitlines())
+    # at k=6 no pilot question is labelled whole: the row of dashes comes with a note saying why
+    result = CliRunner().invoke(app, ["label", "plan", str(folder), "--labels", str(labels), "--target-width", "20",
+                                      "--judge", JUDGE, "--cache", str(cache), "--k", "5,6"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "mrecall@6: 0 question(s) of the pilot are labelled whole" in " ".join(result.stderr.split())
+    assert "mrecall@5:" not in result.stderr
+    assert all(len(line) <= 80 for line in result.stdout.splitlines())  # (the table; notes are one line each)
 
     # nothing is judged: a run the cache has no verdicts for is refused with what to run
     other = save_run(make_run(n_questions=6, depth=6, name="other"), tmp_path / "other")
     from berds.errors import BerdsError
 
-    with pytest.raises(BerdsError, match="berds eval"):
+    with pytest.raises(BerdsError, match="berds eval") as err:
         plan_labels(other, JUDGE, labels, target_width=20, cache_path=tmp_path / "empty.sqlite")
+    assert "not in the judgement cache" in str(err.value) and "--overwrite" not in str(err.value)  # (no such option)
+
+
+def test_plan_table_keeps_the_metric_name_in_80_columns_and_gives_sds_in_points():
+    """Three-digit widths and N used to squeeze the metric column to "MRecall…" in 80 columns, and the SDs were
+    fractions (0.577) beside widths in points (83.3)."""
+    import io
+
+    from rich.console import Console
+
+    from berds.trust.ppi import PlanRow, plan_table
+
+    rows = [PlanRow("mrecall@10", 40, 802, 0.5774, 0.5, 120, 133, 0.833),
+            PlanRow("precision@10", 40, 802, 0.342, 0.379, 45, 52, 0.644)]
+    buf = io.StringIO()
+    Console(file=buf, width=80).print(plan_table(rows, target_width=10))
+    text = buf.getvalue()
+    assert "MRecall@10" in text and "Prec@10" in text and "…" not in text
+    assert "57.7" in text and "37.9" in text and "0.577" not in text
+    assert all(len(line) <= 80 for line in text.splitlines())

@@ -207,9 +207,11 @@ def test_a_second_study_into_the_same_out_is_refused_or_replaces_the_first_whole
     assert {p.name for p in (out / "runs").iterdir()} == {"mmr", "dpp"}
     with pytest.raises(BerdsError, match="already holds a study"):
         study_diversify_paths(DEMO_DIR / "run.ctxs.jsonl", out, _NeverJudge(), strategies=["mmr"], **common)
+    (out / "corrected.md").write_text("the first study's corrected estimates (`--labels`)")
     study_diversify_paths(DEMO_DIR / "run.ctxs.jsonl", out, "demo-gold", strategies=["mmr"], grids={"mmr": [0.9]},
                           overwrite=True, **common)
     assert {p.name for p in (out / "runs").iterdir()} == {"mmr"}
+    assert not (out / "corrected.md").exists()  # they were not of this study's runs
 
 
 def test_study_with_allow_short_takes_a_question_that_got_no_passages(tmp_path):

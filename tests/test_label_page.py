@@ -56,6 +56,12 @@ def progress(page) -> str:
     return page.inner_text("#progress")
 
 
+def shown(page) -> str:
+    """The passage as the judge read it, from the page: the text, then the title the page shows above it."""
+    body = page.inner_text("#passage")
+    return body + " " + page.inner_text("#passage-title") if page.is_visible("#passage-title") else body
+
+
 def wait_progress(page, text: str) -> None:
     page.wait_for_function("t => document.getElementById('progress').textContent === t", arg=text, timeout=10_000)
 
@@ -68,11 +74,18 @@ def test_label_by_keyboard_resume_two_annotators_and_kill(tmp_path, browser):
     proc, url = start_server(tmp_path / "task")
     try:
         alice = browser.new_context().new_page()
+        errors: list[str] = []  # e.g. the browser's favicon request answered 404
+        alice.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        alice.on("pageerror", lambda e: errors.append(str(e)))
         alice.goto(url)
         alice.fill("#name-input", "alice")
         alice.click("#name-ok")
         wait_progress(alice, f"0 of {n} labelled by you")
-        assert alice.inner_text("#passage") == task.pairs[0]["document"]
+        assert shown(alice) == task.pairs[0]["document"]
+        # the title stands apart above the text (glued to its end, it read as the last sentence's words)
+        title = task.pairs[0]["title"]
+        assert title and alice.inner_text("#passage-title") == title
+        assert not alice.inner_text("#passage").endswith(title)
         assert alice.is_hidden("#judge")  # the judge's verdict is hidden unless asked
         answers = "yynynnyyny"
         for i, key in enumerate(answers, start=1):
@@ -80,13 +93,13 @@ def test_label_by_keyboard_resume_two_annotators_and_kill(tmp_path, browser):
             wait_progress(alice, f"{i} of {n} labelled by you")
         alice.keyboard.press("S")  # skip the 11th
         wait_progress(alice, f"10 of {n} labelled by you (1 skipped)")
-        assert alice.inner_text("#passage") == task.pairs[11]["document"]
+        assert shown(alice) == task.pairs[11]["document"]
         alice.keyboard.press("U")  # undo the skip: the 11th pair comes back
         wait_progress(alice, f"10 of {n} labelled by you")
-        assert alice.inner_text("#passage") == task.pairs[10]["document"]
+        assert shown(alice) == task.pairs[10]["document"]
         alice.keyboard.press("Backspace")  # undo the 10th label
         wait_progress(alice, f"9 of {n} labelled by you")
-        assert alice.inner_text("#passage") == task.pairs[9]["document"]
+        assert shown(alice) == task.pairs[9]["document"]
         alice.keyboard.press("Y")  # ... and answer it again (yes, where it was yes)
         wait_progress(alice, f"10 of {n} labelled by you")
         alice.check("#show-judge")
@@ -99,7 +112,8 @@ def test_label_by_keyboard_resume_two_annotators_and_kill(tmp_path, browser):
         alice.reload()  # the name is remembered; the page resumes at the first unlabelled pair
         wait_progress(alice, f"10 of {n} labelled by you")
         assert alice.is_hidden("#name-form")
-        assert alice.inner_text("#passage") == task.pairs[10]["document"]
+        assert shown(alice) == task.pairs[10]["document"]
+        assert not errors, errors
 
         bob = browser.new_context().new_page()  # another profile: another annotator, at the same time
         bob.goto(url)
@@ -111,10 +125,15 @@ def test_label_by_keyboard_resume_two_annotators_and_kill(tmp_path, browser):
             alice.keyboard.press("N")
             wait_progress(bob, f"{i} of {n} labelled by you")
             wait_progress(alice, f"{10 + i} of {n} labelled by you")
-        assert bob.inner_text("#passage") == task.pairs[3]["document"]
+        assert shown(bob) == task.pairs[3]["document"]
 
         proc.send_signal(signal.SIGKILL)  # no chance to flush anything: every answer was committed already
         proc.wait(timeout=10)
+        alice.keyboard.press("Y")  # the server is gone: the page says the answer was not saved, and why
+        alice.wait_for_selector("#error", state="visible")
+        assert alice.inner_text("#error").startswith("Not saved: the labelling server does not answer")
+        assert progress(alice) == f"13 of {n} labelled by you"
+        errors.clear()  # (the refused connection is a console error, as it should be)
         port = int(url.rsplit(":", 1)[1].strip("/"))
         proc, url = start_server(tmp_path / "task", port=port)  # the same origin: the page keeps its name
         alice.reload()
@@ -157,3 +176,30 @@ def test_label_by_keyboard_resume_two_annotators_and_kill(tmp_path, browser):
 
     verdicts = OverlapJudge().judge(labelled.judge_pairs())
     assert [int(v.label) for v in verdicts] == [int(p.extra["judge_label"]) for p in labelled]
+
+
+def test_the_all_labelled_card_lines_up_with_the_page(tmp_path, browser):
+    """Once every pair is answered the page shows a card in place of the pair's cards: it used to stick out 1em on
+    each side of them, with its button on its bottom border."""
+    evaluated_run(tmp_path / "run")
+    task, _ = sample_task([tmp_path / "run"], questions=1, seed=0, k=1, out=tmp_path / "task")
+    proc, url = start_server(tmp_path / "task")
+    try:
+        page = browser.new_context(viewport={"width": 1280, "height": 720}).new_page()
+        page.goto(url)
+        page.fill("#name-input", "alice")
+        page.click("#name-ok")
+        wait_progress(page, f"0 of {len(task.pairs)} labelled by you")
+        cards = page.locator("#question-box").bounding_box()
+        for i in range(1, len(task.pairs) + 1):
+            page.keyboard.press("Y")
+            if i < len(task.pairs):
+                wait_progress(page, f"{i} of {len(task.pairs)} labelled by you")
+        page.wait_for_selector("#done", state="visible")
+        done = page.locator("#done").bounding_box()
+        button = page.locator("#done-undo").bounding_box()
+        assert abs(done["x"] - cards["x"]) < 1 and abs(done["width"] - cards["width"]) < 1, (done, cards)
+        assert done["y"] + done["height"] - (button["y"] + button["height"]) >= 8  # room under the button
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=15)

@@ -63,3 +63,12 @@ def test_a_taken_port_is_one_line(served):
     task, server = served
     with pytest.raises(BerdsError, match=f"cannot listen on 127.0.0.1:{server.port}"):
         LabelServer(task, port=server.port)
+
+
+def test_the_title_is_split_from_the_judge_text_only_when_it_is_exactly_there():
+    from berds.trust.labelling.server import split_title
+
+    assert split_title("Some text. A title", "A title") == ("A title", "Some text.")  # after (the study's)
+    assert split_title("A title Some text.", "A title") == ("A title", "Some text.")  # --title-position before
+    assert split_title("Some text.", "A title") == ("", "Some text.")  # none: the page shows the text as is
+    assert split_title("Some text.", "") == ("", "Some text.")

@@ -75,6 +75,15 @@ def test_sample_refusals(runs, tmp_path):
     save_run(make_run(name="u"), unjudged)
     with pytest.raises(InputError, match="has not been evaluated"):
         sample_task([unjudged], questions=1, seed=0, k=3, out=tmp_path / "x")
+    # a folder of evaluations (`berds demo`'s eval/JUDGE/RUN) is not a run to `berds eval`: its evaluations are named
+    demo_like = tmp_path / "demo-out" / "eval"
+    shutil.copytree(next((runs["a"] / "eval").glob("*/judgements.jsonl")).parent, demo_like / "overlap" / "a")
+    for folder in (demo_like, demo_like / "overlap"):
+        with pytest.raises(InputError, match=r"not an evaluation but a folder of 1: .*overlap[/\\]a") as err:
+            sample_task([folder], questions=1, seed=0, k=3, out=tmp_path / "x")
+        assert "berds eval" not in str(err.value)
+    with pytest.raises(InputError, match="neither a run folder nor an evaluation folder"):
+        sample_task([tmp_path / "demo-out"], questions=1, seed=0, k=3, out=tmp_path / "x")
     # runs that share no question: an empty sample
     from berds.evaluate.evaluation import evaluate_paths
     from berds.types import Question, Run

@@ -119,13 +119,19 @@ def test_in_headless_chromium(report, tmp_path):
             from berds.evaluate.report_html import render_html
 
             for i, run in enumerate(data["runs"]):
-                run["corrected"] = {"MRecall@5": {"mean": 0.1 + 0.3 * i, "low": 0.05, "high": 0.9, "n": 12}}
+                run["corrected"] = {m: {"mean": 0.1 + 0.3 * i, "low": 0.05, "high": 0.9, "n": 4}
+                                    for m in ("MRecall@5", "MRecall@10", "Precision@5", "Precision@10")}
             (tmp_path / "corrected.html").write_text(render_html(data), encoding="utf-8")
+            page.set_viewport_size({"width": 1280, "height": 720})
             page.goto((tmp_path / "corrected.html").as_uri())
             page.wait_for_selector("body[data-ready='1']", timeout=10_000)
             page.click("#board th[data-col='corrected:MRecall@5']")
             assert order() == [r["label"] for r in reversed(data["runs"])]
-            assert "40.0" in page.inner_text("#board")
+            # each corrected estimate says how many labelled questions it rests on (4 here, of the run's 12)
+            cell = page.locator("#board tbody tr").first.locator("td").nth(3).inner_text()
+            assert cell.startswith("40.0") and cell.endswith("n=4"), cell
+            # ten columns scroll inside the leaderboard's box; the page itself is no wider than the window
+            assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
             assert not errors, errors
         finally:
             context.close()
@@ -168,3 +174,35 @@ def test_corrected_estimates_and_hostile_text_in_the_data_model(tmp_path):
 def page_json_text(page: str) -> dict:
     found = re.search(r'<script type="application/json" id="berds-data">(.*?)</script>', page, re.S)
     return json.loads(found.group(1))
+
+
+def test_the_plot_legend_names_long_runs_in_full():
+    """Run names cut to 18 characters made "kialo-wiki-contriever-exp" and "kialo-wiki-contriever-mmr" one name."""
+    from berds.evaluate.report_html import tradeoff_svg
+
+    point = {"mean": 0.5, "low": 0.4, "high": 0.6, "n": 10}
+    names = ["kialo-wiki-contriever-exp", "kialo-wiki-contriever-mmr", "bm25"]
+    svg = tradeoff_svg({"ks": [5], "runs": [{"label": n, "metrics": {"MRecall@5": point, "Precision@5": point}}
+                                           for n in names]})
+    legend = re.findall(r'<text x="([\d.]+)" y="[\d.]+">([^<]+)</text>', svg)
+    shown = {text: float(x) for x, text in legend}
+    assert all(n in shown for n in names), shown
+    width = float(re.search(r'<svg [^>]*width="(\d+)"', svg).group(1))
+    assert shown[names[0]] + 6.5 * len(names[0]) <= width  # the longest name fits inside the plot
+    # short names keep the plot at its usual size
+    assert 'width="560"' in tradeoff_svg({"ks": [5], "runs": [{"label": "bm25", "metrics": {
+        "MRecall@5": point, "Precision@5": point}}]})
+
+
+def test_point_labels_of_the_plot_never_overlap():
+    """Two runs at the same point wrote their "k=10" labels on top of each other ("k=10k=10")."""
+    from berds.evaluate.report_html import tradeoff_svg
+
+    point = {"mean": 0.5, "low": 0.4, "high": 0.6, "n": 10}
+    runs = [{"label": f"run{i}", "metrics": {"MRecall@10": point, "Precision@10": point}} for i in range(3)]
+    svg = tradeoff_svg({"ks": [10], "runs": runs})
+    spots = [(float(x), float(y)) for x, y in re.findall(r'<text x="([\d.]+)" y="([\d.]+)" fill="#\w+">k=10</text>', svg)]
+    assert len(spots) == 3  # three labels fit around one point
+    for i, (x1, y1) in enumerate(spots):
+        for x2, y2 in spots[i + 1:]:
+            assert abs(x1 - x2) >= 6.5 * 4 or abs(y1 - y2) >= 12, spots

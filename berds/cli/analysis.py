@@ -358,7 +358,7 @@ def report_command(
 
     corrected = None
     if human is not None:  # judged first (cached): the page's leaderboard shows the corrected estimates too
-        from berds.trust.ppi import corrected_runs, page_estimates, print_corrected_runs, write_corrected
+        from berds.trust.ppi import corrected_runs, corrected_section, page_estimates, print_corrected_runs
 
         corrected = corrected_runs([str(r) for r in runs], judge, human, ks=parse_ks(k),
                                    judge_options=_options(judge_option), cache_path=cache, allow_short=allow_short,
@@ -367,10 +367,10 @@ def report_command(
     report = build_report(list(runs or []), judge, out, ks=parse_ks(k), curve_depth=curve_depth, analyses=list(analysis),
                           judge_options=_options(judge_option), cache_path=cache, allow_short=allow_short, allow_unparsed=allow_unparsed,
                           progress=not quiet, title=title, baseline=baseline, html=html,
-                          corrected=page_estimates(corrected) if corrected else None)
+                          corrected=page_estimates(corrected) if corrected else None,
+                          extra=(lambda folder: corrected_section(corrected, folder)) if corrected else None)
     if corrected is not None:
         print_corrected_runs(corrected, console=_console())
-        report.files.update(write_corrected(corrected, report.out))
     _print_table(f"report → {report.out}" + (f" — judge: {judge}" if runs else ""), ["file", "path"],
                  [[key, str(p)] for key, p in report.files.items()])
     if runs:

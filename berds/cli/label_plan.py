@@ -6,6 +6,7 @@ the ``label`` group and calls ``register(label_app)``.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -40,3 +41,8 @@ def plan_command(
                        cache_path=cache, title_position=title_position, population=population,
                        judge_options=parse_options(judge_option))
     Console().print(plan_table(rows, target_width=target_width))
+    for r in rows:  # a row of dashes says why
+        if r.pilot < 2:
+            print(f"note: {r.metric}: {r.pilot} question(s) of the pilot are labelled whole at this k (every pair "
+                  "of the top k): 2 are needed to plan from — label deeper (`berds label sample --k`)",
+                  file=sys.stderr)

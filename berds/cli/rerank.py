@@ -228,6 +228,9 @@ def compare_command(
     if out is not None:
         from berds.evaluate.report import write_compare
 
+        if human is None:  # corrected.* of an earlier `compare --labels` into this folder are not of this comparison
+            for name in ("corrected.json", "corrected.md", "corrected.csv"):
+                (Path(out) / name).unlink(missing_ok=True)
         for key, path in write_compare(result, out).items():
             _console().print(f"  {key}: {path}", highlight=False)
 

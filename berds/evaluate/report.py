@@ -323,6 +323,7 @@ def build_report(
     baseline: str | None = None,
     html: bool = False,
     corrected: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
+    extra: Any = None,
 ) -> Report:
     """Judge ``run_paths`` (cached), and write tables, figures and ``report.md`` into ``out``.
 
@@ -332,6 +333,9 @@ def build_report(
     it (paired permutation test, Holm-corrected; ``berds.evaluate.compare``) and adds the comparison table.
     ``html`` also writes ``report.html``, one self-contained page to browse (``berds.evaluate.report_html``);
     ``corrected`` (``berds.trust.ppi.page_estimates``) adds the runs' corrected estimates to its leaderboard.
+    ``extra(out)`` writes more files that belong to this report and returns ``(files, markdown lines)``: they are
+    recorded with the report's own (so a later report into ``out`` without them removes them) and the lines go
+    into ``report.md`` after the runs (``berds report --labels``: the corrected estimates).
     """
     from berds.evaluate.analyses.common import judge_runs, run_labels
     from berds.judges.validation import judge_warning
@@ -414,6 +418,10 @@ def build_report(
                 labels, runs, results, ks, title=title, judge_id=results[0].judge_id,
                 prompt_version=results[0].prompt_version, warning=judge_warning(results[0].judge_id), corrected=corrected))
             md += ["Browse the judged passages: [report.html](report.html).", ""]
+        if extra is not None:
+            extra_files, extra_md = extra(out)
+            report.files.update(extra_files)
+            md += ["", *extra_md]
 
     loaded = [load_result(a) if isinstance(a, (str, Path)) else a for a in analyses]
     seen_kinds: dict[str, int] = {}

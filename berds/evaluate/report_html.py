@@ -110,6 +110,12 @@ def tradeoff_svg(data: Mapping[str, Any], width: int = 560, height: int = 380) -
     """MRecall@k (x) against Precision@k (y), one colour per run, one point per k joined in k order, with each
     point's intervals as whiskers. Axes in %, 0 to 100."""
     left, right, top, bottom = 56, 150, 16, 44
+    # the legend names every run in full (cut to 18 characters, "kialo-wiki-contriever-exp" and "...-mmr" were
+    # one name): the plot widens to fit the longest (about 6.5 px a character at font-size 11)
+    longest = max((len(r["label"]) for r in data["runs"]), default=0)
+    extra = max(0, round(26 + 6.5 * longest + 8) - right)
+    right += extra
+    width += extra
     pw, ph = width - left - right, height - top - bottom
 
     def x(v: float) -> float:
@@ -130,6 +136,18 @@ def tradeoff_svg(data: Mapping[str, Any], width: int = 560, height: int = 380) -
     parts.append(f'<text x="{left + pw / 2:.1f}" y="{height - 8}" text-anchor="middle">MRecall@k (%)</text>'
                  f'<text transform="translate(14 {top + ph / 2:.1f}) rotate(-90)" text-anchor="middle">'
                  "Precision@k (%)</text>")
+    placed: list[tuple[float, float]] = []  # the "k=…" labels drawn so far (their left, baseline)
+
+    def label_at(px: float, py: float, text: str) -> tuple[float, float] | None:
+        """Where a point's label goes: above right, else below right, else left — never over another label (two
+        runs at one point wrote "k=10k=10"); None when every place is taken (the point's tooltip still names it)."""
+        w = 6.5 * len(text)
+        for lx, ly in ((px + 6, py - 5), (px + 6, py + 14), (px - 6 - w, py - 5), (px - 6 - w, py + 14)):
+            if all(abs(lx - ox) >= w or abs(ly - oy) >= 12 for ox, oy in placed):
+                placed.append((lx, ly))
+                return lx, ly
+        return None
+
     for i, run in enumerate(data["runs"]):
         colour = PALETTE[i % len(PALETTE)]
         points = []
@@ -145,14 +163,16 @@ def tradeoff_svg(data: Mapping[str, Any], width: int = 560, height: int = 380) -
                          f'stroke="{colour}" stroke-opacity="0.6"/>'
                          f'<circle cx="{px:.1f}" cy="{py:.1f}" r="4" fill="{colour}"><title>'
                          f'{html.escape(run["label"])}, k={k}: MRecall {100 * mr["mean"]:.1f}, Precision '
-                         f'{100 * pr["mean"]:.1f}</title></circle>'
-                         f'<text x="{px + 6:.1f}" y="{py - 5:.1f}" fill="{colour}">k={k}</text>')
+                         f'{100 * pr["mean"]:.1f}</title></circle>')
+            where = label_at(px, py, f"k={k}")
+            if where is not None:
+                parts.append(f'<text x="{where[0]:.1f}" y="{where[1]:.1f}" fill="{colour}">k={k}</text>')
         if len(points) > 1:
             parts.append(f'<polyline fill="none" stroke="{colour}" points="'
                          + " ".join(f"{a:.1f},{b:.1f}" for a, b in points) + '"/>')
         ly = top + 14 + 16 * i
         parts.append(f'<rect x="{left + pw + 12}" y="{ly - 9}" width="10" height="10" fill="{colour}"/>'
-                     f'<text x="{left + pw + 26}" y="{ly}">{html.escape(run["label"][:18])}</text>')
+                     f'<text x="{left + pw + 26}" y="{ly}">{html.escape(run["label"])}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -162,9 +182,9 @@ def tradeoff_svg(data: Mapping[str, Any], width: int = 560, height: int = 380) -
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1200px;padding:0 1em;color:#222}
 h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em}
-table.board{border-collapse:collapse;font-size:.92em}
+.board-box{overflow-x:auto;max-width:100%}table.board{border-collapse:collapse;font-size:.92em}
 table.board th,table.board td{border-bottom:1px solid #ddd;padding:.3em .6em;text-align:right;white-space:nowrap}
-table.board th{cursor:pointer;background:#f0f0f0;user-select:none}
+table.board th{cursor:pointer;background:#f0f0f0;user-select:none;white-space:normal;vertical-align:bottom}
 table.board th:first-child,table.board td:first-child{text-align:left}
 table.board th[aria-sort=ascending]::after{content:" \\25B2"}table.board th[aria-sort=descending]::after{content:" \\25BC"}
 .ci{color:#777;font-size:.85em}.warn{background:#fff4d6;padding:.5em;border-left:4px solid #e0a800}
@@ -208,8 +228,9 @@ function buildBoard() {
       if (hasCorrected) {
         const c = r.corrected && r.corrected[m];
         tr.dataset["c_" + m] = c ? c.mean : "";
+        // n = the labelled questions the estimate rests on (often far fewer than the run's n)
         tr.append(el("td", {}, c ? pct(c.mean) + " " : "n/a",
-                     c ? el("span", {class: "ci"}, "[" + pct(c.low) + ", " + pct(c.high) + "]") : ""));
+                     c ? el("span", {class: "ci"}, "[" + pct(c.low) + ", " + pct(c.high) + "] n=" + c.n) : ""));
       }
     }
     table.tBodies[0].append(tr);
@@ -318,7 +339,8 @@ def render_html(data: Mapping[str, Any]) -> str:
     payload = json.dumps(data, ensure_ascii=False, allow_nan=False, default=_no_nan).replace("<", "\\u003c")
     e = html.escape
     warning = f'<p class="warn">{e(data["warning"])}</p>' if data.get("warning") else ""
-    corrected = ("Corrected columns: estimates corrected for the judge's errors, where labels were given."
+    corrected = ("Corrected columns: estimates corrected for the judge's errors by human labels, with their 95% "
+                 "interval and n = the labelled questions they rest on."
                  if any(r.get("corrected") for r in data["runs"]) else "")
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -334,7 +356,8 @@ def render_html(data: Mapping[str, Any]) -> str:
         "<h2>Leaderboard</h2>"
         f"<p>Values in %, with {e(data['interval'])} in brackets; n = questions. Click a column to sort. "
         f"{corrected}</p>"
-        '<table class="board" id="board"><thead></thead><tbody></tbody></table>'
+        # (a wide leaderboard, e.g. corrected columns at two k, scrolls in its box instead of widening the page)
+        '<div class="board-box"><table class="board" id="board"><thead></thead><tbody></tbody></table></div>'
         "<h2>MRecall–Precision trade-off</h2>"
         f"{tradeoff_svg(data)}"
         "<h2>Questions</h2>"

@@ -367,6 +367,10 @@ def write_study(study: DiversifyStudy, out: str | Path, *, base_dev: Mapping[str
         for slug in earlier - {_slug(r.label) for r in study.rows[1:]}:
             if (out / "runs" / slug / "manifest.json").is_file():
                 shutil.rmtree(out / "runs" / slug)
+        # the earlier study's corrected estimates (`--labels`) were of its runs: a study without labels must not
+        # sit beside them (with labels, the command writes them afresh after this)
+        for name in ("corrected.json", "corrected.md", "corrected.csv"):
+            (out / name).unlink(missing_ok=True)
     title, header, body = study.table()
     notes = list(study.notes)
     if study.mixed_questions():

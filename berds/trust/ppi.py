@@ -530,7 +530,13 @@ def notes(corrected: Corrected) -> list[str]:
         if qids:
             out.append(f"note: {corrected.run}: {len(qids)} partly labelled question(s) left out of the k={k} "
                        f"estimates (not every top-{k} pair labelled): {', '.join(qids[:8])}"
-                       + (" ..." if len(qids) > 8 else ""))
+                       + (" ..." if len(qids) > 8 else "")
+                       # (a run left out of `label sample` loses the questions its own ranking moved off the
+                       # sampled passages: the rest are then no random sample, and the estimate may be biased)
+                       + (" — the rest stand for a random sample only if these were left partly labelled by "
+                          "chance; labels sampled from other runs are not: include every run you correct in "
+                          "`berds label sample`" if corrected.labelled.get(k) else
+                          f" — none is whole at k={k}: label the top {k} (`berds label sample --k {k}`)"))
     flat = sorted({r.metric for r in corrected.rows for e in (r.ppi, r.labels_only)
                    if e.width == 0 and e.n < e.N})
     if flat:
@@ -697,7 +703,9 @@ def plan_labels(run_path: Any, judge: Any, labels: Any, *, target_width: float, 
         except BerdsError as exc:
             if "not in the judgement cache" not in str(exc):
                 raise
-            raise BerdsError(f"{exc}; `berds label plan` judges nothing: run `berds eval {run_path} --judge ...` "
+            # (the evaluation's own advice, "use --overwrite only-missing", is no option of `label plan`)
+            what = str(exc).split(" and --overwrite never", 1)[0]
+            raise BerdsError(f"{what}; `berds label plan` judges nothing: run `berds eval {run_path} --judge ...` "
                              "first (with the same --cache)") from None
     corrected = corrected_metrics(run, result, labels, title_position=title_position, population=population)
     human = match_labels(run, result, labels, title_position=title_position)
@@ -732,15 +740,18 @@ def plan_table(rows: Sequence[PlanRow], *, target_width: float) -> Any:
     from rich.table import Table
 
     table = Table(title=f"questions to label for a 95% interval {target_width:g} points wide",
-                  caption="from the pilot's spread of human − judged (PPI) and of human values (labels only); "
-                          "a pilot with no disagreement plans too few — label more than it says")
+                  caption="from the pilot's spread of human − judged (PPI) and of human values (labels only), "
+                          "in points like the widths; a pilot with no disagreement plans too few — label more "
+                          "than it says")
     for col in ("metric", "pilot n", "width now", "SD human − judged", "SD human", "n PPI", "n labels only", "N"):
-        table.add_column(col, justify="left" if col == "metric" else "right")
+        # the metric is never cut to "MRecall…" in 80 columns: the other headers wrap instead
+        table.add_column(col, justify="left" if col == "metric" else "right", no_wrap=col == "metric",
+                         min_width=11 if col == "metric" else None)
     for r in rows:
         metric = r.metric.replace("mrecall", "MRecall").replace("precision", "Prec")
         table.add_row(metric, str(r.pilot), "-" if r.width_now is None else f"{100 * r.width_now:.1f}",
-                      "-" if r.s_rectifier != r.s_rectifier else f"{r.s_rectifier:.3f}",
-                      "-" if r.s_human != r.s_human else f"{r.s_human:.3f}",
+                      "-" if r.s_rectifier != r.s_rectifier else f"{100 * r.s_rectifier:.1f}",
+                      "-" if r.s_human != r.s_human else f"{100 * r.s_human:.1f}",
                       _needed(r.n_ppi, r), _needed(r.n_labels_only, r), str(r.N))
     return table
 
@@ -839,6 +850,20 @@ def print_corrected_runs(corrected: Sequence[Corrected], *, console: Any = None,
     (console or Console()).print(corrected_table(corrected))
     if out is not None:
         write_corrected(corrected, out)
+
+
+def corrected_section(corrected: Sequence[Corrected], out: Any) -> tuple[dict[str, Any], list[str]]:
+    """``write_corrected`` into ``out`` and the lines ``report.md`` shows them with (``build_report(extra=)``)."""
+    from berds.evaluate.report import markdown_table
+
+    files = write_corrected(corrected, out)
+    header, rows = corrected_csv(corrected)
+    return files, ["## Corrected estimates (human labels)", "",
+                   "The judged metrics corrected by human labels on a random sample of whole questions "
+                   "(prediction-powered: judged mean + mean of human − judged over the n labelled questions; "
+                   "labels only: mean of the human values), in %, with 95% intervals; n labelled of N questions. "
+                   "Also in [corrected.csv](corrected.csv) and [corrected.json](corrected.json).", "",
+                   markdown_table(header, rows)]
 
 
 def write_corrected(corrected: Sequence[Corrected], out: Any) -> dict[str, Any]:

@@ -15,7 +15,13 @@
   async function call(path, body) {
     const options = body === undefined ? {} : {
       method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)};
-    const response = await fetch(path, options);
+    let response;
+    try {
+      response = await fetch(path, options);
+    } catch (e) {  // the browser's own words ("Failed to fetch") do not say whether the answer was kept
+      throw new Error("Not saved: the labelling server does not answer. Is `berds label serve` still running? " +
+                      "Start it again and answer this pair again; every answer counted above is saved.");
+    }
     const payload = await response.json().catch(() => ({error: "the server answered " + response.status}));
     if (!response.ok) throw new Error(payload.error || ("the server answered " + response.status));
     return payload;
@@ -37,6 +43,8 @@
     $("question").textContent = current.question;
     $("perspective").textContent = current.perspective;
     $("passage").textContent = current.passage;
+    $("passage-title").textContent = current.title || "";  // (the judge read it with the text, as one string)
+    $("passage-title").hidden = !current.title;
     $("note").textContent = current.skipped_before ? "You skipped this pair before; answer it now or skip again." : "";
     const judge = $("judge");
     judge.hidden = !current.judge;

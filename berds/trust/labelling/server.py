@@ -45,6 +45,16 @@ def _page_file(name: str) -> bytes:
     return resources.files("berds").joinpath("data", "label_page", name).read_bytes()
 
 
+def split_title(document: str, title: str) -> tuple[str, str]:
+    """``(title, body)`` of the judge's text when it is ``body + " " + title`` (or ``title + " " + body``), so the
+    page shows the title apart: glued to the last sentence it read as part of it. Else ``("", document)``."""
+    if title and document.endswith(" " + title):
+        return title, document[: -len(title) - 1]
+    if title and document.startswith(title + " "):
+        return title, document[len(title) + 1:]
+    return "", document
+
+
 def pair_payload(task: LabelTask, store: LabelStore, annotator: str, *, show_judge: bool) -> dict[str, Any]:
     """What the page shows next for ``annotator``: the pair (or ``done``) and their progress."""
     mine = store.of(annotator)
@@ -55,8 +65,9 @@ def pair_payload(task: LabelTask, store: LabelStore, annotator: str, *, show_jud
     pair = None
     if pair_id is not None:
         p = task.by_id()[pair_id]
+        title, body = split_title(p["document"], p.get("title") or "")
         pair = {"pair": p["pair"], "qid": p["qid"], "question": p["question"], "perspective": p["perspective"],
-                "passage": p["document"], "skipped_before": mine.get(pair_id) == "skip"}
+                "passage": body, "title": title, "skipped_before": mine.get(pair_id) == "skip"}
         if show_judge:
             pair["judge"] = {"id": task.judge_id, "label": "yes" if p["judge_label"] else "no"}
     return {"annotator": annotator, "pair": pair, "done": pair_id is None,
@@ -170,7 +181,10 @@ def build_app(task: LabelTask, store: LabelStore, *, hosts: list[str] | None = N
             return {**payload, "undone": undone}
         return await handle(request, work)
 
-    routes = [Route(path, page) for path in pages]
+    async def no_icon(request: Request) -> Any:
+        return Response(status_code=204)  # (a 404 for the browser's own favicon request is a console error)
+
+    routes = [Route(path, page) for path in pages] + [Route("/favicon.ico", no_icon)]
     routes += [Route("/api/task", task_info), Route("/api/next", next_), Route("/api/label", label, methods=["POST"]),
                Route("/api/undo", undo, methods=["POST"])]
     return Starlette(routes=routes, middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts or ["*"])])

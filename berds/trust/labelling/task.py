@@ -77,6 +77,19 @@ def _evaluation_folder(path: Path) -> Path:
         names = ", ".join(str(f.parent) for f in found[:4])
         raise InputError(f"holds {len(found)} evaluations (by different judges): {names}", path=path,
                          fix="pass the one whose judge you want to check, e.g. " + str(found[0].parent))
+    if not (path / "run.ctxs.jsonl").is_file():
+        # not a run: a folder of evaluations (`berds demo`'s eval/JUDGE/RUN, `eval --out` with several runs)
+        inside = sorted(f.parent for f in path.glob("*/judgements.jsonl")) or \
+            sorted(f.parent for f in path.glob("*/*/judgements.jsonl"))
+        if inside:
+            names = " ".join(str(f) for f in inside[:4]) + (" ..." if len(inside) > 4 else "")
+            raise InputError(f"is not an evaluation but a folder of {len(inside)}: {names}", path=path,
+                             fix="pass the evaluation folders of the runs to label (judged by one judge), "
+                                 f"e.g. `berds label sample {inside[0]} ...`")
+        raise InputError("is neither a run folder nor an evaluation folder (no run.ctxs.jsonl, no "
+                         "judgements.jsonl)", path=path,
+                         fix="pass what `berds eval` wrote: a run folder it judged, its --out folder or the "
+                             "judgements.jsonl")
     raise InputError("holds no judgements.jsonl: this run has not been evaluated", path=path,
                      fix=f"run `berds eval {path} --judge NAME` first")
 
@@ -273,7 +286,7 @@ def sample_task(
                         record = pairs[key] = {
                             "pair": key, "qid": qid, "question": question.text, "dataset": question.dataset,
                             "perspective_index": i, "perspective": perspective, "document": document,
-                            "docid": docid, "judge_label": verdict, "sources": []}
+                            "docid": docid, "title": passage.title, "judge_label": verdict, "sources": []}
                     elif record["judge_label"] != verdict:
                         raise InputError(f"question {qid!r}: the same pair got verdict {record['judge_label']} in one "
                                          f"run and {verdict} in {name} from the same judge", path=e.folder,
