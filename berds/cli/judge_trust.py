@@ -13,7 +13,7 @@ from typing import List, Optional
 
 import typer
 
-from berds.cli.options import cache_file_callback, out_file_callback
+from berds.cli.options import cache_file_callback, out_file_callback, out_folder_callback
 
 judge_app = typer.Typer(help="Trust the judge: validity against human labels, bias audit, calibration.",
                         no_args_is_help=True)
@@ -221,7 +221,7 @@ def train_command(
     labels: Path = typer.Option(..., "--labels", "-l", help=LABELS_HELP),
     base: str = typer.Option(..., "--base", help="Base model: hub name or local folder (the study: "
                              "mistralai/Mistral-7B-Instruct-v0.2)."),
-    out: Path = typer.Option(..., "--out", help="Folder for the adapter; load it as --judge transformers:OUT."),
+    out: Path = typer.Option(..., "--out", callback=out_folder_callback, help="Folder for the adapter; load it as --judge transformers:OUT."),
     from_cache: Optional[str] = typer.Option(None, "--from-cache", help="Train on this judge id's cached verdicts "
                                              "of the pairs instead of the file's labels (distillation)."),
     from_cache_prompt: Optional[str] = typer.Option(None, "--from-cache-prompt", help="Its prompt version, where "
