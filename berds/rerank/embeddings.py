@@ -200,11 +200,10 @@ class EmbeddingCache:
             for lo in range(0, len(keys), 500):  # stay under SQLite's bound-parameter limit
                 chunk = keys[lo:lo + 500]
                 marks = ",".join("?" * len(chunk))
-                for text, dim, blob in self._db.execute(
-                        f"SELECT text, dim, vector FROM embeddings WHERE model = ? AND text IN ({marks})",
-                        (model_id, *chunk)):
-                    found[text] = blob[:4 * dim]
-                    dims.add(dim)
+                rows = self._db.execute(f"SELECT text, dim, vector FROM embeddings WHERE model = ? AND text IN ({marks})",
+                                        (model_id, *chunk)).fetchall()
+                dims.update(dim for _, dim, _ in rows)
+                found.update((text, blob if len(blob) == 4 * dim else blob[:4 * dim]) for text, dim, blob in rows)
         if len(dims) > 1:
             raise BerdsError(f"encoder {model_id!r} has vectors of several sizes {sorted(dims)} in {self.path} — "
                              "is the embedding cache shared by two models with the same id?")
