@@ -146,8 +146,11 @@ def tunable(reranker: Any) -> tuple[str | None, tuple[float, ...]]:
 
 def rerank_file(name: str | Any, run_path: Any, out: Any, *, options: dict[str, Any] | None = None,
                 overwrite: bool = False, progress: bool = False,
-                extra_provenance: dict[str, Any] | None = None) -> tuple[Any, Any, Any]:
-    """``berds rerank NAME RUN --out OUT``: load the run, rerank it, save it; returns (reranker, run, folder)."""
+                extra_provenance: dict[str, Any] | None = None, run: Any = None) -> tuple[Any, Any, Any]:
+    """``berds rerank NAME RUN --out OUT``: load the run, rerank it, save it; returns (reranker, run, folder).
+
+    ``run``: the run at ``run_path`` already loaded (``load_run(run_path, allow_empty=True,
+    require_perspectives=False)``), so a caller that needs it too reads the file once."""
     from pathlib import Path
 
     from berds.runs import load_run, save_run
@@ -157,7 +160,8 @@ def rerank_file(name: str | Any, run_path: Any, out: Any, *, options: dict[str, 
     if (out / "manifest.json").exists() and not overwrite:  # fail before the (slow) embedding step
         raise BerdsError(f"{out} already holds a run — choose another --out or pass --overwrite")
     reranker = load_reranker(name, **dict(options or {}))
-    run = load_run(run_path, allow_empty=True, require_perspectives=False)  # no gold needed; empty stays empty
+    if run is None:
+        run = load_run(run_path, allow_empty=True, require_perspectives=False)  # no gold needed; empty stays empty
     kwargs: dict[str, Any] = {}
     try:
         params = inspect.signature(reranker.rerank).parameters
