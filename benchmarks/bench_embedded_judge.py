@@ -65,7 +65,7 @@ def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from turns import spread, take_turns
 
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 160)  # full tables when piped to a file
     pairs = read_pairs(args.pairs_tsv, args.pairs)
     v1 = EmbeddedJudge(version="v1")
     v2 = EmbeddedJudge()
