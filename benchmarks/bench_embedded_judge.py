@@ -5,7 +5,7 @@
 Measured in one process on the same pairs (the first ``--pairs`` rows of the labelled TSV, by default the
 demo benchmark shipped in berds, where each passage appears once per perspective of its question):
 
-  v1 (baseline)   ``embedded:v1``: one bi-encoder pass per distinct passage and perspective, then a
+  v1 (baseline)   ``embedded:v1`` (at torch's own thread count): one bi-encoder pass per distinct passage and perspective, then a
                   logistic head; passages shared by several perspectives are encoded once
   v2 batch B      ``embedded`` (default batch 32): one cross-encoder pass per (perspective, passage) pair,
                   ``--batches`` pairs per forward pass, under each of ``--threads`` torch thread counts
