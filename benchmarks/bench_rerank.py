@@ -7,7 +7,8 @@ the MiniLM encoder shipped on PyPI (never loaded: every vector is cached). Both 
 * hand  — the strongest raw way a user would script it: read the run's jsonl, sha256 each embedded text
           (text + " " + title, the study's), read the vectors with one ``SELECT ... IN`` per 500 keys into one
           numpy matrix, Sim1 = score / the question's top score, numpy MMR (unit rows, the cosine matrix, the
-          greedy loop) and one jsonl out; in process, its ``rerank()`` on records already read;
+          greedy loop) and the reranked run out as one BERDS jsonl with its texts (what eval reads); in process,
+          its ``rerank()`` on records already read;
 * berds — ``MMRReranker(...).rerank(run)`` on a Run already loaded (API: the new Run included), and ``python -m berds rerank mmr RUN --out
           ...`` in a fresh process (CLI: start-up, loading, contract check and a run folder with checksums
           included), against the hand script as a fresh process too.
@@ -63,7 +64,7 @@ def mmr(rel, emb, lam):
 
 
 def rerank(records, cache_path, model_id, lam):
-    """{question id: passage ids in MMR order} for the loaded records."""
+    """{question id: its ctxs (passages) in MMR order} for the loaded records."""
     keys = [[hashlib.sha256((c["text"] + " " + c["title"] if c.get("title") else c["text"]).encode()).digest()
              for c in r["ctxs"][:DEPTH]] for r in records]
     unique = list(dict.fromkeys(k for ks in keys for k in ks))
@@ -81,16 +82,17 @@ def rerank(records, cache_path, model_id, lam):
         ctxs = r["ctxs"][:DEPTH]
         scores = np.array([float(c["score"]) for c in ctxs])
         order = mmr(scores / scores.max(), matrix[[row[k] for k in ks]], lam)
-        out[r["id"]] = [ctxs[i]["id"] for i in order]
+        out[r["id"]] = [ctxs[i] for i in order]
     return out
 
 
 if __name__ == "__main__":
     run_path, cache_path, model_id, out_path, lam = sys.argv[1:5] + [float(sys.argv[5])]
     records = [json.loads(line) for line in open(run_path, encoding="utf-8")]
-    with open(out_path, "w", encoding="utf-8") as f:
-        for qid, ids in rerank(records, cache_path, model_id, lam).items():
-            f.write(json.dumps({"id": qid, "ctxs": ids}) + "\n")
+    reranked = rerank(records, cache_path, model_id, lam)
+    with open(out_path, "w", encoding="utf-8") as f:  # the reranked run with its texts, as eval needs it
+        for r in records:
+            f.write(json.dumps({**r, "ctxs": reranked[r["id"]]}, ensure_ascii=False) + "\n")
 '''.replace("DEPTH", str(DEPTH))
 
 
@@ -162,7 +164,7 @@ def main(argv: list[str] | None = None) -> None:
         return MMRReranker(LAMBDA, encoder=Named(), embedding_cache=cache).rerank(run)
 
     def picks(path: Path) -> dict[str, list[str]]:
-        return {r["id"]: r["ctxs"] for r in map(json.loads, path.open(encoding="utf-8"))}
+        return {r["id"]: [c["id"] for c in r["ctxs"]] for r in map(json.loads, path.open(encoding="utf-8"))}
 
     times: dict[str, list[float]] = {"hand_api": [], "berds_api": [], "hand_cli": [], "berds_cli": []}
     for turn in range(args.rounds):
@@ -171,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
         for name, (_, seconds) in got.items():
             times[name].append(seconds)
         reranked = got["berds_api"][0]
-        hand = got["hand_api"][0]
+        hand = {qid: [c["id"] for c in ctxs] for qid, ctxs in got["hand_api"][0].items()}
         assert all([h.passage.id for h in reranked.hits[q]] == hand[q] for q in hand), "API and hand picks differ"
         if not args.skip_cli:
             got = take_turns({"hand_cli": lambda: subprocess.run(hand_cmd, env=env, check=True),
