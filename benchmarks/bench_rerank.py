@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -127,14 +128,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--skip-cli", action="store_true")
     args = parser.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="berds-bench-rerank-"))
+    try:
+        _compare(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
+
+def _compare(args: argparse.Namespace, work: Path) -> None:
     from threadpoolctl import threadpool_limits
 
     from berds.rerank.embeddings import EmbeddingCache
     from berds.rerank.mmr import MMRReranker
     from berds.runs import load_run
 
-    work = Path(tempfile.mkdtemp(prefix="berds-bench-rerank-"))
     folder, cache_path, model_id, _ = make_run(work, args.questions, args.dim)
     (work / "hand.py").write_text(HAND, encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "BERDS_HOME": str(work / "home"),
