@@ -5,11 +5,13 @@
 
 Measured in one process on the same pairs:
   baseline            a plain transformers forward pass per pair (prompt + continuation ids, log-softmax, gather)
+  hand-batched        the strongest raw way: the same, N pairs per forward pass (padded, attention mask)
   score, batch 1      TransformersLLM.score() one pair per forward pass
   score, batch N      TransformersLLM.score() N pairs per forward pass (right-padded, longest first)
   P.D. cold cache     berds.answers.perspective_diversity(): rendering, scoring, writing the sqlite cache
   P.D. warm cache     the same call again, answered from the cache
-Ratios are against the baseline. Every configuration must give the baseline's perplexities (within 1e-4
+The four configurations above alternate round by round (medians of ``--repeats``). Ratios are against the
+baseline, and as time / the hand-batched baseline. Every configuration must give the baseline's perplexities (within 1e-4
 relative); the script says so, or fails. The length correlation of P.D. on these synthetic answers (random
 weights: a check of the mechanics, not of language) is printed at the end.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import random
 import sys
 import tempfile
@@ -25,6 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 WORDS = ("cities bike lanes safer streets shops sales vaccines work taxes should be raised lowered school "
          "uniforms help students the a of to is are and not it this that").split()
@@ -55,6 +59,38 @@ def baseline_perplexities(model, tokenizer, prompts, continuations):
     return out
 
 
+def batched_baseline_perplexities(model, tokenizer, prompts, continuations, batch_size: int):
+    """The strongest raw way: the same pairs, ``batch_size`` per forward pass (longest first, right-padded, an
+    attention mask), each continuation's log-probabilities gathered from its own row."""
+    import torch
+
+    seqs = []
+    for prompt, continuation in zip(prompts, continuations):
+        text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+        seqs.append((tokenizer(text, add_special_tokens=False)["input_ids"],
+                     tokenizer(continuation, add_special_tokens=False)["input_ids"]))
+    order = sorted(range(len(seqs)), key=lambda i: -(len(seqs[i][0]) + len(seqs[i][1])))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    out = [0.0] * len(seqs)
+    for lo in range(0, len(order), batch_size):
+        idx = order[lo:lo + batch_size]
+        width = max(len(seqs[i][0]) + len(seqs[i][1]) for i in idx)
+        ids = torch.full((len(idx), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(idx), width), dtype=torch.long)
+        for row, i in enumerate(idx):
+            tokens = seqs[i][0] + seqs[i][1]
+            ids[row, :len(tokens)] = torch.tensor(tokens)
+            mask[row, :len(tokens)] = 1
+        with torch.inference_mode():
+            logits = model(input_ids=ids, attention_mask=mask).logits
+        for row, i in enumerate(idx):
+            p, c = seqs[i]
+            logprobs = torch.log_softmax(logits[row, len(p) - 1:len(p) + len(c) - 1].float(), dim=-1)
+            values = logprobs.gather(-1, torch.tensor(c).unsqueeze(-1)).squeeze(-1)
+            out[i] = math.exp(-float(values.mean()))
+    return out
+
+
 def timed(fn, repeats: int):
     best, result = float("inf"), None
     for _ in range(repeats):
@@ -70,7 +106,7 @@ def main() -> None:
     parser.add_argument("--answers", type=int, default=32)
     parser.add_argument("--golds", type=int, default=3, help="partial answers per answer")
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=2, help="best of N timings per configuration")
+    parser.add_argument("--repeats", type=int, default=3, help="alternated rounds (medians printed)")
     parser.add_argument("--torch-threads", type=int, default=None)
     args = parser.parse_args()
     import torch
@@ -99,14 +135,27 @@ def main() -> None:
 
     single = TransformersLLM(model, batch_size=1).load()
     batched = TransformersLLM(model, batch_size=args.batch_size).load()
-    rows = []
-    base_time, base = timed(lambda: baseline_perplexities(single.model, single.tokenizer, prompts, continuations),
-                            args.repeats)
-    rows.append(("baseline: plain forward per pair", base_time, base))
     to_ppl = lambda scores: [s.perplexity for s in scores]  # noqa: E731
-    rows.append(("score(), batch 1", *timed(lambda: to_ppl(single.score(prompts, continuations)), args.repeats)))
-    rows.append((f"score(), batch {args.batch_size}",
-                 *timed(lambda: to_ppl(batched.score(prompts, continuations)), args.repeats)))
+    calls = {
+        "baseline: plain forward per pair": lambda: baseline_perplexities(single.model, single.tokenizer, prompts,
+                                                                           continuations),
+        f"baseline: hand-batched forward, batch {args.batch_size}": lambda: batched_baseline_perplexities(
+            single.model, single.tokenizer, prompts, continuations, args.batch_size),
+        "score(), batch 1": lambda: to_ppl(single.score(prompts, continuations)),
+        f"score(), batch {args.batch_size}": lambda: to_ppl(batched.score(prompts, continuations)),
+    }
+    # Configurations take turns, each round led by another (benchmarks/turns.py); the median of the rounds counts.
+    from turns import take_turns
+
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    results: dict = {}
+    for turn in range(args.repeats):
+        for name, (out, secs) in take_turns(calls, turn).items():
+            times[name].append(secs)
+            results[name] = out
+    rows = [(name, statistics.median(times[name]), results[name]) for name in calls]
+    base_time, base = rows[0][1], rows[0][2]
+    strongest = rows[1][1]
     cache_dir = Path(tempfile.mkdtemp(prefix="berds-bench-cache-"))
     options = AnswerEvalOptions(metrics=("pd",), template="chat", batch_size=args.batch_size, progress=False)
     flat = lambda results: [p for r in results for p in r.perplexities]  # noqa: E731
@@ -118,14 +167,14 @@ def main() -> None:
 
     table = Table(title=f"P.D. scoring: {n} pairs ({args.answers} answers x {args.golds} partial answers), "
                         f"{single.id} on {single.device}, torch threads {torch.get_num_threads()}")
-    for column in ("configuration", "seconds", "pairs/s", "vs baseline", "same PPL"):
+    for column in ("configuration", "seconds", "pairs/s", "vs baseline", "time / hand-batched", "same PPL"):
         table.add_column(column, justify="left" if column == "configuration" else "right")
     same_everywhere = True
     for name, seconds, ppl in rows:
         same = all(abs(a - b) <= 1e-4 * abs(b) for a, b in zip(ppl, base)) and len(ppl) == len(base)
         same_everywhere &= same
         table.add_row(name, f"{seconds:.3f}", f"{n / seconds:,.1f}", f"{base_time / seconds:.2f}x",
-                      "yes" if same else "NO")
+                      f"{seconds / strongest:.2f}x", "yes" if same else "NO")
     Console().print(table)
     results = perspective_diversity(batched, items, options, None)
     fit = length_adjust([r.pd_mean for r in results], [len(a.split()) for a, _ in items])

@@ -24,3 +24,13 @@ def take_turns(calls: dict[str, Callable[[], Any]], turn: int) -> dict[str, tupl
         result = calls[name]()
         out[name] = (result, time.perf_counter() - start)
     return out
+
+
+def spread(values: list[float], fmt: str = "{:.2f}") -> str:
+    """``median (min–max)`` of one contestant's rounds: the issue-36 way every benchmark prints a figure."""
+    import statistics
+
+    med = statistics.median(values)
+    if len(values) == 1:
+        return fmt.format(med)
+    return f"{fmt.format(med)} ({fmt.format(min(values))}–{fmt.format(max(values))})"

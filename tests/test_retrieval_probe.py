@@ -173,3 +173,54 @@ def test_the_model_folder_fingerprint_sees_a_change_anywhere_in_the_weights(tmp_
         f.seek(len(bytes(5 << 20)) // 2)
         f.write(b"\x01")
     assert model_files_fingerprint(spec)["model"] != before
+
+
+def _per_hit_search(index, vectors, k):
+    """DenseIndex.search as it was before issue 36 vectorised it (one Python step per hit): the reference the
+    batched version must equal exactly, ties and their deeper searches included."""
+    faiss_index = index._faiss_index()
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    fetch = min(k + 1, faiss_index.ntotal)
+    scores, rows = faiss_index.search(vectors, fetch)
+    out = []
+    for v, srow, rrow in zip(vectors, scores.tolist(), rows.tolist()):
+        pairs = [(index.ids[r], s) for s, r in zip(srow, rrow) if r >= 0]
+        depth = fetch
+        while len(pairs) > k and pairs[k][1] == pairs[k - 1][1] and depth < faiss_index.ntotal:
+            depth = min(depth * 2, faiss_index.ntotal)
+            s2, r2 = faiss_index.search(v[None, :], depth)
+            pairs = [(index.ids[r], s) for s, r in zip(s2[0].tolist(), r2[0].tolist()) if r >= 0]
+        if len(pairs) > k and pairs[k][1] == pairs[k - 1][1]:
+            pairs.sort(key=lambda t: (-t[1], t[0]))
+        out.append(pairs[:k])
+    return out
+
+
+def test_batched_dense_search_equals_the_per_hit_search_with_ties_in_and_out_of_the_batch(tmp_path, bert):
+    """Issue 36 replaced the per-hit Python around FAISS with one numpy step per batch: same ids, same scores,
+    same order, for queries whose cut falls inside a tie (searched deeper) beside queries whose does not."""
+    from berds.corpora.docstore import PassageStoreWriter
+    from berds.indexes.encoders import EncoderSpec, load_encoder
+    from berds.indexes.faiss import DenseIndex, build_dense_index
+
+    words = ["apple", "river", "storm", "kiwi", "market", "harbor", "bridge", "lamp"]
+    rng = np.random.default_rng(3)
+    with PassageStoreWriter(tmp_path / "store") as w:
+        for i in range(120):  # every 4th text repeats one of 3: equal scores, across many rows
+            text = " ".join(words[:3 + i % 3]) if i % 4 == 0 else " ".join(rng.choice(words, size=5))
+            w.add(Passage(f"p{(i * 37) % 120:03d}", text, title=""))
+    spec = EncoderSpec(name="tiny", model=str(bert), pooling="mean", max_length=32)
+    build_dense_index(tmp_path / "store", tmp_path / "index", encoder=spec, progress=False)
+    index = DenseIndex(tmp_path / "index")
+    index.open(per_group=False)
+    queries = ["apple river storm", "kiwi market", "apple river storm kiwi", "lamp", "harbor bridge lamp"]
+    vectors = load_encoder(spec).encode_queries(queries)
+    assert index.ids.many(np.array([5, 0, 119, 5])) == [index.ids[5], index.ids[0], index.ids[119], index.ids[5]]
+    ties_crossed = 0
+    for k in (1, 3, 10, 29, 30, 31, 100, 120):
+        got = index.search(vectors, k)
+        assert got == _per_hit_search(index, vectors, k), k
+        assert all(type(s) is float for pairs in got for _, s in pairs)
+        ties_crossed += sum(len(p) == k and p[-1][1] in {s for _, s in q[k:k + 1]} for p, q in
+                            zip(got, _per_hit_search(index, vectors, min(k + 1, 120))))
+    assert ties_crossed > 0  # the deeper-search path was taken, not only the batched one

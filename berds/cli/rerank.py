@@ -117,11 +117,13 @@ def rerank_command(
                    expansions=str(expansions) if expansions else None, llm=llm)
     options = reranker_options(name, options, embedding_cache=embedding_cache, no_embedding_cache=no_embedding_cache)
     extra = {"lambda_from": str(lambda_from)} if lambda_from else None
-    reranker, reranked, folder = rerank_file(name, run, out, options=options, overwrite=overwrite,
-                                             progress=not quiet, extra_provenance=extra)
     from berds.runs import load_run
+    from berds.types import Run
 
-    before = load_run(run, allow_empty=True, require_perspectives=False)
+    loaded = load_run(run, allow_empty=True, require_perspectives=False)  # read once, for the reranker and the summary
+    before = Run(dict(loaded.questions), dict(loaded.hits), {}, loaded.name)  # (a copy: the reranker gets `loaded`)
+    reranker, reranked, folder = rerank_file(name, run, out, options=options, overwrite=overwrite,
+                                             progress=not quiet, extra_provenance=extra, run=loaded)
     from berds.rerank.base import questions_reordered
 
     moved = questions_reordered(before, reranked)

@@ -10,8 +10,8 @@ A store is a folder::
     groups.npy      (only when groups were used) the group number of each record, -1 for none
 
 Why LMDB: ``benchmarks/bench_store_engines.py`` timed SQLite, LMDB, Arrow IPC and Parquet on the same
-passages; LMDB looks a passage up by id 3x faster than SQLite (a memory-mapped B+tree, no SQL layer), writes
-and scans as fast, and is crash-proof by design (copy-on-write pages: a killed writer leaves the last
+passages; with both read in one transaction, SQLite took 1.9-2.3x LMDB's time per lookup by id (docs/corpora.md),
+and they write and scan about as fast, and is crash-proof by design (copy-on-write pages: a killed writer leaves the last
 committed state, nothing to recover). Arrow and Parquet have no key lookup, so they would need the
 hand-written id index this module used to carry. docs/corpora.md has the figures.
 

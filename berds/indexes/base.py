@@ -375,6 +375,12 @@ class IdTable:
     def __getitem__(self, row: int) -> str:
         return self._blob[self._starts[row]:self._ends[row]].decode("utf-8")
 
+    def many(self, rows: Any) -> list[str]:
+        """The ids of ``rows`` (a numpy integer array), in order: the offsets of all of them in one numpy step,
+        where ``[table[r] for r in rows]`` pays two numpy scalar lookups per row (FAISS hits: k per query)."""
+        blob = self._blob
+        return [blob[s:e].decode("utf-8") for s, e in zip(self._starts[rows].tolist(), self._ends[rows].tolist())]
+
 
 def read_ids(path: str | os.PathLike) -> list[str]:
     """The ids written by ``write_ids``, in row order."""

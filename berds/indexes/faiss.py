@@ -452,19 +452,43 @@ class DenseIndex:
         fetch = min(fetch, max(k, limit))
         scores, rows = index.search(vectors, fetch)
         ids = self.ids
+        # The top k of every query at once: ids of all kept rows in one IdTable step, scores in one tolist(), then
+        # a slice per query (per-hit Python here was 5x raw FAISS at k=100 once queries are encoded).
+        keep = rows[:, :k] >= 0
+        flat_ids = ids.many(rows[:, :k][keep])
+        flat_scores = scores[:, :k][keep].tolist()
+        counts = keep.sum(axis=1).tolist()
+        # A query whose (k+1)-th hit ties its k-th: the tie may run past what was fetched (searched deeper below).
+        if fetch > k:
+            crossing = ((rows[:, k] >= 0) & (scores[:, k] == scores[:, k - 1])).tolist()
+        else:
+            crossing = [False] * len(vectors)
         out = []
-        # tolist(): Python floats and ints in one call each, not a numpy scalar per hit
-        for v, srow, rrow in zip(vectors, scores.tolist(), rows.tolist()):
-            pairs = [(ids[r], s) for s, r in zip(srow, rrow) if r >= 0]
-            depth = fetch
-            while len(pairs) > k and pairs[k][1] == pairs[k - 1][1] and depth < min(index.ntotal, limit):
-                depth = min(depth * 2, index.ntotal, limit)
-                s2, r2 = index.search(v[None, :], depth)
-                pairs = [(ids[r], s) for s, r in zip(s2[0].tolist(), r2[0].tolist()) if r >= 0]
-            if len(pairs) > k and pairs[k][1] == pairs[k - 1][1]:
-                pairs.sort(key=lambda t: (-t[1], t[0]))
-            out.append(pairs[:k])
+        start = 0
+        for i, (n, tie) in enumerate(zip(counts, crossing)):
+            if tie:
+                pairs = self._past_tie(index, vectors[i], scores[i], rows[i], k, fetch, limit)
+            else:
+                pairs = list(zip(flat_ids[start:start + n], flat_scores[start:start + n]))
+            start += n
+            out.append(pairs)
         return out
+
+    def _past_tie(self, index: Any, vector: np.ndarray, scores: np.ndarray, rows: np.ndarray, k: int, fetch: int,
+                  limit: int) -> list[tuple[str, float]]:
+        """Top ``k`` of one query whose k-th score ties the next (``scores``/``rows``: its ``fetch`` hits from the
+        batch): search deeper until the tie ends, then order by (score descending, passage id) and cut, so which
+        of the tied passages make the cut does not depend on FAISS's row order."""
+        ids = self.ids
+        pairs = [(ids[j], x) for x, j in zip(scores.tolist(), rows.tolist()) if j >= 0]
+        depth = fetch
+        while len(pairs) > k and pairs[k][1] == pairs[k - 1][1] and depth < min(index.ntotal, limit):
+            depth = min(depth * 2, index.ntotal, limit)
+            s, r = index.search(vector[None, :], depth)
+            pairs = [(ids[j], x) for x, j in zip(s[0].tolist(), r[0].tolist()) if j >= 0]
+        if len(pairs) > k and pairs[k][1] == pairs[k - 1][1]:
+            pairs.sort(key=lambda t: (-t[1], t[0]))
+        return pairs[:k]
 
     def has_group(self, group: str) -> bool:
         return group in self._group_index()[1]

@@ -165,7 +165,7 @@ def prepare_candidates(
     ``repeats``: what a passage a ranking repeats (an expansion run merged with duplicates kept) is. ``keep``, the
     study's code: a candidate at each of its ranks, within the first ``depth`` entries. ``first``: one candidate, at
     its first rank (the first ``depth`` distinct passages)."""
-    from berds.rerank.embeddings import embedding_map
+    from berds.rerank.embeddings import embedding_matrix
 
     if depth < 1:
         raise BerdsError(f"--depth must be a positive integer, got {depth}")
@@ -200,12 +200,13 @@ def prepare_candidates(
             constant_used += 1
         sim1[qid] = normalise_scores(scores, normalisation, qid=qid, dataset_max=dataset_max, sim1_constant=constant)
     texts = {qid: [passage_embed_text(h, embed_text) for h in hits] for qid, hits in cut.items()}
-    vectors, computed = embedding_map([t for ts in texts.values() for t in ts], encoder, embedding_cache,
-                                      progress=progress, description=f"embedding {run.name or 'run'}")
+    matrix, rows, computed = embedding_matrix([t for ts in texts.values() for t in ts], encoder, embedding_cache,
+                                              progress=progress, description=f"embedding {run.name or 'run'}")
     questions: dict[str, QuestionCandidates] = {}
     for qid, hits in cut.items():
-        # one small matrix per question (not one for the run, sliced): stays in cache while it is normalised
-        emb = np.stack([vectors[t] for t in texts[qid]]) if hits else np.zeros((0, 1), dtype=np.float32)
+        # one small matrix per question, gathered by one numpy index from the run's matrix of distinct texts (a
+        # copy: it stays in cache while it is normalised in place, and the run's matrix is left as it is)
+        emb = matrix[[rows[t] for t in texts[qid]]] if hits else np.zeros((0, 1), dtype=np.float32)
         questions[qid] = QuestionCandidates(qid, hits, sim1[qid], unit_rows(emb, inplace=True))
     config: dict[str, Any] = {
         "encoder": getattr(encoder, "id", type(encoder).__name__),

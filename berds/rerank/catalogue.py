@@ -146,9 +146,12 @@ def tunable(reranker: Any) -> tuple[str | None, tuple[float, ...]]:
 
 def rerank_file(name: str | Any, run_path: Any, out: Any, *, options: dict[str, Any] | None = None,
                 overwrite: bool = False, progress: bool = False,
-                extra_provenance: dict[str, Any] | None = None) -> tuple[Any, Any, Any]:
+                extra_provenance: dict[str, Any] | None = None, run: Any = None) -> tuple[Any, Any, Any]:
     """``berds rerank NAME RUN --out OUT``: load the run, rerank it, save it; returns (reranker, run, folder). ``out`` is
-    locked while it runs (another rerank into it is refused at once)."""
+    locked while it runs (another rerank into it is refused at once).
+
+    ``run``: the run at ``run_path`` already loaded (``load_run(run_path, allow_empty=True,
+    require_perspectives=False)``), so a caller that needs it too reads the file once."""
     import os
     from pathlib import Path
 
@@ -161,7 +164,7 @@ def rerank_file(name: str | Any, run_path: Any, out: Any, *, options: dict[str, 
     lock = lock_folder(out, what="berds rerank")
     try:
         return _rerank_into(name, run_path, out, options=options, overwrite=overwrite, progress=progress,
-                            extra_provenance=extra_provenance)
+                            extra_provenance=extra_provenance, run=run)
     finally:
         if lock is not None:
             os.close(lock)
@@ -170,7 +173,7 @@ def rerank_file(name: str | Any, run_path: Any, out: Any, *, options: dict[str, 
 
 
 def _rerank_into(name: str | Any, run_path: Any, out: Any, *, options: dict[str, Any] | None, overwrite: bool,
-                 progress: bool, extra_provenance: dict[str, Any] | None) -> tuple[Any, Any, Any]:
+                 progress: bool, extra_provenance: dict[str, Any] | None, run: Any = None) -> tuple[Any, Any, Any]:
     """``rerank_file`` once ``out`` is locked."""
     from berds.runs import load_run, save_run
     from berds.types import Run
@@ -178,7 +181,8 @@ def _rerank_into(name: str | Any, run_path: Any, out: Any, *, options: dict[str,
     if (out / "manifest.json").exists() and not overwrite:  # fail before the (slow) embedding step
         raise BerdsError(f"{out} already holds a run — choose another --out or pass --overwrite")
     reranker = load_reranker(name, **dict(options or {}))
-    run = load_run(run_path, allow_empty=True, require_perspectives=False)  # no gold needed; empty stays empty
+    if run is None:
+        run = load_run(run_path, allow_empty=True, require_perspectives=False)  # no gold needed; empty stays empty
     kwargs: dict[str, Any] = {}
     try:
         params = inspect.signature(reranker.rerank).parameters

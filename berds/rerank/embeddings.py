@@ -189,6 +189,32 @@ class EmbeddingCache:
                     found[text] = np.frombuffer(blob, dtype=np.float32, count=dim)
         return [found.get(k) for k in keys]
 
+    def get_rows(self, model_id: str, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Cached vectors of distinct ``texts`` as one float32 matrix (rows in order; zeros where missing) and a
+        boolean array of which were found: ``get_many`` without an array per text (issue 36: a rerank of 200
+        questions reads 20,000 vectors). Vectors of several sizes under one model id raise BerdsError."""
+        keys = [_digest(t) for t in texts]
+        found: dict[bytes, bytes] = {}
+        dims: set[int] = set()
+        with self._lock:
+            for lo in range(0, len(keys), 500):  # stay under SQLite's bound-parameter limit
+                chunk = keys[lo:lo + 500]
+                marks = ",".join("?" * len(chunk))
+                rows = self._db.execute(f"SELECT text, dim, vector FROM embeddings WHERE model = ? AND text IN ({marks})",
+                                        (model_id, *chunk)).fetchall()
+                dims.update(dim for _, dim, _ in rows)
+                found.update((text, blob if len(blob) == 4 * dim else blob[:4 * dim]) for text, dim, blob in rows)
+        if len(dims) > 1:
+            raise BerdsError(f"encoder {model_id!r} has vectors of several sizes {sorted(dims)} in {self.path} — "
+                             "is the embedding cache shared by two models with the same id?")
+        hit = np.fromiter((k in found for k in keys), dtype=bool, count=len(keys))
+        dim = dims.pop() if dims else 0
+        matrix = np.zeros((len(keys), dim), dtype=np.float32)
+        if dim:
+            matrix[hit] = np.frombuffer(b"".join(found[k] for k in keys if k in found),
+                                        dtype=np.float32).reshape(-1, dim)
+        return matrix, hit
+
     def put_many(self, model_id: str, texts: Sequence[str], vectors: np.ndarray) -> None:
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or len(vectors) != len(texts):
@@ -241,13 +267,34 @@ def embedding_map(
 ) -> tuple[dict[str, np.ndarray], int]:
     """``{text: vector}`` for the distinct ``texts`` and how many were computed (``embed_texts`` without the
     final stacking, so callers can build small per-question matrices instead of one large one)."""
+    matrix, rows, computed = embedding_matrix(texts, encoder, cache, batch_size=batch_size, progress=progress,
+                                              description=description)
+    return {t: matrix[i] for t, i in rows.items()}, computed
+
+
+def embedding_matrix(
+    texts: Sequence[str],
+    encoder: Encoder,
+    cache: EmbeddingCache | None = None,
+    *,
+    batch_size: int = 256,
+    progress: bool = False,
+    description: str = "embedding passages",
+) -> tuple[np.ndarray, dict[str, int], int]:
+    """One float32 matrix holding the vector of each distinct text, ``{text: row}``, and how many were computed.
+
+    Cached vectors come from the cache in one bulk read (``EmbeddingCache.get_rows``); the rest are encoded
+    ``batch_size`` at a time, each batch stored in the cache as soon as it is computed. A caller gathers a
+    question's rows with one numpy index (``matrix[[rows[t] for t in texts]]``) instead of stacking arrays."""
     unique = list(dict.fromkeys(texts))
-    vectors: dict[str, np.ndarray] = {}
+    rows = {t: i for i, t in enumerate(unique)}
     if cache is not None:
-        for text, vec in zip(unique, cache.get_many(encoder.id, unique)):
-            if vec is not None:
-                vectors[text] = vec
-    missing = [t for t in unique if t not in vectors]
+        cached, hit = cache.get_rows(encoder.id, unique)
+    else:
+        cached, hit = np.zeros((len(unique), 0), dtype=np.float32), np.zeros(len(unique), dtype=bool)
+    missing_rows = np.flatnonzero(~hit)
+    missing = [unique[i] for i in missing_rows.tolist()]
+    outs: list[np.ndarray] = []
     if missing:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -261,13 +308,19 @@ def embedding_map(
                     raise BerdsError(f"encoder {encoder.id!r} returned shape {out.shape} for {len(batch)} texts")
                 if cache is not None:
                     cache.put_many(encoder.id, batch, out)
-                vectors.update(zip(batch, out))
+                outs.append(out)
                 bar.update(task, advance=len(batch))
-    dims = {v.shape[0] for v in vectors.values()}
+    dims = {o.shape[1] for o in outs} | ({cached.shape[1]} if hit.any() else set())
     if len(dims) > 1:
         raise BerdsError(f"encoder {encoder.id!r} gave vectors of several sizes {sorted(dims)} — "
                          "is the embedding cache shared by two models with the same id?")
-    return vectors, len(missing)
+    if not outs:
+        return cached, rows, 0
+    matrix = np.zeros((len(unique), dims.pop()), dtype=np.float32)
+    if hit.any():
+        matrix[hit] = cached[hit]
+    matrix[missing_rows] = np.concatenate(outs)
+    return matrix, rows, len(missing)
 
 
 class MemoEncoder:
