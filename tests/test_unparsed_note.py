@@ -15,7 +15,7 @@ def test_compare_with_allow_unparsed_notes_the_share_on_stderr(tmp_path, capsys)
                   n_resamples=100)
     err = capsys.readouterr().err
     assert "note: run 'a': the judge 'test-half-unparsed' answered neither Yes nor No" in err, err
-    assert "run 'b'" in err and "--allow-unparsed counts them as No" in err, err
+    assert "run 'b'" in err and "counted as No (accepted by --allow-unparsed)" in err, err
 
 
 def test_study_diversify_takes_allow_unparsed_which_its_refusal_names(tmp_path, monkeypatch):

@@ -177,14 +177,19 @@ def analyze_stance_command(
     orders: str = typer.Option("one", "--orders", help="one: ask once, perspectives in order (the study); both: both orders, reconciled."),
     prompt: str = typer.Option("study", "--prompt", help="study (Table 15 verbatim) or paraphrase (berds' earlier A/B wording)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    allow_unparsed: bool = typer.Option(False, "--allow-unparsed",
+                                        help="Accept stances although the LLM named neither perspective for more "
+                                             "than 5% of the questions (default: exit 2 after writing them)."),
 ) -> None:
     """Which perspective of each two-perspective question supports it (the study's Table 15 prompt)."""
-    from berds.evaluate.analyses.stance import stance_counts, stance_file
+    from berds.evaluate.analyses.stance import check_stance_answers, stance_counts, stance_file
 
     stances = stance_file(questions, llm, out, split=split, limit=limit, llm_options=_options(llm_option),
                           progress=not quiet, orders=orders, prompt=prompt)
     counts = stance_counts(stances)
     _print_table(f"stances → {out}", ["status", "questions"], [[k, str(v)] for k, v in counts.items()])
+    if not allow_unparsed:
+        check_stance_answers(stances, out)
 
 
 def _options(items: List[str]) -> dict[str, Any]:
@@ -241,8 +246,9 @@ def analyze_sycophancy_command(
     from berds.studies.sycophancy import sycophancy_from_source
 
     retriever_options = _options(option)
-    if index is not None:
-        retriever_options["index"] = index
+    from berds.registry import merge_options
+
+    merge_options(retriever_options, {"index": ("--index", index)})
     result = sycophancy_from_source(retriever, questions, judge, split=split, limit=limit, k=k,
                                     retriever_options=retriever_options, stances=stances, stance_llm=stance_llm,
                                     judge_options=_options(judge_option), cache_path=cache, label=label, out=out,

@@ -87,7 +87,9 @@ def eval_command(
     if rounds is not None:
         if not judge.startswith("debate:"):
             raise BerdsError(f"--rounds is for debate judges; use --judge debate:{judge} --rounds {rounds}")
-        options["rounds"] = rounds
+        from berds.registry import merge_options
+
+        merge_options(options, {"rounds": ("--rounds", rounds)}, what="--judge-option")
     eval_options = EvalOptions(ks=tuple(parse_ks(k)), overwrite=overwrite, title_position=title_position, allow_short=allow_short,
                                progress=not quiet, cache_path=cache, use_cache=not no_cache, out=out,
                                write_legacy=write_legacy, duplicates=duplicates,

@@ -248,7 +248,9 @@ def retrieve_command(
     from berds.retrievers.retrieve import retrieve
 
     options = _options(option)
-    options.update({k_: v for k_, v in (("index", index), ("corpus", corpus), ("device", device)) if v is not None})
+    from berds.registry import merge_options
+
+    merge_options(options, {"index": ("--index", index), "corpus": ("--corpus", corpus), "device": ("--device", device)})
     stray = [flag for flag, value in (("--expansions", expansions), ("--llm", llm), ("--llm-option", llm_option)) if value]
     if expand is None and stray:  # else the run is made without expansion, looking like the one asked for
         from berds.errors import BerdsError
