@@ -63,3 +63,18 @@ class MissingExtraError(BerdsError):
             f"install it with: pip install 'berds[{extra}]'"
         )
         self.module, self.extra = module, extra
+
+
+_KEYWORD_HINT = None
+
+
+def command_line_wording(message: str) -> str:
+    """``message`` as the command line prints it: without the Python keyword hints the API's errors carry beside
+    an option (``--k values (ks=)``, ``--allow-short (allow_short=True)``), which a shell user cannot pass and
+    would retry with. The API keeps them (a notebook user passes ``ks=``, not ``--k``)."""
+    global _KEYWORD_HINT
+    import re
+
+    if _KEYWORD_HINT is None:
+        _KEYWORD_HINT = re.compile(r" \([a-z][a-z0-9_]*=(?:True|False)?\)")
+    return _KEYWORD_HINT.sub("", message) if "--" in message else message

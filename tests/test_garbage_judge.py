@@ -99,3 +99,24 @@ def test_analyze_stance_with_an_llm_naming_no_perspective_exits_2(tmp_path, caps
     assert (tmp_path / "st.jsonl").is_file() and "unparsed" in out
     code, _, err = cli(capsys, monkeypatch, *args, "--allow-unparsed")
     assert code == 0, err
+
+
+def test_a_run_without_any_yes_beside_one_with_some_is_an_honest_result(tmp_path):
+    """Off-topic passages earn no Yes from a sane judge: only a command where nothing got a Yes is refused."""
+    from berds.evaluate.evaluation import UnparsedAnswersError, check_unparsed, evaluate_run, metrics_table
+    from judges_for_tests import OverlapJudge
+
+    good = make_run(n_questions=2, depth=6, name="good")
+    off = make_run(n_questions=2, depth=6, name="off")
+    off = type(off)(off.questions, {q: [h for h in hs if "unrelated" in h.passage.text] for q, hs in off.hits.items()},
+                    {}, "off")
+    results = [evaluate_run(r, OverlapJudge(), (2,), progress=False, use_cache=False) for r in (off, good)]
+    assert results[0].stats.yes == 0 < results[1].stats.yes
+    check_unparsed(results)  # no refusal
+    with pytest.raises(UnparsedAnswersError, match=r"run .off.: not one Yes in \d+ verdicts"):
+        check_unparsed(results[:1])
+    from rich.console import Console
+
+    console = Console(width=80, record=True)
+    console.print(metrics_table(results))
+    assert "no Yes" not in console.export_text()

@@ -34,4 +34,4 @@ def test_study_diversify_takes_allow_unparsed_which_its_refusal_names(tmp_path, 
             "--cache", str(tmp_path / "j.sqlite"), "--embedding-cache", str(tmp_path / "e.sqlite"), "-q"]
     accepted = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "s"), "--allow-unparsed"])
     assert accepted.exit_code == 0, (accepted.output, accepted.exception)
-    assert "--allow-unparsed counts them as No" in accepted.output, accepted.output
+    assert "counted as No (accepted by --allow-unparsed)" in accepted.output, accepted.output

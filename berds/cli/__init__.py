@@ -108,8 +108,11 @@ def main(argv: list[str] | None = None) -> None:
         from rich.console import Console
         from rich.markup import escape
 
+        from berds.errors import command_line_wording
+
         # escaped: a path or value holding "[x]" lost it as a style tag, and "[/x]" ended in a MarkupError traceback
-        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        Console(stderr=True).print(f"[bold red]error:[/] {escape(command_line_wording(str(exc)))}", highlight=False,
+                                   soft_wrap=True)
         sys.exit(2)
     except (typer.Exit, SystemExit) as exc:  # --help and explicit exits
         code = getattr(exc, "exit_code", None)

@@ -62,15 +62,17 @@ class JudgeStats:
     def unclear_share(self) -> float:
         return self.unclear / self.verdicts if self.verdicts else 0.0
 
-    def problems(self, limit: float = MAX_UNPARSED) -> list[str]:
+    def problems(self, limit: float = MAX_UNPARSED, *, yes_elsewhere: bool = False) -> list[str]:
         """What makes the judge's answers look unusable, in a few words each (empty when nothing does): more
-        than ``limit`` of them unparsed, more than ``limit`` with no plain Yes/No, or not one Yes."""
+        than ``limit`` of them unparsed, more than ``limit`` with no plain Yes/No, or not one Yes (which a run of
+        off-topic passages may earn honestly: ``check_unparsed`` refuses it only when nothing judged with it got
+        a Yes either)."""
         out = []
         if self.unparsed_share > limit:
             out.append(f"{100 * self.unparsed_share:.1f}% unparsed")
         elif self.unclear_share > limit:
             out.append(f"{100 * self.unclear_share:.1f}% not a plain Yes/No")
-        if self.yes == 0 and self.verdicts:
+        if self.yes == 0 and self.verdicts and not yes_elsewhere:
             out.append("no Yes")
         return out
 
@@ -445,13 +447,14 @@ def evaluate_run(
         support=support, p_yes=p_yes, per_question=per_question,
         averages=aggregate(per_question, datasets), stats=stats, datasets=datasets, manifest=dict(run.manifest),
     )
-    if not opts.allow_unparsed:
-        check_unparsed([result], opts.max_unparsed)
+    if not opts.allow_unparsed:  # (not one Yes is the caller's to judge: another run of the command may have some)
+        check_unparsed([result], opts.max_unparsed, yes_check=False)
     return result
 
 
-def answer_problems(r: EvalResult, limit: float = MAX_UNPARSED) -> str:
-    """One result's answer problems in words ('' when none): see ``JudgeStats.problems``."""
+def answer_problems(r: EvalResult, limit: float = MAX_UNPARSED, *, yes_elsewhere: bool = False) -> str:
+    """One result's answer problems in words ('' when none): see ``JudgeStats.problems``; ``yes_elsewhere``:
+    the judge said Yes in another result of the same command, so a run without any Yes is not its fault."""
     s = r.stats
     words = []
     if s.unparsed_share > limit:
@@ -460,16 +463,19 @@ def answer_problems(r: EvalResult, limit: float = MAX_UNPARSED) -> str:
     elif s.unclear_share > limit:
         words.append(f"no plain Yes/No {s.unclear} of {s.verdicts} times ({100 * s.unclear_share:.1f}%), which the "
                      "study's rule read anyway (nonsense is No)")
-    if s.yes == 0 and s.verdicts:
+    if s.yes == 0 and s.verdicts and not yes_elsewhere:
         words.append(f"not one Yes in {s.verdicts} verdicts")
     return "; ".join(words)
 
 
-def check_unparsed(results: Sequence[EvalResult], limit: float = MAX_UNPARSED, *, written: str = "") -> None:
+def check_unparsed(results: Sequence[EvalResult], limit: float = MAX_UNPARSED, *, written: str = "",
+                   yes_check: bool = True) -> None:
     """Refuse results whose judge's answers look unusable (``JudgeStats.problems``: more than ``limit`` unparsed,
-    more than ``limit`` with no plain Yes/No, or not one Yes) — the metrics would be clean-looking guesses. Their
-    verdicts are cached, so re-running with ``--allow-unparsed`` judges nothing again."""
-    bad = [(r, answer_problems(r, limit)) for r in results]
+    more than ``limit`` with no plain Yes/No, or — with ``yes_check`` — not one Yes in any of ``results``) — the
+    metrics would be clean-looking guesses. Their verdicts are cached, so re-running with ``--allow-unparsed``
+    judges nothing again."""
+    yes_elsewhere = not yes_check or any(r.stats.yes > 0 for r in results)
+    bad = [(r, answer_problems(r, limit, yes_elsewhere=yes_elsewhere)) for r in results]
     bad = [(r, why) for r, why in bad if why]
     if bad:
         what = "; ".join(f"run {r.run_name!r}: {why}" for r, why in bad)
@@ -482,8 +488,9 @@ def check_unparsed(results: Sequence[EvalResult], limit: float = MAX_UNPARSED, *
 def note_unparsed(results: Sequence[EvalResult], limit: float = MAX_UNPARSED) -> None:
     """With ``--allow-unparsed``, one line on stderr per result with answer problems: commands whose tables have
     no place for them (compare, report, analyze, tune) would otherwise accept the guesses without a word."""
+    yes_elsewhere = any(r.stats.yes > 0 for r in results)
     for r in results:
-        if why := answer_problems(r, limit):
+        if why := answer_problems(r, limit, yes_elsewhere=yes_elsewhere):
             print(f"note: run {r.run_name!r}: the judge {r.judge_id!r} answered {why} (accepted by --allow-unparsed)",
                   file=sys.stderr)
 
@@ -587,7 +594,8 @@ def metrics_table(results: Sequence[EvalResult], *, title: str = "BERDS metrics"
     ks = sorted({k for r in results for k in r.ks})
     judges = sorted({r.judge_id for r in results})
     multi_set = any(len(r.averages) > 1 for r in results)
-    unparsed = any(r.stats.unparsed or r.stats.problems(max_unparsed) for r in results)
+    yes_elsewhere = any(r.stats.yes > 0 for r in results)
+    unparsed = any(r.stats.unparsed or r.stats.problems(max_unparsed, yes_elsewhere=yes_elsewhere) for r in results)
     warnings = [w for w in dict.fromkeys(judge_warning(j) for j in judges) if w]
     names = sorted({short_judge_name(j) for j in judges})
     table = Table(title=f"{title} — judge: {', '.join(names)}")
@@ -610,7 +618,7 @@ def metrics_table(results: Sequence[EvalResult], *, title: str = "BERDS metrics"
             cells = [f"{100 * avg[f'mrecall@{k}']:.1f}" if f"mrecall@{k}" in avg else "" for k in ks]
             cells += [f"{100 * avg[f'precision@{k}']:.1f}" if f"precision@{k}" in avg else "" for k in ks]
             row = [r.run_name if name == "all" else ""]
-            problems = r.stats.problems(max_unparsed) if name == "all" else []
+            problems = r.stats.problems(max_unparsed, yes_elsewhere=yes_elsewhere) if name == "all" else []
             if problems:  # under the run's name: the table stays narrow
                 row[0] += "".join(f"\n[bold red]{p} ![/]" for p in problems)
             elif unparsed and name == "all" and r.stats.unparsed:
