@@ -345,6 +345,8 @@ def report_command(
     report = build_report(list(runs or []), judge, out, ks=parse_ks(k), curve_depth=curve_depth, analyses=list(analysis),
                           judge_options=_options(judge_option), cache_path=cache, allow_short=allow_short, allow_unparsed=allow_unparsed,
                           progress=not quiet, title=title, baseline=baseline)
+    if report.headline is not None:  # the numbers first, then where everything was written
+        _print_table(f"BERDS metrics (%) — judge: {judge}", *report.headline)
     _print_table(f"report → {report.out}" + (f" — judge: {judge}" if runs else ""), ["file", "path"],
                  [[key, str(p)] for key, p in report.files.items()])
     if runs:
