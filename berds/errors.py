@@ -7,6 +7,7 @@ the message on one line and exits with status 2; Python callers can catch ``Berd
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 
@@ -65,16 +66,12 @@ class MissingExtraError(BerdsError):
         self.module, self.extra = module, extra
 
 
-_KEYWORD_HINT = None
+# " (ks=)", " (allow_short=True)": the API's keyword beside an option's name in an error message
+_KEYWORD_HINT = re.compile(r" \([a-z][a-z0-9_]*=(?:True|False)?\)")
 
 
 def command_line_wording(message: str) -> str:
     """``message`` as the command line prints it: without the Python keyword hints the API's errors carry beside
     an option (``--k values (ks=)``, ``--allow-short (allow_short=True)``), which a shell user cannot pass and
     would retry with. The API keeps them (a notebook user passes ``ks=``, not ``--k``)."""
-    global _KEYWORD_HINT
-    import re
-
-    if _KEYWORD_HINT is None:
-        _KEYWORD_HINT = re.compile(r" \([a-z][a-z0-9_]*=(?:True|False)?\)")
     return _KEYWORD_HINT.sub("", message) if "--" in message else message

@@ -71,9 +71,18 @@ def plain_answer(text: str) -> bool:
     dict whose ``Answer`` is yes or no. The study's rule reads *any* text (nonsense is No), so evaluations count
     the replies that fail this to notice a judge answering garbage (``strict_unparsed`` in a verdict's detail)."""
     text = text.strip()
-    if text.startswith("{"):
-        label, parsed = study_answer(text)
-        return parsed and (label or '"no"' in text.lower() or "'no'" in text.lower())
+    if text.startswith("{"):  # read as study_answer reads it: JSON, else a Python literal
+        import ast
+        import json
+
+        try:
+            record = json.loads(text)
+        except (ValueError, RecursionError):
+            try:
+                record = ast.literal_eval(text)
+            except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+                return False
+        return isinstance(record, dict) and str(record.get("Answer", "")).strip().lower() in ("yes", "no")
     if parse_answer(text, "strict")[1]:
         return True
     for marker in STUDY_ANSWER_MARKERS:
