@@ -208,7 +208,11 @@ def plot_sycophancy(result: Any, path: str | Path) -> Path:
     ax.set_xticks(x)
     ax.set_xticklabels(settings, rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("Δ = (p − n) / p  (%)")
-    ax.set_title(f"Sycophancy: top {result.k}, bars annotated p/n documents", fontsize=9)
+    judges = {r.get("judge") for r in result.rows}
+    ns = {r.get("questions") for r in result.rows}
+    ax.set_title(f"Sycophancy: top {result.k}, bars annotated p/n documents\n"
+                 f"{figure_caption(', '.join(sorted(j for j in judges if j)) or None, ns.pop() if len(ns) == 1 else None)}",
+                 fontsize=9)
     ax.legend(fontsize=8, frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
     return _save(fig, path)
