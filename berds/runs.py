@@ -523,10 +523,13 @@ def check_trec_matches(path: Path, run: Run) -> None:
 def read_trec(path: str | Path) -> dict[str, list[tuple[str, float]]]:
     """``qid -> [(docid, score), ...]`` in rank order; malformed lines, bad UTF-8 and a docid listed twice for
     one question (TREC tools hold one score per docid) name the line."""
+    from berds.io import refuse_compressed
+
     path = Path(path)
+    refuse_compressed(path, "a TREC run file")
     out: dict[str, list[tuple[str, int, float]]] = {}
     first: dict[tuple[str, str], int] = {}
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig") as f:  # (a byte-order mark would start the first qid)
         try:
             for lineno, line in enumerate(f, start=1):
                 parts = line.split()

@@ -122,6 +122,18 @@ def test_the_command_prints_what_it_joined_and_eval_reads_the_folder(tmp_path, s
     assert code == 2 and "berds import run --trec" in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_byte_order_mark_is_not_part_of_the_first_qid_and_a_gzip_file_is_named(tmp_path, setup):
+    import gzip
+
+    store, qfile, _ = setup
+    (tmp_path / "bom.trec").write_bytes(b"\xef\xbb\xbfq0 Q0 p0001 1 3.0 t\n")
+    _, report = import_trec_run(tmp_path / "bom.trec", corpus=store, questions=qfile)
+    assert report.unknown_qids == [] and report.matched == 1
+    (tmp_path / "r.trec.gz").write_bytes(gzip.compress(b"q0 Q0 p0001 1 3.0 t\n"))
+    with pytest.raises(InputError, match="is gzip-compressed; a TREC run file must be plain text"):
+        import_trec_run(tmp_path / "r.trec.gz", corpus=store, questions=qfile)
+
+
 def test_bad_arguments_are_one_line(tmp_path, setup):
     store, qfile, _ = setup
     with pytest.raises(InputError, match="no such TREC run file"):

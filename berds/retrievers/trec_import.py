@@ -192,7 +192,7 @@ def _file_info(path: Path) -> tuple[list[str], int]:
     """The distinct run tags (6th column) of the file, in order of first appearance (at most 5), and its
     number of TREC lines."""
     seen: Counter[str] = Counter()
-    with open(path, encoding="utf-8", errors="replace") as f:
+    with open(path, encoding="utf-8-sig", errors="replace") as f:
         for line in f:
             parts = line.split()
             if len(parts) == 6:
