@@ -471,8 +471,9 @@ def check_provider(provider: Any, *, options: dict[str, Any] | None = None,
     for n in (num, 1):
         try:
             results = built.search(query, num=n)
-        except Exception as exc:
-            add(Check(f"search num={n}", "fail", f"search raised {type(exc).__name__}: {exc}"))
+        except Exception as exc:  # (a BerdsError is the provider's own one-line refusal: its message is enough)
+            add(Check(f"search num={n}", "fail", str(exc) if isinstance(exc, BerdsError)
+                      else f"search raised {type(exc).__name__}: {exc}"))
             return report
         problems = search_result_problems(results, n)
         add(Check(f"search num={n}", "fail" if problems else "pass",

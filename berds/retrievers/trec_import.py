@@ -76,8 +76,8 @@ class ImportReport:
             t.add_row("depth", f"min {min(d)}, mean {sum(d) / len(d):.1f}, max {max(d)}"
                                + (f" ({self.cut} cut to k)" if self.cut else ""))
         if self.reordered:
-            t.add_row("re-ordered", f"{self.reordered} questions: rank column disagreed with the scores "
-                                    "(ranked by score, as trec_eval does)")
+            t.add_row("re-ordered", f"{self.reordered} question{'s' if self.reordered != 1 else ''}: the rank column "
+                                    "disagreed with the scores (ranked by score, as trec_eval does)")
         if out is not None:
             t.add_row("run folder", str(out))
         return t
