@@ -21,9 +21,9 @@ analyze_app = typer.Typer(help="The study's analyses: stance, leaning, sycophanc
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
-    app.add_typer(tune_app, name="tune")
-    app.add_typer(analyze_app, name="analyze", short_help="The study's analyses: stance, leaning, sycophancy.")
-    app.command("report", short_help="Paper-style tables (markdown, CSV) and figures.")(report_command)
+    app.add_typer(tune_app, name="tune", rich_help_panel="Retrieve and rerank")
+    app.add_typer(analyze_app, name="analyze", rich_help_panel="Analyses and reports", short_help="The study's analyses: stance, leaning, sycophancy.")
+    app.command("report", rich_help_panel="Analyses and reports", short_help="Paper-style tables (markdown, CSV) and figures.")(report_command)
 
 
 # ------------------------------------------------------------------------------------------ helpers

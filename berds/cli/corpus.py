@@ -19,8 +19,8 @@ corpus_app.add_typer(build_app, name="build")
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
-    app.add_typer(corpus_app, name="corpus", short_help="Build and inspect passage stores.")
-    app.command("check-provider", short_help="Contract test for a search provider (yours too).")(check_provider_command)
+    app.add_typer(corpus_app, name="corpus", rich_help_panel="Corpora and indexes", short_help="Build and inspect passage stores.")
+    app.command("check-provider", rich_help_panel="Plug-ins and tools", short_help="Contract test for a search provider (yours too).")(check_provider_command)
 
 
 def check_provider_command(

@@ -16,10 +16,10 @@ cache_app = typer.Typer(help="The judgement cache.", no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:
-    app.command("eval", short_help="Judge runs: MRecall@k and Precision@k.")(eval_command)
-    app.command("demo", short_help="The whole pipeline on the shipped demo data.")(demo_command)
-    app.add_typer(judges_app, name="judges")
-    app.add_typer(cache_app, name="cache")
+    app.command("eval", rich_help_panel="Judge and evaluate", short_help="Judge runs: MRecall@k and Precision@k.")(eval_command)
+    app.command("demo", rich_help_panel="Start here", short_help="The whole pipeline on the shipped demo data.")(demo_command)
+    app.add_typer(judges_app, name="judges", rich_help_panel="Judge and evaluate")
+    app.add_typer(cache_app, name="cache", rich_help_panel="Judge and evaluate")
 
 
 def eval_command(

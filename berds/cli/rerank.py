@@ -22,11 +22,11 @@ NORM_HELP = ("Sim1 normalisation: question-max (the study's code; score / the qu
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
-    app.command("rerank", short_help="Rerank a run (e.g. MMR) into a new run folder.")(rerank_command)
-    app.add_typer(rerankers_app, name="rerankers")
-    app.command("check-reranker", short_help="Contract test for a reranker (yours too).")(check_reranker_command)
-    app.command("compare", short_help="Paired comparison of runs over questions.")(compare_command)
-    app.add_typer(study_app, name="study")
+    app.command("rerank", rich_help_panel="Retrieve and rerank", short_help="Rerank a run (e.g. MMR) into a new run folder.")(rerank_command)
+    app.add_typer(rerankers_app, name="rerankers", rich_help_panel="Retrieve and rerank")
+    app.command("check-reranker", rich_help_panel="Plug-ins and tools", short_help="Contract test for a reranker (yours too).")(check_reranker_command)
+    app.command("compare", rich_help_panel="Judge and evaluate", short_help="Paired comparison of runs over questions.")(compare_command)
+    app.add_typer(study_app, name="study", rich_help_panel="Analyses and reports")
 
 
 def reranker_options(name: str, given: dict[str, Any], *, embedding_cache: Optional[Path],

@@ -21,12 +21,12 @@ import_app = typer.Typer(help="Bring work made elsewhere into berds (a TREC run 
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
-    app.add_typer(index_app, name="index", short_help="Index a passage store: Lucene BM25, dense FAISS.")
-    app.add_typer(retrievers_app, name="retrievers")
-    app.add_typer(encoders_app, name="encoders")
-    app.command("retrieve", short_help="Top k passages per question into a run folder.")(retrieve_command)
-    app.add_typer(import_app, name="import", short_help="A TREC run made elsewhere -> a berds run folder.")
-    app.command("check-retriever", short_help="Contract test for a retriever (yours too).")(check_retriever_command)
+    app.add_typer(index_app, name="index", rich_help_panel="Corpora and indexes", short_help="Index a passage store: Lucene BM25, dense FAISS.")
+    app.add_typer(retrievers_app, name="retrievers", rich_help_panel="Retrieve and rerank")
+    app.add_typer(encoders_app, name="encoders", rich_help_panel="Corpora and indexes")
+    app.command("retrieve", rich_help_panel="Retrieve and rerank", short_help="Top k passages per question into a run folder.")(retrieve_command)
+    app.add_typer(import_app, name="import", rich_help_panel="Retrieve and rerank", short_help="A TREC run made elsewhere -> a berds run folder.")
+    app.command("check-retriever", rich_help_panel="Plug-ins and tools", short_help="Contract test for a retriever (yours too).")(check_retriever_command)
 
 
 def _options(items: List[str]) -> dict:
