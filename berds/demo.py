@@ -11,6 +11,8 @@ Everything goes under one output folder and is reused on a second run (indexes, 
 
 from __future__ import annotations
 
+import shlex
+
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -116,6 +118,8 @@ def run_demo(
         sample = write_human_sample(out / "human-sample.tsv", paths, results["gold"], depth=max(ks), seed=human_seed)
         results["corrected"] = corrected_demo(paths, results["judge"], sample)
         console.print(corrected_demo_table(results["corrected"], results["gold"], sample, k=min(ks)))
+    for line in next_steps(out, judge, [p.name for p in paths]):
+        console.print(line, highlight=False, soft_wrap=True)
     return results
 
 
@@ -176,6 +180,25 @@ def corrected_demo_table(corrected: Sequence[Any], gold: Sequence[Any], sample: 
                       "-" if width is None else f"{100 * width:.1f}",
                       f"{100 * truth.averages['all'][f'mrecall@{k}']:.1f}")
     return table
+
+
+def next_steps(out: Path, judge: str, runs: Sequence[str]) -> list[str]:
+    """Where the demo put its outputs and what to run next (the last thing it prints). Each command works as
+    printed on the demo's own outputs (tests/test_demo.py runs them)."""
+    q = lambda p: shlex.quote(str(p))  # noqa: E731  (a folder with a space stays one argument)
+    return [
+        "",
+        f"[bold]Outputs[/] in {out}/: corpus/ (passage store), indexes/ (bm25, minilm), runs/ ({', '.join(runs)}), "
+        f"eval/ (metrics.json, judgements.jsonl per run), judgements.sqlite (cached verdicts).",
+        "[bold]Next:[/]",
+        f"  berds report {q(out / 'runs' / runs[0])} {q(out / 'runs' / runs[-1])} --judge {shlex.quote(judge)} "
+        f"--k 5 --out {q(out / 'report')}   # tables, figures, report.md",
+        f"  berds retrieve -r bm25 --index {q(out / 'indexes' / 'bm25')} --questions demo --k 10 "
+        f"--out {q(out / 'runs' / 'bm25-k10')}   # then: berds eval RUN --judge {shlex.quote(judge)}",
+        f"  berds import run --trec {q(out / 'runs' / runs[0] / 'run.trec')} --corpus {q(out / 'corpus')} "
+        f"--questions demo --out {q(out / 'runs' / 'imported')}   # a TREC run made elsewhere",
+        "  Your own retriever, corpus or judge: README.md, section \"Evaluate your own retriever\".",
+    ]
 
 
 def agreement_table(judged: Sequence[Any], gold: Sequence[Any], judge: str) -> Any:

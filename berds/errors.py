@@ -7,6 +7,7 @@ the message on one line and exits with status 2; Python callers can catch ``Berd
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 
@@ -63,3 +64,14 @@ class MissingExtraError(BerdsError):
             f"install it with: pip install 'berds[{extra}]'"
         )
         self.module, self.extra = module, extra
+
+
+# " (ks=)", " (allow_short=True)": the API's keyword beside an option's name in an error message
+_KEYWORD_HINT = re.compile(r" \([a-z][a-z0-9_]*=(?:True|False)?\)")
+
+
+def command_line_wording(message: str) -> str:
+    """``message`` as the command line prints it: without the Python keyword hints the API's errors carry beside
+    an option (``--k values (ks=)``, ``--allow-short (allow_short=True)``), which a shell user cannot pass and
+    would retry with. The API keeps them (a notebook user passes ``ks=``, not ``--k``)."""
+    return _KEYWORD_HINT.sub("", message) if "--" in message else message

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Generic, Iterator, Mapping, Sequence, TypeVar
 
 from berds.errors import BerdsError, UnknownNameError
 
@@ -229,12 +229,33 @@ def parse_options(items: Sequence[str]) -> dict[str, Any]:
     import json
 
     out: dict[str, Any] = {}
+    given: dict[str, str] = {}
     for item in items:
         key, eq, value = item.partition("=")
-        if not eq or not key.strip():
+        key = key.strip()
+        if not eq or not key:
             raise BerdsError(f"option {item!r} must look like key=value")
         try:
-            out[key.strip()] = json.loads(value)
+            parsed = json.loads(value)
         except json.JSONDecodeError:
-            out[key.strip()] = value
+            parsed = value
+        if key in out and out[key] != parsed:  # (the last one silently won)
+            raise BerdsError(f"option {key!r} is given twice with different values ({given[key]!r} and {item!r}) "
+                             "— give it once")
+        out[key], given[key] = parsed, item
     return out
+
+
+def merge_options(options: dict[str, Any], flags: Mapping[str, tuple[str, Any]], *, what: str = "-o") -> dict[str, Any]:
+    """``options`` (from ``-o key=value``) with the values of a command's own flags, ``{key: (flag, value)}``
+    (``value`` None: the flag was not given). A key set both ways must have the same value: ``-o depth=20``
+    was silently replaced by ``--depth``'s default before, and the manifest recorded the default. Returns
+    ``options``, changed in place."""
+    for key, (flag, value) in flags.items():
+        if value is None:
+            continue
+        if key in options and options[key] != value and str(options[key]) != str(value):
+            raise BerdsError(f"{key} is given twice with different values: {what} {key}={options[key]!r} and "
+                             f"{flag} {value!r} — give it once")
+        options[key] = value
+    return options

@@ -533,7 +533,8 @@ def _refuse_non_jsonl_run(path: Path) -> None:
     if len(parts) == 6 and parts[1] == b"Q0" and not first.lstrip().startswith(b"{"):
         raise InputError("is a TREC run file, which holds no passage texts or perspectives to judge", path=path,
                          fix=f"pass the run folder that holds it ({path.parent}: manifest.json, {CTXS}, {TREC}) "
-                             "or a BERDS-format jsonl")
+                             "or a BERDS-format jsonl; a TREC run made elsewhere becomes a run folder with "
+                             f"`berds import run --trec {path} --corpus STORE --questions SET --out RUN`")
 
 
 
@@ -580,21 +581,36 @@ def check_trec_matches(path: Path, run: Run) -> None:
 
 
 def read_trec(path: str | Path) -> dict[str, list[tuple[str, float]]]:
-    """``qid -> [(docid, score), ...]`` in rank order; malformed lines name the line."""
+    """``qid -> [(docid, score), ...]`` in rank order; malformed lines, bad UTF-8 and a docid listed twice for
+    one question (TREC tools hold one score per docid) name the line."""
+    from berds.io import refuse_compressed
+
     path = Path(path)
+    refuse_compressed(path, "a TREC run file")
     out: dict[str, list[tuple[str, int, float]]] = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            parts = line.split()
-            if not parts:
-                continue
-            if len(parts) != 6:
-                raise InputError("expected 6 fields 'qid Q0 docid rank score tag'", path=path, line=lineno)
-            try:
-                rank, score = int(parts[3]), float(parts[4])
-            except ValueError:
-                raise InputError("rank must be an integer and score a number", path=path, line=lineno) from None
-            out.setdefault(parts[0], []).append((parts[2], rank, score))
+    first: dict[tuple[str, str], int] = {}
+    with open(path, encoding="utf-8-sig") as f:  # (a byte-order mark would start the first qid)
+        try:
+            for lineno, line in enumerate(f, start=1):
+                parts = line.split()
+                if not parts:
+                    continue
+                if len(parts) != 6:
+                    raise InputError(f"expected 6 fields 'qid Q0 docid rank score tag', got {len(parts)}", path=path,
+                                     line=lineno)
+                try:
+                    rank, score = int(parts[3]), float(parts[4])
+                except ValueError:
+                    raise InputError("rank must be an integer and score a number", path=path, line=lineno) from None
+                if not math.isfinite(score):
+                    raise InputError(f"score is {parts[4]}, not a finite number", path=path, line=lineno)
+                if (seen := first.setdefault((parts[0], parts[2]), lineno)) != lineno:
+                    raise InputError(f"question {parts[0]!r} lists passage {parts[2]!r} again (first on line {seen})",
+                                     path=path, line=lineno, fix="keep one line per question and passage")
+                out.setdefault(parts[0], []).append((parts[2], rank, score))
+        except UnicodeDecodeError as exc:
+            raise InputError(f"is not UTF-8 text ({exc.reason} at byte {exc.start} of a read block)", path=path,
+                             fix="a TREC run file is plain text: qid Q0 docid rank score tag") from None
     return {q: [(d, s) for d, _, s in sorted(v, key=lambda x: x[1])] for q, v in out.items()}
 
 

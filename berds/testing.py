@@ -474,6 +474,59 @@ def check_reranker(reranker: Any, *, options: dict[str, Any] | None = None) -> C
     return report
 
 
+def check_provider(provider: Any, *, options: dict[str, Any] | None = None,
+                   query: str = "Should cities build more bike lanes?", num: int = 3) -> ContractReport:
+    """Check a search provider (a name, ``module:attr``, class or instance) against the provider contract
+    (``berds.corpora.search``): it builds, has ``name``, ``search`` and a ``cache_params()`` dict, and
+    ``search(query, num=num)`` returns at most ``num`` ``SearchResult`` s with addresses (http(s), else a
+    warning), ranks from 1 in order (a warning otherwise), and ``num=1`` gives at most one. It searches for real:
+    two calls to the provider's API. Nothing is raised for a broken provider."""
+    from berds.corpora.search import SEARCH_PROVIDERS, provider_problems, search_result_problems
+
+    label = provider if isinstance(provider, str) else getattr(provider, "name", None) or type(provider).__name__
+    report = ContractReport(str(label), kind="search provider")
+    add = report.checks.append
+    try:
+        if isinstance(provider, str):
+            built = SEARCH_PROVIDERS.create(provider, **dict(options or {}))
+        elif inspect.isclass(provider) or (callable(provider) and not hasattr(provider, "search")):
+            built = provider(**dict(options or {}))
+        else:
+            built = provider
+    except Exception as exc:  # a plug-in's own bug or a bad option: report it
+        add(Check("builds", "fail", str(exc) if isinstance(exc, BerdsError) else f"{type(exc).__name__}: {exc}"))
+        return report
+    try:
+        problems = provider_problems(built)
+    except Exception as exc:  # cache_params() raised
+        problems = [f"cache_params() raised {type(exc).__name__}: {exc}"]
+    add(Check("builds", "fail" if problems else "pass", "; ".join(problems)))
+    if problems:
+        return report
+    for n in (num, 1):
+        try:
+            results = built.search(query, num=n)
+        except Exception as exc:  # (a BerdsError is the provider's own one-line refusal: its message is enough)
+            add(Check(f"search num={n}", "fail", str(exc) if isinstance(exc, BerdsError)
+                      else f"search raised {type(exc).__name__}: {exc}"))
+            return report
+        problems = search_result_problems(results, n)
+        add(Check(f"search num={n}", "fail" if problems else "pass",
+                  "; ".join(problems[:2]) or f"{len(results)} results"))
+        if problems:
+            return report
+        if n == num:
+            web = all(r.url.startswith(("http://", "https://")) for r in results)
+            add(Check("addresses", "pass" if web else "warn",
+                      "" if web else "some urls are not http(s): the fetcher records them as failed pages"))
+            ranks = [r.rank for r in results] == list(range(1, len(results) + 1))
+            add(Check("ranks", "pass" if ranks else "warn",
+                      "" if ranks else f"ranks are {[r.rank for r in results][:5]}, expected 1, 2, ... in order"))
+            if not results:
+                add(Check("results", "warn", f"no results for {query!r}: a corpus built with it would be empty"))
+    return report
+
+
 def reranked_run_problems(before: Any, after: Any) -> list[str]:
     """What is wrong with ``after`` as a reranking of ``before`` (see ``berds.rerank.catalogue``)."""
     from berds.rerank.catalogue import reranked_run_problems as problems

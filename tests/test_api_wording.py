@@ -40,3 +40,20 @@ def test_compare_and_stances_name_the_keyword(tmp_path):
         compare_paths([tmp_path / "a", tmp_path / "b"], OverlapJudge(), ks=(0,))
     with pytest.raises(BerdsError, match=r"\(stances=.*\(llm=\)"):
         resolve_stances([])
+
+
+def test_the_command_line_prints_the_option_without_the_python_keyword(tmp_path, capsys, monkeypatch):
+    """A shell user was told `--k (ks=)` and `--allow-short (allow_short=True)`: names they cannot pass."""
+    from berds.cli import main
+    from berds.errors import command_line_wording
+    from berds.runs import save_run
+
+    assert command_line_wording("use a smaller --k (ks=), or --allow-short (allow_short=True) to") == \
+        "use a smaller --k, or --allow-short to"
+    assert command_line_wording("a note (x=) without an option") == "a note (x=) without an option"
+    folder = save_run(make_run(n_questions=1, depth=3, name="short"), tmp_path / "run")
+    monkeypatch.setenv("COLUMNS", "1000")
+    with pytest.raises(SystemExit):
+        main(["eval", str(folder), "--judge", "judges_for_tests:OverlapJudge", "--k", "5", "--no-cache", "-q"])
+    err = capsys.readouterr().err
+    assert "--allow-short" in err and "allow_short=" not in err and "(ks=)" not in err

@@ -41,6 +41,21 @@ def test_whole_pipeline_on_demo_data(tmp_path, capfd):
     again = run_demo(tmp_path / "demo", judge="judges_for_tests:OverlapJudge", ks=(5, 10), progress=False, gold=False)
     assert all(r.stats.judged == 0 for r in again["judge"])
     assert [r.per_question for r in again["judge"]] == [r.per_question for r in results["judge"]]
+    # it ends by saying where its outputs are and what to run next: each command works as printed
+    import shlex
+
+    from berds.cli import main
+    from berds.demo import next_steps
+
+    lines = next_steps(tmp_path / "demo", "judges_for_tests:OverlapJudge", names)
+    assert any("Outputs" in line and "judgements.sqlite" in line for line in lines)
+    commands = [shlex.split(line.split("#")[0]) for line in lines if line.strip().startswith("berds ")]
+    assert [c[1] for c in commands] == ["report", "retrieve", "import"]
+    for command in commands:
+        try:
+            main(command[1:] + ["-q"])
+        except SystemExit as exc:
+            assert not exc.code, command
 
 
 def test_bad_demo_options_fail_before_anything_is_built(tmp_path):

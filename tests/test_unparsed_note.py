@@ -15,7 +15,7 @@ def test_compare_with_allow_unparsed_notes_the_share_on_stderr(tmp_path, capsys)
                   n_resamples=100)
     err = capsys.readouterr().err
     assert "note: run 'a': the judge 'test-half-unparsed' answered neither Yes nor No" in err, err
-    assert "run 'b'" in err and "--allow-unparsed counts them as No" in err, err
+    assert "run 'b'" in err and "counted as No (accepted by --allow-unparsed)" in err, err
 
 
 def test_study_diversify_takes_allow_unparsed_which_its_refusal_names(tmp_path, monkeypatch):
@@ -34,4 +34,4 @@ def test_study_diversify_takes_allow_unparsed_which_its_refusal_names(tmp_path, 
             "--cache", str(tmp_path / "j.sqlite"), "--embedding-cache", str(tmp_path / "e.sqlite"), "-q"]
     accepted = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "s"), "--allow-unparsed"])
     assert accepted.exit_code == 0, (accepted.output, accepted.exception)
-    assert "--allow-unparsed counts them as No" in accepted.output, accepted.output
+    assert "counted as No (accepted by --allow-unparsed)" in accepted.output, accepted.output

@@ -13,14 +13,54 @@ a ``key=value`` option of the command's main component and ``--out`` has no shor
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
 from berds.cli import analysis, answers, corpus, engine, evaluate, export, judge_trust, llm, questions, rerank, retrieval
 from berds.cli import label  # `berds label ...`: human labels in the browser (berds/trust/labelling)
 from berds.cli.options import plain_help_types
 
+# `berds --help` lists the commands by workflow. Each command names its panel with typer's rich_help_panel= where
+# it is registered; the plain (click) help berds prints groups by it (typer shows panels only in its rich help,
+# which berds turns off: rich cut long option names at 80 columns). Panels in this order, and within a panel the
+# commands named here first, in this order (a command not named here comes after them).
+HELP_PANELS: dict[str, tuple[str, ...]] = {
+    "Start here": ("demo",),
+    "Corpora and indexes": ("corpus", "index", "encoders"),
+    "Retrieve and rerank": ("retrieve", "import", "retrievers", "rerank", "rerankers", "tune"),
+    "Judge and evaluate": ("eval", "judges", "judge", "compare", "cache", "answers"),
+    "Analyses and reports": ("analyze", "report", "study", "export"),
+    "Plug-ins and tools": ("check-retriever", "check-reranker", "check-provider", "llm", "engine"),
+}
+OTHER_PANEL = "Other commands"
+
+
+class WorkflowGroup(TyperGroup):
+    """The root command group: its commands listed under their workflow panel (``HELP_PANELS``); a command without
+    a panel goes under "Other commands"."""
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        panels: dict[str, list[tuple[str, Any]]] = {}
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is None or cmd.hidden:
+                continue
+            panels.setdefault(getattr(cmd, "rich_help_panel", None) or OTHER_PANEL, []).append((name, cmd))
+        if not panels:
+            return
+        limit = formatter.width - 6 - max(len(name) for rows in panels.values() for name, _ in rows)
+        order = {p: i for i, p in enumerate(HELP_PANELS)}
+        for panel in sorted(panels, key=lambda p: order.get(p, len(order))):
+            named = HELP_PANELS.get(panel, ())
+            rows = sorted(panels[panel], key=lambda row: named.index(row[0]) if row[0] in named else len(named))
+            with formatter.section(panel):
+                formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in rows])
+
+
 app = typer.Typer(
+    cls=WorkflowGroup,
     name="berds",
     help="Benchmark retrieval systems for diverse perspectives (BERDS).",
     no_args_is_help=True,
@@ -135,8 +175,11 @@ def main(argv: list[str] | None = None) -> None:
         from rich.console import Console
         from rich.markup import escape
 
+        from berds.errors import command_line_wording
+
         # escaped: a path or value holding "[x]" lost it as a style tag, and "[/x]" ended in a MarkupError traceback
-        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        Console(stderr=True).print(f"[bold red]error:[/] {escape(command_line_wording(str(exc)))}", highlight=False,
+                                   soft_wrap=True)
         sys.exit(2)
     except (typer.Exit, SystemExit) as exc:  # --help and explicit exits
         code = getattr(exc, "exit_code", None)

@@ -21,9 +21,9 @@ analyze_app = typer.Typer(help="The study's analyses: stance, leaning, sycophanc
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
-    app.add_typer(tune_app, name="tune")
-    app.add_typer(analyze_app, name="analyze", short_help="The study's analyses: stance, leaning, sycophancy.")
-    app.command("report", short_help="Paper-style tables (markdown, CSV) and figures.")(report_command)
+    app.add_typer(tune_app, name="tune", rich_help_panel="Retrieve and rerank")
+    app.add_typer(analyze_app, name="analyze", rich_help_panel="Analyses and reports", short_help="The study's analyses: stance, leaning, sycophancy.")
+    app.command("report", rich_help_panel="Analyses and reports", short_help="Paper-style tables (markdown, CSV) and figures.")(report_command)
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -177,14 +177,19 @@ def analyze_stance_command(
     orders: str = typer.Option("one", "--orders", help="one: ask once, perspectives in order (the study); both: both orders, reconciled."),
     prompt: str = typer.Option("study", "--prompt", help="study (Table 15 verbatim) or paraphrase (berds' earlier A/B wording)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    allow_unparsed: bool = typer.Option(False, "--allow-unparsed",
+                                        help="Accept stances although the LLM named neither perspective for more "
+                                             "than 5% of the questions (default: exit 2 after writing them)."),
 ) -> None:
     """Which perspective of each two-perspective question supports it (the study's Table 15 prompt)."""
-    from berds.evaluate.analyses.stance import stance_counts, stance_file
+    from berds.evaluate.analyses.stance import check_stance_answers, stance_counts, stance_file
 
     stances = stance_file(questions, llm, out, split=split, limit=limit, llm_options=_options(llm_option),
                           progress=not quiet, orders=orders, prompt=prompt)
     counts = stance_counts(stances)
     _print_table(f"stances → {out}", ["status", "questions"], [[k, str(v)] for k, v in counts.items()])
+    if not allow_unparsed:
+        check_stance_answers(stances, out)
 
 
 def _options(items: List[str]) -> dict[str, Any]:
@@ -241,8 +246,9 @@ def analyze_sycophancy_command(
     from berds.studies.sycophancy import sycophancy_from_source
 
     retriever_options = _options(option)
-    if index is not None:
-        retriever_options["index"] = index
+    from berds.registry import merge_options
+
+    merge_options(retriever_options, {"index": ("--index", index)})
     result = sycophancy_from_source(retriever, questions, judge, split=split, limit=limit, k=k,
                                     retriever_options=retriever_options, stances=stances, stance_llm=stance_llm,
                                     judge_options=_options(judge_option), cache_path=cache, label=label, out=out,
@@ -369,6 +375,8 @@ def report_command(
                           progress=not quiet, title=title, baseline=baseline, html=html,
                           corrected=page_estimates(corrected) if corrected else None,
                           extra=(lambda folder: corrected_section(corrected, folder)) if corrected else None)
+    if report.headline is not None:  # the numbers first, then where everything was written
+        _print_table(f"BERDS metrics (%) — judge: {judge}", *report.headline)
     if corrected is not None:
         print_corrected_runs(corrected, console=_console())
     _print_table(f"report → {report.out}" + (f" — judge: {judge}" if runs else ""), ["file", "path"],

@@ -14,7 +14,7 @@ answers_app = typer.Typer(help="Evaluate answers to contentious questions (Debat
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(answers_app, name="answers", short_help="Evaluate answers to contentious questions.")
+    app.add_typer(answers_app, name="answers", rich_help_panel="Judge and evaluate", short_help="Evaluate answers to contentious questions.")
 
 
 @answers_app.command("eval")

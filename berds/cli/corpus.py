@@ -19,7 +19,26 @@ corpus_app.add_typer(build_app, name="build")
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
-    app.add_typer(corpus_app, name="corpus", short_help="Build and inspect passage stores.")
+    app.add_typer(corpus_app, name="corpus", rich_help_panel="Corpora and indexes", short_help="Build and inspect passage stores.")
+    app.command("check-provider", rich_help_panel="Plug-ins and tools", short_help="Contract test for a search provider (yours too).")(check_provider_command)
+
+
+def check_provider_command(
+    provider: str = typer.Argument(..., help="A registered name (serper) or module:attr."),
+    option: List[str] = typer.Option([], "--option", "-o", help="key=value passed to the provider (repeatable)."),
+    query: str = typer.Option("Should cities build more bike lanes?", "--query", help="What to search for (two real searches)."),
+    num: int = typer.Option(3, "--num", min=1, help="Results to ask for."),
+) -> None:
+    """Check a search provider against the contract (searches for real; exit 1 on failure)."""
+    from rich.console import Console
+
+    from berds.registry import parse_options
+    from berds.testing import check_provider
+
+    report = check_provider(provider, options=parse_options(option), query=query, num=num)
+    Console().print(report.table())
+    if not report.ok:
+        raise SystemExit(1)
 
 
 def _print_report(report) -> None:
@@ -108,6 +127,7 @@ def build_search_command(
     split: str = typer.Option("test", "--split", help="Split of a BERDS set."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N questions."),
     provider: str = typer.Option("serper", "--provider", help="Search provider (serper, or module:attr)."),
+    provider_option: List[str] = typer.Option([], "--provider-option", help="key=value passed to the provider (repeatable)."),
     top: int = typer.Option(100, "--top", help="Result pages per question (the study: 100)."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Search/page cache folder (default: $BERDS_HOME/search-cache)."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Fetch pages that failed in an earlier run again."),
@@ -127,7 +147,9 @@ def build_search_command(
     fetch = FetchOptions(connect_timeout=connect_timeout, read_timeout=read_timeout, total_timeout=total_timeout,
                          max_bytes=max_bytes, retries=retries, concurrency=concurrency, per_host=per_host,
                          max_retry_after=max_retry_after)
-    _, report = build_search_corpus(questions, out, provider=provider, top=top, split=split, limit=limit, cache_dir=cache,
+    from berds.registry import parse_options
+
+    _, report = build_search_corpus(questions, out, provider=provider, provider_options=parse_options(provider_option), top=top, split=split, limit=limit, cache_dir=cache,
                                     fetch_options=fetch, retry_failed=retry_failed, words_per_passage=words,
                                     overwrite=overwrite, progress=not quiet)
     _print_report(report)

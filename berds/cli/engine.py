@@ -14,7 +14,7 @@ engine_app = typer.Typer(help="Execution engines (local, ray): inspect where enc
 
 def register(app: typer.Typer) -> None:
     """Add ``berds engine ...`` to the main app."""
-    app.add_typer(engine_app, name="engine", short_help="Execution engines (local, ray).")
+    app.add_typer(engine_app, name="engine", rich_help_panel="Plug-ins and tools", short_help="Execution engines (local, ray).")
 
 
 @engine_app.command("info", short_help="Nodes, CPUs, GPUs and memory of the engine.")

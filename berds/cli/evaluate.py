@@ -23,10 +23,10 @@ cache_app = typer.Typer(help="The judgement cache.", no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:
-    app.command("eval", short_help="Judge runs: MRecall@k and Precision@k.")(eval_command)
-    app.command("demo", short_help="The whole pipeline on the shipped demo data.")(demo_command)
-    app.add_typer(judges_app, name="judges")
-    app.add_typer(cache_app, name="cache")
+    app.command("eval", rich_help_panel="Judge and evaluate", short_help="Judge runs: MRecall@k and Precision@k.")(eval_command)
+    app.command("demo", rich_help_panel="Start here", short_help="The whole pipeline on the shipped demo data.")(demo_command)
+    app.add_typer(judges_app, name="judges", rich_help_panel="Judge and evaluate")
+    app.add_typer(cache_app, name="cache", rich_help_panel="Judge and evaluate")
 
 
 def eval_command(
@@ -113,7 +113,9 @@ def eval_command(
     if rounds is not None:
         if not judge.startswith("debate:"):
             raise BerdsError(f"--rounds is for debate judges; use --judge debate:{judge} --rounds {rounds}")
-        options["rounds"] = rounds
+        from berds.registry import merge_options
+
+        merge_options(options, {"rounds": ("--rounds", rounds)}, what="--judge-option")
     eval_options = EvalOptions(ks=tuple(parse_ks(k)), overwrite=overwrite, title_position=title_position, allow_short=allow_short,
                                progress=not quiet, cache_path=cache, use_cache=not no_cache, out=out,
                                write_legacy=write_legacy, duplicates=duplicates,

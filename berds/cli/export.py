@@ -12,7 +12,7 @@ export_app = typer.Typer(help="Export berds results for other tools.", no_args_i
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(export_app, name="export")
+    app.add_typer(export_app, name="export", rich_help_panel="Analyses and reports")
 
 
 @export_app.command("qrels", short_help="Judgements as TREC diversity qrels.")

@@ -22,7 +22,7 @@ LABELS_HELP = "Labelled tsv: question, id, document, perspective, label (0/1) [,
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(judge_app, name="judge", short_help="Trust the judge: validate, audit, calibrate.")
+    app.add_typer(judge_app, name="judge", rich_help_panel="Judge and evaluate", short_help="Trust the judge: validate, audit, calibrate.")
 
 
 def _write_json(out: Optional[Path], payload: dict) -> None:

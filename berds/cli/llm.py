@@ -112,4 +112,4 @@ def generate_command(
 
 def register(app: typer.Typer) -> None:
     """Add ``berds llm`` (list, serve, generate) to the main app."""
-    app.add_typer(llm_app, name="llm", short_help="LLM backends: list, serve over HTTP, try one.")
+    app.add_typer(llm_app, name="llm", rich_help_panel="Plug-ins and tools", short_help="LLM backends: list, serve over HTTP, try one.")

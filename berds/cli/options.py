@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 K_HELP = "Cut-offs: repeat (--k 5 --k 10) or give a comma list (--k 5,10)."
-ALLOW_UNPARSED_HELP = ("Accept results although more than 5% of the judge's answers were neither Yes nor No "
-                       "(they count as No; eval's table flags them, other commands say so in a note).")
+ALLOW_UNPARSED_HELP = ("Accept results although the judge's answers look broken: more than 5% neither Yes nor "
+                       "No (counted as No) or not a plain Yes/No (read by the study's rule anyway), or not one Yes "
+                       "(eval's table flags them, other commands say so in a note).")
 ALLOW_SHORT_HELP = ("Score questions with fewer than k passages, or none: missing ranks count as unsupported, "
                     "so a question with no passages scores 0 (default: refuse them).")
 

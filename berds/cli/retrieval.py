@@ -15,15 +15,18 @@ from berds.cli.options import BATCH_TIMEOUT_HELP, WORKERS_HELP, out_folder_callb
 index_app = typer.Typer(help="Build indexes of a passage store (Lucene BM25, dense FAISS).", no_args_is_help=True)
 retrievers_app = typer.Typer(help="Retrievers: list what is available.", no_args_is_help=True)
 encoders_app = typer.Typer(help="Dense encoders: list the declared specs.", no_args_is_help=True)
+import_app = typer.Typer(help="Bring work made elsewhere into berds (a TREC run file -> a run folder).",
+                         no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
-    app.add_typer(index_app, name="index", short_help="Index a passage store: Lucene BM25, dense FAISS.")
-    app.add_typer(retrievers_app, name="retrievers")
-    app.add_typer(encoders_app, name="encoders")
-    app.command("retrieve", short_help="Top k passages per question into a run folder.")(retrieve_command)
-    app.command("check-retriever", short_help="Contract test for a retriever (yours too).")(check_retriever_command)
+    app.add_typer(index_app, name="index", rich_help_panel="Corpora and indexes", short_help="Index a passage store: Lucene BM25, dense FAISS.")
+    app.add_typer(retrievers_app, name="retrievers", rich_help_panel="Retrieve and rerank")
+    app.add_typer(encoders_app, name="encoders", rich_help_panel="Corpora and indexes")
+    app.command("retrieve", rich_help_panel="Retrieve and rerank", short_help="Top k passages per question into a run folder.")(retrieve_command)
+    app.add_typer(import_app, name="import", rich_help_panel="Retrieve and rerank", short_help="A TREC run made elsewhere -> a berds run folder.")
+    app.command("check-retriever", rich_help_panel="Plug-ins and tools", short_help="Contract test for a retriever (yours too).")(check_retriever_command)
 
 
 def _options(items: List[str]) -> dict:
@@ -147,6 +150,40 @@ def index_dense(
     ])
 
 
+@import_app.command("run", short_help="TREC run + passage store + question set -> run folder.")
+def import_run_command(
+    trec: Path = typer.Option(..., "--trec", help="TREC run file: qid Q0 docid rank score tag (pyserini, BEIR, ...)."),
+    corpus: Path = typer.Option(..., "--corpus", help="Passage store whose passage ids the file's docids are."),
+    questions: str = typer.Option(..., "--questions", help="arguana | kialo | opinionqa | demo | a questions .jsonl: "
+                                                           "the set whose ids the file's qids are."),
+    out: Path = typer.Option(..., "--out", callback=out_folder_callback, help="Run folder to write."),
+    split: str = typer.Option("test", "--split", help="Question split."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N questions of the set."),
+    k: Optional[int] = typer.Option(None, "--k", min=1, help="Keep each question's first K passages (default: all)."),
+    missing: str = typer.Option("refuse", "--missing",
+                                help="A docid the store lacks: refuse (default) | drop (left out, counted in the manifest)."),
+    name: Optional[str] = typer.Option(None, "--name", help="Run name (default: the file's run tag)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing run folder."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary table."),
+) -> None:
+    """Join a TREC run file with its passage store and question set into a run folder that `berds eval` reads
+    (unknown qids, missing docids and depth are reported; the manifest names the file and its sha256)."""
+    from rich.console import Console
+
+    from berds.retrievers.trec_import import import_trec_run
+
+    run, report = import_trec_run(trec, corpus=_store_folder(corpus), questions=questions, out=out, split=split,
+                                  limit=limit, k=k, missing=missing, name=name, overwrite=overwrite)
+    if not quiet:
+        Console().print(report.table(out))
+    empty = [qid for qid, hits in run.hits.items() if not hits]
+    if empty:  # said even when quiet: eval refuses these unless --allow-short
+        Console(stderr=True).print(
+            f"[yellow]warning:[/] {len(empty)} of {len(run)} questions have no passages (no line in {trec}"
+            f"{' or only missing docids' if report.missing_docids else ''}): {', '.join(empty[:5])}"
+            f"{', ...' if len(empty) > 5 else ''} — `berds eval` refuses them unless --allow-short", highlight=False)
+
+
 @retrievers_app.command("list")
 def retrievers_list() -> None:
     """List built-in and plug-in retrievers (imports no model code)."""
@@ -211,7 +248,9 @@ def retrieve_command(
     from berds.retrievers.retrieve import retrieve
 
     options = _options(option)
-    options.update({k_: v for k_, v in (("index", index), ("corpus", corpus), ("device", device)) if v is not None})
+    from berds.registry import merge_options
+
+    merge_options(options, {"index": ("--index", index), "corpus": ("--corpus", corpus), "device": ("--device", device)})
     stray = [flag for flag, value in (("--expansions", expansions), ("--llm", llm), ("--llm-option", llm_option)) if value]
     if expand is None and stray:  # else the run is made without expansion, looking like the one asked for
         from berds.errors import BerdsError

@@ -66,7 +66,12 @@ ACCEPTED_TYPES = ("text/html", "application/xhtml+xml", "text/plain")
 # ------------------------------------------------------------------------------------------- providers
 @dataclass(frozen=True)
 class SearchResult:
-    """One organic search result, ``rank`` from 1."""
+    """One organic search result, ``rank`` from 1: what a provider's ``search`` returns a list of.
+
+    ``url`` (an http(s) address, required), ``title`` and ``snippet`` (strings, may be empty), ``rank`` (the
+    result's place, from 1). An API's ``{"title", "link"}`` dicts become ``SearchResult(url=item["link"],
+    title=item["title"], rank=i)``; ``search_result_problems`` says what a returned list gets wrong.
+    """
 
     url: str
     title: str = ""
@@ -91,6 +96,58 @@ class SearchProvider(Protocol):
     def search(self, query: str, *, num: int) -> list[SearchResult]: ...
 
     def cache_params(self) -> dict[str, Any]: ...
+
+
+def search_result_problems(results: Any, num: int) -> list[str]:
+    """Ways ``results`` (what ``search(query, num=num)`` returned) break the provider contract: a list of at most
+    ``num`` ``SearchResult`` s, each with a ``url`` and string ``title``/``snippet``. Empty when fine.
+    Used by ``build_search_corpus`` (which refuses a broken list in one line) and ``berds check-provider``."""
+    if not isinstance(results, (list, tuple)):
+        return [f"search() must return a list of SearchResult, got {type(results).__name__}"]
+    problems = []
+    if len(results) > num:
+        problems.append(f"search(query, num={num}) returned {len(results)} results (at most num)")
+    for i, r in enumerate(results):
+        if isinstance(r, dict):
+            link = next((k for k in ("link", "url", "href") if k in r), "link")
+            problems.append(f"result {i} is a dict ({', '.join(map(repr, list(r)[:4]))}), not a SearchResult — return "
+                            f"berds.corpora.search.SearchResult(url=item[{link!r}], title=item.get('title', ''), "
+                            f"rank={i + 1})")
+            break
+        if not isinstance(r, SearchResult):
+            problems.append(f"result {i} is a {type(r).__name__}, not berds.corpora.search.SearchResult")
+            break
+        if not isinstance(r.url, str) or not r.url.strip():  # (an odd scheme is the fetcher's to record as failed)
+            problems.append(f"result {i} has url {r.url!r}: the page's address is needed")
+            break
+        bad = [f for f in ("title", "snippet") if not isinstance(getattr(r, f), str)]
+        if bad or not isinstance(r.rank, int):
+            problems.append(f"result {i}: {', '.join(bad) or 'rank'} must be "
+                            f"{'strings' if bad else 'an integer'}")
+            break
+    return problems
+
+
+def provider_problems(provider: Any) -> list[str]:
+    """What a provider object lacks before any search: a ``name`` string, ``search`` and a ``cache_params()``
+    that returns a JSON-able dict (it keys the search cache)."""
+    problems = []
+    if not isinstance(getattr(provider, "name", None), str) or not provider.name.strip():
+        problems.append("it needs a `name` string")
+    if not callable(getattr(provider, "search", None)):
+        problems.append("it needs a method search(query, *, num) -> list[SearchResult]")
+    params = getattr(provider, "cache_params", None)
+    if not callable(params):
+        problems.append("it needs a method cache_params() -> dict (the settings that change results; {} if none)")
+    else:
+        value = params()
+        try:
+            ok = isinstance(value, dict) and json.dumps(value, sort_keys=True) is not None
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            problems.append(f"cache_params() must return a dict of JSON values, got {value!r:.80}")
+    return problems
 
 
 def _retry_delay(attempt: int, backoff: float) -> float:
@@ -800,6 +857,9 @@ def build_search_corpus(
     if not qs:
         raise InputError("no questions to search for", path=str(questions) if isinstance(questions, (str, os.PathLike)) else None)
     search = get_provider(provider, **(provider_options or {}))
+    if problems := provider_problems(search):
+        raise BerdsError(f"search provider {provider!r} breaks the provider contract: {'; '.join(problems)} "
+                         "(see `berds check-provider`)")
     cache = SearchCache(Path(cache_dir) if cache_dir is not None else home_dir() / "search-cache")
     out = Path(out)
     report = BuildReport(kind=f"search ({search.name}, top {top})", out=str(out))
@@ -822,7 +882,16 @@ def build_search_corpus(
                     failures.append(SearchFailure(q.id, "", 0, f"search failed: {exc}"))
                     report.skip("search failed")
                     hits = None
+                except Exception as exc:
+                    if not isinstance(exc, BerdsError):  # the plug-in's bug keeps its traceback; this names whose
+                        exc.add_note(f"berds: search provider {search.name!r} ({type(search).__module__}:"
+                                     f"{type(search).__qualname__}) raised this searching question {q.id!r}; "
+                                     "searches done before are cached (`berds check-provider` checks a provider)")
+                    raise
                 else:
+                    if problems := search_result_problems(hits, top):  # (a list of dicts died 54 lines deep)
+                        raise BerdsError(f"search provider {search.name!r} broke the provider contract on question "
+                                         f"{q.id!r}: {'; '.join(problems[:2])} (see `berds check-provider`)")
                     cache.put_search(key, search, q.text, hits)
                     searched += 1
             if hits is not None:

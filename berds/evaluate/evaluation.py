@@ -39,21 +39,42 @@ OVERWRITE_POLICIES = ("only-missing", "always", "never")
 TITLE_POSITIONS = ("after", "before", "none")
 
 
+MAX_UNPARSED = 0.05  # above this share of unparsed (or not plain) answers a result is flagged and refused unless allowed
+
+
 @dataclass
 class JudgeStats:
     pairs: int = 0          # distinct (perspective, passage) pairs needed
     cached: int = 0         # answered from the cache
     judged: int = 0         # sent to the judge in this call
-    unparsed: int = 0       # judge answers that were neither Yes nor No (strict parsing), per verdict used
+    unparsed: int = 0       # judge answers its parse rule could not read (counted as No), per verdict used
     seconds: float = 0.0    # time spent judging
-    verdicts: int = 0       # (perspective, passage) verdicts the metrics use (the unparsed share's denominator)
+    verdicts: int = 0       # (perspective, passage) verdicts the metrics use (the shares' denominator)
+    unclear: int = 0        # answers with no plain Yes/No (the strict parse fails; unparsed ones included), which
+                            # the study's rule reads anyway: a judge answering nonsense scores clean zeros under it
+    yes: int = -1           # verdicts that are Yes (-1: not counted, e.g. a result read back from an old file)
 
     @property
     def unparsed_share(self) -> float:
         return self.unparsed / self.verdicts if self.verdicts else 0.0
 
+    @property
+    def unclear_share(self) -> float:
+        return self.unclear / self.verdicts if self.verdicts else 0.0
 
-MAX_UNPARSED = 0.05  # above this share of unparsed answers a result is flagged and refused unless allowed
+    def problems(self, limit: float = MAX_UNPARSED, *, yes_elsewhere: bool = False) -> list[str]:
+        """What makes the judge's answers look unusable, in a few words each (empty when nothing does): more
+        than ``limit`` of them unparsed, more than ``limit`` with no plain Yes/No, or not one Yes (which a run of
+        off-topic passages may earn honestly: ``check_unparsed`` refuses it only when nothing judged with it got
+        a Yes either)."""
+        out = []
+        if self.unparsed_share > limit:
+            out.append(f"{100 * self.unparsed_share:.1f}% unparsed")
+        elif self.unclear_share > limit:
+            out.append(f"{100 * self.unclear_share:.1f}% not a plain Yes/No")
+        if self.yes == 0 and self.verdicts and not yes_elsewhere:
+            out.append("no Yes")
+        return out
 
 
 class UnparsedAnswersError(BerdsError):
@@ -265,9 +286,10 @@ NO_VERDICTS: tuple[tuple, ...] = ((), (), (), ())  # a perspective with nothing 
 
 
 def verdict_matrices(pds: Sequence[bytes], sds: Sequence[bytes], depth: int, found: Mapping[bytes, tuple[tuple, ...]]
-                     ) -> tuple[np.ndarray, np.ndarray, int] | None:
+                     ) -> tuple[np.ndarray, np.ndarray, int, int] | None:
     """One question's support and P(Yes) matrices (perspectives x ``depth`` ranks; ranks past a short question's
-    last passage stay unsupported and NaN) and its count of unparsed answers, from each perspective's verdicts as
+    last passage stay unsupported and NaN), its count of unparsed answers and of answers with no plain Yes/No
+    (``JudgeStats.unclear``: unparsed or ``strict_unparsed``), from each perspective's verdicts as
     columns (``found``, as ``JudgementCache.lookup`` gives them); None when some pair has no verdict there. Each
     perspective's verdicts are placed at their passages' ranks with numpy, not one Python step per pair;
     verdicts of passages not ranked here (another run's, in a shared cache) are skipped."""
@@ -275,7 +297,7 @@ def verdict_matrices(pds: Sequence[bytes], sds: Sequence[bytes], depth: int, fou
     s = np.zeros((m, depth), dtype=bool)
     py = np.full((m, depth), np.nan)
     if not (m and n):
-        return s, py, 0
+        return s, py, 0, 0
     rank = dict(zip(sds, range(n)))  # (a passage listed twice: its last rank; the others copied below)
     columns = [found.get(pd, NO_VERDICTS) for pd in pds]
     # Rows come sorted by passage digest, so when the same passages are cached for every perspective (the usual
@@ -283,6 +305,7 @@ def verdict_matrices(pds: Sequence[bytes], sds: Sequence[bytes], depth: int, fou
     together = all(c[0] == columns[0][0] for c in columns[1:])
     groups = [(slice(None), columns)] if together else [(i, [c]) for i, c in enumerate(columns)]
     unparsed_at: np.ndarray | None = None
+    unclear_at: np.ndarray | None = None
     for rows, group in groups:
         at = list(map(rank.get, group[0][0]))
         keep = [k for k, j in enumerate(at) if j is not None] if None in at else None  # (other runs' passages)
@@ -300,16 +323,22 @@ def verdict_matrices(pds: Sequence[bytes], sds: Sequence[bytes], depth: int, fou
         for i, c in (enumerate(group) if together else [(rows, group[0])]):
             if any(c[3]):  # (only a detail that mentions the key is parsed: a debate judge keeps transcripts there)
                 if unparsed_at is None:
-                    unparsed_at = np.zeros((m, n), dtype=bool)
-                flags = [bool(d and "unparsed" in d and json.loads(d).get("unparsed")) for d in c[3]]
+                    unparsed_at, unclear_at = np.zeros((m, n), dtype=bool), np.zeros((m, n), dtype=bool)
+                details = [json.loads(d) if d and "unparsed" in d else {} for d in c[3]]
+                flags = [bool(d.get("unparsed")) for d in details]
+                unclear = [bool(d.get("unparsed") or d.get("strict_unparsed")) for d in details]
                 unparsed_at[i, at] = [flags[k] for k in keep] if keep is not None else flags
+                unclear_at[i, at] = [unclear[k] for k in keep] if keep is not None else unclear
     if len(rank) < n:  # a passage listed twice (duplicates kept on purpose): every rank holds its verdicts
         for j, sd in enumerate(sds):
             if rank[sd] != j:
                 s[:, j], py[:, j] = s[:, rank[sd]], py[:, rank[sd]]
                 if unparsed_at is not None:
                     unparsed_at[:, j] = unparsed_at[:, rank[sd]]
-    return s, py, 0 if unparsed_at is None else int(unparsed_at.sum())
+                    unclear_at[:, j] = unclear_at[:, rank[sd]]
+    if unparsed_at is None:
+        return s, py, 0, 0
+    return s, py, int(unparsed_at.sum()), int(unclear_at.sum())
 
 
 def evaluate_run(
@@ -408,8 +437,11 @@ def evaluate_run(
         support: dict[str, np.ndarray] = {}
         p_yes: dict[str, np.ndarray] = {}
         per_question: dict[str, dict[str, float]] = {}
-        for qid, (s, py, unparsed) in matrices.items():
+        stats.yes = 0
+        for qid, (s, py, unparsed, unclear) in matrices.items():
             stats.unparsed += unparsed
+            stats.unclear += unclear
+            stats.yes += int(s.sum())
             stats.verdicts += len(keys[qid][0]) * len(keys[qid][1])
             support[qid], p_yes[qid] = s, py
             per_question[qid] = question_metrics(s, ks)
@@ -420,8 +452,8 @@ def evaluate_run(
         averages=aggregate(per_question, datasets), stats=stats, datasets=datasets, manifest=dict(run.manifest),
         repeats=run_repeats(run, support, ks),
     )
-    if not opts.allow_unparsed:
-        check_unparsed([result], opts.max_unparsed)
+    if not opts.allow_unparsed:  # (not one Yes is the caller's to judge: another run of the command may have some)
+        check_unparsed([result], opts.max_unparsed, yes_check=False)
     return result
 
 
@@ -460,27 +492,47 @@ def repeats_table(results: Sequence[EvalResult]) -> Any:
     return table
 
 
-def check_unparsed(results: Sequence[EvalResult], limit: float = MAX_UNPARSED, *, written: str = "") -> None:
-    """Refuse results whose judge left more than ``limit`` of its answers unparsed (their verdicts are
-    cached, so re-running with ``--allow-unparsed`` judges nothing again)."""
-    bad = [r for r in results if r.stats.unparsed_share > limit]
+def answer_problems(r: EvalResult, limit: float = MAX_UNPARSED, *, yes_elsewhere: bool = False) -> str:
+    """One result's answer problems in words ('' when none): see ``JudgeStats.problems``; ``yes_elsewhere``:
+    the judge said Yes in another result of the same command, so a run without any Yes is not its fault."""
+    s = r.stats
+    words = []
+    if s.unparsed_share > limit:
+        words.append(f"neither Yes nor No {s.unparsed} of {s.verdicts} times ({100 * s.unparsed_share:.1f}%), "
+                     "counted as No")
+    elif s.unclear_share > limit:
+        words.append(f"no plain Yes/No {s.unclear} of {s.verdicts} times ({100 * s.unclear_share:.1f}%), which the "
+                     "study's rule read anyway (nonsense is No)")
+    if s.yes == 0 and s.verdicts and not yes_elsewhere:
+        words.append(f"not one Yes in {s.verdicts} verdicts")
+    return "; ".join(words)
+
+
+def check_unparsed(results: Sequence[EvalResult], limit: float = MAX_UNPARSED, *, written: str = "",
+                   yes_check: bool = True) -> None:
+    """Refuse results whose judge's answers look unusable (``JudgeStats.problems``: more than ``limit`` unparsed,
+    more than ``limit`` with no plain Yes/No, or — with ``yes_check`` — not one Yes in any of ``results``) — the
+    metrics would be clean-looking guesses. Their verdicts are cached, so re-running with ``--allow-unparsed``
+    judges nothing again."""
+    yes_elsewhere = not yes_check or any(r.stats.yes > 0 for r in results)
+    bad = [(r, answer_problems(r, limit, yes_elsewhere=yes_elsewhere)) for r in results]
+    bad = [(r, why) for r, why in bad if why]
     if bad:
-        shares = ", ".join(f"{r.run_name}: {r.stats.unparsed} of {r.stats.verdicts} ({100 * r.stats.unparsed_share:.1f}%)"
-                           for r in bad)
+        what = "; ".join(f"run {r.run_name!r}: {why}" for r, why in bad)
         raise UnparsedAnswersError(
-            f"the judge {bad[0].judge_id!r} answered neither Yes nor No too often ({shares}; limit "
-            f"{100 * limit:g}%), so the metrics would count those as No{written} — check the judge, its prompt and "
-            "-o parse=..., or pass --allow-unparsed to accept them (they are then flagged)")
+            f"the judge {bad[0][0].judge_id!r} answered like a broken judge ({what}; limit {100 * limit:g}%){written} "
+            "— check the judge, its prompt and -o parse=..., or pass --allow-unparsed to accept the result "
+            "(it is then flagged)")
 
 
 def note_unparsed(results: Sequence[EvalResult], limit: float = MAX_UNPARSED) -> None:
-    """With ``--allow-unparsed``, one line on stderr per result over ``limit``: commands whose tables have no
-    place for the share (compare, report, analyze, tune) would otherwise accept the guesses without a word."""
+    """With ``--allow-unparsed``, one line on stderr per result with answer problems: commands whose tables have
+    no place for them (compare, report, analyze, tune) would otherwise accept the guesses without a word."""
+    yes_elsewhere = any(r.stats.yes > 0 for r in results)
     for r in results:
-        if r.stats.unparsed_share > limit:
-            print(f"note: run {r.run_name!r}: the judge {r.judge_id!r} answered neither Yes nor No {r.stats.unparsed} "
-                  f"of {r.stats.verdicts} times ({100 * r.stats.unparsed_share:.1f}%); --allow-unparsed counts them "
-                  "as No", file=sys.stderr)
+        if why := answer_problems(r, limit, yes_elsewhere=yes_elsewhere):
+            print(f"note: run {r.run_name!r}: the judge {r.judge_id!r} answered {why} (accepted by --allow-unparsed)",
+                  file=sys.stderr)
 
 
 def judge_slug(judge_id: str) -> str:
@@ -588,7 +640,8 @@ def metrics_table(results: Sequence[EvalResult], *, title: str = "BERDS metrics"
     ks = sorted({k for r in results for k in r.ks})
     judges = sorted({r.judge_id for r in results})
     multi_set = any(len(r.averages) > 1 for r in results)
-    unparsed = any(r.stats.unparsed for r in results)
+    yes_elsewhere = any(r.stats.yes > 0 for r in results)
+    unparsed = any(r.stats.unparsed or r.stats.problems(max_unparsed, yes_elsewhere=yes_elsewhere) for r in results)
     warnings = [w for w in dict.fromkeys(judge_warning(j) for j in judges) if w]
     names = sorted({short_judge_name(j) for j in judges})
     table = Table(title=f"{title} — judge: {', '.join(names)}")
@@ -611,10 +664,11 @@ def metrics_table(results: Sequence[EvalResult], *, title: str = "BERDS metrics"
             cells = [f"{100 * avg[f'mrecall@{k}']:.1f}" if f"mrecall@{k}" in avg else "" for k in ks]
             cells += [f"{100 * avg[f'precision@{k}']:.1f}" if f"precision@{k}" in avg else "" for k in ks]
             row = [r.run_name if name == "all" else ""]
-            if unparsed and name == "all" and r.stats.unparsed:  # under the run's name: the table stays narrow
-                share = r.stats.unparsed_share
-                row[0] += (f"\n[bold red]{100 * share:.1f}% unparsed ![/]" if share > max_unparsed
-                           else f"\n[dim]{100 * share:.1f}% unparsed[/]")
+            problems = r.stats.problems(max_unparsed, yes_elsewhere=yes_elsewhere) if name == "all" else []
+            if problems:  # under the run's name: the table stays narrow
+                row[0] += "".join(f"\n[bold red]{p} ![/]" for p in problems)
+            elif unparsed and name == "all" and r.stats.unparsed:
+                row[0] += f"\n[dim]{100 * r.stats.unparsed_share:.1f}% unparsed[/]"
             if len(judges) > 1:
                 row.append(short_judge_name(r.judge_id) if name == "all" else "")
             if multi_set:

@@ -286,24 +286,20 @@ def qrels_paths(qrels: str | Path, run_paths: Sequence[str | Path]) -> list[Path
 
 def measures_table(rows: Sequence[tuple[str, Mapping[str, Mapping[str, float]], Mapping[str, float]]],
                    pool: str | None = None) -> Any:
-    """A rich table: run, MRecall@k / Prec@k (all questions) and the ir_measures means, in percent; ``pool``
-    says in the title which qrels the measures used."""
+    """A rich table: run and the ir_measures means, in percent; ``pool`` says in the title which qrels the
+    measures used. MRecall@k / Prec@k are left out: ``berds eval`` prints them in the table just above."""
     from rich.table import Table
 
-    metric_names = sorted({k for _, averages, _ in rows for k in averages.get("all", {})},
-                          key=lambda k: (not k.startswith("mrecall"), int(k.split("@")[1]) if "@" in k else 0, k))
     measure_names = list(dict.fromkeys(k for _, _, measures in rows for k in measures))
     qrels = ({"runs": f"the judgements of all {len(rows)} runs pooled as qrels",
               "single": "each run's own judgements as qrels"}.get(pool or "", "the judgements as qrels"))
-    table = Table(title=f"BERDS metrics and diversity measures (ir_measures over {qrels})", pad_edge=False)
+    table = Table(title=f"diversity measures (ir_measures over {qrels})", pad_edge=False)
     table.add_column("run", overflow="fold")
-    for title in [*(n.replace("mrecall", "MRecall").replace("precision", "Prec") for n in metric_names), *measure_names]:
+    for title in measure_names:
         # "alpha_nDCG" over "@10": the cut-off on a line of its own, and never narrower than the name (the run
         # name folds instead), so 8 columns fit in 80 with every header word whole
         lines = title.replace("@", "\n@", 1)
         table.add_column(lines, justify="right", min_width=max(map(len, lines.split("\n"))))
-    for run_name, averages, measures in rows:
-        overall = averages.get("all", {})
-        table.add_row(run_name, *[f"{100 * overall[n]:.1f}" if n in overall else "" for n in metric_names],
-                      *[f"{100 * measures[n]:.1f}" if n in measures else "" for n in measure_names])
+    for run_name, _, measures in rows:
+        table.add_row(run_name, *[f"{100 * measures[n]:.1f}" if n in measures else "" for n in measure_names])
     return table

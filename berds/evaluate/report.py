@@ -96,17 +96,65 @@ def _figure(width: float, height: float) -> Any:
     return fig
 
 
-def _save(fig: Any, path: str | Path) -> Path:
+def _save(fig: Any, path: str | Path, *, layout: bool = True) -> Path:
     from berds.io import atomic_write
 
     path = Path(path)
-    fig.tight_layout()
+    if layout:
+        fig.tight_layout()
+    # the titles also go into the PNG's own Title field: a figure copied out of the report keeps its judge, split, n
+    titles = [t.get_text() for t in [getattr(fig, "_suptitle", None), *(ax.title for ax in fig.axes)] if t is not None]
     with atomic_write(path, "wb", encoding=None) as f:
-        fig.savefig(f, format="png")
+        fig.savefig(f, format="png", metadata={"Title": " | ".join(t for t in titles if t) or path.stem,
+                                               "Software": "berds"})
     return path
 
 
-def plot_leaning(result: Any, path: str | Path) -> Path:
+def figure_caption(judge: str | None, n: int | None = None, split: str | None = None) -> str:
+    """What every figure names in its title: the judge (short form), the split and the number of questions."""
+    from berds.judges.validation import short_judge_name
+
+    parts = [f"judge {short_judge_name(judge)}" if judge else "judge not recorded"]
+    if split:
+        parts.append(f"{split} split")
+    if n is not None:
+        parts.append(f"n={n} questions")
+    return ", ".join(parts)
+
+
+def provenance_table(runs: Sequence[Any], labels: Sequence[str], paths: Sequence[Any]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows saying where each run came from (its manifest): retriever (or the imported TREC file and
+    its sha256), reranker, corpus and its fingerprint, index, k, question set and split."""
+    header = ["run", "folder", "retriever", "rerank", "corpus", "index", "k", "questions"]
+    rows = []
+    for run, label, path in zip(runs, labels, paths):
+        m = run.manifest or {}
+        retriever = m.get("retriever") or {}
+        imported = m.get("imported") or {}
+        if imported:
+            made = f"imported {Path(str(imported.get('path', '?'))).name} (sha256 {str(imported.get('sha256', ''))[:12]})"
+        else:
+            made = str(retriever.get("spec") or retriever.get("name") or "not recorded")
+        rerank = m.get("rerank") or {}
+        corpus = m.get("corpus") or {}
+        index = m.get("index") or {}
+        qs = m.get("question_set") or {}
+        rows.append([label, str(path), made,
+                     f"{rerank.get('method')}" + (f" (λ={rerank['lambda']})" if "lambda" in rerank else "") if rerank else "-",
+                     f"{corpus.get('path')} ({str(corpus.get('fingerprint', ''))[:12]})" if corpus else "not recorded",
+                     str(index.get("path") if isinstance(index, dict) else index or "-"),
+                     str(m.get("k", m.get("max_depth", "?"))),
+                     f"{qs.get('source', '?')}" + (f" ({qs['split']})" if qs.get("split") else "") if qs else "?"])
+    return header, rows
+
+
+def run_split(run: Any) -> str | None:
+    """The question split a run was retrieved for, when its manifest says (``question_set.split``)."""
+    qs = (getattr(run, "manifest", None) or {}).get("question_set") or {}
+    return qs.get("split") if isinstance(qs, dict) else None
+
+
+def plot_leaning(result: Any, path: str | Path, *, split: str | None = None) -> Path:
     """Horizontal stacked bars: for each run, the share of questions in each leaning category."""
     from berds.evaluate.analyses.leaning import CATEGORIES, row_shares
 
@@ -126,6 +174,9 @@ def plot_leaning(result: Any, path: str | Path) -> Path:
     ax.set_xlim(0, 100)
     ax.set_xlabel(f"% of two-perspective questions (top {result.k})")
     ax.invert_yaxis()
+    n = {r.get("questions") for r in result.rows}
+    fig.suptitle(f"Leaning of the top {result.k} — {figure_caption(result.judge, n.pop() if len(n) == 1 else None, split)}",
+                 fontsize=9)
     ax.legend(ncol=4, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
     return _save(fig, path)
@@ -159,49 +210,90 @@ def plot_sycophancy(result: Any, path: str | Path) -> Path:
     ax.set_xticks(x)
     ax.set_xticklabels(settings, rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("Δ = (p − n) / p  (%)")
-    ax.set_title(f"Sycophancy: top {result.k}, bars annotated p/n documents", fontsize=9)
+    judges = {r.get("judge") for r in result.rows}
+    ns = {r.get("questions") for r in result.rows}
+    ax.set_title(f"Sycophancy: top {result.k}, bars annotated p/n documents\n"
+                 f"{figure_caption(', '.join(sorted(j for j in judges if j)) or None, ns.pop() if len(ns) == 1 else None)}",
+                 fontsize=9)
     ax.legend(fontsize=8, frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
     return _save(fig, path)
 
 
+MRECALL_DIP_NOTE = ("MRecall@k counts a question when min(m, k) of its m perspectives are in the top k: at k < m "
+                    "fewer are needed, so the curve can dip as k grows")
+
+
 def plot_curves(curves: Mapping[str, Sequence[tuple[int, float]]], path: str | Path, *, ylabel: str = "MRecall@k (%)",
-                title: str = "") -> Path:
-    """One line per run: (k, value in [0, 1]) points, drawn in percent."""
-    fig = _figure(6.0, 4.0)
+                title: str = "", note: str = "") -> Path:
+    """One line per run: (k, value in [0, 1]) points, drawn in percent; k ticks are whole numbers, ``note`` a
+    caption under the axes (e.g. ``MRECALL_DIP_NOTE``)."""
+    from matplotlib.ticker import MaxNLocator
+
+    fig = _figure(6.0, 4.3 if note else 4.0)
     ax = fig.add_subplot(1, 1, 1)
     markers = "osD^vP*X"
     for i, (label, points) in enumerate(curves.items()):
         ks = [p[0] for p in points]
         ax.plot(ks, [100 * p[1] for p in points], marker=markers[i % len(markers)], markersize=3.5, label=label)
     ax.set_xlabel("k")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # (k = 1.5 is no depth)
     ax.set_ylabel(ylabel)
     if title:
         ax.set_title(title, fontsize=9)
-    ax.set_ylim(bottom=0)
+    if note:
+        import textwrap
+
+        fig.text(0.01, 0.01, textwrap.fill(note, 100), fontsize=6.5, color="#555555", va="bottom")
+    ax.set_ylim(-2, 102)  # the whole 0-100 % scale, a line at 0 or 100 off the frame
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
+    if note:
+        fig.tight_layout(rect=(0, 0.06, 1, 1))
+        return _save(fig, path, layout=False)
     return _save(fig, path)
 
 
 def plot_tuning(rows: Sequence[Mapping[str, Any]], ks: Sequence[int], path: str | Path, *,
-                parameter: str = "lambda") -> Path:
-    """MRecall@k and Precision@k against λ (the grid of ``berds tune mmr``) or another ``parameter``."""
+                parameter: str = "lambda", chosen: float | None = None, title: str = "") -> Path:
+    """MRecall@k and Precision@k against λ (the grid of ``berds tune mmr``) or another ``parameter``, on a 0-100 %
+    axis (an autoscaled one turned a 0.08-point change into a doubling). The un-reranked run (the row whose
+    ``parameter`` is None) is a dotted line per metric, ``chosen`` a vertical line; curves with the same values
+    share one line and one legend entry (one hid the other)."""
     grid = [r for r in rows if r.get(parameter) is not None]
-    curves = {}
+    base = next((r for r in rows if r.get(parameter) is None), None)
+    curves: dict[str, tuple[str, list[tuple[float, float]], float | None]] = {}
     for k in ks:
-        curves[f"MRecall@{k}"] = [(float(r[parameter]), float(r[f"mrecall@{k}"])) for r in grid]
-        curves[f"Precision@{k}"] = [(float(r[parameter]), float(r[f"precision@{k}"])) for r in grid]
-    fig = _figure(6.0, 4.0)
+        for name, key in (("MRecall", "mrecall"), ("Precision", "precision")):
+            curves[f"{name}@{k}"] = (f"{key}@{k}", [(float(r[parameter]), float(r[f"{key}@{k}"])) for r in grid],
+                                     float(base[f"{key}@{k}"]) if base is not None else None)
+    merged: dict[tuple, list[str]] = {}  # identical curves (and bases) drawn once, labelled with every name
+    for label, (_, pts, b) in curves.items():
+        merged.setdefault((tuple(pts), b), []).append(label)
+    fig = _figure(6.0, 4.2)
     ax = fig.add_subplot(1, 1, 1)
-    for label, pts in curves.items():
-        ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], marker="o", markersize=3.5, label=label,
-                linestyle="-" if label.startswith("MRecall") else "--")
-    ax.set_xlabel("λ" if parameter in ("lambda", "lam") else parameter)
+    symbol = "λ" if parameter in ("lambda", "lam") else parameter
+    markers = "osD^vP*X"
+    for i, ((pts, b), labels) in enumerate(merged.items()):
+        line = ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], marker=markers[i % len(markers)],
+                       markersize=4, label=" = ".join(labels),
+                       linestyle="-" if labels[0].startswith("MRecall") else "--")[0]
+        if b is not None:
+            ax.axhline(100 * b, color=line.get_color(), linestyle=":", linewidth=1)
+    if base is not None:
+        ax.plot([], [], color="grey", linestyle=":", label="original ranking (dotted)")
+    if chosen is not None:
+        ax.axvline(float(chosen), color="black", linewidth=0.8)
+        ax.annotate(f"chosen {symbol}={chosen:g}", (float(chosen), 98), fontsize=7, ha="right", va="top",
+                    rotation=90, xytext=(-2, 0), textcoords="offset points")
+    ax.set_ylim(-2, 102)  # the whole 0-100 % scale, a line at 0 or 100 off the frame
+    ax.set_xlabel(symbol)
     ax.set_ylabel("%")
+    if title:
+        ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, frameon=False)
+    ax.legend(fontsize=7, frameon=False, loc="best")
     return _save(fig, path)
 
 
@@ -240,6 +332,9 @@ class Report:
     out: Path
     files: dict[str, Path] = field(default_factory=dict)
     sections: list[str] = field(default_factory=list)
+    # the headline table (header, rows: overall metrics per run in %, `*` marking a significant difference) that
+    # `berds report` prints — it printed only file paths before
+    headline: tuple[list[str], list[list[str]]] | None = None
 
 
 def result_judges(res: Any) -> tuple[str, ...]:
@@ -355,7 +450,10 @@ def build_report(
     if baseline is not None and len(run_paths) < 2:  # (was ignored without a word)
         raise BerdsError("--baseline (baseline=) compares runs: give the baseline and at least one more run")
     report = Report(out)
-    md = [f"# {title}", "", f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}."]
+    from berds import __version__
+
+    md = [f"# {title}", "", f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by berds {__version__}."]
+    splits: set[str | None] = set()
 
     if run_paths:
         if judge is None:
@@ -363,6 +461,8 @@ def build_report(
         depth = max(ks[-1], curve_depth or ks[-1])
         runs = [load_run(p, allow_empty=allow_short) for p in run_paths]
         labels = run_labels(runs, run_paths)
+        splits = {run_split(run) for run in runs}
+        md += ["", "## Runs", "", markdown_table(*provenance_table(runs, labels, run_paths))]
         if baseline is not None:  # (compared question by question)
             from berds.evaluate.analyses.common import check_same_question_per_id
             from berds.evaluate.compare import check_shared_questions, resolve_baseline
@@ -392,6 +492,8 @@ def build_report(
                     row[col] += "*"
         report.files.update({f"metrics.{k}": v for k, v in write_table(out / "metrics", header, rows,
                                                                        md_rows=marked).items()})
+        report.headline = (["run", "set", "n", *[f"MRecall@{k}" for k in ks], *[f"Prec@{k}" for k in ks]],
+                           [[row[0] if row[1] == "all" else "", *row[1:]] for row in marked])
         md += ["", "## Retrieval quality", "",
                f"Judge: `{results[0].judge_id}` (prompt `{results[0].prompt_version}`). Values in %.", "",
                *([f"**Warning:** {judge_warning(results[0].judge_id)}", ""] if judge_warning(results[0].judge_id) else []),
@@ -409,7 +511,9 @@ def build_report(
         curve_rows = [[label, k, f"{100 * v:.2f}"] for label, pts in curves.items() for k, v in pts]
         report.files.update({f"mrecall_curve.{k}": v for k, v in
                              write_table(out / "mrecall_curve", ["run", "k", "MRecall@k"], curve_rows).items()})
-        report.files["mrecall_curve.png"] = plot_curves(curves, out / "mrecall_curve.png", title="MRecall@k")
+        report.files["mrecall_curve.png"] = plot_curves(
+            curves, out / "mrecall_curve.png", note=MRECALL_DIP_NOTE,
+            title=f"MRecall@k — {figure_caption(results[0].judge_id, len(results[0].per_question), splits.pop() if len(splits) == 1 else None)}")
         md += ["### MRecall@k", "", "![MRecall@k](mrecall_curve.png)", ""]
         if html:  # the page to browse; corrected: {label: {"MRecall@5": {"mean", "low", "high", "n"}}}
             from berds.evaluate.report_html import page_data, write_html_report
@@ -433,7 +537,7 @@ def build_report(
         md += ["", f"## {table_title}", "", judge_line(res), "", markdown_table(header, rows)]
         figure = None
         if res.KIND == "leaning":
-            figure = plot_leaning(res, out / f"{stem}.png")
+            figure = plot_leaning(res, out / f"{stem}.png", split=next(iter(splits)) if len(splits) == 1 else None)
         elif res.KIND == "sycophancy":
             figure = plot_sycophancy(res, out / f"{stem}.png")
         if figure is not None:

@@ -401,13 +401,23 @@ def progress_bar(unit: str, *, enabled: bool = True) -> Any:
 
     class RateColumn(ProgressColumn):
         def render(self, task: Any) -> Text:
-            # rich's speed needs two samples: a build advanced in one big batch showed "- passages/s" to the end
-            speed = task.finished_speed or task.speed or (task.completed / task.elapsed if task.elapsed else None)
+            done = task.completed - task.fields.get("started_at", 0)  # (work resumed from disk is not this run's)
+            if task.finished and task.elapsed:
+                # the whole run's mean, as the summaries print it: rich's own is the last 30 s's, and the two
+                # disagreed at the end of a long run
+                speed = done / task.elapsed
+            else:  # rich's speed needs two samples: a build advanced in one big batch showed "- passages/s" to the end
+                speed = task.speed or (done / task.elapsed if task.elapsed else None)
             return Text(f"{speed:,.1f} {unit}/s" if speed else f"- {unit}/s", style="progress.data.speed")
+
+    class ResumingProgress(Progress):
+        def add_task(self, description: str, *args: Any, **kwargs: Any) -> Any:
+            kwargs.setdefault("started_at", kwargs.get("completed", 0))
+            return super().add_task(description, *args, **kwargs)
 
     # "left" follows the time left (it stood between the elapsed and the remaining time: "0:00:01 left -:--:--"
     # read as one second left); the elapsed time is left out so that 21M passages fit 80 columns
-    return Progress(
+    return ResumingProgress(
         TextColumn("[progress.description]{task.description}"), BarColumn(bar_width=12), MofNCompleteColumn(),
         RateColumn(), TimeRemainingColumn(), TextColumn("left"), disable=not enabled, transient=False,
     )

@@ -174,7 +174,9 @@ def check_same_encoder(index_spec: Mapping[str, Any], wanted: EncoderSpec, *, in
         details = "; ".join(f"{k}: index {have.get(k)!r} vs requested {want.get(k)!r}" for k in differs[:4])
         raise BerdsError(
             f"index {index_path} was built with encoder {have.get('name')!r}, not {wanted.name!r} ({details}) — "
-            "search it with the encoder it was built with (leave --encoder out), or build an index with this encoder"
+            "search it with the encoder it was built with (leave the encoder option out — `-o encoder=...` of "
+            "`berds retrieve` — and the index's own is used), or build an index with this encoder "
+            "(`berds index dense --encoder ...`)"
         )
 
 

@@ -289,7 +289,9 @@ class MiniLMEncoder:
         model.eval().to(self.device)
         self._torch, self._tokenizer = torch, tokenizer
         # A small model may have fewer positions than max_length; never feed it more.
-        self.max_length = min(max_length, int(getattr(model.config, "max_position_embeddings", max_length)))
+        from berds.llm.shared import position_capped
+
+        self.max_length = position_capped(max_length, model.config)
         self._model = model
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:

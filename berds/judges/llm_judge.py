@@ -80,6 +80,31 @@ def study_mistral_reply(reply: str) -> str:
     return reply.split("</s>")[0].split("[/INST]")[0].strip()
 
 
+def plain_answer(text: str) -> bool:
+    """Whether a reply states Yes or No plainly: the strict rule reads it (its first word is yes or no), or the
+    answer after the study's last marker (``Answer:``, ``The answer is`` ...) starts with yes or no, or it is a
+    dict whose ``Answer`` is yes or no. The study's rule reads *any* text (nonsense is No), so evaluations count
+    the replies that fail this to notice a judge answering garbage (``strict_unparsed`` in a verdict's detail)."""
+    text = text.strip()
+    if text.startswith("{"):  # read as study_answer reads it: JSON, else a Python literal
+        import ast
+        import json
+
+        try:
+            record = json.loads(text)
+        except (ValueError, RecursionError):
+            try:
+                record = ast.literal_eval(text)
+            except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+                return False
+        return isinstance(record, dict) and str(record.get("Answer", "")).strip().lower() in ("yes", "no")
+    if parse_answer(text, "strict")[1]:
+        return True
+    for marker in STUDY_ANSWER_MARKERS:
+        text = text.split(marker)[-1]
+    return parse_answer(text, "strict")[1]
+
+
 def parse_answer(text: str, mode: str = "berds-study") -> tuple[bool, bool]:
     """Turn a judge's reply into ``(label, parsed)``.
 
@@ -257,6 +282,8 @@ class LLMJudge:
             label, parsed = parse_answer(reply, self.parse)
             p_yes = p_yes_from_logprobs(gen.first_token_logprobs)
             detail = {} if parsed else {"unparsed": True}
+            if parsed and self.parse != "strict" and not plain_answer(reply):
+                detail["strict_unparsed"] = True  # read by the study's rule, but no plain Yes/No (evaluations flag it)
             if self.threshold is not None:
                 if p_yes is not None:
                     label = p_yes >= self.threshold

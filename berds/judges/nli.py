@@ -137,6 +137,11 @@ class NLIJudge:
             self.kind = "classification"
             self._entail_index = entailment_index(config.id2label, self.entail_label, self.model_name)
         model.to(device).eval()
+        from berds.llm.shared import position_capped
+
+        # never more tokens than the model has positions (it ended in a raw RuntimeError about tensor sizes). The id
+        # keeps the max_length asked for: a pair longer than the positions could never be judged uncapped
+        self._max_tokens = position_capped(self.max_length, model.config)
         self._torch, self._tokenizer, self._model, self.device = torch, tokenizer, model, device
         return self
 
@@ -157,7 +162,7 @@ class NLIJudge:
             with torch.inference_mode():
                 if self.kind == "classification":
                     enc = tokenizer([p.passage for p in batch], [p.perspective for p in batch], truncation=True,
-                                    max_length=self.max_length, padding=True, return_tensors="pt",
+                                    max_length=self._max_tokens, padding=True, return_tensors="pt",
                                     split_special_tokens=True).to(self.device)  # (text's "[SEP]" is text)
                     probs = torch.softmax(model(**enc).logits.float(), dim=-1)[:, self._entail_index]
                 else:
@@ -165,7 +170,7 @@ class NLIJudge:
                     cut = STUDY_PREMISE_CHARS if self.kind == "study-t5" else None
                     texts = [self.seq2seq_format.format(premise=p.passage[:cut], hypothesis=p.perspective)
                              for p in batch]
-                    enc = tokenizer(texts, truncation=True, max_length=self.max_length, padding=True,
+                    enc = tokenizer(texts, truncation=True, max_length=self._max_tokens, padding=True,
                                     return_tensors="pt", split_special_tokens=True).to(self.device)
                     start = torch.full((len(batch), 1), self._start_id, device=self.device)
                     logits = model(**enc, decoder_input_ids=start).logits[:, 0, self._label_ids].float()

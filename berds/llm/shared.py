@@ -27,6 +27,24 @@ ROLES = ("system", "user", "assistant")
 # ------------------------------------------------------------------------------------------ prompts
 
 
+# Models whose position ids start after the padding index (RoBERTa's recipe): max_position_embeddings counts
+# pad_token_id + 1 positions no token can use (roberta-base: 514, of which 512 usable)
+_OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert", "longformer", "xlm-roberta-xl", "data2vec-text")
+
+
+def position_capped(max_length: int, config: Any) -> int:
+    """``max_length`` cut to the tokens an encoder's positions can hold (its config's ``max_position_embeddings``,
+    less RoBERTa's padding offset); ``max_length`` as it is when the config names no limit (T5's relative
+    positions). A small model fed more tokens than it has positions ends deep inside torch ("The size of tensor a
+    (600) must match the size of tensor b (512)"); the embedded judge, NLI judges and encoders share this cap."""
+    limit = getattr(config, "max_position_embeddings", None)
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
+        return max_length
+    if getattr(config, "model_type", "") in _OFFSET_POSITIONS:
+        limit -= int(getattr(config, "pad_token_id", 1) or 0) + 1
+    return max(1, min(max_length, limit))
+
+
 def normalise_prompts(prompts: Sequence[Prompt]) -> list[list[dict[str, str]]]:
     """Check a batch of chat prompts and return plain ``[{"role", "content"}, ...]`` lists.
 

@@ -214,6 +214,8 @@ def prepare_candidates(
         "model": getattr(encoder, "model_name", None), "pooling": getattr(encoder, "pooling", None),
         "normalisation": normalisation,
         "depth": depth,
+        # what was reranked: a 20-passage input under depth 100 reranks 20 (the manifest said 100 alone)
+        "passages_reranked": max(map(len, cut.values()), default=0),
         "embed_text": embed_text,
     }
     if repeats != "keep":

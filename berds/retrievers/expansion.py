@@ -289,8 +289,9 @@ def parse_expansions(output: str, *, qid: str | None = None) -> list[Expansion]:
     where = f"question {qid!r}: " if qid else ""
     shown = output.strip().replace("\n", " ")
     shown = (shown[:200] + "…") if len(shown) > 200 else shown
-    fix = ("use a stronger model or a larger max_new_tokens (the answer may have been cut off), or pass "
-           "precomputed perspectives with --expand file --expansions FILE")
+    fix = ("use a stronger model (an answer longer than the expander's 1,024 new tokens is cut off; in Python, "
+           "LLMExpander(max_new_tokens=...) sets it — it is no --llm-option), or pass precomputed perspectives "
+           "with --expand file --expansions FILE")
     if not output.strip():
         raise ExpansionParseError(f"{where}the LLM returned no text for query expansion — {fix}")
     value = None

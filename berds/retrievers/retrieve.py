@@ -187,7 +187,7 @@ def _retrieve_into(retriever: Any, questions: list[Question], question_source: d
     if progress:
         _summary(run, k, seconds, len(todo), out_dir)
     empty = [qid for qid, hits in run.hits.items() if not hits]
-    if empty:  # said even with progress off: eval/tune/analyze refuse these unless --allow-short
+    if empty:  # said even with progress off (and the table says so too): eval/tune/analyze refuse these
         from rich.console import Console
 
         where = f" (listed in {out_dir / 'manifest.json'} under empty_questions)" if out_dir is not None else ""
@@ -358,7 +358,10 @@ def _summary(run: Run, k: int, seconds: float, retrieved: int, out: Path | None)
     table.add_row("questions", f"{len(run)} ({retrieved} retrieved now)")
     table.add_row("k", str(k))
     table.add_row("hits per question", f"min {min(depth)}, mean {sum(depth) / len(depth):.1f}, max {max(depth)}")
-    table.add_row("no hits", f"{sum(d == 0 for d in depth)} questions")
+    empty = [qid for qid, hits in run.hits.items() if not hits]
+    # in the table, not only in the line after it: eval, tune and analyze refuse these questions
+    table.add_row("no hits", f"[bold yellow]{len(empty)} questions: {', '.join(empty[:3])}{', ...' if len(empty) > 3 else ''}"
+                             " (eval refuses them unless --allow-short)[/]" if empty else "0 questions")
     table.add_row("time", f"{seconds:.2f} s ({retrieved / seconds:,.1f} questions/s)" if seconds > 0 and retrieved else f"{seconds:.2f} s")
     corpus = run.manifest.get("corpus") or {}
     if corpus.get("fingerprint"):

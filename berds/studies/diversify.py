@@ -279,7 +279,7 @@ def study_diversify(
                 points.append({parameter: value, **evaluate(reranked).averages["all"]})
         for point in points:
             tradeoff.append({"setting": label, "parameter": parameter, "value": point[parameter],
-                             **{k: v for k, v in point.items() if "@" in k}})
+                             "split": tradeoff_split, **{k: v for k, v in point.items() if "@" in k}})
         reranked = make(result.chosen).rerank(test)
         ev = evaluate(reranked)
         rows.append(StudyRow(label, name, parameter, result.chosen, reranked, dict(ev.averages["all"])))
@@ -307,27 +307,46 @@ def study_diversify(
 
 
 def plot_tradeoff(points: Sequence[Mapping[str, Any]], path: str | Path, *, k: int = 5,
-                  chosen: Mapping[str, float] | None = None, base: Mapping[str, float] | None = None) -> Path:
-    """MRecall@k (x) against Precision@k (y), one marker per strategy and parameter value, a line per strategy."""
-    from berds.evaluate.report import _figure, _save
+                  chosen: Mapping[str, float] | None = None, base: Mapping[str, float] | None = None,
+                  judge: str | None = None, n: int | None = None) -> Path:
+    """MRecall@k (x) against Precision@k (y), one marker shape per strategy and a line through its parameter
+    values, each point labelled with its value (``λ=0.9``); the chosen value is ringed. Strategies are drawn
+    in turn with their own marker and line style, so one lying on another still shows (MMR's series hid under
+    the others). The title names the split the points were measured on, the judge and n."""
+    from berds.evaluate.report import _figure, _save, figure_caption
 
-    fig = _figure(6.5, 4.5)
+    fig = _figure(6.5, 4.8)
     ax = fig.add_subplot(1, 1, 1)
     by_setting: dict[str, list[Mapping[str, Any]]] = {}
     for p in points:
         by_setting.setdefault(p["setting"], []).append(p)
-    for setting, pts in by_setting.items():
+    markers, styles = "osD^vP*X", ["-", "--", "-.", ":"]
+    for i, (setting, pts) in enumerate(by_setting.items()):
         pts = sorted(pts, key=lambda p: p["value"])
         xs = [100 * p[f"mrecall@{k}"] for p in pts]
         ys = [100 * p[f"precision@{k}"] for p in pts]
-        line = ax.plot(xs, ys, marker="o", markersize=4, linewidth=1, label=setting)[0]
+        # the later ones smaller and hollow: one on top of another leaves both visible
+        line = ax.plot(xs, ys, marker=markers[i % len(markers)], markersize=max(7 - 1.5 * i, 3.5), linewidth=1,
+                       linestyle=styles[i % len(styles)], label=setting, fillstyle="full" if i == 0 else "none",
+                       zorder=2 + i)[0]
+        symbol = {"lambda": "λ", "lam": "λ"}.get(str(pts[0].get("parameter")), str(pts[0].get("parameter")))
+        for p, x, y in zip(pts, xs, ys):
+            ax.annotate(f"{symbol}={p['value']:g}", (x, y), fontsize=6, color=line.get_color(),
+                        xytext=(4, 3 + 7 * i), textcoords="offset points")
         if chosen and setting in chosen:
             for p, x, y in zip(pts, xs, ys):
                 if p["value"] == chosen[setting]:
-                    ax.plot([x], [y], marker="o", markersize=9, fillstyle="none", color=line.get_color())
+                    ax.plot([x], [y], marker="o", markersize=11, fillstyle="none", color=line.get_color(),
+                            zorder=10)
     if base:
         ax.plot([100 * base[f"mrecall@{k}"]], [100 * base[f"precision@{k}"]], marker="*", markersize=12,
-                color="black", linestyle="none", label="original ranking")
+                color="black", linestyle="none", label="original ranking", zorder=11)
+    if chosen:
+        ax.plot([], [], marker="o", markersize=11, fillstyle="none", color="grey", linestyle="none",
+                label="chosen (ringed)")
+    splits = {p.get("split", "dev") for p in points}
+    ax.set_title(f"MRecall@{k} vs Precision@{k}, each strategy over its parameter grid\n"
+                 f"{figure_caption(judge, n, splits.pop() if len(splits) == 1 else None)}", fontsize=9)
     ax.set_xlabel(f"MRecall@{k} (%)")
     ax.set_ylabel(f"Precision@{k} (%)")
     ax.grid(alpha=0.3)
@@ -384,8 +403,10 @@ def write_study(study: DiversifyStudy, out: str | Path, *, base_dev: Mapping[str
     write_json(out / "study.json", study.to_json())
     files["json"] = out / "study.json"
     chosen = {r.label: r.chosen for r in study.rows if r.chosen is not None}
+    on_test = any(p.get("split") == "test" for p in study.tradeoff)
     files["tradeoff.png"] = plot_tradeoff(study.tradeoff, out / "tradeoff.png", k=study.ks[0], chosen=chosen,
-                                          base=base_dev)
+                                          base=base_dev, judge=study.judge_id,
+                                          n=len(study.test_questions if on_test else study.dev_questions))
     for row in study.rows[1:]:
         files[f"run:{row.label}"] = save_run(row.run, out / "runs" / _slug(row.label), overwrite=True)
     study.files = files

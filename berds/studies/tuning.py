@@ -204,7 +204,12 @@ def write_tuning(result: TuneResult, out_dir: str | Path, *, overwrite: bool = F
                         title=f"{result.method} {symbol} tuning ({result.select}; judge {result.judge_id})")
     write_json(out / "tuning.json", result.to_json())
     paths["json"] = out / "tuning.json"
-    paths["png"] = plot_tuning(result.rows, result.ks, out / "tuning.png", parameter=result.parameter)
+    from berds.evaluate.report import figure_caption, run_split
+
+    title = (f"{result.method} {symbol} tuning ({result.select} chooses)\n"
+             f"{figure_caption(result.judge_id, len(best.questions), run_split(best))}")
+    paths["png"] = plot_tuning(result.rows, result.ks, out / "tuning.png", parameter=result.parameter,
+                               chosen=result.chosen, title=title)
     paths["run"] = out
     return paths
 

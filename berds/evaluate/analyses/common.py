@@ -65,6 +65,10 @@ def judge_runs(
             cache.close()
     if allow_unparsed:
         note_unparsed(results)
+    else:  # (each run's unparsed share was checked as it was judged; not one Yes in any of them is checked here)
+        from berds.evaluate.evaluation import check_unparsed
+
+        check_unparsed(results)
     return results
 
 

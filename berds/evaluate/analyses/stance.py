@@ -175,6 +175,21 @@ def stance_counts(stances: Mapping[str, Stance]) -> dict[str, int]:
     return {k: v for k, v in counts.items() if v}
 
 
+def check_stance_answers(stances: Mapping[str, Stance], out: str | Path, limit: float | None = None) -> None:
+    """Refuse stances whose LLM answered with neither perspective for more than ``limit`` (default: the
+    evaluations' 5%) of the questions: the leaning analysis would rest on guesses (the file stays written, for a
+    look). ``berds analyze stance --allow-unparsed`` accepts them."""
+    from berds.evaluate.evaluation import MAX_UNPARSED, UnparsedAnswersError
+
+    limit = MAX_UNPARSED if limit is None else limit
+    unparsed = sum(st.status == "unparsed" for st in stances.values())
+    if stances and unparsed / len(stances) > limit:
+        raise UnparsedAnswersError(
+            f"the stance LLM named neither perspective for {unparsed} of {len(stances)} questions "
+            f"({100 * unparsed / len(stances):.1f}%; limit {100 * limit:g}%; written to {out} for a look) — check the "
+            "model and --prompt, or pass --allow-unparsed to accept them (they are left out of the leaning analysis)")
+
+
 def write_stances(path: str | Path, stances: Mapping[str, Stance], *, prompt_version: str = STANCE_PROMPT.version,
                   llm_id: str = "") -> int:
     from berds.io import write_jsonl
