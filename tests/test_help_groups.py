@@ -34,6 +34,7 @@ def test_help_groups_commands_by_workflow(capsys, monkeypatch):
             sections[current].append(m.group(1))
     panels = [s for s in sections if s in HELP_PANELS]
     assert panels == list(HELP_PANELS)  # in workflow order
+    assert OTHER_PANEL not in sections, "every berds command names its workflow panel (rich_help_panel=)"
     for panel, commands in EXPECTED.items():  # in this order, first in their panel
         assert sections[panel][:len(commands)] == commands, (panel, sections[panel])
     assert max(map(len, out.splitlines())) <= 80

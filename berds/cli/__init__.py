@@ -28,9 +28,9 @@ from berds.cli.options import plain_help_types
 # commands named here first, in this order (a command not named here comes after them).
 HELP_PANELS: dict[str, tuple[str, ...]] = {
     "Start here": ("demo",),
-    "Corpora and indexes": ("corpus", "index", "encoders"),
+    "Corpora and indexes": ("questions", "corpus", "index", "encoders"),
     "Retrieve and rerank": ("retrieve", "import", "retrievers", "rerank", "rerankers", "tune"),
-    "Judge and evaluate": ("eval", "judges", "judge", "compare", "cache", "answers"),
+    "Judge and evaluate": ("eval", "judges", "judge", "label", "compare", "cache", "answers"),
     "Analyses and reports": ("analyze", "report", "study", "export"),
     "Plug-ins and tools": ("check-retriever", "check-reranker", "check-provider", "llm", "engine"),
 }

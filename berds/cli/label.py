@@ -21,7 +21,7 @@ CONFLICTS_HELP = ("What to do with a pair labelled both yes and no: first (the e
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(label_app, name="label", short_help="Human labels in the browser: sample, serve, export.")
+    app.add_typer(label_app, name="label", rich_help_panel="Judge and evaluate", short_help="Human labels in the browser: sample, serve, export.")
     from berds.cli import label_plan  # `berds label plan`: how many questions to label (the estimates' side)
 
     label_plan.register(label_app)

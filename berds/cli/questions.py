@@ -13,7 +13,7 @@ questions_app = typer.Typer(help="Question sets: statistics.", no_args_is_help=T
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(questions_app, name="questions", short_help="Question sets: Table 1's statistics.")
+    app.add_typer(questions_app, name="questions", rich_help_panel="Corpora and indexes", short_help="Question sets: Table 1's statistics.")
 
 
 @questions_app.command("stats", short_help="Table 1: questions, perspectives per question, words.")
