@@ -9,9 +9,9 @@ from berds.cli import HELP_PANELS, OTHER_PANEL, main
 
 EXPECTED = {
     "Start here": ["demo"],
-    "Corpora and indexes": ["corpus", "index", "encoders"],
+    "Corpora and indexes": ["questions", "corpus", "index", "encoders"],
     "Retrieve and rerank": ["retrieve", "import", "retrievers", "rerank", "rerankers", "tune"],
-    "Judge and evaluate": ["eval", "judges", "judge", "compare", "cache", "answers"],
+    "Judge and evaluate": ["eval", "judges", "judge", "label", "compare", "cache", "answers"],
     "Analyses and reports": ["analyze", "report", "study", "export"],
     "Plug-ins and tools": ["check-retriever", "check-reranker", "check-provider", "llm", "engine"],
 }
