@@ -286,8 +286,10 @@ def test_labels_sampled_under_one_judge_correct_another(setup):
     estimates = {}
     for threshold in ("0.5", "1.5"):  # (1.5: a judge that never says Yes)
         out = tmp / f"t{threshold}"
+        # (a judge with no Yes at all is flagged as broken: accepted here, it is the point of the test)
+        accept = ["--allow-unparsed"] if threshold == "1.5" else []
         code, _, err = cli("eval", folder, "--judge", JUDGE, "--judge-option", f"threshold={threshold}", "--k", "5",
-                           "--cache", tmp / "c.sqlite", "-q", "--labels", labels, "--out", out)
+                           "--cache", tmp / "c.sqlite", "-q", "--labels", labels, "--out", out, *accept)
         assert code == 0, err
         estimates[threshold] = json.loads((out / "metrics.json").read_text())["corrected"]["estimates"]["all"]
     for metric in ("mrecall@5", "precision@5"):
