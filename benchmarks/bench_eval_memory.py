@@ -32,26 +32,28 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 CHILD_BERDS = r"""
-import sys, json
+import sys, json, time
 def hwm():  # this process's peak RSS in MB (ru_maxrss would count the forking parent's pages)
     return int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1]) / 1024
 import numpy
 from berds.evaluate.evaluation import EvalOptions, evaluate_paths
 from bench_eval_cache import CachedOnly
 base = hwm()
+t0 = time.perf_counter()
 tmp = sys.argv[1]
 opts = EvalOptions(ks=(5, 10, 100), progress=False, cache_path=tmp + "/c.sqlite", out=tmp + "/out-berds")
 [(_, res, _)] = evaluate_paths([tmp + "/run"], CachedOnly(), opts)
 assert res.stats.judged == 0
-print(json.dumps({"base": base, "peak": hwm()}))
+print(json.dumps({"base": base, "peak": hwm(), "seconds": time.perf_counter() - t0}))
 """
 
 CHILD_HAND = r"""
-import sys, json, hashlib, sqlite3, os
+import sys, json, time, hashlib, sqlite3, os
 def hwm():  # this process's peak RSS in MB (ru_maxrss would count the forking parent's pages)
     return int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1]) / 1024
 import numpy
 base = hwm()
+t0 = time.perf_counter()
 tmp = sys.argv[1]
 ks, depth = (5, 10, 100), 100
 sha = lambda t: hashlib.sha256(t.encode("utf-8")).digest()
@@ -77,7 +79,7 @@ with open(tmp + "/run/run.ctxs.jsonl", encoding="utf-8") as f, open(tmp + "/out-
         n += 1
 with open(tmp + "/out-hand/metrics.json", "w") as m:
     json.dump({k: v / n for k, v in sums.items()}, m)
-print(json.dumps({"base": base, "peak": hwm()}))
+print(json.dumps({"base": base, "peak": hwm(), "seconds": time.perf_counter() - t0}))
 """
 
 
@@ -131,6 +133,8 @@ def main() -> None:
           f"{spread(added['hand'], '{:.0f}'):>24s}")
     print(f"{'berds: evaluate_paths (as berds eval)':44s} {spread(peak['berds'], '{:.0f}'):>22s} "
           f"{spread(added['berds'], '{:.0f}'):>24s}")
+    secs = {name: [r["seconds"] for r in rs] for name, rs in seen.items()}
+    print(f"seconds after imports: hand {spread(secs['hand'])}, berds {spread(secs['berds'])}")
     ratio = [b / h for b, h in zip(peak["berds"], peak["hand"])]
     print(f"berds / hand, peak RSS: {spread(ratio)}x (goal <= 1.3x); median {statistics.median(ratio):.2f}x")
 

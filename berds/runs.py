@@ -360,8 +360,8 @@ def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False, duplica
     (``None``: the command has none).
 
     ``judge_digests``: a dict to fill with ``qid ->`` the digests of each ranked passage's judge text (as
-    ``berds.evaluate.cache.judge_text_digests(hits, title_position)`` gives them); each passage's text is then
-    dropped as its line is read (left ``""``), so a fully cached evaluation never holds the run's texts."""
+    ``berds.evaluate.cache.judge_text_digests(hits, title_position)`` gives them); each passage's text and
+    title are then dropped as its line is read (left ``""``; ids and scores stay), so a fully cached evaluation never holds the run's texts."""
     with no_gc():
         return _read_ctxs_jsonl(Path(path), allow_empty_ctxs, duplicates, require_perspectives, duplicates_option,
                                 allow_empty_option, judge_digests, title_position)
@@ -422,7 +422,7 @@ def _read_ctxs_jsonl(path: Path, allow_empty_ctxs: bool, duplicates: str, requir
         if judge_digests is not None:  # hashed now, the texts dropped: memory stays flat whatever the run's size
             judge_digests[q.id] = judge_text_digests(map(passage_of, hits[-1]), title_position)
             for hit in hits[-1]:  # (passages just made here, shared with nothing: set as Passage.__init__ does)
-                hit.passage.__dict__["text"] = ""
+                hit.passage.__dict__["text"] = hit.passage.__dict__["title"] = ""
     if not questions:
         raise InputError("holds no questions", path=path)
     manifest: dict[str, Any] = {"source": {"format": "berds-ctxs-jsonl", "path": str(path)}}

@@ -570,7 +570,9 @@ def test_a_cached_evaluation_reads_the_run_without_texts_and_writes_the_same_fil
     for position in ("after", "before"):
         sink: dict = {}
         lean = load_run(folder, judge_digests=sink, title_position=position)
-        assert {h.passage.text for hits in lean.hits.values() for h in hits} == {""}
+        assert {(h.passage.text, h.passage.title) for hits in lean.hits.values() for h in hits} == {("", "")}
+        assert [[h.passage.id for h in hits] for hits in lean.hits.values()] == \
+            [[h.passage.id for h in hits] for hits in tiny_run.hits.values()]
         assert sink == {qid: judge_text_digests([h.passage for h in hits], position)
                         for qid, hits in tiny_run.hits.items()}
     cache_path = tmp_path / "c.sqlite"
