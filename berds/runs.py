@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -236,6 +237,9 @@ def run_stem(path: str | Path) -> str:
     return name or path.name
 
 
+passage_of = attrgetter("passage")  # Hit -> Passage
+
+
 def _synth_id(title: str, text: str) -> str:
     return "h" + hashlib.sha1(f"{title}\n{text}".encode("utf-8")).hexdigest()[:16]
 
@@ -347,22 +351,30 @@ def unique_hits(hits: list[Hit], *, duplicates: str, path: Path, line: int, qid:
 
 def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False, duplicates: str = "refuse",
                     require_perspectives: bool = True, duplicates_option: str | None = None,
-                    allow_empty_option: str | None = "--allow-short") -> Run:
+                    allow_empty_option: str | None = "--allow-short",
+                    judge_digests: dict[str, list[bytes]] | None = None, title_position: str = "after") -> Run:
     """A BERDS-format jsonl -> ``Run`` (hits in file order, which is the ranking; see ``unique_hits``).
 
     ``require_perspectives=False`` reads runs over questions without gold perspectives (DELPHI retrievals).
     ``allow_empty_option``: the command's option that takes empty questions, offered when one is refused
-    (``None``: the command has none)."""
+    (``None``: the command has none).
+
+    ``judge_digests``: a dict to fill with ``qid ->`` the digests of each ranked passage's judge text (as
+    ``berds.evaluate.cache.judge_text_digests(hits, title_position)`` gives them); each passage's text and
+    title are then dropped as its line is read (left ``""``; ids and scores stay), so a fully cached evaluation never holds the run's texts."""
     with no_gc():
         return _read_ctxs_jsonl(Path(path), allow_empty_ctxs, duplicates, require_perspectives, duplicates_option,
-                                allow_empty_option)
+                                allow_empty_option, judge_digests, title_position)
 
 
 NO_QUESTION_TEXT = "(question on line {line})"  # the text of a record that has none (the exchange format)
 
 
 def _read_ctxs_jsonl(path: Path, allow_empty_ctxs: bool, duplicates: str, require_perspectives: bool,
-                     duplicates_option: str | None = None, allow_empty_option: str | None = "--allow-short") -> Run:
+                     duplicates_option: str | None = None, allow_empty_option: str | None = "--allow-short",
+                     judge_digests: dict[str, list[bytes]] | None = None, title_position: str = "after") -> Run:
+    if judge_digests is not None:
+        from berds.evaluate.cache import judge_text_digests
     questions: list[Question] = []
     hits: list[list[Hit]] = []
     seen: dict[str, int] = {}
@@ -407,6 +419,10 @@ def _read_ctxs_jsonl(path: Path, allow_empty_ctxs: bool, duplicates: str, requir
         questions.append(q)
         hits.append(unique_hits(parsed, duplicates=duplicates, path=path, line=line, qid=q.id,
                                 duplicates_option=duplicates_option))
+        if judge_digests is not None:  # hashed now, the texts dropped: memory stays flat whatever the run's size
+            judge_digests[q.id] = judge_text_digests(map(passage_of, hits[-1]), title_position)
+            for hit in hits[-1]:  # (passages just made here, shared with nothing: set as Passage.__init__ does)
+                hit.passage.__dict__["text"] = hit.passage.__dict__["title"] = ""
     if not questions:
         raise InputError("holds no questions", path=path)
     manifest: dict[str, Any] = {"source": {"format": "berds-ctxs-jsonl", "path": str(path)}}
@@ -469,13 +485,14 @@ def _written_together(manifest: Mapping[str, Any], trec: Path) -> bool:
 
 def load_run(path: str | Path, *, allow_empty: bool = False, duplicates: str = "refuse",
              require_perspectives: bool = True, duplicates_option: str | None = None,
-             allow_empty_option: str | None = "--allow-short") -> Run:
+             allow_empty_option: str | None = "--allow-short",
+             judge_digests: dict[str, list[bytes]] | None = None, title_position: str = "after") -> Run:
     """A run folder (``manifest.json`` + ``run.ctxs.jsonl``, checked against its ``run.trec``) or a single
     BERDS-format jsonl. ``duplicates`` and ``duplicates_option``: see ``unique_hits``.
 
     Questions with no passages are refused unless ``allow_empty`` (they then score zero); the refusal offers
     ``allow_empty_option`` (``None`` where the command has no such option). A run folder's manifest is checked
-    against its ctxs file.
+    against its ctxs file. ``judge_digests``/``title_position``: see ``read_ctxs_jsonl`` (a run without texts).
     """
     path = Path(path)
     if path.is_dir():
@@ -502,7 +519,8 @@ def load_run(path: str | Path, *, allow_empty: bool = False, duplicates: str = "
             duplicates = "keep"  # written so on purpose (the study's expansion merge)
         run = read_ctxs_jsonl(ctxs, allow_empty_ctxs=allow_empty, duplicates=duplicates,
                               require_perspectives=require_perspectives, duplicates_option=duplicates_option,
-                              allow_empty_option=allow_empty_option)
+                              allow_empty_option=allow_empty_option, judge_digests=judge_digests,
+                              title_position=title_position)
         if (path / TREC).exists() and duplicates in ("refuse", "keep") and not _written_together(manifest, path / TREC):
             check_trec_matches(path / TREC, run)  # (a deduplicated ranking differs from it)
         if manifest:
@@ -514,7 +532,8 @@ def load_run(path: str | Path, *, allow_empty: bool = False, duplicates: str = "
     _refuse_non_jsonl_run(path)
     return read_ctxs_jsonl(path, allow_empty_ctxs=allow_empty, duplicates=duplicates,
                            require_perspectives=require_perspectives, duplicates_option=duplicates_option,
-                           allow_empty_option=allow_empty_option)
+                           allow_empty_option=allow_empty_option, judge_digests=judge_digests,
+                           title_position=title_position)
 
 
 def _refuse_non_jsonl_run(path: Path) -> None:

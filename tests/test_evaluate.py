@@ -556,3 +556,47 @@ def test_results_and_rerankers_have_short_reprs_for_notebooks():
                             "mrecall@2=0.333, precision@2=0.500, mrecall@5=1.000, precision@5=0.600)")
     reranker = MMRReranker(lam=0.9, encoder=LettersEncoder())
     assert repr(reranker) == "MMRReranker(lambda=0.9, first='rank1', depth=100, top=None)"
+
+
+def test_a_cached_evaluation_reads_the_run_without_texts_and_writes_the_same_files(tmp_path, tiny_run):
+    """evaluate_paths reads runs with each passage's judge text hashed and dropped (issue 36: eval's memory):
+    the digests are those of the texts, the outputs byte-identical to an evaluation of the full run, and a run
+    with a pair still to judge is read again with its texts (and judged, not refused)."""
+    from berds.evaluate.cache import judge_text_digests
+    from berds.evaluate.evaluation import TextsDropped, write_eval_outputs
+    from berds.runs import load_run
+
+    folder = save_run(tiny_run, tmp_path / "run")
+    for position in ("after", "before"):
+        sink: dict = {}
+        lean = load_run(folder, judge_digests=sink, title_position=position)
+        assert {(h.passage.text, h.passage.title) for hits in lean.hits.values() for h in hits} == {("", "")}
+        assert [[h.passage.id for h in hits] for hits in lean.hits.values()] == \
+            [[h.passage.id for h in hits] for hits in tiny_run.hits.values()]
+        assert sink == {qid: judge_text_digests([h.passage for h in hits], position)
+                        for qid, hits in tiny_run.hits.items()}
+    cache_path = tmp_path / "c.sqlite"
+    judge = CountingJudge()
+    # half the pairs cached: the lean reading raises, evaluate_paths reads the texts and judges the rest
+    with JudgementCache(cache_path) as cache:
+        evaluate_run(tiny_run, judge, ks=(2,), cache=cache, progress=False)
+        sink = {}
+        with pytest.raises(TextsDropped):
+            evaluate_run(load_run(folder, judge_digests=sink), judge, ks=(4,), cache=cache, progress=False,
+                         digests=sink)
+    seen = judge.seen
+    [(_, partly, _)] = evaluate_paths([folder], judge, (2, 4), cache_path=cache_path, progress=False,
+                                      out=tmp_path / "partly")
+    assert partly.stats.judged == judge.seen - seen > 0
+    # fully cached now: read without texts, nothing judged, the same bytes as the full run's evaluation
+    [(_, cached, _)] = evaluate_paths([folder], judge, (2, 4), cache_path=cache_path, progress=False,
+                                      out=tmp_path / "lean")
+    assert cached.stats.judged == 0 and judge.seen - seen == partly.stats.judged
+    with JudgementCache(cache_path) as cache:
+        full = evaluate_run(load_run(folder), judge, ks=(2, 4), cache=cache, progress=False)
+    write_eval_outputs(full, load_run(folder), tmp_path / "full")
+    for name in ("metrics.json", "judgements.jsonl"):
+        assert (tmp_path / "lean" / name).read_bytes() == (tmp_path / "full" / name).read_bytes()
+    # (the partly cached run's metrics.json differs only in its judging counts and time)
+    assert (tmp_path / "partly" / "judgements.jsonl").read_bytes() == (tmp_path / "full" / "judgements.jsonl").read_bytes()
+    assert partly.per_question == full.per_question

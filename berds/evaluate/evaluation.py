@@ -77,6 +77,11 @@ class JudgeStats:
         return out
 
 
+class TextsDropped(BerdsError):
+    """``evaluate_run`` was given a run without its passage texts (``digests``) and some pair is not cached:
+    ``evaluate_paths`` then reads the run again with its texts and judges."""
+
+
 class UnparsedAnswersError(BerdsError):
     """Too many of the judge's answers were neither Yes nor No: the metrics would be mostly guesses."""
 
@@ -347,6 +352,7 @@ def evaluate_run(
     options: EvalOptions | Sequence[int] | None = None,
     *,
     cache: JudgementCache | None = None,
+    digests: Mapping[str, Sequence[bytes]] | None = None,
     **changes: Any,
 ) -> EvalResult:
     """Judge the top ``max(ks)`` passages of every question against every perspective; compute metrics.
@@ -354,6 +360,10 @@ def evaluate_run(
     ``judge`` is any Judge (wrap it in ``LazyJudge`` to load a model only when something is missing from
     the cache). ``options`` is an ``EvalOptions`` (or just the k values); keyword ``changes`` override its
     fields (``evaluate_run(run, judge, ks=(5,), progress=False)``).
+
+    ``digests``: each question's judge-text digests, for a run read without its texts (``load_run(...,
+    judge_digests=...)`` with the same ``title_position``); a pair missing from the cache then raises
+    ``TextsDropped`` before anything is judged.
     """
     opts = as_options(options, changes)
     from berds.questions import require_gold
@@ -373,7 +383,8 @@ def evaluate_run(
         wanted: dict[bytes, dict[bytes, None]] = {}
         keys: dict[str, tuple[list[bytes], list[bytes]]] = {}
         for qid, (perspectives, passages) in grid.items():
-            pds, sds = [digest(t) for t in perspectives], judge_text_digests(passages, title_position)
+            pds = [digest(t) for t in perspectives]
+            sds = judge_text_digests(passages, title_position) if digests is None else list(digests[qid][:len(passages)])
             ranked = dict.fromkeys(sds)  # shared by the question's perspectives (wanted is only read), copied on merge
             for pd in pds:
                 have = wanted.get(pd)
@@ -391,6 +402,8 @@ def evaluate_run(
         have: dict[bytes, set[bytes]] = {}
         if all(placed is not None for placed in matrices.values()):
             stats.cached = stats.pairs
+        elif digests is not None:
+            raise TextsDropped(f"run {run.name!r}: some pairs are not cached and the run was read without its texts")
         else:  # (a fully cached evaluation skips these walks over every pair)
             stats.cached = sum(sum(map(wanted[pd].__contains__, columns[0])) for pd, columns in found.items())
             have = {pd: set(columns[0]) for pd, columns in found.items()}
@@ -757,8 +770,18 @@ def evaluate_paths(
     if isinstance(judge, str):
         check_judge_name(judge)
     # parse everything first: bad input fails fast
-    runs = [(Path(p), load_run(p, allow_empty=opts.allow_short, duplicates=opts.duplicates,
-                               duplicates_option="--duplicates")) for p in paths]
+    # Runs are read without their passage texts (each hashed as its line is read, then dropped), so a cached
+    # re-evaluation's memory does not grow with the texts; a run with a pair to judge is read again with them.
+    # Not where something else reads the texts: a check_run (--labels), legacy predictions, or re-judging all.
+    lean = opts.use_cache and check_run is None and not opts.write_legacy and opts.overwrite != "always"
+    digests: dict[Path, dict[str, list[bytes]]] = {}
+
+    def read(p: str | Path, lean: bool) -> Run:
+        sink = digests.setdefault(Path(p), {}) if lean else None
+        return load_run(p, allow_empty=opts.allow_short, duplicates=opts.duplicates, duplicates_option="--duplicates",
+                        judge_digests=sink, title_position=opts.title_position)
+
+    runs = [(Path(p), read(p, lean)) for p in paths]
     targets = eval_output_dirs([p for p, _ in runs], opts.out)
     for target in targets:  # every output path is checked before anything is judged
         check_writable(target, folder=True)
@@ -775,7 +798,13 @@ def evaluate_paths(
     results = []
     try:
         for (path, run), target in zip(runs, targets):
-            result = evaluate_run(run, judge, opts.but(allow_unparsed=True), cache=cache)  # checked once written
+            try:
+                result = evaluate_run(run, judge, opts.but(allow_unparsed=True), cache=cache,  # checked once written
+                                      digests=digests.get(path))
+            except TextsDropped:  # something to judge: the texts are needed after all
+                run = Run(run.questions, read(path, False).hits, run.manifest, run.name)
+                digests.pop(path, None)
+                result = evaluate_run(run, judge, opts.but(allow_unparsed=True), cache=cache)
             files = write_eval_outputs(result, run, target / "eval" / judge_slug(result.judge_id) if target == path else target,
                                        legacy_jsonl=opts.write_legacy)
             if target == path:  # a run folder also gets the latest metrics at its top level
