@@ -29,8 +29,12 @@ QrelRow = tuple[str, str, str, int]  # (qid, subtopic, docid, rel)
 RunRow = tuple[str, str, int]        # (qid, docid, rank)
 
 
-def check_measures(names: Sequence[str]) -> list[Any]:
-    """Parse measure names with ir_measures (``alpha_nDCG@10``, ``ERR_IA@10``, ``StRecall@10``, ``MRecall@5``, ...)."""
+def check_measures(names: Sequence[str], *, depth: int | None = None) -> list[Any]:
+    """Parse measure names with ir_measures (``alpha_nDCG@10``, ``ERR_IA@10``, ``StRecall@10``, ``MRecall@5``, ...).
+
+    ``depth``: how many ranks are judged (the largest ``--k``). Only judged passages reach the measures, so a
+    cut-off beyond it would be computed on a shorter list under a deeper name (alpha_nDCG@10 of 5 passages):
+    refused, naming the ``--k`` that judges deep enough."""
     if not names:
         return []
     from berds.lazy import require
@@ -48,6 +52,10 @@ def check_measures(names: Sequence[str]) -> list[Any]:
         except (NameError, ValueError, SyntaxError, TypeError, AssertionError) as exc:
             raise BerdsError(f"unknown --measure {name!r} ({exc}) — use ir_measures names such as alpha_nDCG@10, "
                              "ERR_IA@10, StRecall@10 (https://ir-measur.es)") from None
+        cutoff = measure.params.get("cutoff")
+        if depth is not None and cutoff is not None and cutoff > depth:
+            raise BerdsError(f"--measure {name} needs the top {cutoff} passages judged, but --k judges only the "
+                             f"top {depth} — add {cutoff} to --k (e.g. --k {depth},{cutoff})")
     return out
 
 
