@@ -81,7 +81,11 @@ def test_train_on_labels_reload_as_a_judge_and_validate(tiny_mistral, tmp_path, 
                             "--out", str(out), "--learning-rate", "0.02", "--epochs", "20", "--batch-size", "4",
                             "--max-steps", "40", "--lora-r", "4", "--device", "cpu", "--quiet")
     assert code == 0, err
-    assert "12 pairs, 3 questions" in stdout and "4 pairs, 1 questions (question-disjoint)" in stdout
+    assert "12 pairs, 3 questions" in stdout and "4 pairs, 1 question (question-disjoint)" in stdout
+    # the held-out F1 is in the table: no "berds has no held-out figure" beside it, but what is left to measure
+    assert "no held-out figure" not in err
+    assert "held-out F1 above comes from 1 question of the training file" in " ".join(err.split())
+    assert f"--judgetransformers:{out}" in "".join(err.split()), err
     assert "F1 100.0" in stdout and "n=4" in stdout
     assert (out / "adapter_config.json").is_file() and not (tmp_path / ".trained.partial").exists()
     manifest = json.loads((out / "berds-training.json").read_text())

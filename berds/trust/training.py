@@ -350,6 +350,10 @@ def _has_module(model: Any, suffix: str) -> bool:
     return any(name.split(".")[-1] == suffix for name, _ in model.named_modules())
 
 
+def _questions(n: int) -> str:
+    return f"{n} question" if n == 1 else f"{n} questions"
+
+
 def result_table(result: TrainResult) -> Any:
     """The summary table (fits 80 columns)."""
     from rich.table import Table
@@ -358,8 +362,8 @@ def result_table(result: TrainResult) -> Any:
     table.add_column("what")
     table.add_column("value", overflow="fold")
     table.add_row("labels", result.labels_source)
-    table.add_row("train", f"{result.train_pairs} pairs, {result.train_questions} questions")
-    table.add_row("held out", f"{result.dev_pairs} pairs, {result.dev_questions} questions (question-disjoint)")
+    table.add_row("train", f"{result.train_pairs} pairs, {_questions(result.train_questions)}")
+    table.add_row("held out", f"{result.dev_pairs} pairs, {_questions(result.dev_questions)} (question-disjoint)")
     rate = result.tokens / result.seconds if result.seconds else float("nan")
     table.add_row("steps", f"{result.steps} ({result.tokens} tokens, {result.seconds:.1f} s, {rate:.0f} tokens/s)")
     if result.losses:
