@@ -120,9 +120,13 @@ def teacher_labels(labelled: Any, judge_id: str, *, cache_path: str | None = Non
         versions = [(prompt, n) for judge, prompt, n in cache.judges() if judge == judge_id]
         if not versions:
             known = sorted({judge for judge, _, _ in cache.judges()})
+            # a judge *name* (`embedded`) is not the id its verdicts are cached under (`embedded:v2-...`)
+            meant = [j for j in known if j.startswith(judge_id) and j[len(judge_id):][:1] in (":", "|", "#", "+")]
+            hint = f"; did you mean {meant[0]!r}?" if len(meant) == 1 else ""
             raise BerdsError(f"{cache.path}: no verdicts of judge {judge_id!r} in the judgement cache (judges there: "
-                             f"{', '.join(known[:5]) or 'none'}) — judge the pairs first, e.g. `berds judge validate "
-                             f"--labels FILE --judge NAME`, and pass the judge id it prints")
+                             f"{', '.join(known[:5]) or 'none'}){hint} — --from-cache takes the judge id the cache "
+                             f"stores (`berds cache info --cache {cache.path}` lists them); to add a judge's "
+                             f"verdicts, judge the pairs first: `berds judge validate --labels FILE --judge NAME`")
         if prompt_version is None:
             if len(versions) > 1:
                 raise BerdsError(f"judge {judge_id!r} has verdicts under {len(versions)} prompt versions "
