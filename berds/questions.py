@@ -68,7 +68,8 @@ def hub_repo(spec: QuestionSetSpec) -> str:
 
 
 GOLD_FREE_COMMANDS = ("berds retrieve", "berds rerank", "berds corpus build search", "berds answers eval --metric da")
-GOLD_COMMANDS = ("berds eval", "berds analyze", "berds report", "berds tune", "berds answers eval --metric pd")
+GOLD_COMMANDS = ("berds eval", "berds analyze", "berds report", "berds tune", "berds answers eval --metric pd",
+                 "berds questions stats")
 NO_GOLD_FIX = (f"{', '.join(GOLD_COMMANDS)} need gold perspectives; {', '.join(GOLD_FREE_COMMANDS)} work "
                "without (DELPHI questions have none)")
 

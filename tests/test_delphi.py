@@ -138,3 +138,17 @@ def test_any_question_file_may_lack_gold_for_retrieval_only(tmp_path):
     assert [q.perspectives for q in questions] == [(), ()]
     with pytest.raises(InputError, match=r"line 1, record 'a': record has no 'perspectives'.*berds retrieve"):
         read_questions(path)
+
+
+def test_the_no_gold_refusal_names_questions_stats_and_the_docs_quote_it_as_printed():
+    # `berds questions stats delphi` refused with a list of the commands that need gold perspectives that left
+    # out the command being run
+    import re
+    from pathlib import Path
+
+    from berds.questions import NO_GOLD_FIX
+
+    assert "berds questions stats" in NO_GOLD_FIX
+    docs = (Path(__file__).parent.parent / "docs" / "question-sets.md").read_text()
+    quoted = re.search(r"this command needs them —\n(.*?)\n```", docs, re.S)
+    assert quoted and " ".join(quoted.group(1).split()) == NO_GOLD_FIX

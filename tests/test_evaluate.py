@@ -600,3 +600,20 @@ def test_a_cached_evaluation_reads_the_run_without_texts_and_writes_the_same_fil
     # (the partly cached run's metrics.json differs only in its judging counts and time)
     assert (tmp_path / "partly" / "judgements.jsonl").read_bytes() == (tmp_path / "full" / "judgements.jsonl").read_bytes()
     assert partly.per_question == full.per_question
+
+
+def test_a_short_run_among_several_is_refused_before_any_is_judged(tmp_path):
+    # `eval deep shallow --k 10` judged every pair of `deep` first, then stopped at `shallow`'s 5 passages
+    deep = save_run(make_run(n_questions=2, depth=10, name="deep"), tmp_path / "deep")
+    shallow = save_run(make_run(n_questions=2, depth=5, name="shallow"), tmp_path / "shallow")
+
+    class NeverJudge(OverlapJudge):
+        def judge(self, pairs):
+            raise AssertionError("judged before the short run was refused")
+
+    with pytest.raises(InputError, match=r"shallow.*question has 5 passages but k=10 needs 10"):
+        evaluate_paths([deep, shallow], NeverJudge(), (5, 10), use_cache=False, progress=False)
+    assert not (deep / "metrics.json").exists()
+    results = evaluate_paths([deep, shallow], OverlapJudge(), (5, 10), use_cache=False, progress=False,
+                             allow_short=True)
+    assert [len(r.support) for _, r, _ in results] == [2, 2]

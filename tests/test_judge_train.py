@@ -81,7 +81,11 @@ def test_train_on_labels_reload_as_a_judge_and_validate(tiny_mistral, tmp_path, 
                             "--out", str(out), "--learning-rate", "0.02", "--epochs", "20", "--batch-size", "4",
                             "--max-steps", "40", "--lora-r", "4", "--device", "cpu", "--quiet")
     assert code == 0, err
-    assert "12 pairs, 3 questions" in stdout and "4 pairs, 1 questions (question-disjoint)" in stdout
+    assert "12 pairs, 3 questions" in stdout and "4 pairs, 1 question (question-disjoint)" in stdout
+    # the held-out F1 is in the table: no "berds has no held-out figure" beside it, but what is left to measure
+    assert "no held-out figure" not in err
+    assert "held-out F1 above comes from 1 question of the training file" in " ".join(err.split())
+    assert f"--judgetransformers:{out}" in "".join(err.split()), err
     assert "F1 100.0" in stdout and "n=4" in stdout
     assert (out / "adapter_config.json").is_file() and not (tmp_path / ".trained.partial").exists()
     manifest = json.loads((out / "berds-training.json").read_text())
@@ -166,3 +170,27 @@ def test_bad_training_settings_are_refused_before_any_model_loads(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(BerdsError, match="is a file"):
         train_judge(labels, "/nonexistent/base", tmp_path / "file", progress=False)
+
+
+def test_a_judge_name_given_to_from_cache_is_pointed_at_its_cached_id(tmp_path):
+    # `--from-cache embedded` after `judge validate --judge embedded` said "pass the judge id it prints", which
+    # validate does not print; the id it needs was in the list, unmarked
+    from berds.errors import BerdsError
+    from berds.evaluate.cache import JudgementCache
+    from berds.trust.labels import read_labelled_pairs
+    from berds.trust.training import teacher_labels
+    from berds.types import Verdict
+
+    labelled = read_labelled_pairs(write_labels(tmp_path / "labels.tsv", 0))
+    cache_path = tmp_path / "cache.sqlite"
+    with JudgementCache(cache_path) as cache:
+        for judge in ("embedded:v2-minilm-abc+stance-def", "openai:gpt-4|parse=berds-study"):
+            cache.put_many(judge, "v1", labelled.judge_pairs(), [Verdict(label=True, p_yes=None, raw="Yes")] * 16)
+    with pytest.raises(BerdsError, match=r"did you mean 'embedded:v2-minilm-abc\+stance-def'\? — --from-cache takes "
+                                         r"the judge id the cache stores \(`berds cache info --cache "):
+        teacher_labels(labelled, "embedded", cache_path=str(cache_path))
+    with pytest.raises(BerdsError) as refused:  # no near name: no guess
+        teacher_labels(labelled, "gpt-5", cache_path=str(cache_path))
+    assert "did you mean" not in str(refused.value)
+    labels, source = teacher_labels(labelled, "openai:gpt-4|parse=berds-study", cache_path=str(cache_path))
+    assert labels == [True] * 16 and source == "cache:openai:gpt-4|parse=berds-study|v1"

@@ -48,3 +48,19 @@ def test_a_corpus_record_or_a_question_with_a_nul_in_its_id_is_refused_before_an
 
     with pytest.raises(InputError, match=r"question id 'q\\x00' holds a NUL character"):
         retrieve(Never(), [Question("q\x00", "why?", ("a",))], k=1, progress=False)
+
+
+def test_exporting_judgements_with_a_nul_id_names_the_file_and_the_check_names_nul(tmp_path):
+    # `berds export qrels EVAL` said only "question/passage id ... holds a NUL character" (no file), and eval's
+    # early --qrels check told the user to "give ids without spaces" for a NUL
+    from berds.evaluate.qrels import check_trec_ids, export_qrels
+
+    judgements = tmp_path / "judgements.jsonl"
+    judgements.write_text(json.dumps({"qid": "q1", "docid": NUL_ID, "rank": 1, "perspective": 0, "label": 1}) + "\n")
+    with pytest.raises(InputError, match=r"judgements.jsonl: question/passage id 'q1' / 'd\\x001' holds a NUL "
+                                         r"character, which the TREC qrels format cannot carry — evaluate a run"):
+        export_qrels(judgements, tmp_path / "out.qrels")
+    assert not (tmp_path / "out.qrels").exists()
+    run = Run.from_lists([Question("q1", "why?", ("a",))], [[Hit(Passage(NUL_ID, "text"), 1.0)]])
+    with pytest.raises(InputError, match="holds a NUL character, .* give ids without whitespace or NUL characters"):
+        check_trec_ids("run.jsonl", run)

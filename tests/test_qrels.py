@@ -90,6 +90,20 @@ def test_cli_eval_measures_beside_mrecall(tmp_path):
     assert len((tmp_path / "out.qrels").read_text().splitlines()) == 12
 
 
+def test_a_measure_deeper_than_the_judged_ranks_is_refused(tmp_path):
+    # `eval --k 5 --measure alpha_nDCG@10` printed an "alpha_nDCG@10" computed on the 5 judged passages
+    with pytest.raises(BerdsError, match=r"alpha_nDCG@10 needs the top 10 passages judged, but --k judges only the "
+                                         r"top 5 — add 10 to --k \(e.g. --k 5,10\)"):
+        check_measures(["MRecall@5", "alpha_nDCG@10"], depth=5)
+    assert len(check_measures(["alpha_nDCG@10", "ERR_IA", "StRecall@5"], depth=10)) == 3
+    save_run(hand_run(), tmp_path / "run")
+    done = subprocess.run(berds_cmd("eval", str(tmp_path / "run"), "--judge", "judges_for_tests:OverlapJudge",
+                                    "--k", "2", "--no-cache", "-q", "--measure", "ERR_IA@4"),
+                          capture_output=True, text=True, env=subprocess_env(COLUMNS="250"))
+    assert done.returncode == 2 and "--measure ERR_IA@4 needs the top 4 passages judged" in done.stderr, done.stderr
+    assert not (tmp_path / "run" / "metrics.json").exists()  # refused before any judging
+
+
 def test_bad_measures_and_judgement_files(tmp_path):
     with pytest.raises(BerdsError, match="unknown --measure 'alphaNDCG@10'"):
         check_measures(["alphaNDCG@10"])

@@ -10,6 +10,7 @@ import subprocess
 import pytest
 
 from berds.trust.labels import LabelledPair, read_labelled_pairs, write_labelled_pairs
+from berds.types import Verdict
 from conftest import berds_cmd, subprocess_env
 from judges_for_tests import OverlapJudge
 
@@ -120,3 +121,20 @@ def test_a_question_bootstrap_over_few_questions_says_its_interval_is_unreliable
     text = " ".join(console.export_text().split())
     assert f"resampling the {questions} questions" in text
     assert (note in text) if note else ("no interval is reliable" not in text)
+
+
+def test_a_judge_that_never_says_yes_is_named_beside_its_zero_precision(tmp_path):
+    # a freshly trained tiny judge answered No to all 650 demo pairs; the table showed precision 0.0 [0.0, 0.0]
+    # as if measured, with nothing saying it was 0 of 0
+    from berds.trust.validate import one_answer_notes, validate
+
+    class NeverYes(OverlapJudge):
+        def judge(self, pairs):
+            return [Verdict(label=False, p_yes=0.0, raw="No") for _ in pairs]
+
+    pairs = read_labelled_pairs(labelled_file(tmp_path, lambda q, i: i == 1))
+    report = validate(pairs, [NeverYes(), OverlapJudge()], n_boot=0, progress=False)
+    notes = one_answer_notes(report)
+    assert len(notes) == 1 and notes[0].startswith(f"note: {report.judges[0].name} answered No to all ")
+    assert "precision (0 of 0) is shown as 0" in notes[0]
+    assert one_answer_notes(_report(tmp_path, lambda q, i: i == 1)) == []

@@ -95,7 +95,7 @@ def eval_command(
     if measure:
         from berds.evaluate.qrels import check_measures
 
-        check_measures(measure)  # before any judging
+        check_measures(measure, depth=max(parse_ks(k)))  # before any judging
     qrels_files = None
     if qrels is not None:  # checked before any judging, like --out
         from berds.errors import InputError

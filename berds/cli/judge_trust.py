@@ -68,8 +68,8 @@ def validate_command(
     from rich.console import Console
 
     from berds.cli.options import print_judge_warning
-    from berds.trust.validate import (comparison_table, debate_table, in_sample_notes, markdown_table, one_class_note,
-                                      validate_files, validity_table)
+    from berds.trust.validate import (comparison_table, debate_table, in_sample_notes, markdown_table, one_answer_notes,
+                                      one_class_note, validate_files, validity_table)
 
     report = validate_files(str(labels), judge, judge_options=_options(judge_option), annotators=column,
                             cache_path=str(cache) if cache else None, use_cache=not no_cache, n_boot=bootstrap,
@@ -85,7 +85,7 @@ def validate_command(
         console.print(markdown_table(report), highlight=False, markup=False, soft_wrap=True)
     _write_json(out, report.to_json())
     _note_repeats(labels, console)
-    for note in [one_class_note(report), *in_sample_notes(report)]:
+    for note in [one_class_note(report), *one_answer_notes(report), *in_sample_notes(report)]:
         if note:
             console.print(note, style="yellow", highlight=False)
     annotators = {f"column:{c}" for c in column}  # (a person's labels, whatever the column is called: no warning)
@@ -246,7 +246,6 @@ def train_command(
     on another judge's cached verdicts; hold out whole questions and report F1 and accuracy on them."""
     from rich.console import Console
 
-    from berds.cli.options import print_judge_warning
     from berds.trust.training import TrainSettings, result_table, train_judge
 
     settings = TrainSettings(epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, lora_r=lora_r,
@@ -257,4 +256,11 @@ def train_command(
                          overwrite=overwrite, progress=not quiet)
     console = Console()
     console.print(result_table(result))
-    print_judge_warning(result.judge_id)
+    # Not the generic "berds has no held-out figure" line: the table above has one, but from a few questions of
+    # the training file (and, distilled, scored against the teacher), so say what is still to measure.
+    against = "the teacher's verdicts" if from_cache else "the file's labels"
+    Console(stderr=True).print(
+        f"[bold yellow]note:[/] the held-out F1 above comes from {result.dev_questions} question"
+        f"{'' if result.dev_questions == 1 else 's'} of the training file, scored against {against}; before "
+        f"reporting this judge's numbers, validate it on human-labelled pairs it never saw: `berds judge validate "
+        f"--labels OTHER.tsv --judge transformers:{out}`", highlight=False)

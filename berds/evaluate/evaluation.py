@@ -788,6 +788,9 @@ def evaluate_paths(
     if check_run is not None:
         for path, run in runs:
             check_run(path, run)
+    if not opts.allow_short:  # a short run refused before the runs ahead of it are judged, not after
+        for _, run in runs:
+            question_passages(run, max(opts.ks))
     labels = distinct_names([run.name for _, run in runs], [p for p, _ in runs], sep="/")
     runs = [(p, run if label == run.name else Run(run.questions, run.hits, run.manifest, label))
             for (p, run), label in zip(runs, labels)]

@@ -29,8 +29,12 @@ QrelRow = tuple[str, str, str, int]  # (qid, subtopic, docid, rel)
 RunRow = tuple[str, str, int]        # (qid, docid, rank)
 
 
-def check_measures(names: Sequence[str]) -> list[Any]:
-    """Parse measure names with ir_measures (``alpha_nDCG@10``, ``ERR_IA@10``, ``StRecall@10``, ``MRecall@5``, ...)."""
+def check_measures(names: Sequence[str], *, depth: int | None = None) -> list[Any]:
+    """Parse measure names with ir_measures (``alpha_nDCG@10``, ``ERR_IA@10``, ``StRecall@10``, ``MRecall@5``, ...).
+
+    ``depth``: how many ranks are judged (the largest ``--k``). Only judged passages reach the measures, so a
+    cut-off beyond it would be computed on a shorter list under a deeper name (alpha_nDCG@10 of 5 passages):
+    refused, naming the ``--k`` that judges deep enough."""
     if not names:
         return []
     from berds.lazy import require
@@ -48,6 +52,10 @@ def check_measures(names: Sequence[str]) -> list[Any]:
         except (NameError, ValueError, SyntaxError, TypeError, AssertionError) as exc:
             raise BerdsError(f"unknown --measure {name!r} ({exc}) — use ir_measures names such as alpha_nDCG@10, "
                              "ERR_IA@10, StRecall@10 (https://ir-measur.es)") from None
+        cutoff = measure.params.get("cutoff")
+        if depth is not None and cutoff is not None and cutoff > depth:
+            raise BerdsError(f"--measure {name} needs the top {cutoff} passages judged, but --k judges only the "
+                             f"top {depth} — add {cutoff} to --k (e.g. --k {depth},{cutoff})")
     return out
 
 
@@ -140,25 +148,28 @@ def check_trec_ids(path: str | Path, run: Any) -> None:
         bad = [qid] if not one_token(qid) else [h.passage.id for h in hits if not one_token(h.passage.id)][:1]
         if bad:
             raise InputError(f"question {qid!r}: the id {bad[0]!r} holds {id_flaw(bad[0])}, which TREC qrels cannot carry "
-                             "(--qrels)", path=path, fix="give ids without spaces, or drop --qrels")
+                             "(--qrels)", path=path, fix="give ids without whitespace or NUL characters, or drop --qrels")
 
 
-def qrels_text(rows: Sequence[QrelRow]) -> str:
-    """``qid subtopic docid rel`` lines; ids holding whitespace (which the format cannot carry) are refused."""
+def qrels_text(rows: Sequence[QrelRow], *, source: str | Path | None = None) -> str:
+    """``qid subtopic docid rel`` lines; ids holding whitespace (which the format cannot carry) are refused, naming
+    ``source`` (the judgements they came from) when given."""
     text = "".join([f"{q} {s} {d} {r}\n" for q, s, d, r in rows])
     if not fields_intact(text, len(rows), 4):  # one C-level pass instead of a check per id
         bad = next((q, d) for q, _, d, _ in rows if not (one_token(q) and one_token(d)))
-        raise BerdsError(f"question/passage id {bad[0]!r} / {bad[1]!r} holds "
-                         f"{id_flaw(bad[0] if not one_token(bad[0]) else bad[1])}, which the TREC qrels "
-                         "format cannot carry")
+        message = (f"question/passage id {bad[0]!r} / {bad[1]!r} holds "
+                   f"{id_flaw(bad[0] if not one_token(bad[0]) else bad[1])}, which the TREC qrels format cannot carry")
+        if source is not None:
+            raise InputError(message, path=source, fix="evaluate a run whose ids hold no whitespace or NUL characters")
+        raise BerdsError(message)
     return text
 
 
-def write_qrels(rows: Sequence[QrelRow], path: str | Path) -> int:
+def write_qrels(rows: Sequence[QrelRow], path: str | Path, *, source: str | Path | None = None) -> int:
     """Write ``qid subtopic docid rel`` lines atomically; returns the number of lines."""
     from berds.io import atomic_write
 
-    text = qrels_text(rows)
+    text = qrels_text(rows, source=source)
     with atomic_write(path) as f:
         f.write(text)
     return len(rows)
@@ -179,7 +190,7 @@ def export_qrels(source: str | Path, out: str | Path, *, flat: bool = False) -> 
     """``berds export qrels``: an evaluation folder or judgements.jsonl -> a TREC diversity qrels file (perspectives
     as subtopics, for ndeval's measures), or with ``flat`` ordinary qrels (``flat_qrels``)."""
     rows, _ = read_judgements(source)
-    return write_qrels(flat_qrels(rows) if flat else rows, out)
+    return write_qrels(flat_qrels(rows) if flat else rows, out, source=source)
 
 
 def export_run(source: str | Path, out: str | Path, *, tag: str | None = None) -> int:

@@ -120,9 +120,13 @@ def teacher_labels(labelled: Any, judge_id: str, *, cache_path: str | None = Non
         versions = [(prompt, n) for judge, prompt, n in cache.judges() if judge == judge_id]
         if not versions:
             known = sorted({judge for judge, _, _ in cache.judges()})
+            # a judge *name* (`embedded`) is not the id its verdicts are cached under (`embedded:v2-...`)
+            meant = [j for j in known if j.startswith(judge_id) and j[len(judge_id):][:1] in (":", "|", "#", "+")]
+            hint = f"; did you mean {meant[0]!r}?" if len(meant) == 1 else ""
             raise BerdsError(f"{cache.path}: no verdicts of judge {judge_id!r} in the judgement cache (judges there: "
-                             f"{', '.join(known[:5]) or 'none'}) — judge the pairs first, e.g. `berds judge validate "
-                             f"--labels FILE --judge NAME`, and pass the judge id it prints")
+                             f"{', '.join(known[:5]) or 'none'}){hint} — --from-cache takes the judge id the cache "
+                             f"stores (`berds cache info --cache {cache.path}` lists them); to add a judge's "
+                             f"verdicts, judge the pairs first: `berds judge validate --labels FILE --judge NAME`")
         if prompt_version is None:
             if len(versions) > 1:
                 raise BerdsError(f"judge {judge_id!r} has verdicts under {len(versions)} prompt versions "
@@ -350,6 +354,10 @@ def _has_module(model: Any, suffix: str) -> bool:
     return any(name.split(".")[-1] == suffix for name, _ in model.named_modules())
 
 
+def _questions(n: int) -> str:
+    return f"{n} question" if n == 1 else f"{n} questions"
+
+
 def result_table(result: TrainResult) -> Any:
     """The summary table (fits 80 columns)."""
     from rich.table import Table
@@ -358,8 +366,8 @@ def result_table(result: TrainResult) -> Any:
     table.add_column("what")
     table.add_column("value", overflow="fold")
     table.add_row("labels", result.labels_source)
-    table.add_row("train", f"{result.train_pairs} pairs, {result.train_questions} questions")
-    table.add_row("held out", f"{result.dev_pairs} pairs, {result.dev_questions} questions (question-disjoint)")
+    table.add_row("train", f"{result.train_pairs} pairs, {_questions(result.train_questions)}")
+    table.add_row("held out", f"{result.dev_pairs} pairs, {_questions(result.dev_questions)} (question-disjoint)")
     rate = result.tokens / result.seconds if result.seconds else float("nan")
     table.add_row("steps", f"{result.steps} ({result.tokens} tokens, {result.seconds:.1f} s, {rate:.0f} tokens/s)")
     if result.losses:

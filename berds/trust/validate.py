@@ -522,6 +522,15 @@ def one_class_note(report: ValidationReport) -> str | None:
             "is 0 or undefined whatever the judge answers; only recall (= accuracy = Yes share) measures it")
 
 
+def one_answer_notes(report: ValidationReport) -> list[str]:
+    """One line per judge that answered No to every pair: its precision is 0/0, shown as 0 by convention, and its
+    F1 and κ are then 0 by construction — the figures say it never says Yes, not how well it would."""
+    return [f"note: {row.name} answered No to all {row.n} pairs: its precision (0 of 0) is shown as 0, and F1 and κ "
+            "are 0 by construction; the Yes share says so — check its prompt, threshold or training"
+            for row in report.judges if row.n and not bool(np.asarray(row.predictions).any())
+            and len(row.predictions) == row.n]
+
+
 def in_sample_notes(report: ValidationReport) -> list[str]:
     """One line per calibrated judge whose threshold was chosen on pairs of this file: its figures here are
     in-sample, not a measure of how it does on new pairs."""
