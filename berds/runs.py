@@ -360,7 +360,7 @@ def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False, duplica
     (``None``: the command has none).
 
     ``judge_digests``: a dict to fill with ``qid ->`` the digests of each ranked passage's judge text (as
-    ``berds.evaluate.cache.judge_text_digests(hits, title_position)`` gives them); each passage's text and
+    ``Passage.judge_text_digests(passages, title_position)`` gives them); each passage's text and
     title are then dropped as its line is read (left ``""``; ids and scores stay), so a fully cached evaluation never holds the run's texts."""
     with no_gc():
         return _read_ctxs_jsonl(Path(path), allow_empty_ctxs, duplicates, require_perspectives, duplicates_option,
@@ -373,8 +373,6 @@ NO_QUESTION_TEXT = "(question on line {line})"  # the text of a record that has 
 def _read_ctxs_jsonl(path: Path, allow_empty_ctxs: bool, duplicates: str, require_perspectives: bool,
                      duplicates_option: str | None = None, allow_empty_option: str | None = "--allow-short",
                      judge_digests: dict[str, list[bytes]] | None = None, title_position: str = "after") -> Run:
-    if judge_digests is not None:
-        from berds.evaluate.cache import judge_text_digests
     questions: list[Question] = []
     hits: list[list[Hit]] = []
     seen: dict[str, int] = {}
@@ -420,7 +418,7 @@ def _read_ctxs_jsonl(path: Path, allow_empty_ctxs: bool, duplicates: str, requir
         hits.append(unique_hits(parsed, duplicates=duplicates, path=path, line=line, qid=q.id,
                                 duplicates_option=duplicates_option))
         if judge_digests is not None:  # hashed now, the texts dropped: memory stays flat whatever the run's size
-            judge_digests[q.id] = judge_text_digests(map(passage_of, hits[-1]), title_position)
+            judge_digests[q.id] = Passage.judge_text_digests(map(passage_of, hits[-1]), title_position)
             for hit in hits[-1]:  # (passages just made here, shared with nothing: set as Passage.__init__ does)
                 hit.passage.__dict__["text"] = hit.passage.__dict__["title"] = ""
     if not questions:

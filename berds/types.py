@@ -14,6 +14,7 @@ Ids are always strings. All types are frozen dataclasses; constructors validate 
 
 from __future__ import annotations
 
+import hashlib
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -107,6 +108,17 @@ class Passage:
         if title_position == "after":
             return [f"{p.text} {p.title}" if p.title_field else p.text for p in passages]
         return [p.judge_text(title_position) for p in passages]
+
+    @staticmethod
+    def judge_text_digests(passages: "Iterable[Passage]", title_position: str = "after") -> list[bytes]:
+        """The SHA-256 digest of each ``judge_text`` (what the judgement cache keys passages by), each text
+        hashed as it is built: the study's case (``after``) without a list of 80k texts in between. Here, not in
+        ``evaluate.cache``, because the run reader hashes while it reads (``runs.read_ctxs_jsonl(judge_digests=)``)."""
+        sha256 = hashlib.sha256
+        if title_position != "after":
+            return [sha256(t.encode("utf-8")).digest() for t in Passage.judge_texts(passages, title_position)]
+        return [sha256(f"{p.text} {p.title}".encode("utf-8") if p.title_field else p.text.encode("utf-8")).digest()
+                for p in passages]
 
 
 class InvalidScore(ValueError):
