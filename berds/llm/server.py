@@ -49,6 +49,7 @@ from typing import Any, Callable, Sequence
 from berds.errors import BerdsError
 from berds.llm.base import context_overrun
 from berds.llm.limits import ServerLimits
+from berds.llm.serving import ThreadedUvicorn
 
 ROLE_ALIASES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 CHAT_PATH = "/v1/chat/completions"
@@ -232,7 +233,7 @@ class _Batcher:
         return True
 
 
-class ChatServer:
+class ChatServer(ThreadedUvicorn):
     """An OpenAI-compatible server for ``llm`` (any ``berds.llm.base.LLM``) on ``host:port``.
 
     ``port=0`` picks a free port (read it back from ``.port`` / ``.url``). When ``api_key`` is set,
@@ -240,6 +241,9 @@ class ChatServer:
     (``ServerLimits``). Use ``start()`` to serve from a background thread (tests, notebooks) or
     ``serve_forever()`` to block. The socket is bound and listening when the constructor returns.
     """
+
+    THREAD_NAME = "berds-llm-server"
+    WHAT = "the berds LLM server"
 
     def __init__(
         self,
@@ -322,38 +326,8 @@ class ChatServer:
         )
         return uvicorn.Server(config)
 
-    def serve_forever(self) -> None:
-        """Serve until ``shutdown()`` (or SIGINT/SIGTERM when run on the main thread)."""
-        self._uvicorn = self._uvicorn or self._make_uvicorn()
-        try:
-            self._uvicorn.run(sockets=[self.socket])
-        finally:
-            self.batcher.stop()
-            self.socket.close()
-
-    def start(self) -> "ChatServer":
-        """Serve from a daemon thread; returns once the server accepts requests."""
-        self._uvicorn = self._make_uvicorn()
-        self._thread = threading.Thread(target=self.serve_forever, name="berds-llm-server", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 30
-        while not self._uvicorn.started and self._thread.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        if not self._uvicorn.started:
-            raise BerdsError(f"the berds LLM server on {self.url} did not start")
-        return self
-
-    def shutdown(self) -> None:
-        if self._uvicorn is not None:
-            self._uvicorn.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=15)
-
-    def __enter__(self) -> "ChatServer":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.shutdown()
+    def _closed(self) -> None:
+        self.batcher.stop()
 
     # ------------------------------------------------------------------------ request handling
 

@@ -22,6 +22,7 @@ from importlib import resources
 from typing import Any
 
 from berds.errors import BerdsError
+from berds.llm.serving import ThreadedUvicorn
 from berds.trust.labelling.store import LabelStore, check_annotator, next_pair
 from berds.trust.labelling.task import LabelTask
 
@@ -190,9 +191,12 @@ def build_app(task: LabelTask, store: LabelStore, *, hosts: list[str] | None = N
     return Starlette(routes=routes, middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts or ["*"])])
 
 
-class LabelServer:
+class LabelServer(ThreadedUvicorn):
     """The labelling page for ``task`` on ``host:port`` (``port=0``: any free port; read ``.url``). The socket
     is listening when the constructor returns; ``start()`` serves from a thread, ``serve_forever()`` blocks."""
+
+    THREAD_NAME = "berds-label-server"
+    WHAT = "the labelling server"
 
     def __init__(self, task: LabelTask, *, host: str = "127.0.0.1", port: int = 8765):
         import socket
@@ -236,33 +240,3 @@ class LabelServer:
                                 server_header=False)
         return uvicorn.Server(config)
 
-    def serve_forever(self) -> None:
-        """Serve until ``shutdown()`` (or SIGINT/SIGTERM when run on the main thread)."""
-        self._uvicorn = self._uvicorn or self._make_uvicorn()
-        try:
-            self._uvicorn.run(sockets=[self.socket])
-        finally:
-            self.socket.close()
-
-    def start(self) -> "LabelServer":
-        self._uvicorn = self._make_uvicorn()
-        self._thread = threading.Thread(target=self.serve_forever, name="berds-label-server", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 30
-        while not self._uvicorn.started and self._thread.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        if not self._uvicorn.started:
-            raise BerdsError(f"the labelling server on {self.url} did not start")
-        return self
-
-    def shutdown(self) -> None:
-        if self._uvicorn is not None:
-            self._uvicorn.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=15)
-
-    def __enter__(self) -> "LabelServer":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.shutdown()
