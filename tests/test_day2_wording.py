@@ -7,22 +7,13 @@ import time
 
 import pytest
 
-from berds.cli import main
 from berds.errors import BerdsError
 from berds.runs import save_run
 from berds.types import Hit, Passage
 from conftest import make_run
+from cli_fixtures import cli
 
 
-def cli(capsys, monkeypatch, *args):
-    monkeypatch.setenv("COLUMNS", "1000")
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_an_encoder_mismatch_names_the_option_retrieve_has():

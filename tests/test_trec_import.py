@@ -6,24 +6,15 @@ import json
 
 import pytest
 
-from berds.cli import main
 from berds.errors import BerdsError, InputError
 from berds.io import sha256_file
 from berds.retrievers.trec_import import import_trec_run
 from berds.runs import load_run, save_run, trec_scores
 from berds.types import Hit, Question, Run
 from retrieval_fixtures import word_store
+from cli_fixtures import cli
 
 
-def cli(capsys, monkeypatch, *args: str) -> tuple[int, str, str]:
-    monkeypatch.setenv("COLUMNS", "1000")
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.fixture
