@@ -249,27 +249,11 @@ def embed_texts(
 
     Duplicate texts are embedded once. Each batch is stored in the cache as soon as it is computed.
     """
-    vectors, computed = embedding_map(texts, encoder, cache, batch_size=batch_size, progress=progress,
-                                      description=description)
-    if not texts:
-        return np.zeros((0, 0), dtype=np.float32), 0
-    return np.stack([vectors[t] for t in texts]), computed
-
-
-def embedding_map(
-    texts: Sequence[str],
-    encoder: Encoder,
-    cache: EmbeddingCache | None = None,
-    *,
-    batch_size: int = 256,
-    progress: bool = False,
-    description: str = "embedding passages",
-) -> tuple[dict[str, np.ndarray], int]:
-    """``{text: vector}`` for the distinct ``texts`` and how many were computed (``embed_texts`` without the
-    final stacking, so callers can build small per-question matrices instead of one large one)."""
     matrix, rows, computed = embedding_matrix(texts, encoder, cache, batch_size=batch_size, progress=progress,
                                               description=description)
-    return {t: matrix[i] for t, i in rows.items()}, computed
+    if not texts:
+        return np.zeros((0, 0), dtype=np.float32), 0
+    return matrix[[rows[t] for t in texts]], computed
 
 
 def embedding_matrix(
