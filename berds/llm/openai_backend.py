@@ -309,7 +309,8 @@ class OpenAILLM:
     def score(self, prompts: Sequence[Prompt | str], continuations: Sequence[str]) -> list[ContinuationScore]:
         """Per-token log-probabilities of each continuation given its (plain-string) prompt, in input order.
 
-        One ``/v1/completions`` request per pair with ``prompt = prompt + continuation``, ``echo=true``,
+        One ``/v1/completions`` request per pair with ``prompt = prompt + continuation`` (control-token strings in
+        both broken unless ``special_tokens="parse"``), ``echo=true``,
         ``logprobs=0`` and ``max_tokens=1`` (some servers refuse 0); the continuation's tokens are those whose
         text span holds any continuation character (a token straddling the boundary counts as continuation).
         """
@@ -343,6 +344,10 @@ class OpenAILLM:
             pool.shutdown(wait=False)
 
     def _score_one(self, prompt: str, continuation: str, url: str, stop: threading.Event) -> ContinuationScore:
+        if self.special_tokens == "split":
+            # A plain prompt has no template, so every control-token string in it came from the text being scored
+            # (an answer, a partial answer): broken, as in generate(), so the scored text cannot open a turn.
+            prompt, continuation = neutralise_special_strings(prompt), neutralise_special_strings(continuation)
         text = prompt + continuation
         body = {"model": self.model, "prompt": text, "echo": True, "logprobs": 0, "max_tokens": 1,
                 "temperature": 0.0, **self.extra_body}
