@@ -115,6 +115,18 @@ def test_a_task_edited_by_hand_is_refused(runs, tmp_path):
     assert open_task(tmp_path / "t").id == task.id
 
 
+def test_a_missing_task_folder_is_named_as_missing(tmp_path):
+    with pytest.raises(InputError, match="no such folder") as err:
+        open_task(tmp_path / "typo")
+    assert "manifest" not in str(err.value)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InputError, match="not a folder"):
+        open_task(tmp_path / "file")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="no manifest.json: not a labelling task"):
+        open_task(tmp_path / "empty")
+
+
 def test_labels_of_another_task_are_refused(runs, tmp_path):
     first, _ = sample_task([runs["a"]], questions=2, seed=0, k=2, out=tmp_path / "first")
     second, _ = sample_task([runs["other"]], questions=2, seed=0, k=2, out=tmp_path / "second")  # another judge
@@ -224,6 +236,10 @@ def test_label_studio_round_trip(runs, tmp_path):
     items = read_json(tmp_path / "ls.json")
     first = items[0]
     assert first["data"]["passage"] == task.pairs[0]["document"] and first["data"]["berds_task"] == task.id
+    # the title is shown apart too, as on berds' page (the passage keeps the text the judge read)
+    assert [i["data"]["title"] for i in items] == [p["title"] or "" for p in task.pairs]
+    assert any(i["data"]["title"] for i in items)
+    assert "$title" in [h.get("value") for h in ET.fromstring(config.read_text()).iter("Header")]
     assert first["annotations"][0]["result"][0]["value"] == {"choices": ["Yes"]}
     assert "predictions" not in first  # the judge's verdict only when asked for
     export_label_studio(task, tmp_path / "with-judge.json", judge_predictions=True)

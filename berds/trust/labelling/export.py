@@ -34,6 +34,7 @@ LABEL_STUDIO_CONFIG = """<View>
   <Header value="Perspective"/>
   <Text name="perspective" value="$perspective"/>
   <Header value="Passage"/>
+  <Header value="$title" size="5"/>
   <Text name="passage" value="$passage"/>
   <Header value="Does the passage support the perspective?"/>
   <Choices name="supports" toName="passage" choice="single" showInline="true" required="true">
@@ -195,7 +196,8 @@ def export_tsv(task: LabelTask, out: str | Path, *, conflicts: str | None = None
 
 def export_label_studio(task: LabelTask, out: str | Path, *, judge_predictions: bool = False
                         ) -> tuple[int, int, Path]:
-    """Label Studio tasks (one per pair, ``data`` with question, perspective and passage, plus the berds ids
+    """Label Studio tasks (one per pair, ``data`` with question, perspective and passage -- the text the judge read,
+    title included, as on berds' own page -- and the passage's title apart, shown above it; plus the berds ids
     that bring the labels back) with each annotator's yes/no as an annotation (``result`` of ``choices``;
     the annotator's name in ``berds_annotator``), and the labelling config beside it (``OUT.config.xml``).
     ``judge_predictions`` adds the judge's verdict as each task's prediction (Label Studio pre-fills it, which
@@ -216,7 +218,7 @@ def export_label_studio(task: LabelTask, out: str | Path, *, judge_predictions: 
             "created_at": _iso(at)} for annotator, value, at in given.get(p["pair"], [])]
         n_annotations += len(annotations)
         item = {"data": {"question": p["question"], "perspective": p["perspective"], "passage": p["document"],
-                         "qid": p["qid"], "pair": p["pair"], "berds_task": task.id},
+                         "title": p.get("title") or "", "qid": p["qid"], "pair": p["pair"], "berds_task": task.id},
                 "annotations": annotations}
         if judge_predictions:
             item["predictions"] = [{"model_version": task.judge_id, "result": [

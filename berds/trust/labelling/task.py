@@ -176,6 +176,11 @@ def open_task(folder: str | Path) -> LabelTask:
     from berds.io import iter_jsonl, read_json, sha256_file
 
     folder = Path(folder)
+    if not folder.exists():
+        raise InputError("no such folder", path=folder,
+                         fix="give a task folder made by `berds label sample EVAL... --questions N --seed S --out TASK`")
+    if not folder.is_dir():
+        raise InputError("not a folder: a labelling task is the folder `berds label sample --out` made", path=folder)
     if not (folder / MANIFEST).is_file():
         raise InputError(f"no {MANIFEST}: not a labelling task", path=folder,
                          fix="make one with `berds label sample EVAL... --questions N --seed S --out TASK`")
