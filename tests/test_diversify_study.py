@@ -246,3 +246,41 @@ def test_an_expansion_run_of_other_questions_is_refused_before_judging():
         study_diversify(test, dev, _NeverJudge(), encoder=LettersEncoder(), strategies=["mmr"], expanded_test_run=test)
     with pytest.raises(BerdsError, match="has no questions to tune"):
         tune_reranker(nothing, _NeverJudge(), lambda v: None, [0.5])
+
+
+def test_study_with_labels_writes_corrected_estimates_and_says_so_in_its_tables(tmp_path):
+    """`study diversify --labels`: the test runs' corrected estimates beside the judged tables, which point to them."""
+    from berds.studies.diversify import study_diversify_paths
+    from berds.trust.labels import LabelledPair, write_labelled_pairs
+    from berds.types import Passage
+
+    gold = {(r["question_id"], r["passage_id"]): set(r["supports"])
+            for r in map(json.loads, (DEMO_DIR / "labels.jsonl").read_text().splitlines())}
+    run = load_run(DEMO_DIR / "run.ctxs.jsonl")
+    common = dict(split_dev=0.5, encoder=LettersEncoder(), cache_path=tmp_path / "j.sqlite", depth=20,
+                  n_resamples=200, strategies=["mmr"], grids={"mmr": [0.5]})
+    _, test = split_questions(run, 0.5)
+    labelled = sorted(test.questions)[:3]  # whole questions: every passage any reranking may bring into the top k
+    rows = []
+    for qid in labelled:
+        q, passages = run.questions[qid], [h.passage for h in run.hits[qid]]
+        for passage, text in zip(passages, Passage.judge_texts(passages)):
+            for i, perspective in enumerate(q.perspectives):
+                rows.append(LabelledPair(q.text, qid, text, perspective, i in gold.get((qid, passage.id), set())))
+    write_labelled_pairs(tmp_path / "labels.tsv", rows)
+    with pytest.raises(BerdsError, match="give --labels too"):
+        study_diversify_paths(DEMO_DIR / "run.ctxs.jsonl", tmp_path / "x", _NeverJudge(), population="superpopulation",
+                              **common)
+    study = study_diversify_paths(DEMO_DIR / "run.ctxs.jsonl", tmp_path / "study", "demo-gold",
+                                  labels=tmp_path / "labels.tsv", **common)
+    names = [c.run for c in study.corrected]
+    assert names == ["base run", "mmr", "mmr − base run"]
+    # the demo judge is the labels' own truth: the corrected value is the judged one, on the same test questions
+    base = study.corrected[0].find("mrecall@5")
+    assert base.ppi.n == 3 and base.ppi.value == pytest.approx(study.rows[0].metrics["mrecall@5"])
+    assert (tmp_path / "study" / "corrected.md").is_file()
+    assert (tmp_path / "study" / "corrected.md") in study.files.values()
+    for table in ("results.md", "comparison.md"):
+        assert "corrected.md holds the test runs' estimates" in " ".join((tmp_path / "study" / table).read_text().split())
+    plain = study_diversify_paths(DEMO_DIR / "run.ctxs.jsonl", tmp_path / "plain", "demo-gold", **common)
+    assert plain.corrected is None and "corrected.md" not in (tmp_path / "plain" / "results.md").read_text()

@@ -281,17 +281,6 @@ def study_diversify_command(
     from berds.rerank.embeddings import default_embedding_cache_path
     from berds.studies.diversify import study_diversify_paths
 
-    human = None
-    if labels is None and population != "questions":
-        from berds.errors import BerdsError
-
-        raise BerdsError("--population shapes the corrected estimates: give --labels too")
-    if labels is not None:  # read and checked before any reranking or judging
-        from berds.trust.ppi import check_options, read_labels
-
-        check_options(population, "1")
-        human = read_labels(labels)
-
     if llm_option and llm is None:
         raise BerdsError("--llm-option is for --llm (the LLM that writes xquad/pm2's perspectives)")
     grids = {}
@@ -310,20 +299,16 @@ def study_diversify_command(
         n_resamples=resamples, seed=seed,
         judge_options=parse_options(judge_option), cache_path=cache,
         embedding_cache=embedding_cache or default_embedding_cache_path(),  # as the help says (None: no cache)
-        allow_short=allow_short, allow_unparsed=allow_unparsed, overwrite=overwrite, progress=not quiet)
+        allow_short=allow_short, allow_unparsed=allow_unparsed, overwrite=overwrite, labels=labels,
+        population=population, progress=not quiet)
     for line in result.notes:
         _console().print(f"[yellow]note:[/] {line}", highlight=False)
     title, header, rows = result.table(detail=False)
     _table(title, header, rows)
-    if human is not None:  # the study's test runs, every verdict already in the cache
-        from berds.trust.ppi import corrected_runs, print_corrected_runs, write_corrected
+    if result.corrected is not None:
+        from berds.trust.ppi import print_corrected_runs
 
-        corrected = corrected_runs([row.run for row in result.rows], judge, human, ks=result.ks,
-                                   names=[row.label for row in result.rows], baseline=result.rows[0].label,
-                                   judge_options=parse_options(judge_option), cache_path=cache,
-                                   allow_short=allow_short, allow_unparsed=True, population=population)
-        print_corrected_runs(corrected, console=_console())
-        result.files.update(write_corrected(corrected, out))
+        print_corrected_runs(result.corrected, console=_console())
     print_judge_warning(result.judge_id)
     for key, path in result.files.items():
         _console().print(f"  {key}: {path}", highlight=False)

@@ -73,6 +73,7 @@ class DiversifyStudy:
     test_questions: list[str]
     notes: list[str] = field(default_factory=list)
     files: dict[str, Path] = field(default_factory=dict)
+    corrected: list[Any] | None = None  # with labels: each test run's corrected estimates (berds.trust.ppi)
 
     def table(self, *, detail: bool = True) -> tuple[str, list[str], list[list[str]]]:
         """Rows per setting; ``detail`` adds the interval and Holm p to each cell (the files have them).
@@ -364,8 +365,10 @@ def check_study_out(out: str | Path, *, overwrite: bool = False) -> None:
         raise BerdsError(f"{out} already holds a study — choose another --out or pass --overwrite")
 
 
-def write_study(study: DiversifyStudy, out: str | Path, *, base_dev: Mapping[str, float] | None = None) -> dict[str, Path]:
+def write_study(study: DiversifyStudy, out: str | Path, *, base_dev: Mapping[str, float] | None = None,
+                labelled: bool = False) -> dict[str, Path]:
     """Write results.md/.csv, comparison.md/.csv, study.json, tradeoff.png and the reranked test runs.
+    ``labelled``: corrected estimates will be written beside them, and the tables say where.
 
     The runs of an earlier study in ``out`` whose settings this one lacks are removed: left there, they would
     read as this study's."""
@@ -396,6 +399,9 @@ def write_study(study: DiversifyStudy, out: str | Path, *, base_dev: Mapping[str
         counts = ", ".join(f"{r.label} {len(r.run.questions)}" for r in study.rows)
         notes.insert(0, f"the rows are not averaged over the same test questions ({counts}); each Δ compares a row "
                         "with the base run on the questions both hold")
+    if labelled:
+        notes.insert(0, "these figures take the judge's verdicts as true; corrected.md holds the test runs' estimates "
+                        "corrected with the human labels (--labels), with 95% intervals")
     files = {f"results.{k}": v for k, v in write_table(out / "results", header, body, title=title, notes=notes).items()}
     c_title, c_header, c_rows = study.comparison.table()
     files.update({f"comparison.{k}": v for k, v in write_table(out / "comparison", c_header, c_rows, title=c_title,
@@ -429,10 +435,16 @@ def study_diversify_paths(
     cache_path: str | Path | None = None,
     embedding_cache: str | Path | None = None,
     overwrite: bool = False,
+    labels: Any = None,
+    population: str = "questions",
     **options: Any,
 ) -> DiversifyStudy:
     """``berds study diversify``: load and split the runs, build the judge and encoder, run, write ``out`` (a study
-    already there is refused unless ``overwrite``). ``embedding_cache=None`` keeps embeddings in memory only."""
+    already there is refused unless ``overwrite``). ``embedding_cache=None`` keeps embeddings in memory only.
+
+    ``labels`` (a labelled-pairs file, or what ``berds.trust.ppi.read_labels`` returned): human labels of whole test
+    questions; each test run and each strategy's difference from the base run is also estimated with them
+    (``study.corrected``, written to corrected.md/.csv/.json; ``population`` as in ``berds eval --population``)."""
     from berds.evaluate.analyses.common import build_judge
     from berds.evaluate.cache import JudgementCache
     from berds.evaluate.evaluation import evaluate_run
@@ -442,6 +454,14 @@ def study_diversify_paths(
     if (dev_run is None) == (split_dev is None):
         raise BerdsError("give the dev questions: either --dev-run DEV_RUN, or --split-dev SHARE to split RUN")
     check_study_out(out, overwrite=overwrite)
+    if labels is None and population != "questions":
+        raise BerdsError("--population shapes the corrected estimates: give --labels too")
+    if labels is not None:  # read and checked before any reranking or judging
+        from berds.trust.ppi import check_options, read_labels
+
+        check_options(population, "1")
+        if isinstance(labels, (str, Path)):
+            labels = read_labels(labels)
 
     def load_run(path: Any) -> Run:  # --allow-short takes questions that got no passages, as eval and tune do
         return load_any_run(path, allow_empty=bool(options.get("allow_short")))
@@ -474,5 +494,13 @@ def study_diversify_paths(
                                      allow_unparsed=options.get("allow_unparsed", False), progress=False).averages["all"])
     study.notes = notes + study.notes
     on_dev = options.get("tradeoff_split", "dev") == "dev"
-    write_study(study, out, base_dev=base_dev if on_dev else study.rows[0].metrics)
+    write_study(study, out, base_dev=base_dev if on_dev else study.rows[0].metrics, labelled=labels is not None)
+    if labels is not None:  # the study's test runs, every verdict already in the cache
+        from berds.trust.ppi import corrected_runs, write_corrected
+
+        study.corrected = corrected_runs(
+            [row.run for row in study.rows], judge, labels, ks=study.ks, names=[row.label for row in study.rows],
+            baseline=study.rows[0].label, judge_options=judge_options, cache_path=cache_path,
+            allow_short=bool(options.get("allow_short")), allow_unparsed=True, population=population)
+        study.files.update(write_corrected(study.corrected, out))
     return study
