@@ -206,3 +206,57 @@ def test_point_labels_of_the_plot_never_overlap():
     for i, (x1, y1) in enumerate(spots):
         for x2, y2 in spots[i + 1:]:
             assert abs(x1 - x2) >= 6.5 * 4 or abs(y1 - y2) >= 12, spots
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
+def test_human_labels_sit_beside_the_judges_verdicts_in_the_grid(tmp_path):
+    """`report --labels --html`: labelled cells are ringed with the human's answer; a disagreement is marked."""
+    import dataclasses
+
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from berds.trust.labels import read_labelled_pairs, write_labelled_pairs
+
+    run = load_run(DEMO_RUN)
+    save_run(run, tmp_path / "forward")
+    pairs = list(read_labelled_pairs(Path(berds.__file__).parent / "data" / "demo" / "labelled_pairs.tsv"))
+    top = {(q, h.passage.judge_text("after")) for q, hs in run.hits.items() for h in hs[:5]}
+    first_q = next(iter(run.hits))
+    flip = next(i for i, p in enumerate(pairs) if p.id == first_q and (p.id, p.document) in top)
+    pairs[flip] = dataclasses.replace(pairs[flip], label=not pairs[flip].label)  # the judge (demo-gold) is now "wrong"
+    write_labelled_pairs(tmp_path / "labels.tsv", pairs)
+    proc = subprocess.run(berds_cmd("report", str(tmp_path / "forward"), "--judge", "demo-gold", "--k", "5", "--html",
+                                    "--labels", str(tmp_path / "labels.tsv"), "--out", str(tmp_path / "report"),
+                                    "--quiet", "--cache", str(tmp_path / "j.sqlite")),
+                          capture_output=True, text=True, env=subprocess_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    data = page_json(tmp_path / "report" / "report.html")
+    qi = [q[0] for q in data["questions"]].index(first_q)
+    docs, masks, human_yes, labelled = data["grid"][0][qi]
+    n_labelled = sum(bin(m).count("1") for m in labelled)
+    assert n_labelled > 0 and data["human_cells"] >= n_labelled
+    disagree = sum(bin((m ^ h) & lab).count("1") for m, h, lab in zip(masks, human_yes, labelled))
+    assert disagree == 1  # the flipped pair, and only it
+    errors: list[str] = []
+    with sync_api.sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=str(CHROMIUM),
+                                                       headless=True, args=FLAGS, offline=True)
+        try:
+            page = context.new_page()
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.goto((tmp_path / "report" / "report.html").as_uri())
+            page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+            page.click(f"details.q[data-index='{qi}'] summary")
+            grid = f"details.q[data-index='{qi}'] table.grid"
+            page.wait_for_selector(grid)
+            assert page.locator(f"{grid} td.human").count() == n_labelled
+            bad = page.locator(f"{grid} td.disagree")
+            assert bad.count() == 1 and "human:" in bad.first.get_attribute("title")
+            bad.first.click()
+            view = page.locator(f"details.q[data-index='{qi}'] .passage")
+            view.wait_for(state="visible")
+            assert "human labels: perspective" in view.inner_text()
+            assert "cells carry a human label" in page.inner_text("body")
+            assert not errors, errors
+        finally:
+            context.close()

@@ -364,7 +364,8 @@ def report_command(
 
     corrected = None
     if human is not None:  # judged first (cached): the page's leaderboard shows the corrected estimates too
-        from berds.trust.ppi import corrected_runs, corrected_section, page_estimates, print_corrected_runs
+        from berds.trust.ppi import (corrected_runs, corrected_section, human_label_index, page_estimates,
+                                     print_corrected_runs)
 
         corrected = corrected_runs([str(r) for r in runs], judge, human, ks=parse_ks(k),
                                    judge_options=_options(judge_option), cache_path=cache, allow_short=allow_short,
@@ -374,6 +375,7 @@ def report_command(
                           judge_options=_options(judge_option), cache_path=cache, allow_short=allow_short, allow_unparsed=allow_unparsed,
                           progress=not quiet, title=title, baseline=baseline, html=html,
                           corrected=page_estimates(corrected) if corrected else None,
+                          human=human_label_index(human) if human is not None else None,
                           extra=(lambda folder: corrected_section(corrected, folder)) if corrected else None)
     if report.headline is not None:  # the numbers first, then where everything was written
         _print_table(f"BERDS metrics (%) — judge: {judge}", *report.headline)

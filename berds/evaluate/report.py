@@ -418,6 +418,7 @@ def build_report(
     baseline: str | None = None,
     html: bool = False,
     corrected: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
+    human: Mapping[tuple[str, str, str], bool] | None = None,
     extra: Any = None,
 ) -> Report:
     """Judge ``run_paths`` (cached), and write tables, figures and ``report.md`` into ``out``.
@@ -427,7 +428,8 @@ def build_report(
     ``baseline`` (a run's label or path) marks with ``*`` the overall values that differ significantly from
     it (paired permutation test, Holm-corrected; ``berds.evaluate.compare``) and adds the comparison table.
     ``html`` also writes ``report.html``, one self-contained page to browse (``berds.evaluate.report_html``);
-    ``corrected`` (``berds.trust.ppi.page_estimates``) adds the runs' corrected estimates to its leaderboard.
+    ``corrected`` (``berds.trust.ppi.page_estimates``) adds the runs' corrected estimates to its leaderboard, and
+    ``human`` (``berds.trust.ppi.human_label_index``) the human labels to its grids.
     ``extra(out)`` writes more files that belong to this report and returns ``(files, markdown lines)``: they are
     recorded with the report's own (so a later report into ``out`` without them removes them) and the lines go
     into ``report.md`` after the runs (``berds report --labels``: the corrected estimates).
@@ -520,7 +522,8 @@ def build_report(
 
             report.files["report.html"] = write_html_report(out / "report.html", page_data(
                 labels, runs, results, ks, title=title, judge_id=results[0].judge_id,
-                prompt_version=results[0].prompt_version, warning=judge_warning(results[0].judge_id), corrected=corrected))
+                prompt_version=results[0].prompt_version, warning=judge_warning(results[0].judge_id), corrected=corrected,
+                human=human))
             md += ["Browse the judged passages: [report.html](report.html).", ""]
         if extra is not None:
             extra_files, extra_md = extra(out)

@@ -6,12 +6,15 @@ The page holds
   questions) and n, and a column per metric for a *corrected* estimate where one is given (``corrected=``);
 * the MRecall–Precision trade-off plot (inline SVG drawn here: one point per run and k, with its intervals);
 * per question, for a chosen run, the perspectives × top-k passages grid with what the judge said supported
-  what; a click on a cell (or a rank) shows the passage.
+  what, and where human labels are given (``human=``, ``report --labels``) what the annotators said, disagreements
+  marked; a click on a cell (or a rank) shows the passage.
 
 The data sit in the page as JSON (``<script type="application/json">``); the passages' texts, the bulk of it, as
 gzip + base64, unpacked by the browser's own ``DecompressionStream`` the first time a question is opened, so a
 large evaluation (800 questions × 3 runs) stays a few MB and opens at once. ``page_data`` builds that data model:
 ``runs[i]["corrected"]`` is where corrected estimates (``{"MRecall@5": {"mean", "low", "high", "n"}}``) go.
+A grid entry is ``[passage numbers, judge masks]``, or with human labels for that question ``[passage numbers,
+judge masks, human-yes masks, labelled masks]`` (bit i: perspective i).
 """
 
 from __future__ import annotations
@@ -50,9 +53,14 @@ def _estimate(values: Sequence[float]) -> dict[str, float | int]:
 
 def page_data(labels: Sequence[str], runs: Sequence[Any], results: Sequence[Any], ks: Sequence[int], *,
               title: str = "BERDS report", judge_id: str = "", prompt_version: str = "", warning: str | None = None,
-              corrected: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None) -> dict[str, Any]:
-    """The page's data model (see the module docstring) from runs and their judged support matrices."""
+              corrected: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
+              human: Mapping[tuple[str, str, str], bool] | None = None, title_position: str = "after") -> dict[str, Any]:
+    """The page's data model (see the module docstring) from runs and their judged support matrices.
+
+    ``human``: ``(question id, perspective, passage text as judged) -> label`` (``berds.trust.ppi.human_label_index``
+    of a labelled-pairs file); the passage text is the judge's (``title_position`` as in the evaluation)."""
     from berds.evaluate.metrics import question_metrics
+    from berds.types import Passage
 
     ks = sorted({int(k) for k in ks})
     depth = ks[-1]
@@ -64,6 +72,7 @@ def page_data(labels: Sequence[str], runs: Sequence[Any], results: Sequence[Any]
     passages: dict[str, int] = {}
     table: list[list[str]] = []
     run_rows, grids = [], []
+    n_human = 0
     for label, run, res in zip(labels, runs, results):
         per_question = {qid: question_metrics(res.support[qid], ks) for qid in run.questions if qid in res.support}
         metrics = {}
@@ -88,7 +97,16 @@ def page_data(labels: Sequence[str], runs: Sequence[Any], results: Sequence[Any]
                 docs.append(passages[p.id])
             masks = [int(sum(1 << i for i in np.flatnonzero(support[:, j]))) if j < support.shape[1] else 0
                      for j in range(len(docs))]
-            grid.append([docs, masks])
+            entry = [docs, masks]
+            if human:
+                perspectives = run.questions[qid].perspectives
+                texts = Passage.judge_texts([h.passage for h in hits], title_position)
+                said = [[human.get((qid, p, t)) for p in perspectives] for t in texts]
+                labelled = [sum(1 << i for i, v in enumerate(col) if v is not None) for col in said]
+                if any(labelled):
+                    n_human += sum(bin(m).count("1") for m in labelled)
+                    entry += [[sum(1 << i for i, v in enumerate(col) if v) for col in said], labelled]
+            grid.append(entry)
         grids.append(grid)
     packed = base64.b64encode(gzip.compress(json.dumps(table, ensure_ascii=False).encode("utf-8"), 6, mtime=0))
     return {
@@ -100,6 +118,7 @@ def page_data(labels: Sequence[str], runs: Sequence[Any], results: Sequence[Any]
         "grid": grids,
         "passages_gzip_base64": packed.decode("ascii"),
         "passages": len(table),
+        "human_cells": n_human,
     }
 
 
@@ -195,6 +214,8 @@ table.grid td,table.grid th{border:1px solid #ccc;padding:.2em .4em;text-align:c
 table.grid td.p{text-align:left;max-width:26em}
 table.grid td.cell{cursor:pointer;min-width:1.6em}table.grid td.yes{background:#b8e0c2}
 table.grid td.sel,table.grid th.sel{outline:2px solid #333}
+table.grid td.human{box-shadow:inset 0 0 0 2px #4C72B0}table.grid td.disagree{box-shadow:inset 0 0 0 2px #C44E52}
+table.grid td.human sup{color:#4C72B0;font-size:.7em}table.grid td.disagree sup{color:#C44E52}
 .passage{background:#f7f7f7;padding:.6em;border-left:4px solid #4C72B0;white-space:pre-wrap;max-width:60em}
 """
 
@@ -292,6 +313,7 @@ async function fillGrid(details, run, qi) {
   const q = D.questions[qi], entry = D.grid[run][qi];
   if (!entry) { details.append(el("p", {}, "This run has no passages for this question.")); return; }
   const [docs, masks] = entry;
+  const humanYes = entry[2] || [], labelled = entry[3] || [];  // (only where human labels were given)
   const table = el("table", {class: "grid"});
   const head = el("tr", {}, el("th", {}, "perspective \\ rank"));
   docs.forEach((d, j) => head.append(el("th", {class: "rank", "data-rank": String(j + 1)}, String(j + 1))));
@@ -301,8 +323,13 @@ async function fillGrid(details, run, qi) {
     const tr = el("tr", {}, el("td", {class: "p"}, (i + 1) + ". " + p));
     docs.forEach((d, j) => {
       const yes = (masks[j] & (1 << i)) !== 0;
-      const td = el("td", {class: "cell" + (yes ? " yes" : ""), "data-rank": String(j + 1), title: yes ? "supports" : "does not support"},
+      const said = (labelled[j] & (1 << i)) ? (humanYes[j] & (1 << i)) !== 0 : null;
+      const judged = "judge: " + (yes ? "supports" : "does not support");
+      const cls = "cell" + (yes ? " yes" : "") + (said === null ? "" : said === yes ? " human" : " human disagree");
+      const td = el("td", {class: cls, "data-rank": String(j + 1),
+                           title: said === null ? judged : judged + "; human: " + (said ? "supports" : "does not support")},
                     yes ? "\u2713" : "\u00b7");
+      if (said !== null) td.append(el("sup", {}, said ? "h\u2713" : "h\u00d7"));
       tr.append(td);
     });
     table.append(tr);
@@ -313,9 +340,12 @@ async function fillGrid(details, run, qi) {
     const all = await passages();
     const [pid, title, text] = all[docs[j]];
     const supported = q[3].map((p, i) => (masks[j] & (1 << i)) ? (i + 1) : null).filter(x => x !== null);
+    const human = q[3].map((p, i) => (labelled[j] & (1 << i)) ? (i + 1) + ((humanYes[j] & (1 << i)) ? " yes" : " no") : null)
+                      .filter(x => x !== null);
     view.textContent = "";
     view.append(el("b", {}, "rank " + (j + 1) + " \u2014 " + pid + (title ? " \u2014 " + title : "")), "\n",
-                "supports: " + (supported.length ? "perspective " + supported.join(", ") : "none"), "\n\n", text);
+                "judge says it supports: " + (supported.length ? "perspective " + supported.join(", ") : "none"),
+                human.length ? "\nhuman labels: perspective " + human.join(", ") : "", "\n\n", text);
     view.hidden = false;
   };
   table.addEventListener("click", ev => {
@@ -363,7 +393,10 @@ def render_html(data: Mapping[str, Any]) -> str:
         "<h2>Questions</h2>"
         "<p>Open a question: its perspectives (rows) against the run's top passages (columns); \u2713 where the judge "
         "said the passage supports the perspective. Click a cell or a rank to read the passage. The count before "
-        f"each question is how many of its perspectives the top {data['depth']} cover.</p>"
+        f"each question is how many of its perspectives the top {data['depth']} cover."
+        + (f" {data['human_cells']:,} cells carry a human label (--labels): ringed, with h\u2713 or h\u00d7 beside "
+           "the judge's mark; red where the human and the judge disagree." if data.get("human_cells") else "")
+        + "</p>"
         '<label>Run: <select id="run"></select></label><div id="questions"></div>'
         f'<script type="application/json" id="berds-data">{payload}</script>'
         f"<script>{SCRIPT}</script></body></html>\n"

@@ -292,6 +292,12 @@ def _label_index(labels: LabelledSet) -> dict[tuple[str, str, str], tuple[bool, 
     return index
 
 
+def human_label_index(labels: LabelledSet) -> dict[tuple[str, str, str], bool]:
+    """``(question id, perspective, passage text as judged) -> label`` of a labelled-pairs file (``report --html``'s
+    grid shows them beside the judge's verdicts)."""
+    return {key: label for key, (label, _) in _label_index(labels).items()}
+
+
 def read_labels(path: Any) -> LabelledSet:
     """The labelled-pairs file ``--labels`` names, read and checked (a pair labelled twice differently is refused)
     — the commands call this before any judging."""
