@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from typing import Any, Sequence
 
 from berds.errors import BerdsError
@@ -315,7 +316,10 @@ class TransformersLLM:
         if temperature > 0:
             torch.manual_seed(self.seed)
             sampling = {"do_sample": True, "temperature": float(temperature), "top_k": 0, "top_p": 1.0}
-        with torch.inference_mode():
+        with torch.inference_mode(), warnings.catch_warnings():
+            # (transformers 5.x renames generate's past_key_values to cache; the old name is what every version
+            # from the lower bound on takes, so its deprecation notice is not the user's to act on)
+            warnings.filterwarnings("ignore", message=r".*past_key_values.* is deprecated", category=FutureWarning)
             out = model.generate(
                 **encoded, max_new_tokens=max_new_tokens, **sampling,
                 # Greedy is the point; silence model generation_config defaults (top_p etc.).
