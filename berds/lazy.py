@@ -74,3 +74,14 @@ def check_device(device: str) -> None:
             raise BerdsError(f"device {device!r} asked for, but only {torch.cuda.device_count()} GPU(s) are visible")
     elif device not in ("cpu", "mps"):
         raise BerdsError(f"unknown device {device!r}; use cpu, cuda or cuda:N")
+
+
+@contextmanager
+def quiet_peft() -> Iterator[None]:
+    """peft (0.21) reads transformers' old ``is_gradient_checkpointing`` name when it wraps a model, and transformers 5
+    prints a FutureWarning for it on every adapter load or LoRA set-up: a notice for peft's authors, not the user."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.* is deprecated", category=FutureWarning)
+        yield

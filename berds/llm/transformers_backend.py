@@ -167,14 +167,21 @@ class TransformersLLM:
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
 
-        # device_map puts weights straight onto the device (no full copy in CPU memory first).
-        model = _load_or_explain(transformers.AutoModelForCausalLM.from_pretrained, self.model_name, where,
-                                 "model", dtype=getattr(torch, dtype), device_map=device, **common)
+        # device_map puts weights straight onto the device (no full copy in CPU memory first). transformers'
+        # "Loading weights" bar is silenced: it would print into berds' own progress (judging, training).
+        from berds.lazy import quiet_model_loading
+
+        with quiet_model_loading():
+            model = _load_or_explain(transformers.AutoModelForCausalLM.from_pretrained, self.model_name, where,
+                                     "model", dtype=getattr(torch, dtype), device_map=device, **common)
         if self.adapter:
             peft = require("peft", extra="llm", purpose=f"the LoRA adapter {self.adapter}")
             adapter_where = self.adapter + (f" (revision {self.adapter_revision})" if self.adapter_revision else "")
-            model = _load_or_explain(peft.PeftModel.from_pretrained, self.adapter, adapter_where, "LoRA adapter",
-                                     model, revision=self.adapter_revision, first_positional=False)
+            from berds.lazy import quiet_peft
+
+            with quiet_peft():
+                model = _load_or_explain(peft.PeftModel.from_pretrained, self.adapter, adapter_where, "LoRA adapter",
+                                         model, revision=self.adapter_revision, first_positional=False)
             if self.merge_adapter:
                 model = model.merge_and_unload()
         model.eval()

@@ -303,7 +303,10 @@ def lora_train(model: Any, examples: Sequence[tuple[list[int], list[int]]], sett
     if settings.gradient_checkpointing:
         model.gradient_checkpointing_enable()
         model.enable_input_require_grads()
-    model = peft.get_peft_model(model, config)
+    from berds.lazy import quiet_peft
+
+    with quiet_peft():
+        model = peft.get_peft_model(model, config)
     trainable = [p for p in model.parameters() if p.requires_grad]
     per_epoch = math.ceil(len(examples) / settings.batch_size)
     total = max(1, math.ceil(per_epoch * settings.epochs))
