@@ -68,7 +68,9 @@ def run_demo(
         raise BerdsError(f"--k values must be between 1 and the demo's depth {depth}, got {list(ks)}")
     console = console or Console()
     out = Path(out)
-    say = (lambda msg: console.print(f"[bold cyan]»[/] {msg}")) if progress else (lambda msg: None)
+    from rich.text import Text
+
+    say = (lambda msg: console.print(Text.assemble(("»", "bold cyan"), " ", msg))) if progress else (lambda msg: None)
 
     say("passage store from berds/data/demo/corpus.jsonl")
     corpus = build_demo_corpus(out / "corpus", progress=progress)

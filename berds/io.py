@@ -635,3 +635,14 @@ def home_dir() -> Path:
         raise InputError("is a file, but berds' home (BERDS_HOME) must be a folder", path=home,
                          fix="point BERDS_HOME at a folder (or unset it for ~/.cache/berds)")
     return home
+
+
+def print_note(text: str, *, label: str = "note", style: str = "yellow", stderr: bool = True,
+               console: Any = None, **print_options: Any) -> None:
+    """``label: text`` on the terminal with the label styled and ``text`` printed as it is: a path or value
+    holding ``[old]`` is not taken for rich markup (it lost the bracket, and ``[/x]`` raised a MarkupError)."""
+    from rich.console import Console
+    from rich.text import Text
+
+    console = console or Console(stderr=stderr)
+    console.print(Text.assemble((f"{label}:", style), " ", text), highlight=False, **print_options)

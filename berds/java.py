@@ -213,11 +213,10 @@ def lucene_bridge() -> Any:
             _state["bridge"] = None
             why = "it is not on this JVM's classpath (other code started Java first)"
         if _state["bridge"] is None:
-            from rich.console import Console
+            from berds.io import print_note
 
-            Console(stderr=True).print(
-                f"[yellow]warning:[/] berds' Java class (berds/data/java) is not used: {why} — so BM25 reads hits "
-                "one by one and indexes through JSON: same results, slower", highlight=False)
+            print_note(f"berds' Java class (berds/data/java) is not used: {why} — so BM25 reads hits "
+                       "one by one and indexes through JSON: same results, slower", label="warning")
     return _state["bridge"]
 
 

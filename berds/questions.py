@@ -223,11 +223,10 @@ def resolve_questions_path(source: str, split: str = "test") -> Path:
         raise BerdsError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
     if path.is_file() or source == "demo":  # (a folder that shares a set's name, ./demo, is not a question file)
         if split != "test":  # the default: said only when asked for something else
-            from rich.console import Console
+            from berds.io import print_note
 
-            Console(stderr=True).print(
-                f"[yellow]note:[/] --split {split} does not apply to {source}: its questions are read as they are "
-                "(splits are for the named sets: arguana, kialo, opinionqa)", highlight=False)
+            print_note(f"--split {split} does not apply to {source}: its questions are read as they are "
+                       "(splits are for the named sets: arguana, kialo, opinionqa)")
         return path if path.is_file() else DEMO_DIR / "questions.jsonl"
     if source in DELPHI_SETS:
         return resolve_delphi_path(split)

@@ -27,3 +27,27 @@ def test_export_names_the_file_it_wrote_as_it_is(tmp_path, capsys):
     out.parent.mkdir()
     main(["export", "run", str(run), "--out", str(out)])
     assert f"1 run lines (qid Q0 docid rank score tag) → {out}" in " ".join(capsys.readouterr().out.split())
+
+
+def test_notes_and_tables_show_run_names_and_paths_holding_brackets_as_they_are(tmp_path, capsys):
+    # the eval table dropped "[old]" from the run's name, and the cache note from the path ("[/x]" raised)
+    from berds.questions import DEMO_DIR
+    from berds.runs import load_run, save_run
+
+    folder = tmp_path / "bm25[old]"
+    run = load_run(DEMO_DIR / "run.ctxs.jsonl")
+    save_run(run, folder)
+    (tmp_path / "c[" / "x]").mkdir(parents=True)
+    cache = tmp_path / "c[" / "x]" / "j.sqlite"  # "c[/x]" in the text: a closing tag to rich
+    main(["eval", str(folder), "--judge", "demo-gold", "--k", "5", "--cache", str(cache), "-q"])
+    out, err = capsys.readouterr()
+    flat_out, flat_err = "".join(out.split()), "".join(err.split())
+    assert "bm25[old]" in flat_out  # the metrics table's run column
+    assert f"nocacheat{cache}yet".replace(" ", "") in flat_err
+
+
+def test_print_note_prints_its_text_as_it_is(capsys):
+    from berds.io import print_note
+
+    print_note("a path runs[old]/x and [/bold] too", label="warning")
+    assert "warning: a path runs[old]/x and [/bold] too" in " ".join(capsys.readouterr().err.split())

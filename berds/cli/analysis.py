@@ -11,6 +11,7 @@ from typing import Any, List, Optional
 
 import typer
 
+from berds.io import print_note
 from berds.cli.options import (ALLOW_SHORT_HELP, ALLOW_UNPARSED_HELP, JUDGE_REQUIRED_HELP, K_HELP, cache_file_callback, check_run_args,
                                floats_callback, ks_callback, out_file_callback, out_folder_callback, parse_floats, parse_ks,
                                print_judge_warning, require_judge)
@@ -39,10 +40,13 @@ def _console() -> Any:
 
 def _print_table(title: str, header: list[str], rows: list[list[str]], *, values: str = "right") -> None:
     """A summary table; ``values="left"`` for a key-value table whose values are text (numbers go right)."""
+    from rich.markup import escape
     from rich.table import Table
 
     console = _console()
-    table = Table(title=title)
+    # (escaped: run names, paths and values are shown as they are, "[old]" included, never read as rich markup)
+    rows = [[escape(str(cell)) for cell in row] for row in rows]
+    table = Table(title=escape(title))
     # no header word is cut ('supportin' / 'g only %' beside a long run name): each other column keeps its longest
     # word or cell, and the first column (run names) folds into what is left
     widths = [max([len(w) for w in str(col).split()] + [len(str(r[i])) for r in rows if i < len(r)] + [1])
@@ -80,7 +84,7 @@ def _encoder_and_cache(model: str, pooling: str, device: Optional[str], batch_si
 
 def _print_written(paths: dict[str, Path]) -> None:
     for key, path in paths.items():
-        _console().print(f"  {key}: {path}", highlight=False)
+        _console().print(f"  {key}: {path}", highlight=False, markup=False)
 
 
 MODEL_HELP = "sentence-transformers model for Sim2 (hub name or local folder); the study: WhereIsAI/UAE-Large-V1."
@@ -138,10 +142,10 @@ def tune_mmr_command(
     _print_table(f"MMR λ tuning on {run.name} by {result.select}, in % — judge: {short_judge_name(result.judge_id)}",
                  header, rows)
     print_judge_warning(result.judge_id)
-    _console().print(f"chosen λ = {result.chosen:g}", highlight=False)
+    _console().print(f"chosen λ = {result.chosen:g}", highlight=False, markup=False)
     if result.tied:
-        _console().print(f"[yellow]note:[/] every λ scored the same {result.select}: the choice is the tie rule's "
-                         "(the larger λ), not the data's", highlight=False)
+        print_note(f"every λ scored the same {result.select}: the choice is the tie rule's "
+                   "(the larger λ), not the data's", console=_console())
     _print_written(paths)
 
 

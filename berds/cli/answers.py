@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import typer
 
+from berds.io import print_note
 from berds.cli.options import cache_file_callback, out_folder_callback
 
 answers_app = typer.Typer(help="Evaluate answers to contentious questions (DebateQA's P.D. and D.A.).",
@@ -64,27 +65,27 @@ def answers_eval(
     for r in results:
         files = write_answer_outputs(r, answers_output_dir(r.path, out, len(results)))
         work = ", ".join(f"{name}: {s.pairs} pairs, {s.cached} cached, {s.computed} computed" for name, s in r.stats.items())
-        console.print(f"{r.path}: {work} → {files['metrics']}", highlight=False)
+        console.print(f"{r.path}: {work} → {files['metrics']}", highlight=False, markup=False)
     fit = results[0].settings.get("length_adjustment") if results else None
     if fit and fit.get("pearson_log_length") is not None:
         console.print(f"P.D./n vs answer length (log-log, {fit['n']} answers): Pearson r = {_signed(fit['pearson_log_length'])}, "
                       f"slope {fit['slope']:+.3f}; length-adjusted r = {_signed(fit['pearson_log_length_adjusted'])}",
-                      highlight=False)
+                      highlight=False, markup=False)
     for r in results:
         if r.summary.get("truncated"):
-            console.print(f"[yellow]note:[/] {r.path}: {r.summary['truncated']} of {r.summary['answers']} answers were "
-                          "too long for the evaluator's context and were cut from the left before scoring P.D. "
-                          "('truncated' in per_answer.jsonl)", highlight=False)
+            print_note(f"{r.path}: {r.summary['truncated']} of {r.summary['answers']} answers were "
+                       "too long for the evaluator's context and were cut from the left before scoring P.D. "
+                       "('truncated' in per_answer.jsonl)", console=console)
         known = r.settings.get("questions", {}).get("count")
         if known and r.summary["answers"] < known:
-            console.print(f"[yellow]note:[/] {r.path} answers {r.summary['answers']} of the {known} questions of "
-                          f"{r.settings['questions']['source'] or 'the question set'}: its means are over those only",
-                          highlight=False)
+            print_note(f"{r.path} answers {r.summary['answers']} of the {known} questions of "
+                       f"{r.settings['questions']['source'] or 'the question set'}: its means are over those only",
+                       console=console)
     answered = [{row["id"] for row in r.per_answer} for r in results]
     if len(results) > 1 and any(ids != answered[0] for ids in answered):
         common = set.intersection(*answered)
-        console.print(f"[yellow]note:[/] the files do not answer the same questions ({len(common)} in common): "
-                      "their means are over different questions and do not compare", highlight=False)
+        print_note(f"the files do not answer the same questions ({len(common)} in common): "
+                   "their means are over different questions and do not compare", console=console)
     if any(r.summary.get("da_unparsed") for r in results):
         console.print("[yellow]some D.A. replies were neither 0 nor 1 and count as 0 (eq. 3); see da_reply in "
                       "per_answer.jsonl, or --da-parse first-digit[/]")

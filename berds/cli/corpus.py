@@ -203,6 +203,7 @@ def show_command(
 ) -> None:
     """Print passages by id."""
     from rich.console import Console
+    from rich.text import Text
 
     from berds.corpora.docstore import PassageStore
 
@@ -224,8 +225,8 @@ def show_command(
             typer.echo(json.dumps({"id": p.id, "title": p.title, "text": p.text, "source": p.source, "group": group},
                                   ensure_ascii=False))
             continue
-        console.print(f"[bold]{p.id}[/]  [dim]{p.title}[/]", highlight=False)
-        console.print(f"source: {p.source or '-'}" + (f"   group: {group}" if group is not None else ""), highlight=False)
+        console.print(Text.assemble((p.id, "bold"), "  ", (p.title, "dim")), highlight=False)  # (no markup)
+        console.print(f"source: {p.source or '-'}" + (f"   group: {group}" if group is not None else ""), highlight=False, markup=False)
         console.print(p.text, highlight=False, markup=False)
         console.print()
 
@@ -247,4 +248,4 @@ def upgrade_command(
         task = progress.add_task("upgrading", total=total)
         store = upgrade_passage_store(path, compression=compression, progress=lambda n: progress.update(task, completed=n))
     Console().print(f"{path}: {len(store):,} passages in store format {store.manifest['format']} "
-                    f"({store.manifest.get('engine')}), fingerprint {store.fingerprint[:16]} unchanged", highlight=False)
+                    f"({store.manifest.get('engine')}), fingerprint {store.fingerprint[:16]} unchanged", highlight=False, markup=False)

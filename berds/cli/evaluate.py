@@ -152,7 +152,7 @@ def eval_command(
             + f" → {files['metrics']}"
             + (f" (judgements: {files['judgements']})"  # a run folder's are under eval/JUDGE/, not beside it
                if files["judgements"].parent != files["metrics"].parent else ""),
-            highlight=False,
+            highlight=False, markup=False,
         )
     if measure or qrels is not None:
         from berds.evaluate.qrels import add_measures_to_outputs, measures_table, pool_qrels, read_judgements
@@ -168,7 +168,7 @@ def eval_command(
         if measure:
             console.print(measures_table(rows, pool=pool))
         if qrels is not None:
-            console.print(f"qrels (qid subtopic docid rel) → {qrels}", highlight=False)
+            console.print(f"qrels (qid subtopic docid rel) → {qrels}", highlight=False, markup=False)
     if human is not None:
         from berds.trust.ppi import print_corrected
 
@@ -205,7 +205,7 @@ def _eval_from_predictions(path: Path, ks: tuple[int, ...], *, allow_short: bool
     console = Console()
     console.print(metrics_table([result], title="BERDS metrics from stored predictions"))
     _print_repeats(console, [result])
-    console.print(f"{path}: {result.stats.pairs} stored predictions → {target / 'metrics.json'}", highlight=False)
+    console.print(f"{path}: {result.stats.pairs} stored predictions → {target / 'metrics.json'}", highlight=False, markup=False)
 
 
 def demo_command(

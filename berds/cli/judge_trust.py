@@ -13,6 +13,7 @@ from typing import List, Optional
 
 import typer
 
+from berds.io import print_note
 from berds.cli.options import cache_file_callback, out_file_callback, out_folder_callback
 
 judge_app = typer.Typer(help="Trust the judge: validity against human labels, bias audit, calibration.",
@@ -92,7 +93,7 @@ def validate_command(
     for judge_id in dict.fromkeys(row.judge_id for row in report.judges if row.name not in annotators):
         print_judge_warning(judge_id, unknown=False)  # (this command is the measurement the note would ask for)
     console.print(f"{report.n} labelled pairs from {labels} ({100 * report.gold_positive_share:.1f}% positive), "
-                  f"{len(report.judges)} judge(s)" + (f" → {out}" if out else ""), highlight=False)
+                  f"{len(report.judges)} judge(s)" + (f" → {out}" if out else ""), highlight=False, markup=False)
 
 
 @judge_app.command("audit", short_help="Re-judge under controlled changes (bias audit).")
@@ -136,7 +137,7 @@ def audit_command(
         t = report.tuned_on
         console.print(f"note: the judge's threshold was chosen on {t['dev']}, which holds {t['pairs_in_dev']} of these "
                       f"{report.n} pairs: its accuracy, F1 and stance error rates here are in-sample", style="yellow",
-                      highlight=False)
+                      highlight=False, markup=False)
     print_judge_warning(report.judge_id)
     found = report.biases_found
     console.print(("biases found: " + ", ".join(found)) if found else "no bias found at this significance level",
@@ -177,7 +178,7 @@ def calibrate_command(
     _note_repeats(labels, console)
     print_judge_warning(result.judge_id)
     where = f"stored in {result.store_path} — use --judge calibrated:{judge}" if result.store_path else "not stored (--no-save)"
-    console.print(f"threshold {result.threshold.threshold:.4f} for {result.judge_id}: {where}", highlight=False)
+    console.print(f"threshold {result.threshold.threshold:.4f} for {result.judge_id}: {where}", highlight=False, markup=False)
 
 
 @judge_app.command("stance-correct", short_help="Sycophancy Δ corrected for judge errors.")
@@ -259,8 +260,8 @@ def train_command(
     # Not the generic "berds has no held-out figure" line: the table above has one, but from a few questions of
     # the training file (and, distilled, scored against the teacher), so say what is still to measure.
     against = "the teacher's verdicts" if from_cache else "the file's labels"
-    Console(stderr=True).print(
-        f"[bold yellow]note:[/] the held-out F1 above comes from {result.dev_questions} question"
+    print_note(
+        f"the held-out F1 above comes from {result.dev_questions} question"
         f"{'' if result.dev_questions == 1 else 's'} of the training file, scored against {against}; before "
         f"reporting this judge's numbers, validate it on human-labelled pairs it never saw: `berds judge validate "
-        f"--labels OTHER.tsv --judge transformers:{out}`", highlight=False)
+        f"--labels OTHER.tsv --judge transformers:{out}`", style="bold yellow")

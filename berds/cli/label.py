@@ -50,11 +50,11 @@ def sample_command(
     for name, n in summary["excluded"].items():
         if n:
             console.print(f"note: {n} question(s) of {name} are not in every run and cannot be drawn "
-                          f"(listed in {out / 'manifest.json'})", style="yellow", highlight=False)
+                          f"(listed in {out / 'manifest.json'})", style="yellow", highlight=False, markup=False)
     shared = f" ({summary['shared']} shared by several runs)" if len(evaluations) > 1 else ""
     console.print(f"drew {summary['drawn']} of {summary['population']} questions (seed {seed}): {summary['pairs']} "
-                  f"pairs from the top {k}{shared}, judge {task.judge_id} → {out}", highlight=False)
-    console.print(f"next: berds label serve {out}", highlight=False)
+                  f"pairs from the top {k}{shared}, judge {task.judge_id} → {out}", highlight=False, markup=False)
+    console.print(f"next: berds label serve {out}", highlight=False, markup=False)
 
 
 @label_app.command("serve", short_help="Open the labelling page (blocks until Ctrl-C).")
@@ -90,7 +90,7 @@ def _print_status(status, console) -> None:
 
     if not status.per_annotator:
         console.print(f"no labels yet: {status.pairs} pairs of {status.questions} questions wait (berds label serve "
-                      "TASK opens the page)", highlight=False)
+                      "TASK opens the page)", highlight=False, markup=False)
         return
     table = Table(title=f"labels: {status.pairs} pairs of {status.questions} questions")
     for name in ("annotator", "yes", "no", "skipped", "labelled"):
@@ -113,10 +113,10 @@ def _print_status(status, console) -> None:
                       style="dim", highlight=False)
     console.print(f"{status.labelled_pairs} of {status.pairs} pairs have a label; {len(status.whole_questions)} of "
                   f"{status.questions} questions are labelled whole (every pair of the top k), "
-                  f"{len(status.partial_questions)} partly", highlight=False)
+                  f"{len(status.partial_questions)} partly", highlight=False, markup=False)
     if status.conflicts:
         console.print(f"{len(status.conflicts)} pair(s) were labelled both yes and no (export needs --conflicts)",
-                      style="yellow", highlight=False)
+                      style="yellow", highlight=False, markup=False)
 
 
 @label_app.command("status", short_help="Progress per annotator, whole questions, κ.")
@@ -160,7 +160,7 @@ def export_command(
     if format == "label-studio":
         n_tasks, n_annotations, config = export_label_studio(opened, out, judge_predictions=judge_predictions)
         console.print(f"{n_tasks} Label Studio tasks with {n_annotations} annotations → {out}; labelling config → "
-                      f"{config}", highlight=False)
+                      f"{config}", highlight=False, markup=False)
         return
     if format != "tsv":
         raise typer.BadParameter("use tsv or label-studio", param_hint="--format")
@@ -169,7 +169,7 @@ def export_command(
                                  param_hint="--judge-predictions")
     status = export_tsv(opened, out, conflicts=conflicts)
     _print_status(status, console)
-    console.print(f"{status.labelled_pairs} labelled pairs → {out}", highlight=False)
+    console.print(f"{status.labelled_pairs} labelled pairs → {out}", highlight=False, markup=False)
 
 
 @label_app.command("import", short_help="Read labels back: Label Studio's JSON export, or a labelled TSV.")
@@ -198,4 +198,4 @@ def import_command(
     left_out = (f"; {counts['cancelled']} cancelled and {counts['empty']} empty annotations left out"
                 if "cancelled" in counts else "")
     Console().print(f"{counts['added']} labels added, {counts['replaced']} replaced, {counts['same']} already "
-                    f"stored{left_out}", highlight=False)
+                    f"stored{left_out}", highlight=False, markup=False)

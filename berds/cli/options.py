@@ -197,10 +197,9 @@ def cache_file_callback(value: Any) -> Any:
         if not path.parent.is_dir():
             raise typer.BadParameter(f"{path.parent}: no such folder — check --cache for a typo (a new cache is "
                                      "created only in a folder that exists)")
-        from rich.console import Console
+        from berds.io import print_note
 
-        Console(stderr=True).print(f"[yellow]note:[/] no cache at {path} yet: a new, empty one will be started there",
-                                   highlight=False)
+        print_note(f"no cache at {path} yet: a new, empty one will be started there")
     return value
 
 
@@ -244,10 +243,9 @@ def require_judge(judge: str | None) -> str:
 def print_judge_warning(judge_id: str, *, unknown: bool = True) -> None:
     """A judge not validated on held-out human labels is named as such, with its measured figure (``unknown``:
     also a judge berds has no record of)."""
-    from rich.console import Console
-
+    from berds.io import print_note
     from berds.judges.validation import judge_warning
 
     warning = judge_warning(judge_id, unknown=unknown)
     if warning:
-        Console(stderr=True).print(f"[bold yellow]warning:[/] {warning}", highlight=False)  # wrapped at the width, as the tables
+        print_note(warning, label="warning", style="bold yellow")  # wrapped at the width, as the tables

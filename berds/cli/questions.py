@@ -49,4 +49,4 @@ def questions_stats_command(
     Console().print(table)
     if out is not None:
         write_json(out, {"tokenizer": tokenizer, "rows": rows})
-        Console().print(f"→ {out}", highlight=False)
+        Console().print(f"→ {out}", highlight=False, markup=False)

@@ -9,6 +9,7 @@ from typing import Any, List, Optional
 
 import typer
 
+from berds.io import print_note
 from berds.cli.analysis import _console, _print_table as _table  # one table style for every command
 from berds.cli.options import (ALLOW_UNPARSED_HELP, JUDGE_REQUIRED_HELP, K_HELP, cache_file_callback, ks_callback, out_folder_callback, parse_ks,
                                print_judge_warning, require_judge)
@@ -107,8 +108,7 @@ def rerank_command(
         merge_options(options, {"lam": ("--lambda-from", lambda_from_manifest(lambda_from))})
         tuned_model, tuned_pooling = similarity_model_from_manifest(lambda_from)  # tuning's Sim2 model
         if model is not None and tuned_model is not None and model != tuned_model:
-            _console().print(f"[yellow]note:[/] λ was tuned with Sim2 model {tuned_model}; reranking with {model}",
-                             highlight=False)
+            print_note(f"λ was tuned with Sim2 model {tuned_model}; reranking with {model}", console=_console())
         model, pooling = model or tuned_model, pooling or tuned_pooling
     from berds.rerank.mmr import parse_sim1_constant
 
@@ -221,7 +221,7 @@ def compare_command(
     title, header, rows = result.table(narrow=True)
     _table(title, header, rows)
     for line in result.notes:  # e.g. runs compared on the questions they share: never silently fewer
-        _console().print(f"[yellow]note:[/] {line}", highlight=False)
+        print_note(line, console=_console())
     if human is not None:  # (every verdict is in the cache now: nothing is judged twice)
         from berds.trust.ppi import corrected_runs, print_corrected_runs
 
@@ -238,7 +238,7 @@ def compare_command(
             for name in ("corrected.json", "corrected.md", "corrected.csv"):
                 (Path(out) / name).unlink(missing_ok=True)
         for key, path in write_compare(result, out).items():
-            _console().print(f"  {key}: {path}", highlight=False)
+            _console().print(f"  {key}: {path}", highlight=False, markup=False)
 
 
 @study_app.command("diversify", short_help="Tune strategies on dev, report on test.")
@@ -302,7 +302,7 @@ def study_diversify_command(
         allow_short=allow_short, allow_unparsed=allow_unparsed, overwrite=overwrite, labels=labels,
         population=population, progress=not quiet)
     for line in result.notes:
-        _console().print(f"[yellow]note:[/] {line}", highlight=False)
+        print_note(line, console=_console())
     title, header, rows = result.table(detail=False)
     _table(title, header, rows)
     if result.corrected is not None:
@@ -311,4 +311,4 @@ def study_diversify_command(
         print_corrected_runs(result.corrected, console=_console())
     print_judge_warning(result.judge_id)
     for key, path in result.files.items():
-        _console().print(f"  {key}: {path}", highlight=False)
+        _console().print(f"  {key}: {path}", highlight=False, markup=False)

@@ -10,6 +10,7 @@ from typing import List, Optional
 
 import typer
 
+from berds.io import print_note
 from berds.cli.options import BATCH_TIMEOUT_HELP, WORKERS_HELP, out_folder_callback
 
 index_app = typer.Typer(help="Build indexes of a passage store (Lucene BM25, dense FAISS).", no_args_is_help=True)
@@ -178,10 +179,10 @@ def import_run_command(
         Console().print(report.table(out))
     empty = [qid for qid, hits in run.hits.items() if not hits]
     if empty:  # said even when quiet: eval refuses these unless --allow-short
-        Console(stderr=True).print(
-            f"[yellow]warning:[/] {len(empty)} of {len(run)} questions have no passages (no line in {trec}"
+        print_note(
+            f"{len(empty)} of {len(run)} questions have no passages (no line in {trec}"
             f"{' or only missing docids' if report.missing_docids else ''}): {', '.join(empty[:5])}"
-            f"{', ...' if len(empty) > 5 else ''} — `berds eval` refuses them unless --allow-short", highlight=False)
+            f"{', ...' if len(empty) > 5 else ''} — `berds eval` refuses them unless --allow-short", label="warning")
 
 
 @retrievers_app.command("list")

@@ -657,7 +657,9 @@ def metrics_table(results: Sequence[EvalResult], *, title: str = "BERDS metrics"
     unparsed = any(r.stats.unparsed or r.stats.problems(max_unparsed, yes_elsewhere=yes_elsewhere) for r in results)
     warnings = [w for w in dict.fromkeys(judge_warning(j) for j in judges) if w]
     names = sorted({short_judge_name(j) for j in judges})
-    table = Table(title=f"{title} — judge: {', '.join(names)}")
+    from rich.markup import escape
+
+    table = Table(title=escape(f"{title} — judge: {', '.join(names)}"))
     table.add_column("run", overflow="fold")
     if len(judges) > 1:
         table.add_column("judge", overflow="fold")
@@ -676,7 +678,7 @@ def metrics_table(results: Sequence[EvalResult], *, title: str = "BERDS metrics"
         for name, avg in r.averages.items():
             cells = [f"{100 * avg[f'mrecall@{k}']:.1f}" if f"mrecall@{k}" in avg else "" for k in ks]
             cells += [f"{100 * avg[f'precision@{k}']:.1f}" if f"precision@{k}" in avg else "" for k in ks]
-            row = [r.run_name if name == "all" else ""]
+            row = [escape(r.run_name) if name == "all" else ""]
             problems = r.stats.problems(max_unparsed, yes_elsewhere=yes_elsewhere) if name == "all" else []
             if problems:  # under the run's name: the table stays narrow
                 row[0] += "".join(f"\n[bold red]{p} ![/]" for p in problems)

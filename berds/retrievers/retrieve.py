@@ -162,10 +162,10 @@ def _retrieve_into(retriever: Any, questions: list[Question], question_source: d
                 retriever.close()
             except Exception as exc:  # a retriever failing to let go of its files must not cost the hits it found
                 if retrieved:  # (else the error that stopped the retrieval is the one to report)
-                    from rich.console import Console
+                    from berds.io import print_note
 
-                    Console(stderr=True).print(f"[yellow]warning:[/] retriever {retriever.name!r} failed to close "
-                                               f"({type(exc).__name__}: {exc}); its hits are kept", highlight=False)
+                    print_note(f"retriever {retriever.name!r} failed to close ({type(exc).__name__}: {exc}); its hits "
+                               "are kept", label="warning")
 
     manifest = {
         "retriever": {**({"spec": spec_name} if spec_name else {}), "options": _jsonable(_persistable(options)),
@@ -188,13 +188,13 @@ def _retrieve_into(retriever: Any, questions: list[Question], question_source: d
         _summary(run, k, seconds, len(todo), out_dir)
     empty = [qid for qid, hits in run.hits.items() if not hits]
     if empty:  # said even with progress off (and the table says so too): eval/tune/analyze refuse these
-        from rich.console import Console
+        from berds.io import print_note
 
         where = f" (listed in {out_dir / 'manifest.json'} under empty_questions)" if out_dir is not None else ""
-        Console(stderr=True).print(
-            f"[yellow]warning:[/] {len(empty)} of {len(run)} questions got no passages{where}: "
+        print_note(
+            f"{len(empty)} of {len(run)} questions got no passages{where}: "
             f"{', '.join(empty[:5])}{', ...' if len(empty) > 5 else ''} — `berds eval/tune/analyze` refuse them "
-            "unless --allow-short, which scores them as zero", highlight=False)
+            "unless --allow-short, which scores them as zero", label="warning")
     return run
 
 
@@ -321,9 +321,9 @@ def _read_partial(path: Path, identity: dict[str, Any], progress: bool) -> dict[
         header = None
     if header != identity:
         if progress:
-            from rich.console import Console
+            from berds.io import print_note
 
-            Console(stderr=True).print(f"[yellow]note:[/] {path} is from a run with other settings; starting over")
+            print_note(f"{path} is from a run with other settings; starting over")
         return {}
     good = 1
     for line in lines[1:]:
@@ -343,7 +343,7 @@ def _read_partial(path: Path, identity: dict[str, Any], progress: bool) -> dict[
     if progress and done:
         from rich.console import Console
 
-        Console(stderr=True).print(f"resuming: {len(done)} questions already retrieved in {path.parent}")
+        Console(stderr=True).print(f"resuming: {len(done)} questions already retrieved in {path.parent}", markup=False)
     return done
 
 
