@@ -279,6 +279,8 @@ def test_prebuilt_names_with_texts_from_the_paired_lucene_index(models, dpr_inde
     # the default encoder is pyserini's (a hub name, not in this machine's cache): refused, naming it
     with pytest.raises(BerdsError, match="facebook/dpr-question_encoder-multiset-base"):
         PyseriniFaissRetriever(index="wikipedia-dpr-100w.dpr-multi")
+    assert "note: query encoder facebook/dpr-question_encoder-multiset-base, the one pyserini/2cr/triviaqa.yaml" \
+        in capsys.readouterr().err
     questions = tmp_path / "q.jsonl"
     questions.write_text("".join(json.dumps({"id": q.id, "question": q.text, "perspectives": list(q.perspectives)})
                                  + "\n" for q in QUESTIONS))

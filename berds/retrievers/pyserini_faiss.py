@@ -282,6 +282,10 @@ class PyseriniFaissRetriever:
                                     else "a folder does not say which model encoded it"))
             encoder, self.encoder_default_from = suggested["encoder"], suggested["from"]
             encoder_class = encoder_class or suggested.get("encoder_class")
+            import sys
+
+            print(f"note: query encoder {encoder}, the one {suggested['from']} (pyserini's reproduction "
+                  f"commands) uses with {self.prebuilt['name']} (-o encoder= to choose another)", file=sys.stderr)
         self.encoder_name = str(encoder)
         self.encoder_class = encoder_class or infer_encoder_class(self.encoder_name)
         self.spec = query_encoder_spec(self.encoder_name, self.encoder_class, pooling=pooling, l2_norm=l2_norm,
