@@ -197,6 +197,7 @@ def test_refusals_are_one_line(models, store, contriever_index, tmp_path):
     (no_docid / "docid").unlink()
     refused(InputError, "has no 'docid' file", index=no_docid)
     refused(BerdsError, "name the query encoder", index=contriever_index, encoder=None)
+    refused(BerdsError, "ef_search applies to HNSW indexes", index=contriever_index, ef_search=64)
     refused(BerdsError, "not both", index=contriever_index, texts="wikipedia-dpr-100w")
     refused(BerdsError, "say where the passage texts", index=contriever_index, corpus=None)
     # a passage id the text source does not hold: one line naming it, the index and the source
@@ -314,3 +315,22 @@ def test_prebuilt_names_with_texts_from_the_paired_lucene_index(models, dpr_inde
     with pytest.raises(BerdsError, match="passage 'nowhere' of the FAISS index .* is not in the Lucene index "
                                          "wikipedia-dpr-100w"):
         r.search_vectors(faiss.read_index(str(odd / "index")).reconstruct(0)[None, :], k=1)
+
+
+def test_an_hnsw_index_with_ef_search(models, store, tmp_path):
+    """pyserini.index.faiss --hnsw writes IndexHNSWFlat (inner product); ef_search sets its search depth."""
+    import faiss
+
+    from berds.retrievers.pyserini_faiss import PyseriniFaissRetriever
+
+    vectors = np.random.default_rng(1).standard_normal((len(PASSAGES), 16)).astype(np.float32)
+    hnsw = faiss.IndexHNSWFlat(16, 8, faiss.METRIC_INNER_PRODUCT)
+    hnsw.add(vectors)
+    (tmp_path / "hnsw").mkdir()
+    faiss.write_index(hnsw, str(tmp_path / "hnsw" / "index"))
+    (tmp_path / "hnsw" / "docid").write_text("".join(f"{p.id}\n" for p in PASSAGES))
+    r = PyseriniFaissRetriever(index=tmp_path / "hnsw", encoder=str(models["contriever"]), corpus=store, ef_search=64)
+    assert r.index.hnsw.efSearch == 64 and r.provenance()["faiss_index"] == "IndexHNSWFlat"
+    [hits] = r.search_vectors(vectors[7:8], k=3)
+    exact = np.argsort(-(vectors @ vectors[7]))[:3]  # 40 vectors, ef 64: the graph search is exact here
+    assert [h.passage.id for h in hits] == [PASSAGES[i].id for i in exact]

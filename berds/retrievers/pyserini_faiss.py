@@ -256,7 +256,8 @@ class PyseriniFaissRetriever:
     name: pyserini's reproduction commands'), ``encoder_class`` (``dpr`` / ``contriever`` / ``sentence`` /
     ``auto``; default from the encoder's name, as pyserini), ``pooling`` / ``l2_norm`` (``auto`` only),
     ``query_prefix``; ``texts`` (Lucene index name or folder; default pyserini's pairing) or ``corpus`` (berds
-    store); ``title`` (as ``-r pyserini``); ``device``, ``batch_size``, ``threads`` (FAISS); ``name``."""
+    store); ``title`` (as ``-r pyserini``); ``device``, ``batch_size``, ``threads`` (FAISS), ``ef_search`` (an HNSW
+    index's search depth, as pyserini's ``set_hnsw_ef_search``); ``name``."""
 
     search_batch_size = 256
 
@@ -264,7 +265,7 @@ class PyseriniFaissRetriever:
                  pooling: str | None = None, l2_norm: bool | None = None, query_prefix: str | None = None,
                  texts: str | os.PathLike | None = None, corpus: Any = None, title: str = "auto",
                  device: str = "cpu", batch_size: int = 32, threads: int | None = None,
-                 name: str = "pyserini-faiss"):
+                 ef_search: int | None = None, name: str = "pyserini-faiss"):
         from berds.lazy import require
 
         if texts is not None and corpus is not None:
@@ -312,6 +313,12 @@ class PyseriniFaissRetriever:
                              "vectors", path=self.folder / "docid",
                              fix="the docid file must list one id per vector, in index order (rebuild the index)")
         self.threads = int(threads) if threads else None
+        self.ef_search = None
+        if ef_search is not None:  # (pyserini's FaissSearcher.set_hnsw_ef_search)
+            if not hasattr(self.index, "hnsw"):
+                raise BerdsError(f"ef_search applies to HNSW indexes; {self.folder / 'index'} is a "
+                                 f"{type(self.index).__name__}")
+            self.index.hnsw.efSearch = self.ef_search = int(ef_search)
         # -- the passage texts
         if corpus is not None:
             self.texts: Any = StoreTexts(corpus)
@@ -379,7 +386,7 @@ class PyseriniFaissRetriever:
         texts = self.texts.record()
         return {"index": str(self.folder.resolve()), "index_type": "pyserini-faiss", "prebuilt": self.prebuilt,
                 "pyserini": pyserini_version, "faiss": faiss.__version__, "documents": int(self.index.ntotal),
-                "dim": int(self.index.d),
+                "dim": int(self.index.d), "faiss_index": type(self.index).__name__, "ef_search": self.ef_search,
                 "query_encoder": {"encoder": self.encoder_name, "encoder_class": self.encoder_class,
                                   "default_from": self.encoder_default_from, "spec": self.spec.identity(),
                                   "files": model_files_fingerprint(self.spec)},
