@@ -79,7 +79,7 @@ class JudgedQrels(BaseQrels):
     def qrels_iter(self) -> Iterator[TrecQrel]:
         from berds.evaluate.qrels import read_judgements
 
-        rows, _ = read_judgements(self._evaluation)
+        rows, _ = read_judgements(self._evaluation, unjudged=True)
         for qid, subtopic, docid, rel in rows:
             yield TrecQrel(qid, docid, rel, subtopic)
 

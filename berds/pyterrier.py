@@ -53,7 +53,7 @@ def qrels(evaluation: Any) -> pd.DataFrame:
     iteration`` (iteration = the 1-based perspective), what ``MRecall`` / ``BERDS_P`` and ndeval's measures read."""
     from berds.evaluate.qrels import read_judgements
 
-    rows, _ = read_judgements(evaluation)
+    rows, _ = read_judgements(evaluation, unjudged=True)  # (a question scored with no passage: one line)
     return pd.DataFrame([(q, d, r, s) for q, s, d, r in rows], columns=["qid", "docno", "label", "iteration"])
 
 

@@ -63,6 +63,10 @@ NOT_RUN = {
                                           "-r pyterrier on a pipeline of its own)",
     "berds retrieve -r pyserini --index wikipedia-dpr-100w --questions kialo --k 100 --out runs/kialo-wiki-pyserini":
         "needs pyserini's 9.2 GB prebuilt index (tests/test_pyserini_prebuilt.py runs -r pyserini on a small one)",
+    "berds retrieve -r pyserini-faiss --index wikipedia-dpr-100w.dpr-multi --questions kialo --k 100 "
+    "--out runs/kialo-wiki-dpr-pyserini": "needs pyserini's 60 GB prebuilt FAISS index and DPR's query encoder from "
+                                          "the hub (tests/test_pyserini_faiss.py runs it on a small index and a tiny "
+                                          "encoder)",
     # docs/analyses.md
     "berds rerank mmr runs/kialo-test-contriever --lambda-preset contriever-wikipedia "
     "--out runs/kialo-test-contriever-mmr": NET,

@@ -92,3 +92,56 @@ def test_hand_run_through_berds_eval_measure_names():
     means, _ = compute_measures(["MRecall@2", "BERDS_P@2"], rows, ranking)
     assert means == {"MRecall@2": result.averages["all"]["mrecall@2"],
                      "BERDS_P@2": result.averages["all"]["precision@2"]}
+
+
+def test_a_question_with_no_judged_passage_counts_as_in_berds(tmp_path):
+    """A question evaluated with an empty ranking (--allow-short) has no judgement; berds scores it 0. Its qrels
+    line (NO_PASSAGE_JUDGED) keeps it in ir_measures' average, through Python and through the exported files."""
+    from pathlib import Path
+
+    import berds
+    from berds.evaluate.evaluation import write_eval_outputs
+    from berds.evaluate.qrels import NO_PASSAGE_JUDGED, add_measures_to_outputs, export_qrels, read_judgements
+
+    run = load_run(Path(berds.__file__).parent / "data/demo/run.ctxs.jsonl")
+    empty = next(iter(run.hits))
+    run = Run(run.questions, {q: ([] if q == empty else hits) for q, hits in run.hits.items()}, run.manifest, run.name)
+    result = evaluate_run(run, DemoGoldJudge(), ks=(5, 10), progress=False, allow_short=True)
+    overall = result.averages["all"]
+    assert result.per_question[empty]["mrecall@5"] == 0.0 and len(result.per_question) == len(run.questions)
+    names = ["MRecall@5", "BERDS_P@5", "MRecall@10", "BERDS_P@10"]
+    rows, ranking = qrels_from_judgements(result.judgements(run))  # without the evaluation's questions
+    without, per_question = compute_measures(names, rows, ranking)
+    assert empty not in per_question and without["MRecall@5"] != pytest.approx(overall["mrecall@5"])  # the bug
+    rows, ranking = qrels_from_judgements(result.judgements(run), result.per_question)
+    assert [r for r in rows if r[0] == empty] == [(empty, "1", NO_PASSAGE_JUDGED, 0)]
+    means, per_question = compute_measures(names, rows, ranking)
+    assert per_question[empty] == {n: 0.0 for n in names}
+    for k in (5, 10):
+        assert means[f"MRecall@{k}"] == pytest.approx(overall[f"mrecall@{k}"], abs=1e-12)
+        assert means[f"BERDS_P@{k}"] == pytest.approx(overall[f"precision@{k}"], abs=1e-12)
+    # through the files berds writes: berds eval's own --measure, and berds export qrels read by ir_measures
+    files = write_eval_outputs(result, run, tmp_path / "eval")
+    assert add_measures_to_outputs(files, names) == pytest.approx({n: means[n] for n in names})
+    assert (empty, "1", NO_PASSAGE_JUDGED, 0) in read_judgements(tmp_path / "eval", unjudged=True)[0]
+    assert not any(r[0] == empty for r in read_judgements(tmp_path / "eval")[0])
+    export_qrels(tmp_path / "eval", tmp_path / "demo.qrels")
+    with open(tmp_path / "demo.run", "w") as f:
+        f.writelines(f"{q} Q0 {d} {r} {100 - r} berds\n" for q, d, r in ranking)
+    agg = ir_measures.calc_aggregate([MRecall @ 5, BERDS_P @ 10], list(ir_measures.read_trec_qrels(
+        str(tmp_path / "demo.qrels"))), list(ir_measures.read_trec_run(str(tmp_path / "demo.run"))))
+    assert agg[MRecall @ 5] == pytest.approx(overall["mrecall@5"])
+    assert agg[BERDS_P @ 10] == pytest.approx(overall["precision@10"])
+    # and pt.Experiment, with the evaluation's qrels from berds.pyterrier: the empty question is one of its topics
+    pt = pytest.importorskip("pyterrier")
+    import pandas as pd
+
+    import berds.pyterrier as bpt
+
+    qrels = bpt.qrels(tmp_path / "eval")
+    assert (qrels["qid"] == empty).sum() == 1
+    ranked = pd.DataFrame([(q, d, float(100 - r)) for q, d, r in ranking], columns=["qid", "docno", "score"])
+    table = pt.Experiment([pt.Transformer.from_df(ranked)], bpt.topics(list(run.questions.values())), qrels,
+                          eval_metrics=[bpt.MRecall @ 5, bpt.BERDS_P @ 10], names=["run"], validate="ignore")
+    assert table.iloc[0]["MRecall@5"] == pytest.approx(overall["mrecall@5"])
+    assert table.iloc[0]["BERDS_P@10"] == pytest.approx(overall["precision@10"])

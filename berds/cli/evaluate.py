@@ -159,7 +159,7 @@ def eval_command(
 
         # several runs, one judge: measured against their judgements pooled (each run gets the same ideal ranking)
         pool = qrels_pool if len(results) > 1 else "single"
-        pooled = (pool_qrels(read_judgements(files["judgements"])[0] for _, _, files in results)
+        pooled = (pool_qrels(read_judgements(files["judgements"], unjudged=True)[0] for _, _, files in results)
                   if measure and pool == "runs" else None)
         rows = [(result.run_name or path.name, result.averages,
                  add_measures_to_outputs(files, measure, qrels_files[i] if qrels_files else None, pooled=pooled,

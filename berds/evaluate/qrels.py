@@ -28,6 +28,35 @@ from berds.runs import fields_intact, id_flaw, one_token
 QrelRow = tuple[str, str, str, int]  # (qid, subtopic, docid, rel)
 RunRow = tuple[str, str, int]        # (qid, docid, rank)
 
+# A question berds evaluated with no passage to judge (an empty ranking, --allow-short) has no judgement, so no qrels
+# line: ir_measures (and trec_eval, PyTerrier) would leave it out of their averages, while berds counts it
+# (MRecall 0, Precision 0). One line ``qid 1 NO_PASSAGE_JUDGED 0`` puts it in the qrels; a question of the qrels
+# that the run lacks scores 0 there, as in berds. (Its passage id is no passage: nothing retrieved matches it.)
+NO_PASSAGE_JUDGED = "berds:no-passage-judged"
+
+
+def unjudged_rows(evaluated: Iterable[str], rows: Sequence[QrelRow]) -> list[QrelRow]:
+    """The placeholder line (``NO_PASSAGE_JUDGED``) of every evaluated question that ``rows`` do not hold."""
+    judged = {q for q, _, _, _ in rows}
+    return [(q, "1", NO_PASSAGE_JUDGED, 0) for q in dict.fromkeys(evaluated) if q not in judged]
+
+
+def evaluated_questions(judgements: str | Path) -> list[str]:
+    """The questions of the evaluation a ``judgements.jsonl`` belongs to: ``per_question`` of the ``metrics.json``
+    berds eval writes beside it (none when there is no such file)."""
+    metrics = Path(judgements).parent / "metrics.json"
+    if not metrics.is_file():
+        return []
+    from berds.io import read_json
+
+    try:
+        per_question = read_json(metrics).get("per_question")
+    except (ValueError, OSError, AttributeError):
+        raise InputError("is not the metrics.json berds eval writes", path=metrics,
+                         fix="evaluate the run again (berds eval) or pass judgements.jsonl from a folder without it"
+                         ) from None
+    return [str(q) for q in per_question] if isinstance(per_question, dict) else []
+
 
 def check_measures(names: Sequence[str], *, depth: int | None = None) -> list[Any]:
     """Parse measure names with ir_measures (``alpha_nDCG@10``, ``ERR_IA@10``, ``StRecall@10``, ``MRecall@5``, ...).
@@ -59,8 +88,10 @@ def check_measures(names: Sequence[str], *, depth: int | None = None) -> list[An
     return out
 
 
-def read_judgements(path: str | Path) -> tuple[list[QrelRow], list[RunRow]]:
-    """Qrels and the ranking from an evaluation's ``judgements.jsonl`` (or a folder holding one)."""
+def read_judgements(path: str | Path, *, unjudged: bool = False) -> tuple[list[QrelRow], list[RunRow]]:
+    """Qrels and the ranking from an evaluation's ``judgements.jsonl`` (or a folder holding one). ``unjudged``:
+    add the ``NO_PASSAGE_JUDGED`` line of each question the evaluation scored without judging a passage (what
+    every qrels berds hands to a measure does, so its averages run over berds' questions)."""
     path = Path(path)
     if path.is_dir():
         found = sorted(path.rglob("judgements.jsonl"))
@@ -114,7 +145,10 @@ def read_judgements(path: str | Path) -> tuple[list[QrelRow], list[RunRow]]:
         ranks.setdefault((qid, rank), docid)
     if not labels:
         raise InputError("holds no judgements", path=path)
-    return ([(q, s, d, r) for (q, s, d), r in labels.items()], [(q, d, rank) for (q, rank), d in ranks.items()])
+    rows = [(q, s, d, r) for (q, s, d), r in labels.items()]
+    if unjudged:
+        rows += unjudged_rows(evaluated_questions(path), rows)
+    return rows, [(q, d, rank) for (q, rank), d in ranks.items()]
 
 
 def _judgement_fields(r: Mapping[str, Any]) -> tuple[str, str, int, str, int]:
@@ -130,15 +164,18 @@ def _judgement_fields(r: Mapping[str, Any]) -> tuple[str, str, int, str, int]:
     return str(r["qid"]), str(r["docid"]), rank, str(perspective + 1), int(label)
 
 
-def qrels_from_judgements(judgements: Iterable[Any]) -> tuple[list[QrelRow], list[RunRow]]:
-    """Qrels and ranking from ``berds.types.Judgement`` objects (``EvalResult.judgements(run)``)."""
+def qrels_from_judgements(judgements: Iterable[Any], evaluated: Iterable[str] = ()
+                          ) -> tuple[list[QrelRow], list[RunRow]]:
+    """Qrels and ranking from ``berds.types.Judgement`` objects (``EvalResult.judgements(run)``); ``evaluated``
+    (``result.per_question``): the evaluation's questions, those without a judgement get ``NO_PASSAGE_JUDGED``."""
     labels: dict[tuple[str, str, str], int] = {}
     ranks: dict[tuple[str, int], str] = {}
     for j in judgements:
         key = (j.qid, str(j.perspective_index + 1), j.docid)
         labels[key] = max(int(j.label), labels.get(key, 0))
         ranks.setdefault((j.qid, j.rank), j.docid)
-    return ([(q, s, d, r) for (q, s, d), r in labels.items()], [(q, d, rank) for (q, rank), d in ranks.items()])
+    rows = [(q, s, d, r) for (q, s, d), r in labels.items()]
+    return rows + unjudged_rows(evaluated, rows), [(q, d, rank) for (q, rank), d in ranks.items()]
 
 
 def check_trec_ids(path: str | Path, run: Any) -> None:
@@ -189,7 +226,7 @@ def flat_qrels(rows: Sequence[QrelRow]) -> list[QrelRow]:
 def export_qrels(source: str | Path, out: str | Path, *, flat: bool = False) -> int:
     """``berds export qrels``: an evaluation folder or judgements.jsonl -> a TREC diversity qrels file (perspectives
     as subtopics, for ndeval's measures), or with ``flat`` ordinary qrels (``flat_qrels``)."""
-    rows, _ = read_judgements(source)
+    rows, _ = read_judgements(source, unjudged=True)
     return write_qrels(flat_qrels(rows) if flat else rows, out, source=source)
 
 
@@ -257,7 +294,7 @@ def add_measures_to_outputs(files: Mapping[str, Path], measures: Sequence[str], 
     it in metrics.json) instead of this run's own judgements (``qrels_out`` always gets the run's own)."""
     from berds.io import read_json, write_json
 
-    rows, ranking = read_judgements(files["judgements"])
+    rows, ranking = read_judgements(files["judgements"], unjudged=True)
     if qrels_out is not None:
         write_qrels(rows, qrels_out)
     if not measures:

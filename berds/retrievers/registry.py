@@ -76,6 +76,12 @@ RETRIEVERS.register(Spec(
     tags=("sparse", "java"),
 ))
 RETRIEVERS.register(Spec(
+    name="pyserini-faiss",
+    loader="berds.retrievers.pyserini_faiss:PyseriniFaissRetriever",
+    description="A pyserini FAISS index (prebuilt wikipedia-dpr-100w.dpr-multi, already downloaded, or a path); queries by -o encoder=; texts from its Lucene index or --corpus.",
+    tags=("dense", "java"),
+))
+RETRIEVERS.register(Spec(
     name="pyterrier",
     loader="berds.retrievers.pyterrier:PyTerrierRetriever",
     description="Any PyTerrier pipeline returning a ranking: -o pipeline=MODULE:OBJECT; passages by docno from --corpus (or its text column).",
