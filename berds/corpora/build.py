@@ -161,7 +161,7 @@ def check_disk_and_announce(out: Path, *, input_bytes: int, avg_passage_bytes: f
         console.print(
             f"estimate: ~{n_est:,} passages -> ~{human_bytes(est['disk_bytes'])} on disk "
             f"(free: {human_bytes(free)}), ~{human_bytes(est['writer_memory_bytes'])} writer memory", highlight=False,
-        , markup=False)
+            markup=False)
     if est["disk_bytes"] > free:
         raise BerdsError(
             f"not enough disk for {out}: the store needs ~{human_bytes(est['disk_bytes'])} but only {human_bytes(free)} is free "
