@@ -45,6 +45,7 @@ from berds.types import Hit, Passage, Question, Run
 MANIFEST = "manifest.json"
 TREC = "run.trec"
 CTXS = "run.ctxs.jsonl"
+EVAL_DIR = "eval"  # a run folder's evaluations: eval/<judge>/ (berds eval writes them there)
 
 
 # ------------------------------------------------------------------------------------------- writing
@@ -185,16 +186,32 @@ def write_ctxs_jsonl(
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
 
+def _ctxs_sha256_on_record(folder: Path) -> str | None:
+    """The ``ctxs_sha256`` of the run a folder holds now (None: no readable run)."""
+    try:
+        manifest = read_json(folder / MANIFEST)
+    except (OSError, BerdsError):
+        return None
+    return manifest.get("ctxs_sha256") if isinstance(manifest, dict) else None
+
+
 def save_run(run: Run, out_dir: str | Path, *, overwrite: bool = False) -> Path:
-    """Write a run folder (manifest, TREC file, BERDS jsonl). Refuses to replace a run unless ``overwrite``."""
+    """Write a run folder (manifest, TREC file, BERDS jsonl). Refuses to replace a run unless ``overwrite``; a
+    replaced run's evaluations (``eval/``) go with it, unless the new ranking file is byte-identical."""
     out = Path(out_dir)
     if (out / MANIFEST).exists() and not overwrite:
         raise BerdsError(f"{out} already holds a run — choose another --out or pass --overwrite")
     out.mkdir(parents=True, exist_ok=True)
+    replaced = _ctxs_sha256_on_record(out)
     # ties in trec_eval's order in both files, so berds' metrics and TREC tools see the same ranking
     run = Run(run.questions, {qid: order_ties_like_trec_eval(h) for qid, h in run.hits.items()}, run.manifest, run.name)
     write_trec(run, out / TREC)
     write_ctxs_jsonl(run, out / CTXS)
+    if (out / EVAL_DIR).is_dir() and replaced != sha256_file(out / CTXS):
+        # the evaluations in eval/ were of the run this one replaces: left there, they would read as this run's
+        import shutil
+
+        shutil.rmtree(out / EVAL_DIR)
     depth = [len(h) for h in run.hits.values()]
     empty = empty_questions(run)
     repeats = any(len({h.passage.id for h in hits}) != len(hits) for hits in run.hits.values())

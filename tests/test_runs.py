@@ -75,6 +75,22 @@ def test_refuses_to_overwrite_a_run(tmp_path, tiny_run):
     save_run(tiny_run, tmp_path / "run", overwrite=True)
 
 
+def test_a_replaced_run_takes_its_evaluations_with_it(tmp_path, tiny_run):
+    """`retrieve --overwrite` (save_run(overwrite=True)) left eval/ of the old ranking beside the new one."""
+    from berds.types import Run
+
+    save_run(tiny_run, tmp_path / "run")
+    judged = tmp_path / "run" / "eval" / "demo-gold"
+    judged.mkdir(parents=True)
+    (judged / "metrics.json").write_text("{}")
+    save_run(tiny_run, tmp_path / "run", overwrite=True)  # the same ranking again: its evaluations still hold
+    assert (judged / "metrics.json").is_file()
+    reversed_run = Run(tiny_run.questions, {q: list(reversed(h)) for q, h in tiny_run.hits.items()}, {}, "tiny")
+    save_run(reversed_run, tmp_path / "run", overwrite=True)
+    assert not (tmp_path / "run" / "eval").exists()
+    assert load_run(tmp_path / "run").hits["q0"][0].passage.id == reversed_run.hits["q0"][0].passage.id
+
+
 def test_legacy_jsonl_loads_with_int_ids_and_no_scores(ctxs_file):
     run = load_run(ctxs_file)
     assert run.hits["q0"][0].passage.id == "0" and run.hits["q0"][0].score == 0.0

@@ -32,7 +32,7 @@ from berds.io import check_writable, no_gc
 from berds.evaluate.cache import Digests, JudgementCache, judge_text_digests
 from berds.evaluate.judging import judge_missing
 from berds.evaluate.metrics import aggregate, question_metrics
-from berds.runs import run_stem
+from berds.runs import EVAL_DIR, run_stem
 from berds.types import Judgement, JudgePair, Passage, Run, Verdict
 
 OVERWRITE_POLICIES = ("only-missing", "always", "never")
@@ -810,7 +810,7 @@ def evaluate_paths(
                 run = Run(run.questions, read(path, False).hits, run.manifest, run.name)
                 digests.pop(path, None)
                 result = evaluate_run(run, judge, opts.but(allow_unparsed=True), cache=cache)
-            files = write_eval_outputs(result, run, target / "eval" / judge_slug(result.judge_id) if target == path else target,
+            files = write_eval_outputs(result, run, target / EVAL_DIR / judge_slug(result.judge_id) if target == path else target,
                                        legacy_jsonl=opts.write_legacy)
             if target == path:  # a run folder also gets the latest metrics at its top level
                 from berds.io import write_json
