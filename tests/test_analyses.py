@@ -265,6 +265,8 @@ def test_coverage_of_a_union_on_hand_labelled_matrices():
     # only the top `depth` passages count: at depth 1 run B's q1 passage (rank 2) is out
     at1 = {r["run"]: r for r in coverage({"A": a, "B": b}, depth=1).rows}
     assert at1["B"]["perspective_recall"] == pytest.approx((0 + 1 / 3) / 2)
+    # one run is its own union: no second row of the same figures ("union of 1 runs")
+    assert [r["run"] for r in coverage({"A": a}, depth=3).rows] == ["A"]
     with pytest.raises(BerdsError, match="cover different questions"):
         coverage({"A": a, "B": {"q1": b["q1"]}}, depth=2)
 

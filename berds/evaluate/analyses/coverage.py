@@ -60,7 +60,8 @@ def coverage(supports: Mapping[str, Supports], depth: int = 100, judge: str | No
         raise BerdsError("give at least one run")
     labels = list(supports)
     qids = same_questions(labels, [supports[l] for l in labels])
-    groups = [(label, [label]) for label in labels] + [(UNION, labels)]
+    # (one run is its own union: a second row of the same figures said "union of 1 runs")
+    groups = [(label, [label]) for label in labels] + ([(UNION, labels)] if len(labels) > 1 else [])
     rows = []
     for name, members in groups:
         complete, share = [], []
