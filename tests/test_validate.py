@@ -319,3 +319,23 @@ def test_cli_validate_reports_a_bad_file_on_one_line(tmp_path):
     assert proc.returncode == 2
     assert f"{path}, line 2, record '1': label must be 0 or 1, got '2'" in proc.stderr.replace("\n", "")
     assert "Traceback" not in proc.stderr
+
+
+def test_resamples_where_kappa_is_undefined_are_counted_and_said():
+    """A small file with few Yes: some resamples hold only pairs both raters call No, where κ is 0/0. They were
+    dropped from the interval without a word."""
+    from berds.trust.validate import ValidationReport, score_predictions, undefined_resample_notes
+
+    gold = np.array([1, 0, 0, 0, 0, 0], dtype=bool)
+    pred = np.array([1, 1, 0, 0, 0, 0], dtype=bool)
+    row = score_predictions("j", gold, pred, n_boot=400, seed=0)
+    # κ is 0/0 where both raters give one same answer throughout: a resample of the 4 pairs both call No only,
+    # P = (4/6)^6 ≈ 0.088: about 35 of 400
+    assert 15 < row.undefined_resamples["kappa"] < 65 and row.resamples == 400
+    assert "precision" not in row.undefined_resamples or row.undefined_resamples["precision"] < 400
+    report = ValidationReport("x.tsv", "0" * 64, 6, 1 / 6, [row], [], 400, 0)
+    [note] = [n for n in undefined_resample_notes(report) if "kappa in" in n]
+    assert f"kappa in {row.undefined_resamples['kappa']} of 400" in note and "other resamples only" in note
+    assert row.to_json()["ci95_undefined_resamples"]["kappa"] == row.undefined_resamples["kappa"]
+    full = score_predictions("k", np.array([1, 0] * 30, dtype=bool), np.array([1, 0] * 30, dtype=bool), n_boot=200)
+    assert full.undefined_resamples == {} and "ci95_undefined_resamples" not in full.to_json()

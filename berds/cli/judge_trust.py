@@ -70,7 +70,7 @@ def validate_command(
 
     from berds.cli.options import print_judge_warning
     from berds.trust.validate import (comparison_table, debate_table, in_sample_notes, markdown_table, one_answer_notes,
-                                      one_class_note, validate_files, validity_table)
+                                      one_class_note, undefined_resample_notes, validate_files, validity_table)
 
     report = validate_files(str(labels), judge, judge_options=_options(judge_option), annotators=column,
                             cache_path=str(cache) if cache else None, use_cache=not no_cache, n_boot=bootstrap,
@@ -86,7 +86,8 @@ def validate_command(
         console.print(markdown_table(report), highlight=False, markup=False, soft_wrap=True)
     _write_json(out, report.to_json())
     _note_repeats(labels, console)
-    for note in [one_class_note(report), *one_answer_notes(report), *in_sample_notes(report)]:
+    for note in [one_class_note(report), *one_answer_notes(report), *in_sample_notes(report),
+                 *undefined_resample_notes(report)]:
         if note:
             console.print(note, style="yellow", highlight=False)
     annotators = {f"column:{c}" for c in column}  # (a person's labels, whatever the column is called: no warning)

@@ -123,12 +123,14 @@ def _resampled_counts(rng: Any, n_boot: int, size: int, counts_of: Any, *, value
 
 def bootstrap_intervals(
     gold: Any, pred: Any, *, n_boot: int = 1000, seed: int = 0, confidence: float = 0.95, groups: Any = None,
+    undefined: dict[str, int] | None = None,
 ) -> dict[str, tuple[float, float]]:
     """Percentile-bootstrap intervals of every metric: resample the N pairs with replacement ``n_boot`` times.
 
     With ``groups`` (one label per pair, e.g. its question), the G groups are resampled instead, each drawn
     group bringing all its pairs (a cluster bootstrap; groups sort by label). Returns ``{metric: (low, high)}``;
-    NaN samples (κ on a constant resample) are ignored.
+    NaN samples (κ on a constant resample) are left out of the percentiles; ``undefined``, a dict, gets how many
+    resamples each metric left out (the intervals then hold for the resamples where it is defined).
     """
     g, p = _as_bool(gold, "gold"), _as_bool(pred, "pred")
     if n_boot < 1:
@@ -154,7 +156,10 @@ def bootstrap_intervals(
     tail = 100 * (1 - confidence) / 2
     out = {}
     for name, values in samples.items():
-        values = values[~np.isnan(values)]
+        defined = ~np.isnan(values)
+        if undefined is not None:
+            undefined[name] = int(values.size - defined.sum())
+        values = values[defined]
         out[name] = ((float(np.percentile(values, tail)), float(np.percentile(values, 100 - tail)))
                      if values.size else (float("nan"), float("nan")))
     return out
@@ -270,6 +275,8 @@ class JudgeValidity:
     p_yes: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
     tuned_on: dict[str, Any] | None = None  # a calibrated judge's threshold was chosen on some of these pairs
     auc: float = float("nan")  # of P(Yes) for the gold labels (rank_auc); NaN without P(Yes) on every pair
+    undefined_resamples: dict[str, int] = field(default_factory=dict)  # per metric: bootstrap resamples left out
+    resamples: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -278,6 +285,8 @@ class JudgeValidity:
             "counts": self.counts, "unparsed": self.unparsed,
             **({"debate": self.debate.to_json()} if self.debate is not None else {}),
             **({"threshold_tuned_on": self.tuned_on} if self.tuned_on else {}),
+            **({"ci95_undefined_resamples": self.undefined_resamples, "resamples": self.resamples}
+               if self.undefined_resamples else {}),
         }
 
 
@@ -340,12 +349,14 @@ def score_predictions(name: str, gold: Any, verdicts: Sequence[Verdict] | Any, *
         p_yes = np.full(pred.size, np.nan)
         unparsed = 0
     tp, fp, fn, tn = confusion_counts(g, pred)
+    undefined: dict[str, int] = {}
     return JudgeValidity(
         name=name, judge_id=judge_id or name, prompt_version=prompt_version, n=int(g.size),
         metrics=classification_metrics(g, pred),
-        intervals=bootstrap_intervals(g, pred, n_boot=n_boot, seed=seed, groups=groups),
+        intervals=bootstrap_intervals(g, pred, n_boot=n_boot, seed=seed, groups=groups, undefined=undefined),
         counts={"tp": tp, "fp": fp, "fn": fn, "tn": tn}, unparsed=unparsed, debate=debate, predictions=pred,
-        p_yes=p_yes, auc=rank_auc(g, p_yes),
+        p_yes=p_yes, auc=rank_auc(g, p_yes), undefined_resamples={k: v for k, v in undefined.items() if v},
+        resamples=max(n_boot, 0),
     )
 
 
@@ -529,6 +540,20 @@ def one_answer_notes(report: ValidationReport) -> list[str]:
             "are 0 by construction; the Yes share says so — check its prompt, threshold or training"
             for row in report.judges if row.n and not bool(np.asarray(row.predictions).any())
             and len(row.predictions) == row.n]
+
+
+def undefined_resample_notes(report: ValidationReport) -> list[str]:
+    """One line per judge whose bootstrap left resamples out of an interval (κ on a resample where the labels or
+    the verdicts are all one answer is undefined): that interval holds for the other resamples only."""
+    notes = []
+    for row in report.judges:
+        # (a metric undefined on the whole file, e.g. κ of a one-class file, is said by one_class_note)
+        dropped = {m: n for m, n in row.undefined_resamples.items() if n < row.resamples}
+        if dropped:
+            what = ", ".join(f"{m} in {n:,} of {row.resamples:,}" for m, n in dropped.items())
+            notes.append(f"note: {row.name}: undefined in some bootstrap resamples (all one answer in a resample): "
+                         f"{what}; those intervals are over the other resamples only")
+    return notes
 
 
 def in_sample_notes(report: ValidationReport) -> list[str]:
