@@ -152,6 +152,9 @@ def test_a_bad_annotator_column_is_refused_before_any_judge_runs(tmp_path):
     labelled = read_labelled_pairs(_pairs_file(tmp_path))
     with pytest.raises(InputError, match="no column 'secnod'"):
         validate(labelled, [NeverJudge()], annotators=["secnod"], progress=False)
+    for own in ("stance", "label"):  # the file has them, as its own columns: not "no column 'stance'"
+        with pytest.raises(InputError, match=f"--column '{own}' is one of the file's own columns"):
+            validate(labelled, [NeverJudge()], annotators=[own], progress=False)
     bad = tmp_path / "bad-column.tsv"
     bad.write_text(_pairs_file(tmp_path).read_text().replace("\t1\n", "\tyes\n", 1))
     with pytest.raises(InputError, match=r"line 3, record '0-1': column 'second' must hold 0 or 1, got 'yes'"):

@@ -483,6 +483,13 @@ def annotator_labels(labelled: Any, column: str) -> np.ndarray:
     """An extra 0/1 column of a labelled file (another annotator's labels) as a boolean array."""
     from berds.errors import InputError
 
+    from berds.trust.labels import LABEL_COLUMNS
+
+    if column in (*LABEL_COLUMNS, "stance"):  # (it said "no column 'stance'" of a file that has one)
+        raise InputError(f"--column {column!r} is one of the file's own columns, not another annotator's labels",
+                         path=labelled.path or None,
+                         fix="name an extra 0/1 column (a second annotator's labels); `label` is the gold column "
+                             "and `stance` is read as each pair's stance")
     values = []
     for p in labelled:
         if column not in p.extra:
