@@ -30,8 +30,14 @@ def test_unknown_option_is_a_named_error_with_the_accepted_ones():
 def test_judge_and_llm_options_are_checked():
     with pytest.raises(BerdsError, match=r"judge 'demo-gold' does not take option\(s\) 'bogus'"):
         load_judge("demo-gold", bogus=1)
-    with pytest.raises(BerdsError, match=r"LLM backend 'openai' does not take option\(s\) 'bogus'"):
+    # an LLM judge takes its own options and its backend's: the error lists both (it listed the backend's only)
+    with pytest.raises(BerdsError, match=r"the judge openai:some-model does not take option\(s\) 'bogus' \(the judge "
+                                         r"takes: max_new_tokens, .*prompt.*; its openai backend takes: .*base_url"):
         load_judge("openai:some-model", base_url="http://127.0.0.1:1/v1", bogus=1)
+    from berds.llm import load_llm
+
+    with pytest.raises(BerdsError, match=r"LLM backend 'openai' does not take option\(s\) 'bogus'"):
+        load_llm("openai", "some-model", base_url="http://127.0.0.1:1/v1", bogus=1)
 
 
 def test_a_list_option_with_an_empty_item_is_refused_not_shortened():

@@ -316,7 +316,17 @@ def llm_judge(*, backend: str, model: str, **options: Any) -> LLMJudge:
 
     judge_opts = {k: v for k, v in options.items() if k in _JUDGE_KEYS}
     llm_opts = {k: v for k, v in options.items() if k not in _JUDGE_KEYS}
-    return LLMJudge(load_llm(backend, model, **llm_opts), **judge_opts)
+    try:
+        llm = load_llm(backend, model, **llm_opts)
+    except BerdsError as exc:  # an unknown option: the judge's own options are just as valid as the backend's
+        message = str(exc)
+        if "does not take option(s)" in message and "(it takes: " in message:
+            message = message.replace(f"LLM backend {backend!r} does not", f"the judge {backend}:{model} does not", 1)
+            message = message.replace("(it takes: ", f"(the judge takes: {', '.join(sorted(_JUDGE_KEYS))}; "
+                                                     f"its {backend} backend takes: ", 1)
+            raise BerdsError(message) from None
+        raise
+    return LLMJudge(llm, **judge_opts)
 
 
 
