@@ -3,6 +3,7 @@ a question's grid, a passage on click, a screenshot with a non-empty table)."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -42,6 +43,25 @@ def report(tmp_path_factory):
     return folder / "report"
 
 
+@contextlib.contextmanager
+def chromium_page(tmp_path: Path):
+    """A page in headless Chromium (offline, fresh profile) and the list its console errors, page errors and any
+    request leaving the file go to."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    errors: list[str] = []
+    with sync_api.sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=str(CHROMIUM),
+                                                       headless=True, args=FLAGS, offline=True)
+        try:
+            page = context.new_page()
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("request", lambda r: errors.append(f"fetched {r.url}") if not r.url.startswith(("file:", "data:", "blob:")) else None)
+            yield page, errors
+        finally:
+            context.close()
+
+
 def page_json(path: Path) -> dict:
     text = path.read_text(encoding="utf-8")
     found = re.search(r'<script type="application/json" id="berds-data">(.*?)</script>', text, re.S)
@@ -66,75 +86,64 @@ def test_the_page_is_self_contained_and_its_figures_are_berds_own(report):
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
 def test_in_headless_chromium(report, tmp_path):
-    sync_api = pytest.importorskip("playwright.sync_api")
     data = page_json(report / "report.html")
-    errors: list[str] = []
-    with sync_api.sync_playwright() as p:
-        context = p.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=str(CHROMIUM),
-                                                       headless=True, args=FLAGS, offline=True)
-        try:
-            page = context.new_page()
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("request", lambda r: errors.append(f"fetched {r.url}") if not r.url.startswith(("file:", "data:", "blob:")) else None)
-            page.goto((report / "report.html").as_uri())
-            page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+    with chromium_page(tmp_path) as (page, errors):
+        page.goto((report / "report.html").as_uri())
+        page.wait_for_selector("body[data-ready='1']", timeout=10_000)
 
-            # sorting: descending on the first click, ascending on the second
-            def order() -> list[str]:
-                return page.eval_on_selector_all("#board tbody tr", "rows => rows.map(r => r.dataset.label)")
-            by_mrecall = sorted(data["runs"], key=lambda r: r["metrics"]["MRecall@5"]["mean"])
-            page.click("#board th[data-col='MRecall@5']")
-            assert order() == [r["label"] for r in reversed(by_mrecall)]
-            page.click("#board th[data-col='MRecall@5']")
-            assert order() == [r["label"] for r in by_mrecall]
-            page.click("#board th[data-col='label']")
-            assert order() == sorted((r["label"] for r in data["runs"]), reverse=True)
+        # sorting: descending on the first click, ascending on the second
+        def order() -> list[str]:
+            return page.eval_on_selector_all("#board tbody tr", "rows => rows.map(r => r.dataset.label)")
+        by_mrecall = sorted(data["runs"], key=lambda r: r["metrics"]["MRecall@5"]["mean"])
+        page.click("#board th[data-col='MRecall@5']")
+        assert order() == [r["label"] for r in reversed(by_mrecall)]
+        page.click("#board th[data-col='MRecall@5']")
+        assert order() == [r["label"] for r in by_mrecall]
+        page.click("#board th[data-col='label']")
+        assert order() == sorted((r["label"] for r in data["runs"]), reverse=True)
 
-            # a question expands into its perspectives x passages grid, as judged
-            question = data["questions"][0]
-            docs, masks = data["grid"][0][0]
-            page.click("details.q[data-index='0'] summary")
-            page.wait_for_selector("details.q[data-index='0'] table.grid")
-            rows = page.locator("details.q[data-index='0'] table.grid tr")
-            assert rows.count() == 1 + len(question[3])
-            ticks = page.locator("details.q[data-index='0'] td.yes").count()
-            assert ticks == sum(bin(m).count("1") for m in masks) and ticks > 0
-            # a click on a cell shows that passage
-            page.click("details.q[data-index='0'] td.cell[data-rank='1']")
-            view = page.locator("details.q[data-index='0'] .passage")
-            view.wait_for(state="visible")
-            first = load_run(DEMO_RUN).hits[question[0]][0].passage
-            assert first.id in view.inner_text() and first.text[:60] in view.inner_text()
-            # another run in the selector shows its own grid
-            page.select_option("#run", "1")
-            page.click("details.q[data-index='0'] summary")
-            page.click("details.q[data-index='0'] td.cell[data-rank='1']")
-            assert data["passages"] > 0
+        # a question expands into its perspectives x passages grid, as judged
+        question = data["questions"][0]
+        docs, masks = data["grid"][0][0]
+        page.click("details.q[data-index='0'] summary")
+        page.wait_for_selector("details.q[data-index='0'] table.grid")
+        rows = page.locator("details.q[data-index='0'] table.grid tr")
+        assert rows.count() == 1 + len(question[3])
+        ticks = page.locator("details.q[data-index='0'] td.yes").count()
+        assert ticks == sum(bin(m).count("1") for m in masks) and ticks > 0
+        # a click on a cell shows that passage
+        page.click("details.q[data-index='0'] td.cell[data-rank='1']")
+        view = page.locator("details.q[data-index='0'] .passage")
+        view.wait_for(state="visible")
+        first = load_run(DEMO_RUN).hits[question[0]][0].passage
+        assert first.id in view.inner_text() and first.text[:60] in view.inner_text()
+        # another run in the selector shows its own grid
+        page.select_option("#run", "1")
+        page.click("details.q[data-index='0'] summary")
+        page.click("details.q[data-index='0'] td.cell[data-rank='1']")
+        assert data["passages"] > 0
 
-            # a screenshot of the leaderboard is a table, not a blank box
-            png = page.locator("#board").screenshot()
+        # a screenshot of the leaderboard is a table, not a blank box
+        png = page.locator("#board").screenshot()
 
-            # corrected estimates (the --labels slot) get their own sortable columns
-            from berds.evaluate.report_html import render_html
+        # corrected estimates (the --labels slot) get their own sortable columns
+        from berds.evaluate.report_html import render_html
 
-            for i, run in enumerate(data["runs"]):
-                run["corrected"] = {m: {"mean": 0.1 + 0.3 * i, "low": 0.05, "high": 0.9, "n": 4}
-                                    for m in ("MRecall@5", "MRecall@10", "Precision@5", "Precision@10")}
-            (tmp_path / "corrected.html").write_text(render_html(data), encoding="utf-8")
-            page.set_viewport_size({"width": 1280, "height": 720})
-            page.goto((tmp_path / "corrected.html").as_uri())
-            page.wait_for_selector("body[data-ready='1']", timeout=10_000)
-            page.click("#board th[data-col='corrected:MRecall@5']")
-            assert order() == [r["label"] for r in reversed(data["runs"])]
-            # each corrected estimate says how many labelled questions it rests on (4 here, of the run's 12)
-            cell = page.locator("#board tbody tr").first.locator("td").nth(3).inner_text()
-            assert cell.startswith("40.0") and cell.endswith("n=4"), cell
-            # ten columns scroll inside the leaderboard's box; the page itself is no wider than the window
-            assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
-            assert not errors, errors
-        finally:
-            context.close()
+        for i, run in enumerate(data["runs"]):
+            run["corrected"] = {m: {"mean": 0.1 + 0.3 * i, "low": 0.05, "high": 0.9, "n": 4}
+                                for m in ("MRecall@5", "MRecall@10", "Precision@5", "Precision@10")}
+        (tmp_path / "corrected.html").write_text(render_html(data), encoding="utf-8")
+        page.set_viewport_size({"width": 1280, "height": 720})
+        page.goto((tmp_path / "corrected.html").as_uri())
+        page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+        page.click("#board th[data-col='corrected:MRecall@5']")
+        assert order() == [r["label"] for r in reversed(data["runs"])]
+        # each corrected estimate says how many labelled questions it rests on (4 here, of the run's 12)
+        cell = page.locator("#board tbody tr").first.locator("td").nth(3).inner_text()
+        assert cell.startswith("40.0") and cell.endswith("n=4"), cell
+        # ten columns scroll inside the leaderboard's box; the page itself is no wider than the window
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        assert not errors, errors
     from PIL import Image
 
     image = Image.open(io.BytesIO(png)).convert("L")
@@ -213,7 +222,6 @@ def test_human_labels_sit_beside_the_judges_verdicts_in_the_grid(tmp_path):
     """`report --labels --html`: labelled cells are ringed with the human's answer; a disagreement is marked."""
     import dataclasses
 
-    sync_api = pytest.importorskip("playwright.sync_api")
     from berds.trust.labels import read_labelled_pairs, write_labelled_pairs
 
     run = load_run(DEMO_RUN)
@@ -236,27 +244,18 @@ def test_human_labels_sit_beside_the_judges_verdicts_in_the_grid(tmp_path):
     assert n_labelled > 0 and data["human_cells"] >= n_labelled
     disagree = sum(bin((m ^ h) & lab).count("1") for m, h, lab in zip(masks, human_yes, labelled))
     assert disagree == 1  # the flipped pair, and only it
-    errors: list[str] = []
-    with sync_api.sync_playwright() as p:
-        context = p.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=str(CHROMIUM),
-                                                       headless=True, args=FLAGS, offline=True)
-        try:
-            page = context.new_page()
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.goto((tmp_path / "report" / "report.html").as_uri())
-            page.wait_for_selector("body[data-ready='1']", timeout=10_000)
-            page.click(f"details.q[data-index='{qi}'] summary")
-            grid = f"details.q[data-index='{qi}'] table.grid"
-            page.wait_for_selector(grid)
-            assert page.locator(f"{grid} td.human").count() == n_labelled
-            bad = page.locator(f"{grid} td.disagree")
-            assert bad.count() == 1 and "human:" in bad.first.get_attribute("title")
-            bad.first.click()
-            view = page.locator(f"details.q[data-index='{qi}'] .passage")
-            view.wait_for(state="visible")
-            assert "human labels: perspective" in view.inner_text()
-            assert "cells carry a human label" in page.inner_text("body")
-            assert not errors, errors
-        finally:
-            context.close()
+    with chromium_page(tmp_path) as (page, errors):
+        page.goto((tmp_path / "report" / "report.html").as_uri())
+        page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+        page.click(f"details.q[data-index='{qi}'] summary")
+        grid = f"details.q[data-index='{qi}'] table.grid"
+        page.wait_for_selector(grid)
+        assert page.locator(f"{grid} td.human").count() == n_labelled
+        bad = page.locator(f"{grid} td.disagree")
+        assert bad.count() == 1 and "human:" in bad.first.get_attribute("title")
+        bad.first.click()
+        view = page.locator(f"details.q[data-index='{qi}'] .passage")
+        view.wait_for(state="visible")
+        assert "human labels: perspective" in view.inner_text()
+        assert "cells carry a human label" in page.inner_text("body")
+        assert not errors, errors
