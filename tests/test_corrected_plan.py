@@ -100,3 +100,87 @@ def test_plan_table_keeps_the_metric_name_in_80_columns_and_gives_sds_in_points(
     assert "MRecall@10" in text and "Prec@10" in text and "…" not in text
     assert "57.7" in text and "37.9" in text and "0.577" not in text
     assert all(len(line) <= 80 for line in text.splitlines())
+
+
+def test_the_run_prevalence_and_bayes_give_the_odds_of_a_true_yes():
+    from berds.trust.ppi import ErrorRates, _true_label_odds
+
+    rates = ErrorRates("j", sensitivity=0.8, specificity=0.9, pairs=100)
+    q = 0.8 * 0.3 + 0.1 * 0.7  # a run whose true Yes share is 0.3
+    ppv, false_omission = _true_label_odds(rates, q)
+    assert ppv == pytest.approx(0.24 / q) and false_omission == pytest.approx(0.06 / (1 - q))
+    from berds.errors import BerdsError
+
+    with pytest.raises(BerdsError, match="no information to plan from"):
+        _true_label_odds(ErrorRates("j", 0.4, 0.5, 10), 0.5)
+
+
+def _simulated_result(rng, n_questions, sens, spec, prevalence=0.3, m=2, depth=5):
+    """A judged 'evaluation' whose truth is drawn pair by pair and whose judge errs at the given rates, pair by
+    pair: the model plan_from_error_rates assumes. Returns (result, truth matrices)."""
+    from types import SimpleNamespace
+
+    from berds.evaluate.metrics import question_metrics
+
+    truth, support = {}, {}
+    for i in range(n_questions):
+        t = rng.random((m, depth)) < prevalence
+        judged = np.where(t, rng.random(t.shape) < sens, rng.random(t.shape) >= spec)
+        truth[f"q{i}"], support[f"q{i}"] = t, judged
+    per_question = {q: question_metrics(s, (5,)) for q, s in support.items()}
+    return SimpleNamespace(judge_id="sim", ks=(5,), support=support, per_question=per_question), truth
+
+
+np = pytest.importorskip("numpy")
+
+
+def test_error_rates_plan_the_spread_a_labelled_pilot_would_measure_when_errors_are_independent():
+    from berds.evaluate.metrics import question_metrics
+    from berds.trust.ppi import ErrorRates, plan_from_error_rates
+
+    rng = np.random.default_rng(3)
+    result, truth = _simulated_result(rng, 400, sens=0.7, spec=0.85)
+    rows = {r.metric: r for r in plan_from_error_rates(result, ErrorRates("sim", 0.7, 0.85, 500), target_width=10,
+                                                       draws=100)}
+    for metric in ("mrecall@5", "precision@5"):
+        actual = np.std([question_metrics(truth[q], (5,))[metric] - result.per_question[q][metric]
+                         for q in result.per_question], ddof=1)
+        row = rows[metric]
+        assert row.s_rectifier == pytest.approx(actual, rel=0.12), metric
+        assert row.n_ppi == questions_needed(row.s_rectifier, 400, 0.1)
+        assert row.n_labels_only is None and row.source == "error rates"
+    # a judge that never errs leaves nothing to correct: 2 questions reach any width
+    perfect = plan_from_error_rates(result, ErrorRates("sim", 1.0, 1.0, 500), target_width=10, draws=20)
+    assert {r.s_rectifier for r in perfect} == {0.0} and {r.n_ppi for r in perfect} == {2}
+
+
+def test_label_plan_from_a_validation_report(tmp_path):
+    from typer.testing import CliRunner
+
+    from berds.errors import BerdsError, InputError
+    from berds.io import write_json
+
+    run = make_run(n_questions=6, depth=6, name="tiny")
+    folder = save_run(run, tmp_path / "tiny")
+    cache = tmp_path / "c.sqlite"
+    [(_, result, _)] = evaluate_paths([folder], JUDGE, ks=(5,), progress=False, cache_path=cache)
+    report = tmp_path / "validate.json"
+    write_json(report, {"judges": [{"judge_id": result.judge_id, "counts": {"tp": 40, "fp": 10, "fn": 20, "tn": 130}}]})
+    rows = plan_labels(folder, JUDGE, validation=report, target_width=20, cache_path=cache)
+    assert [r.source for r in rows] == ["error rates"] * 2 and all(r.s_rectifier > 0 for r in rows)
+    with pytest.raises(BerdsError, match="give one of them"):
+        plan_labels(folder, JUDGE, target_width=20, cache_path=cache)
+    other = tmp_path / "other.json"
+    write_json(other, {"judges": [{"judge_id": "someone-else", "counts": {"tp": 1, "fp": 1, "fn": 1, "tn": 1}}]})
+    with pytest.raises(InputError, match=r"no validation of the judge .*\(it validated: someone-else\)"):
+        plan_labels(folder, JUDGE, validation=other, target_width=20, cache_path=cache)
+
+    app = typer.Typer()
+    label_app = typer.Typer()
+    register(label_app)
+    app.add_typer(label_app, name="label")
+    done = CliRunner().invoke(app, ["label", "plan", str(folder), "--validation", str(report), "--target-width", "20",
+                                    "--judge", JUDGE, "--cache", str(cache)], env={"COLUMNS": "80"})
+    assert done.exit_code == 0, (done.output, done.exception)
+    assert "rates" in done.stdout and "labels only needs a pilot" in " ".join(done.stdout.split())
+    assert all(len(line) <= 80 for line in done.stdout.splitlines())

@@ -31,6 +31,10 @@ STUDY = "needs the study's full data (21M-passage Wikipedia, shared dev pairs) o
 
 # Documented commands that are parsed but not run here, by their exact text (after joining lines).
 NOT_RUN = {
+    "berds judge validate --labels held-out.tsv --judge embedded --out embedded-validate.json":
+        "held-out.tsv is a placeholder (tests/test_corrected_plan.py plans from a validation report)",
+    "berds label plan berds/data/demo/run.ctxs.jsonl --judge embedded --validation embedded-validate.json "
+    "--target-width 20": "needs the validation report above (tests/test_corrected_plan.py runs the same)",
     "berds index dense corpora/wiki --encoder contriever-msmarco --out indexes/wiki-contriever --device cuda": GPU,
     "berds retrieve -r tart --index indexes/wiki-contriever --questions kialo --k 100 --out runs/kialo-wiki-tart": GPU,
     "berds retrieve -r contriever --index indexes/wiki-contriever --questions kialo --k 100 --expand file "

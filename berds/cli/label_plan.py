@@ -21,7 +21,8 @@ def register(label_app: typer.Typer) -> None:
 
 def plan_command(
     run: Path = typer.Argument(..., help="A run folder or BERDS-format jsonl that `berds eval` judged (verdicts are read from the cache)."),
-    labels: Path = typer.Option(..., "--labels", help="The pilot sample: labelled pairs (TSV: question, id, document, perspective, label) of a few whole questions of this run."),
+    labels: Optional[Path] = typer.Option(None, "--labels", help="The pilot sample: labelled pairs (TSV: question, id, document, perspective, label) of a few whole questions of this run."),
+    validation: Optional[Path] = typer.Option(None, "--validation", help="Or no pilot: the judge's error rates from `berds judge validate --out FILE` (its row for this judge), simulated pair by pair over this run."),
     target_width: float = typer.Option(..., "--target-width", help="The full width of the 95% interval wanted, in percentage points (10 = ±5)."),
     judge: Optional[str] = typer.Option(None, "--judge", "-j", help=JUDGE_REQUIRED_HELP),
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value passed to the judge (as in eval)."),
@@ -30,8 +31,9 @@ def plan_command(
     title_position: str = typer.Option("after", "--title-position", help="The passage text as the judge saw it (after, before, none), as in eval."),
     population: str = typer.Option("questions", "--population", help="questions (these N questions, default) or superpopulation (questions like these)."),
 ) -> None:
-    """From a pilot sample of whole labelled questions, how many questions to label so that the corrected
-    estimate's 95% interval is --target-width points wide: with the judge (PPI) and with labels alone."""
+    """From a pilot sample of whole labelled questions (--labels), or from the judge's validated error rates
+    (--validation), how many questions to label so that the corrected estimate's 95% interval is --target-width
+    points wide: with the judge (PPI) and with labels alone."""
     from rich.console import Console
 
     from berds.registry import parse_options
@@ -39,10 +41,10 @@ def plan_command(
 
     rows = plan_labels(run, require_judge(judge), labels, target_width=target_width, ks=parse_ks(k),
                        cache_path=cache, title_position=title_position, population=population,
-                       judge_options=parse_options(judge_option))
+                       judge_options=parse_options(judge_option), validation=validation)
     Console().print(plan_table(rows, target_width=target_width))
     for r in rows:  # a row of dashes says why
-        if r.pilot < 2:
+        if r.pilot < 2 and r.source == "pilot":
             print(f"note: {r.metric}: {r.pilot} question(s) of the pilot are labelled whole at this k (every pair "
                   "of the top k): 2 are needed to plan from — label deeper (`berds label sample --k`)",
                   file=sys.stderr)

@@ -675,18 +675,126 @@ class PlanRow:
     n_ppi: int | None
     n_labels_only: int | None
     width_now: float | None
+    source: str = "pilot"  # "pilot" (a labelled sample) or "error rates" (plan_from_error_rates)
 
     def to_json(self) -> dict[str, Any]:
         return dict(vars(self))
 
 
-def plan_labels(run_path: Any, judge: Any, labels: Any, *, target_width: float, ks: Sequence[int] = (5,),
+@dataclass(frozen=True)
+class ErrorRates:
+    """A judge's pair-level error rates as measured on human labels (``berds judge validate --out FILE``)."""
+
+    judge_id: str
+    sensitivity: float  # P(judge Yes | human Yes)
+    specificity: float  # P(judge No | human No)
+    pairs: int
+    source: str = ""
+
+    @classmethod
+    def from_validation(cls, path: Any, judge_id: str) -> "ErrorRates":
+        """The row of ``judge_id`` in a ``judge validate --out`` JSON file (its confusion counts)."""
+        from berds.io import read_json
+
+        data = read_json(path)
+        rows = data.get("judges") if isinstance(data, dict) else None
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            raise InputError("not a `berds judge validate --out` report (no 'judges' list)", path=path)
+        found = [r for r in rows if r.get("judge_id") == judge_id]
+        if not found:
+            ids = ", ".join(str(r.get("judge_id")) for r in rows) or "none"
+            raise InputError(f"no validation of the judge {judge_id!r} in this report (it validated: {ids})", path=path,
+                             fix="validate this judge on human labels first: `berds judge validate --labels FILE "
+                                 "--judge J --out FILE.json`; another judge's error rates say nothing about this one")
+        counts = found[0].get("counts") or {}
+        try:
+            tp, fp, fn, tn = (int(counts[key]) for key in ("tp", "fp", "fn", "tn"))
+        except (KeyError, TypeError, ValueError):
+            raise InputError(f"the row of {judge_id!r} has no confusion counts (tp, fp, fn, tn)", path=path) from None
+        if tp + fn == 0 or tn + fp == 0:
+            raise InputError(f"the validation of {judge_id!r} has {'no Yes' if tp + fn == 0 else 'no No'} label: its "
+                             "sensitivity and specificity are not both measured", path=path)
+        return cls(judge_id, tp / (tp + fn), tn / (tn + fp), tp + fp + fn + tn, str(path))
+
+
+def _true_label_odds(rates: ErrorRates, judged_yes_share: float) -> tuple[float, float]:
+    """``(P(human Yes | judge Yes), P(human Yes | judge No))`` on a run whose judged Yes share is given: the run's
+    prevalence from that share and the judge's rates (``q = sens·π + (1 − spec)·(1 − π)``), then Bayes."""
+    tpr, fpr, q = rates.sensitivity, 1 - rates.specificity, judged_yes_share
+    if tpr <= fpr:
+        raise BerdsError(f"the judge {rates.judge_id} says Yes no more often to supporting pairs ({100 * tpr:.1f}%) "
+                         f"than to others ({100 * fpr:.1f}%) in {rates.source or 'its validation'}: its verdicts carry "
+                         "no information to plan from — plan from a labelled pilot (--labels)")
+    prevalence = min(1.0, max(0.0, (q - fpr) / (tpr - fpr)))
+    ppv = min(1.0, tpr * prevalence / q) if q > 0 else 0.0
+    false_omission = min(1.0, (1 - tpr) * prevalence / (1 - q)) if q < 1 else 0.0
+    return ppv, false_omission
+
+
+def _metrics_of_draws(draws: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """MRecall@k and Precision@k (``berds.evaluate.metrics``' definitions) of stacked support matrices
+    (draws × perspectives × passages), one value per draw."""
+    top = draws[:, :, :k]
+    m = top.shape[1]
+    mrecall = (top.any(axis=2).sum(axis=1) >= min(m, k)).astype(float)
+    precision = top.any(axis=1).sum(axis=1) / k
+    return mrecall, precision
+
+
+def plan_from_error_rates(result: Any, rates: ErrorRates, *, target_width: float, population: str = "questions",
+                          draws: int = 200, seed: int = 0) -> list[PlanRow]:
+    """How many questions to label, without a pilot: the spread of human − judged simulated from the judge's
+    validated error rates. Each judged pair of the evaluation ``result`` gets a human label drawn from
+    P(human Yes | judged) (``_true_label_odds``: the run's prevalence from its judged Yes share), independently
+    pair by pair, ``draws`` times; the SDs across questions of human − judged and of human are averaged over the
+    draws and give n as ``plan_labels`` does. It assumes the judge errs on this run as on the validated pairs and
+    independently per pair (errors that cluster in questions widen the spread: label more than it says)."""
+    _check(population, "1")
+    if target_width <= 0 or target_width > 100:
+        raise BerdsError(f"--target-width is in percentage points, between 0 and 100; got {target_width:g}")
+    if result.judge_id != rates.judge_id:
+        raise BerdsError(f"the error rates are {rates.judge_id!r}'s but the run was judged by {result.judge_id!r}")
+    ks = tuple(result.ks)
+    depth = max(ks)
+    matrices = [np.asarray(result.support[q], dtype=bool)[:, :depth] for q in result.per_question]
+    judged_pairs = sum(m.size for m in matrices)
+    yes_share = sum(int(m.sum()) for m in matrices) / judged_pairs if judged_pairs else 0.0
+    ppv, false_omission = _true_label_odds(rates, yes_share)
+    rng = np.random.default_rng(seed)
+    # per metric: (draws × questions) of human and of human − judged
+    human = {name: np.zeros((draws, len(matrices))) for _, name in _metric_names(ks)}
+    for j, judged in enumerate(matrices):
+        odds = np.where(judged, ppv, false_omission)
+        sampled = rng.random((draws, *judged.shape)) < odds
+        for k in ks:
+            mrecall, precision = _metrics_of_draws(sampled, k)
+            human[f"mrecall@{k}"][:, j], human[f"precision@{k}"][:, j] = mrecall, precision
+    rows = []
+    N = len(matrices)
+    width = target_width / 100
+    for k, metric in _metric_names(ks):
+        yhat = np.array([result.per_question[q][metric] for q in result.per_question])
+        if N < 2:
+            rows.append(PlanRow(metric, 0, N, math.nan, math.nan, None, None, None, source="error rates"))
+            continue
+        s_d = float(np.mean(np.std(human[metric] - yhat, axis=1, ddof=1)))
+        s_hat = float(np.std(yhat, ddof=1))
+        # labels only is not planned: it needs the spread of the true values across questions, which pair-level
+        # error rates cannot give (on the demo the simulation put it at 0 where a pilot measured 42 points)
+        rows.append(PlanRow(metric, 0, N, s_d, math.nan,
+                            questions_needed(s_d, N, width, population=population, s_judged=s_hat),
+                            None, None, source="error rates"))
+    return rows
+
+
+def plan_labels(run_path: Any, judge: Any, labels: Any = None, *, target_width: float, ks: Sequence[int] = (5,),
                 cache_path: Any = None, title_position: str = "after", population: str = "questions",
                 judge_options: Mapping[str, Any] | None = None, duplicates: str = "refuse",
-                allow_short: bool = False) -> list[PlanRow]:
-    """``berds label plan``: from a pilot sample of whole labelled questions of an evaluated run (its verdicts
-    read from the judgement cache, nothing judged), how many questions to label for a 95% interval of
-    ``target_width`` (percentage points) on each metric, with the judge (PPI) and without it (labels only)."""
+                allow_short: bool = False, validation: Any = None, draws: int = 200, seed: int = 0) -> list[PlanRow]:
+    """``berds label plan``: how many questions of an evaluated run (its verdicts read from the judgement cache,
+    nothing judged) to label for a 95% interval of ``target_width`` (percentage points) on each metric, with the
+    judge (PPI) and without it (labels only) — from a pilot sample of whole labelled questions (``labels``), or
+    from the judge's error rates in a ``judge validate --out`` report (``validation``; ``plan_from_error_rates``)."""
     from berds.evaluate.cache import JudgementCache
     from berds.evaluate.evaluation import EvalOptions, evaluate_run
     from berds.judges import LazyJudge, check_judge_name, load_judge
@@ -695,7 +803,11 @@ def plan_labels(run_path: Any, judge: Any, labels: Any, *, target_width: float, 
     _check(population, "1")
     if target_width <= 0 or target_width > 100:
         raise BerdsError(f"--target-width is in percentage points, between 0 and 100; got {target_width:g}")
-    labels = labels if isinstance(labels, LabelledSet) else read_labels(labels)
+    if (labels is None) == (validation is None):
+        raise BerdsError("plan from a labelled pilot sample (--labels FILE) or from the judge's validated error rates "
+                         "(--validation FILE, what `berds judge validate --out` wrote): give one of them")
+    if labels is not None:
+        labels = labels if isinstance(labels, LabelledSet) else read_labels(labels)
     run = load_run(run_path, allow_empty=allow_short, duplicates=duplicates, duplicates_option="--duplicates")
     if isinstance(judge, str):
         check_judge_name(judge)
@@ -713,6 +825,10 @@ def plan_labels(run_path: Any, judge: Any, labels: Any, *, target_width: float, 
             what = str(exc).split(" and --overwrite never", 1)[0]
             raise BerdsError(f"{what}; `berds label plan` judges nothing: run `berds eval {run_path} --judge ...` "
                              "first (with the same --cache)") from None
+    if validation is not None:
+        rates = ErrorRates.from_validation(validation, result.judge_id)
+        return plan_from_error_rates(result, rates, target_width=target_width, population=population, draws=draws,
+                                     seed=seed)
     corrected = corrected_metrics(run, result, labels, title_position=title_position, population=population)
     human = match_labels(run, result, labels, title_position=title_position)
     rows = []
@@ -736,8 +852,9 @@ def plan_labels(run_path: Any, judge: Any, labels: Any, *, target_width: float, 
     return rows
 
 
-def _needed(n: int | None, row: PlanRow) -> str:
-    if row.pilot < 2:
+def _needed(n: int | None, row: PlanRow, spread: float | None = None) -> str:
+    spread = row.s_rectifier if spread is None else spread
+    if row.pilot < 2 and row.source == "pilot" or spread != spread:
         return "-"  # (no spread to plan from)
     return f"> {row.N}" if n is None else str(n)  # (None: out of reach even with every question labelled)
 
@@ -745,20 +862,24 @@ def _needed(n: int | None, row: PlanRow) -> str:
 def plan_table(rows: Sequence[PlanRow], *, target_width: float) -> Any:
     from rich.table import Table
 
-    table = Table(title=f"questions to label for a 95% interval {target_width:g} points wide",
-                  caption="from the pilot's spread of human − judged (PPI) and of human values (labels only), "
-                          "in points like the widths; a pilot with no disagreement plans too few — label more "
-                          "than it says")
+    from_rates = any(r.source == "error rates" for r in rows)
+    caption = ("from the spread of human − judged simulated from the judge's validated error rates, pairs "
+               "independent (errors that cluster in questions need more: label more than it says); labels only needs "
+               "a pilot" if from_rates else
+               "from the pilot's spread of human − judged (PPI) and of human values (labels only), "
+               "in points like the widths; a pilot with no disagreement plans too few — label more than it says")
+    table = Table(title=f"questions to label for a 95% interval {target_width:g} points wide", caption=caption)
     for col in ("metric", "pilot n", "width now", "SD human − judged", "SD human", "n PPI", "n labels only", "N"):
         # the metric is never cut to "MRecall…" in 80 columns: the other headers wrap instead
         table.add_column(col, justify="left" if col == "metric" else "right", no_wrap=col == "metric",
                          min_width=11 if col == "metric" else None)
     for r in rows:
         metric = r.metric.replace("mrecall", "MRecall").replace("precision", "Prec")
-        table.add_row(metric, str(r.pilot), "-" if r.width_now is None else f"{100 * r.width_now:.1f}",
+        table.add_row(metric, str(r.pilot) if r.source == "pilot" else "rates",
+                      "-" if r.width_now is None else f"{100 * r.width_now:.1f}",
                       "-" if r.s_rectifier != r.s_rectifier else f"{100 * r.s_rectifier:.1f}",
                       "-" if r.s_human != r.s_human else f"{100 * r.s_human:.1f}",
-                      _needed(r.n_ppi, r), _needed(r.n_labels_only, r), str(r.N))
+                      _needed(r.n_ppi, r), _needed(r.n_labels_only, r, r.s_human), str(r.N))
     return table
 
 
