@@ -1,11 +1,16 @@
-"""Every diversification strategy side by side with MMR: seconds to rerank a whole run, in one process.
+"""Every diversification strategy side by side with MMR, and pyversity's four beside a raw pyversity call.
 
 A run of ``questions`` x ``candidates`` passages with decreasing scores and random float32 embeddings
 (``dim``, 1024 = UAE-Large-V1) given through an in-memory encoder; xQuAD and PM2 get ``aspects`` random
 perspective vectors per question through an in-memory expander. The candidates (Sim1 + unit embeddings) are
 prepared once and timed separately; each strategy then reranks the same prepared candidates
-(``EmbeddingReranker.rerank(run, candidates=...)``), Run in, Run out. Times are medians of ``--rounds``;
-the last column is the ratio to MMR measured in the same round.
+(``EmbeddingReranker.rerank(run, candidates=...)``), Run in, Run out. For DPP, MSD, COVER and SSD the raw way is
+also timed: ``pyversity.diversify`` called per question on the same unit embeddings and Sim1, its picks then the
+rest in rank order, as a list of passage ids, under one BLAS thread as berds runs it -- and its order must be
+berds' (the script says so, or exits 1).
+Every contestant runs once per round, each round led by another (``benchmarks/turns.py``); medians (min-max)
+of ``--rounds``. "× MMR" is each round's time over MMR's; "berds / raw" each round's berds time over raw's.
+(MMR beside a hand-written numpy MMR is ``bench_rerank.py``; no library implements xQuAD or PM2.)
 
     python benchmarks/bench_diversify.py                       # 1,000 x 100, 1024-d, all 100 ordered
     python benchmarks/bench_diversify.py --top 20              # only the first 20 picks ordered
@@ -16,10 +21,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from turns import spread, take_turns  # noqa: E402
 
 
 class TableEncoder:
@@ -102,19 +112,57 @@ def main() -> None:
           f"ordered: {'all' if args.top is None else f'first {args.top}'}; {args.aspects} aspects for xquad/pm2")
     print(f"{os.cpu_count()} CPUs; medians of {args.rounds} rounds; candidate preparation (Sim1 + unit "
           f"embeddings, shared): {t_prepare:.2f} s")
-    times: dict[str, list[float]] = {name: [] for name in rerankers}
-    ratios: dict[str, list[float]] = {name: [] for name in rerankers}
-    for _ in range(args.rounds):
-        for name, reranker in rerankers.items():
-            start = time.perf_counter()
-            reranker.rerank(run, candidates=prepared)
-            times[name].append(time.perf_counter() - start)
+    import pyversity
+
+    def raw(strategy: str):
+        """pyversity per question on the prepared arrays; the picks, then the rest in rank order, as ids. One
+        BLAS thread, as berds sets (small products; on a busy machine BLAS threads make them slower)."""
+        from threadpoolctl import threadpool_limits
+
+        out = {}
+        with threadpool_limits(limits=1, user_api="blas"):
+            return _raw_questions(strategy, out)
+
+    def _raw_questions(strategy: str, out: dict) -> dict:
+        for qid, cand in prepared.questions.items():
+            k = len(cand.hits) if args.top is None else min(args.top, len(cand.hits))
+            picked = [int(i) for i in pyversity.diversify(cand.unit, cand.sim1.astype(np.float32), k, strategy=strategy,
+                                                          diversity=strategies[strategy]["diversity"]).indices]
+            chosen = set(picked)
+            out[qid] = [cand.hits[i].passage.id for i in picked + [j for j in range(len(cand.hits)) if j not in chosen]]
+        return out
+
+    def ids(reranked) -> dict[str, list[str]]:
+        return {qid: [h.passage.id for h in hits] for qid, hits in reranked.hits.items()}
+
+    calls = {name: (lambda r=reranker: ids(r.rerank(run, candidates=prepared))) for name, reranker in rerankers.items()}
+    pyversity_names = ("dpp", "msd", "cover", "ssd")
+    calls.update({f"raw {name}": (lambda n=name: raw(n)) for name in pyversity_names})
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    vs_mmr: dict[str, list[float]] = {name: [] for name in rerankers}
+    vs_raw: dict[str, list[float]] = {name: [] for name in pyversity_names}
+    same: dict[str, bool] = {}
+    for turn in range(args.rounds):
+        done = take_turns(calls, turn)
+        for name, (_, seconds) in done.items():
+            times[name].append(seconds)
         for name in rerankers:
-            ratios[name].append(times[name][-1] / times["mmr"][-1])
-    print(f"{'strategy':>8}  {'seconds':>8}  {'ms/question':>11}  {'× MMR':>6}")
+            vs_mmr[name].append(done[name][1] / done["mmr"][1])
+        for name in pyversity_names:
+            vs_raw[name].append(done[name][1] / done[f"raw {name}"][1])
+            same[name] = done[name][0] == done[f"raw {name}"][0]
+    print(f"{'strategy':>8}  {'seconds':>20}  {'ms/question':>11}  {'× MMR':>18}  {'raw pyversity s':>20}  "
+          f"{'berds / raw':>18}  same order")
+    import statistics
+
     for name in rerankers:
         t = statistics.median(times[name])
-        print(f"{name:>8}  {t:>8.2f}  {1000 * t / q:>11.3f}  {statistics.median(ratios[name]):>6.2f}")
+        has_raw = name in pyversity_names
+        print(f"{name:>8}  {spread(times[name]):>20}  {1000 * t / q:>11.3f}  {spread(vs_mmr[name]):>18}  "
+              f"{spread(times['raw ' + name]) if has_raw else '-':>20}  {spread(vs_raw[name]) if has_raw else '-':>18}  "
+              f"{('yes' if same[name] else 'NO') if has_raw else '-'}")
+    if not all(same.values()):
+        sys.exit("berds' order differs from pyversity's own for " + ", ".join(n for n, ok in same.items() if not ok))
 
 
 if __name__ == "__main__":
