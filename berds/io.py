@@ -459,9 +459,11 @@ def refuse_compressed(path: PathLike, what: str = "jsonl input") -> None:
                              fix=f"decompress it first ({command} {path.name})")
 
 
-def jsonl_lines(path: PathLike, *, what: str = "jsonl input") -> Iterator[tuple[int, bytes]]:
+def jsonl_lines(path: PathLike, *, what: str = "jsonl input", digest: Any = None) -> Iterator[tuple[int, bytes]]:
     """Yield ``(line_number, raw bytes)`` for each non-blank line of a jsonl file (parse with ``jsonl_record``).
-    A compressed file is refused naming ``what`` it should have been (``refuse_compressed``)."""
+    A compressed file is refused naming ``what`` it should have been (``refuse_compressed``). ``digest`` (a
+    ``hashlib`` object) is fed every byte read, blank lines included: read to the end, it is the file's hash,
+    without a second pass over the file."""
     path = Path(path)
     if not path.exists():
         raise InputError("file not found", path=path)
@@ -471,6 +473,8 @@ def jsonl_lines(path: PathLike, *, what: str = "jsonl input") -> Iterator[tuple[
     limit = input_limit(MAX_LINE_BYTES_ENV, MAX_LINE_BYTES)
     with open(path, "rb") as f:
         for lineno, raw in enumerate(iter(lambda: f.readline(limit + 1), b""), start=1):
+            if digest is not None:
+                digest.update(raw)
             if len(raw) > limit:  # (read no further than the limit: a 10 GB line is not read into memory)
                 raise InputError(f"line is over {limit:,} bytes long", path=path, line=lineno,
                                  fix=f"is it the right file? Raise the limit with {MAX_LINE_BYTES_ENV}=N")

@@ -126,18 +126,21 @@ def trec_scores(scores: Sequence[float]) -> list[float]:
     return [float(n - i) for i in range(n)]
 
 
-def write_trec(run: Run, path: str | Path, tag: str | None = None) -> None:
+def write_trec(run: Run, path: str | Path, tag: str | None = None, *, ties_ordered: bool = False) -> str:
     """TREC run file: hits in run order with tied scores ordered docid-descending
     (``order_ties_like_trec_eval``), rank = position from 1, scores made strictly decreasing in that order
     (``trec_scores``: trec_eval/ir_measures and ranx then read the same ranking at any depth; the original
     scores are those of ``run.ctxs.jsonl``). A docid repeated within a question (a merge that keeps
-    duplicates) is written once, at its first position: TREC tools hold one score per docid."""
+    duplicates) is written once, at its first position: TREC tools hold one score per docid.
+
+    Returns the file's SHA-256 (hex), computed from the bytes as they are written (no second read).
+    ``ties_ordered``: the caller already put ``run``'s ties in that order (``save_run`` does)."""
     tag = re.sub(r"\s", "_", tag or run.name or "berds")
     lines = []
     for qid, hits in run.hits.items():
         seen: set[str] = set()
         firsts = []
-        for hit in order_ties_like_trec_eval(hits):
+        for hit in (hits if ties_ordered else order_ties_like_trec_eval(hits)):
             if hit.passage.id not in seen:
                 seen.add(hit.passage.id)
                 firsts.append(hit)
@@ -151,8 +154,10 @@ def write_trec(run: Run, path: str | Path, tag: str | None = None) -> None:
                          f"{id_flaw(qid if not one_token(qid) else docid)}, which a TREC run file (fields split at "
                          "whitespace, ended at a NUL) cannot carry", path=path, record=qid,
                          fix="give questions and passages ids without spaces, tabs, line breaks or NUL characters")
-    with atomic_write(path) as f:
-        f.write(text)
+    data = text.encode("utf-8")
+    with atomic_write(path, "wb") as f:  # (bytes: what is hashed is exactly what is on disk)
+        f.write(data)
+    return hashlib.sha256(data).hexdigest()
 
 
 def ctxs_record(question: Question, hits: Sequence[Hit], extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -175,14 +180,20 @@ def ctxs_record(question: Question, hits: Sequence[Hit], extra: Mapping[str, Any
 
 def write_ctxs_jsonl(
     run: Run, path: str | Path, *, extra: Mapping[str, Mapping[str, Any]] | None = None
-) -> None:
-    """BERDS exchange format; ``extra[qid]`` adds fields to a question's line (e.g. legacy predictions)."""
+) -> str:
+    """BERDS exchange format; ``extra[qid]`` adds fields to a question's line (e.g. legacy predictions).
+    Returns the file's SHA-256 (hex), hashed line by line as it is written (``save_run`` records it: a second
+    pass over the file cost as much as writing the TREC file)."""
     import json
 
-    with atomic_write(path) as f:
+    digest = hashlib.sha256()
+    with atomic_write(path, "wb") as f:
         for qid, q in run.questions.items():
-            rec = ctxs_record(q, run.hits[qid], (extra or {}).get(qid))
-            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            line = (json.dumps(ctxs_record(q, run.hits[qid], (extra or {}).get(qid)), ensure_ascii=False)
+                    + "\n").encode("utf-8")
+            digest.update(line)
+            f.write(line)
+    return digest.hexdigest()
 
 
 def save_run(run: Run, out_dir: str | Path, *, overwrite: bool = False) -> Path:
@@ -193,8 +204,8 @@ def save_run(run: Run, out_dir: str | Path, *, overwrite: bool = False) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     # ties in trec_eval's order in both files, so berds' metrics and TREC tools see the same ranking
     run = Run(run.questions, {qid: order_ties_like_trec_eval(h) for qid, h in run.hits.items()}, run.manifest, run.name)
-    write_trec(run, out / TREC)
-    write_ctxs_jsonl(run, out / CTXS)
+    trec_sha256 = write_trec(run, out / TREC, ties_ordered=True)
+    ctxs_sha256 = write_ctxs_jsonl(run, out / CTXS)
     depth = [len(h) for h in run.hits.values()]
     empty = empty_questions(run)
     repeats = any(len({h.passage.id for h in hits}) != len(hits) for hits in run.hits.values())
@@ -205,8 +216,8 @@ def save_run(run: Run, out_dir: str | Path, *, overwrite: bool = False) -> Path:
         min_depth=min(depth, default=0),
         max_depth=max(depth, default=0),
         empty_questions=empty,  # retrieved nothing: eval/tune/analyze refuse them unless --allow-short
-        ctxs_sha256=sha256_file(out / CTXS),  # ties the manifest to this ctxs file (checked on load)
-        trec_sha256=sha256_file(out / TREC),  # ... and to this TREC file, written from the same ranking
+        ctxs_sha256=ctxs_sha256,  # ties the manifest to this ctxs file (checked on load)
+        trec_sha256=trec_sha256,  # ... and to this TREC file, written from the same ranking
         # a ranking that repeats passages on purpose (the study's expansion merge): read back as it is
         **({DUPLICATES_KEY: "kept"} if repeats else {}),
         # the fields set above come from this run: a loaded run's manifest holds its own (load, subset, save)
@@ -352,7 +363,8 @@ def unique_hits(hits: list[Hit], *, duplicates: str, path: Path, line: int, qid:
 def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False, duplicates: str = "refuse",
                     require_perspectives: bool = True, duplicates_option: str | None = None,
                     allow_empty_option: str | None = "--allow-short",
-                    judge_digests: dict[str, list[bytes]] | None = None, title_position: str = "after") -> Run:
+                    judge_digests: dict[str, list[bytes]] | None = None, title_position: str = "after",
+                    digest: Any = None) -> Run:
     """A BERDS-format jsonl -> ``Run`` (hits in file order, which is the ranking; see ``unique_hits``).
 
     ``require_perspectives=False`` reads runs over questions without gold perspectives (DELPHI retrievals).
@@ -361,10 +373,13 @@ def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False, duplica
 
     ``judge_digests``: a dict to fill with ``qid ->`` the digests of each ranked passage's judge text (as
     ``Passage.judge_text_digests(passages, title_position)`` gives them); each passage's text and
-    title are then dropped as its line is read (left ``""``; ids and scores stay), so a fully cached evaluation never holds the run's texts."""
+    title are then dropped as its line is read (left ``""``; ids and scores stay), so a fully cached evaluation never holds the run's texts.
+
+    ``digest``: a ``hashlib`` object fed the file's bytes as they are read (``load_run`` checks the manifest's
+    checksum with it)."""
     with no_gc():
         return _read_ctxs_jsonl(Path(path), allow_empty_ctxs, duplicates, require_perspectives, duplicates_option,
-                                allow_empty_option, judge_digests, title_position)
+                                allow_empty_option, judge_digests, title_position, digest)
 
 
 NO_QUESTION_TEXT = "(question on line {line})"  # the text of a record that has none (the exchange format)
@@ -372,14 +387,15 @@ NO_QUESTION_TEXT = "(question on line {line})"  # the text of a record that has 
 
 def _read_ctxs_jsonl(path: Path, allow_empty_ctxs: bool, duplicates: str, require_perspectives: bool,
                      duplicates_option: str | None = None, allow_empty_option: str | None = "--allow-short",
-                     judge_digests: dict[str, list[bytes]] | None = None, title_position: str = "after") -> Run:
+                     judge_digests: dict[str, list[bytes]] | None = None, title_position: str = "after",
+                     digest: Any = None) -> Run:
     questions: list[Question] = []
     hits: list[list[Hit]] = []
     seen: dict[str, int] = {}
     synthesized = 0
     exchange_only = 0
     limit = text_limit()
-    for line, raw in jsonl_lines(path, what="a BERDS-format run"):
+    for line, raw in jsonl_lines(path, what="a BERDS-format run", digest=digest):
         rec, exact = _orjson_record(raw), False
         if rec is None:
             rec, exact = jsonl_record(raw, path, line), True
@@ -452,16 +468,18 @@ def empty_questions(run: Run) -> list[str]:
     return [qid for qid, hits in run.hits.items() if not hits]
 
 
-def check_manifest(manifest: Mapping[str, Any], run: Run, ctxs: Path, *, depths: bool = True) -> None:
+def check_manifest(manifest: Mapping[str, Any], run: Run, ctxs: Path, *, depths: bool = True,
+                   ctxs_sha256: str | None = None) -> None:
     """Refuse a run folder whose ``manifest.json`` describes another run than its ``run.ctxs.jsonl``
-    (copied in from elsewhere, or a ctxs file replaced by hand): the manifest is what eval reports."""
+    (copied in from elsewhere, or a ctxs file replaced by hand): the manifest is what eval reports.
+    ``ctxs_sha256``: the ctxs file's hash, taken while it was read (else it is read again here)."""
     path = ctxs.parent / MANIFEST
     fix = "the manifest belongs to another run: re-run `berds retrieve`, or remove manifest.json to use the ctxs file alone"
     if manifest.get("kind") not in (None, "run"):
         raise InputError(f"is a {manifest.get('kind')!r} manifest, not a run's", path=path, fix=fix)
     recorded = manifest.get("ctxs_sha256")
     if recorded is not None:
-        if recorded != sha256_file(ctxs):
+        if recorded != (ctxs_sha256 or sha256_file(ctxs)):
             raise InputError(f"does not match {CTXS} (its recorded SHA-256 differs)", path=path, fix=fix)
         return
     depth = [len(h) for h in run.hits.values()]
@@ -515,14 +533,16 @@ def load_run(path: str | Path, *, allow_empty: bool = False, duplicates: str = "
                              fix="restore the manifest written with the run, or remove it")
         if duplicates == "refuse" and manifest.get(DUPLICATES_KEY) == "kept":
             duplicates = "keep"  # written so on purpose (the study's expansion merge)
+        digest = hashlib.sha256() if manifest.get("ctxs_sha256") is not None else None  # (hashed as it is read)
         run = read_ctxs_jsonl(ctxs, allow_empty_ctxs=allow_empty, duplicates=duplicates,
                               require_perspectives=require_perspectives, duplicates_option=duplicates_option,
                               allow_empty_option=allow_empty_option, judge_digests=judge_digests,
-                              title_position=title_position)
+                              title_position=title_position, digest=digest)
         if (path / TREC).exists() and duplicates in ("refuse", "keep") and not _written_together(manifest, path / TREC):
             check_trec_matches(path / TREC, run)  # (a deduplicated ranking differs from it)
         if manifest:
-            check_manifest(manifest, run, ctxs, depths=duplicates != "dedupe")
+            check_manifest(manifest, run, ctxs, depths=duplicates != "dedupe",
+                           ctxs_sha256=digest.hexdigest() if digest is not None else None)
         manifest.setdefault("source", {"format": "run-folder", "path": str(path)})
         return Run(run.questions, run.hits, manifest, manifest.get("name") or path.name)
     if not path.exists():
