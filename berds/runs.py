@@ -23,7 +23,7 @@ import math
 import re
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from berds.questions import parse_question, record_id
 from berds.errors import BerdsError, InputError
@@ -391,60 +391,183 @@ def _read_ctxs_jsonl(path: Path, allow_empty_ctxs: bool, duplicates: str, requir
                      digest: Any = None) -> Run:
     questions: list[Question] = []
     hits: list[list[Hit]] = []
-    seen: dict[str, int] = {}
-    synthesized = 0
-    exchange_only = 0
-    limit = text_limit()
-    for line, raw in jsonl_lines(path, what="a BERDS-format run", digest=digest):
+    reader = _LineReader(path, allow_empty_ctxs, duplicates, require_perspectives, duplicates_option, allow_empty_option)
+    for _, _, q, qhits in reader.records(digest):
+        questions.append(q)
+        hits.append(qhits)
+        if judge_digests is not None:  # hashed now, the texts dropped: memory stays flat whatever the run's size
+            judge_digests[q.id] = _drop_texts(qhits, title_position)
+    if not questions:
+        raise InputError("holds no questions", path=path)
+    return Run.from_lists(questions, hits, manifest=reader.manifest(), name=run_stem(path))
+
+
+def _drop_texts(hits: list[Hit], title_position: str) -> list[bytes]:
+    """The digests of ``hits``' judge texts; their passages' texts and titles are then dropped (left ``""``)."""
+    sds = Passage.judge_text_digests(map(passage_of, hits), title_position)
+    for hit in hits:  # (passages just made by the reader, shared with nothing: set as Passage.__init__ does)
+        hit.passage.__dict__["text"] = hit.passage.__dict__["title"] = ""
+    return sds
+
+
+class _Counting:
+    """A ``digest`` for ``jsonl_lines`` that counts the bytes read (a line's offset, to read it again) and feeds them
+    on to a hash, if any."""
+
+    def __init__(self, inner: Any = None) -> None:
+        self.read, self.inner = 0, inner
+
+    def update(self, raw: bytes) -> None:
+        self.read += len(raw)
+        if self.inner is not None:
+            self.inner.update(raw)
+
+
+class _LineReader:
+    """The lines of a BERDS-format jsonl as ``(line, byte offset, Question, hits)``, with every check
+    ``read_ctxs_jsonl`` makes (it reads through this); ``record_at`` reads one line again by its offset."""
+
+    def __init__(self, path: Path, allow_empty_ctxs: bool, duplicates: str, require_perspectives: bool,
+                 duplicates_option: str | None, allow_empty_option: str | None) -> None:
+        self.path, self.allow_empty_ctxs, self.duplicates = path, allow_empty_ctxs, duplicates
+        self.require_perspectives, self.duplicates_option = require_perspectives, duplicates_option
+        self.allow_empty_option, self.limit = allow_empty_option, text_limit()
+        self.synthesized = self.exchange_only = 0
+
+    def manifest(self) -> dict[str, Any]:
+        """The manifest of a run read from a bare jsonl (complete once every line is read)."""
+        manifest: dict[str, Any] = {"source": {"format": "berds-ctxs-jsonl", "path": str(self.path)}}
+        if self.synthesized:
+            manifest["source"]["synthesized_passage_ids"] = self.synthesized
+        if self.exchange_only:
+            manifest["source"]["ids_from_line_numbers"] = self.exchange_only
+        return manifest
+
+    def records(self, digest: Any = None) -> Iterator[tuple[int, int, Question, list[Hit]]]:
+        seen: dict[str, int] = {}
+        counter = _Counting(digest)
+        for line, raw in jsonl_lines(self.path, what="a BERDS-format run", digest=counter):
+            parsed = self.parse(line, raw)
+            if parsed is None:
+                continue
+            q, hits = parsed
+            if q.id in seen:
+                raise InputError(f"duplicate question id (first on line {seen[q.id]})", path=self.path, line=line,
+                                 record=q.id)
+            seen[q.id] = line
+            yield line, (0 if line == 1 else counter.read - len(raw)), q, hits
+
+    def record_at(self, line: int, offset: int) -> tuple[Question, list[Hit]]:
+        """The question on ``line`` (at byte ``offset``) read again, as ``records`` gave it."""
+        with open(self.path, "rb") as f:
+            f.seek(offset)
+            raw = f.readline()
+        if line == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]
+        parsed = self.parse(line, raw, count=False)
+        assert parsed is not None, f"{self.path}: line {line} was read before"
+        return parsed
+
+    def parse(self, line: int, raw: bytes, *, count: bool = True) -> tuple[Question, list[Hit]] | None:
+        """One line as (question, hits); None for a line of Unicode whitespace."""
+        path, limit = self.path, self.limit
         rec, exact = _orjson_record(raw), False
         if rec is None:
             rec, exact = jsonl_record(raw, path, line), True
             if rec is None:
-                continue
+                return None
         if isinstance(rec, dict) and "perspectives" in rec and "ctxs" in rec and not (
                 {"id", "qid"} & rec.keys() and {"question", "text", "query"} & rec.keys()):
             # the original exchange format needs only perspectives + ctxs: the line number stands in
             rec = {**rec, "id": rec.get("id", rec.get("qid", f"line-{line}")),
                    "question": rec.get("question", rec.get("text", rec.get("query", NO_QUESTION_TEXT.format(line=line))))}
-            exchange_only += 1
+            self.exchange_only += count
         q = parse_question(rec, path=path, line=line, dataset=str(rec.get("dataset", "")),
-                           require_perspectives=require_perspectives)
-        if q.id in seen:
-            raise InputError(f"duplicate question id (first on line {seen[q.id]})", path=path, line=line, record=q.id)
-        seen[q.id] = line
+                           require_perspectives=self.require_perspectives)
         ctxs = rec.get("ctxs")
         if ctxs is None:
             raise InputError("record has no 'ctxs' (the retrieved passages)", path=path, line=line, record=q.id,
                              fix='add "ctxs": [{"id", "title", "text", "score"}, ...]')
         if not isinstance(ctxs, list):
             raise InputError("'ctxs' must be a list of passages", path=path, line=line, record=q.id)
-        if not ctxs and not allow_empty_ctxs:
+        if not ctxs and not self.allow_empty_ctxs:
             fix = "re-run retrieval for it or drop the question"
-            if allow_empty_option:
-                fix = (f"re-run retrieval for it, drop the question, or pass {allow_empty_option} to score it as "
+            if self.allow_empty_option:
+                fix = (f"re-run retrieval for it, drop the question, or pass {self.allow_empty_option} to score it as "
                        "zero (no passage supports any perspective)")
             raise InputError("'ctxs' is empty: nothing was retrieved for this question", path=path, line=line,
                              record=q.id, fix=fix)
         parsed = _parse_ctxs(ctxs, path=path, line=line, qid=q.id, exact=exact, limit=limit)
         if parsed is None:  # a ctx not in berds' own form, in a line orjson read: read it with json
             parsed = _parse_ctxs(jsonl_record(raw, path, line)["ctxs"], path=path, line=line, qid=q.id, limit=limit)
-        parsed, synth = parsed
-        synthesized += synth
-        questions.append(q)
-        hits.append(unique_hits(parsed, duplicates=duplicates, path=path, line=line, qid=q.id,
-                                duplicates_option=duplicates_option))
-        if judge_digests is not None:  # hashed now, the texts dropped: memory stays flat whatever the run's size
-            judge_digests[q.id] = Passage.judge_text_digests(map(passage_of, hits[-1]), title_position)
-            for hit in hits[-1]:  # (passages just made here, shared with nothing: set as Passage.__init__ does)
-                hit.passage.__dict__["text"] = hit.passage.__dict__["title"] = ""
-    if not questions:
-        raise InputError("holds no questions", path=path)
-    manifest: dict[str, Any] = {"source": {"format": "berds-ctxs-jsonl", "path": str(path)}}
-    if synthesized:
-        manifest["source"]["synthesized_passage_ids"] = synthesized
-    if exchange_only:
-        manifest["source"]["ids_from_line_numbers"] = exchange_only
-    return Run.from_lists(questions, hits, manifest=manifest, name=run_stem(path))
+        hits, synth = parsed
+        self.synthesized += synth * count
+        return q, unique_hits(hits, duplicates=self.duplicates, path=path, line=line, qid=q.id,
+                              duplicates_option=self.duplicates_option)
+
+
+class RunStream:
+    """A run read question by question, for work whose memory must not grow with the run (``berds eval``'s
+    streamed evaluation): a run folder or BERDS-format jsonl with every check ``load_run`` makes, the
+    end-of-file ones (no questions, the manifest's checksum or counts) once the last line is read.
+
+    ``streamable`` is False for a run folder whose ``run.trec`` must be compared with the whole ranking (one not
+    written by ``save_run`` beside this ctxs file): read it with ``load_run``. ``questions()`` yields ``(line,
+    byte offset, Question, hits, digests)``: each ranked passage's judge-text digest (``title_position``), and
+    hits whose texts and titles are dropped (``keep_texts=False``). ``manifest`` is complete after a full pass."""
+
+    def __init__(self, path: str | Path, *, allow_empty: bool = False, duplicates: str = "refuse",
+                 duplicates_option: str | None = None, allow_empty_option: str | None = "--allow-short",
+                 title_position: str = "after") -> None:
+        self.path = path = Path(path)
+        self.title_position = title_position
+        self.folder_manifest: dict[str, Any] | None = None
+        self.streamable = True
+        if path.is_dir():
+            ctxs, manifest, duplicates = _folder_prelude(path, duplicates)
+            self.folder_manifest = manifest
+            if (path / TREC).exists() and duplicates in ("refuse", "keep") and not _written_together(manifest, path / TREC):
+                self.streamable = False
+            self.name = manifest.get("name") or path.name
+        else:
+            if not path.exists():
+                raise InputError("no such run folder or file", path=path)
+            _refuse_non_jsonl_run(path)
+            ctxs = path
+            self.name = run_stem(path)
+        self.duplicates = duplicates
+        self.reader = _LineReader(ctxs, allow_empty, duplicates, True, duplicates_option, allow_empty_option)
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        if self.folder_manifest is None:
+            return self.reader.manifest()
+        self.folder_manifest.setdefault("source", {"format": "run-folder", "path": str(self.path)})
+        return self.folder_manifest
+
+    def questions(self, *, keep_texts: bool = False) -> Iterator[tuple[int, int, Question, list[Hit], list[bytes]]]:
+        manifest = self.folder_manifest
+        digest = hashlib.sha256() if manifest and manifest.get("ctxs_sha256") is not None else None
+        count, depths = 0, [math.inf, 0]
+        self.reader.synthesized = self.reader.exchange_only = 0
+        for line, offset, q, hits in self.reader.records(digest):
+            count += 1
+            depths[0], depths[1] = min(depths[0], len(hits)), max(depths[1], len(hits))
+            if keep_texts:
+                yield line, offset, q, hits, Passage.judge_text_digests(map(passage_of, hits), self.title_position)
+            else:
+                yield line, offset, q, hits, _drop_texts(hits, self.title_position)
+        if not count:
+            raise InputError("holds no questions", path=self.reader.path)
+        if manifest:
+            _check_manifest_counts(manifest, self.reader.path, count, int(depths[0]), depths[1],
+                                   depths=self.duplicates != "dedupe",
+                                   ctxs_sha256=digest.hexdigest() if digest is not None else None)
+
+    def question_at(self, line: int, offset: int) -> tuple[Question, list[Hit], list[bytes]]:
+        """The question ``questions()`` gave at ``line``/``offset``, read again (texts dropped)."""
+        q, hits = self.reader.record_at(line, offset)
+        return q, hits, _drop_texts(hits, self.title_position)
 
 
 def question_line(path: str | Path | None, qid: str) -> int | None:
@@ -473,6 +596,14 @@ def check_manifest(manifest: Mapping[str, Any], run: Run, ctxs: Path, *, depths:
     """Refuse a run folder whose ``manifest.json`` describes another run than its ``run.ctxs.jsonl``
     (copied in from elsewhere, or a ctxs file replaced by hand): the manifest is what eval reports.
     ``ctxs_sha256``: the ctxs file's hash, taken while it was read (else it is read again here)."""
+    depth = [len(h) for h in run.hits.values()]
+    _check_manifest_counts(manifest, ctxs, len(run), min(depth, default=0), max(depth, default=0), depths=depths,
+                           ctxs_sha256=ctxs_sha256)
+
+
+def _check_manifest_counts(manifest: Mapping[str, Any], ctxs: Path, questions: int, min_depth: int, max_depth: int,
+                           *, depths: bool = True, ctxs_sha256: str | None = None) -> None:
+    """``check_manifest`` from the run's counts (a run read question by question keeps no ``Run``)."""
     path = ctxs.parent / MANIFEST
     fix = "the manifest belongs to another run: re-run `berds retrieve`, or remove manifest.json to use the ctxs file alone"
     if manifest.get("kind") not in (None, "run"):
@@ -482,10 +613,9 @@ def check_manifest(manifest: Mapping[str, Any], run: Run, ctxs: Path, *, depths:
         if recorded != (ctxs_sha256 or sha256_file(ctxs)):
             raise InputError(f"does not match {CTXS} (its recorded SHA-256 differs)", path=path, fix=fix)
         return
-    depth = [len(h) for h in run.hits.values()]
-    found = {"questions": len(run), "min_depth": min(depth, default=0), "max_depth": max(depth, default=0)}
+    found = {"questions": questions, "min_depth": min_depth, "max_depth": max_depth}
     if not depths:  # a deduplicated reading is shorter than what the manifest counted
-        found = {"questions": len(run)}
+        found = {"questions": questions}
     for key, value in found.items():
         if key in manifest and manifest[key] != value:
             raise InputError(f"records {key}={manifest[key]} but {CTXS} has {value}", path=path, fix=fix)
@@ -512,27 +642,7 @@ def load_run(path: str | Path, *, allow_empty: bool = False, duplicates: str = "
     """
     path = Path(path)
     if path.is_dir():
-        ctxs = path / CTXS
-        if not ctxs.exists():
-            inside = sorted(p.name for p in path.iterdir() if (p / CTXS).is_file())
-            if inside:  # a folder of runs (demo-out/runs) given for the runs in it
-                shown = ", ".join(inside[:5]) + (", ..." if len(inside) > 5 else "")
-                raise InputError(f"no {CTXS} in this folder, but it holds run folders ({shown})", path=path,
-                                 fix=f"pass the runs themselves, e.g. {path / '*'}")
-            raise InputError(
-                f"no {CTXS} in this folder", path=path,
-                fix="pass a run folder written by `berds retrieve` or a BERDS-format .jsonl file",
-            )
-        for name in (MANIFEST, TREC):
-            if (path / name).is_dir():
-                raise InputError(f"{name} is a folder, expected a file", path=path / name,
-                                 fix="remove it (the run folder is read without it) or rewrite the run with `berds retrieve`")
-        manifest = read_json(path / MANIFEST) if (path / MANIFEST).exists() else {}
-        if not isinstance(manifest, dict):
-            raise InputError(f"expected a JSON object, got {type(manifest).__name__}", path=path / MANIFEST,
-                             fix="restore the manifest written with the run, or remove it")
-        if duplicates == "refuse" and manifest.get(DUPLICATES_KEY) == "kept":
-            duplicates = "keep"  # written so on purpose (the study's expansion merge)
+        ctxs, manifest, duplicates = _folder_prelude(path, duplicates)
         digest = hashlib.sha256() if manifest.get("ctxs_sha256") is not None else None  # (hashed as it is read)
         run = read_ctxs_jsonl(ctxs, allow_empty_ctxs=allow_empty, duplicates=duplicates,
                               require_perspectives=require_perspectives, duplicates_option=duplicates_option,
@@ -552,6 +662,33 @@ def load_run(path: str | Path, *, allow_empty: bool = False, duplicates: str = "
                            require_perspectives=require_perspectives, duplicates_option=duplicates_option,
                            allow_empty_option=allow_empty_option, judge_digests=judge_digests,
                            title_position=title_position)
+
+
+def _folder_prelude(path: Path, duplicates: str) -> tuple[Path, dict[str, Any], str]:
+    """A run folder's ctxs file, manifest (``{}`` when it has none) and duplicates policy (``keep`` where its
+    manifest says the repeats are on purpose), with the checks made before its ctxs file is read."""
+    ctxs = path / CTXS
+    if not ctxs.exists():
+        inside = sorted(p.name for p in path.iterdir() if (p / CTXS).is_file())
+        if inside:  # a folder of runs (demo-out/runs) given for the runs in it
+            shown = ", ".join(inside[:5]) + (", ..." if len(inside) > 5 else "")
+            raise InputError(f"no {CTXS} in this folder, but it holds run folders ({shown})", path=path,
+                             fix=f"pass the runs themselves, e.g. {path / '*'}")
+        raise InputError(
+            f"no {CTXS} in this folder", path=path,
+            fix="pass a run folder written by `berds retrieve` or a BERDS-format .jsonl file",
+        )
+    for name in (MANIFEST, TREC):
+        if (path / name).is_dir():
+            raise InputError(f"{name} is a folder, expected a file", path=path / name,
+                             fix="remove it (the run folder is read without it) or rewrite the run with `berds retrieve`")
+    manifest = read_json(path / MANIFEST) if (path / MANIFEST).exists() else {}
+    if not isinstance(manifest, dict):
+        raise InputError(f"expected a JSON object, got {type(manifest).__name__}", path=path / MANIFEST,
+                         fix="restore the manifest written with the run, or remove it")
+    if duplicates == "refuse" and manifest.get(DUPLICATES_KEY) == "kept":
+        duplicates = "keep"  # written so on purpose (the study's expansion merge)
+    return ctxs, manifest, duplicates
 
 
 def _refuse_non_jsonl_run(path: Path) -> None:
