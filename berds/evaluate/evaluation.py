@@ -108,7 +108,7 @@ class EvalResult:
     def __repr__(self) -> str:  # (the dataclass repr printed every support matrix: pages for a real run)
         overall = self.averages.get("all", {})
         means = "".join(f", {name}={value:.3f}" for name, value in overall.items())
-        return f"EvalResult(run={self.run_name!r}, judge={self.judge_id!r}, questions={len(self.support)}{means})"
+        return f"EvalResult(run={self.run_name!r}, judge={self.judge_id!r}, questions={len(self.per_question)}{means})"
 
     def judgements(self, run: Run) -> list[Judgement]:
         """One ``Judgement`` per (question, judged passage, perspective); a short question's missing ranks have none."""
@@ -125,13 +125,10 @@ class EvalResult:
     def judgements_key(self, run: Run) -> str:
         """sha256 over what decides ``judgements.jsonl``: the judge id, and per question its id, the ranked
         passage ids judged and the label and P(Yes) matrices (``write_eval_outputs`` skips an unchanged file)."""
-        digest = hashlib.sha256(f"judgements-v1\0{self.judge_id}\0".encode("utf-8"))
+        digest = judgements_key_start(self.judge_id)
         for qid, matrix in self.support.items():
-            n = min(matrix.shape[1], len(run.hits[qid]))
-            digest.update("\0".join([qid, *(h.passage.id for h in run.hits[qid][:n])]).encode("utf-8"))
-            digest.update(f"\0{matrix.shape[0]}x{n}\0".encode("ascii"))
-            digest.update(np.ascontiguousarray(matrix[:, :n], dtype=bool).tobytes())
-            digest.update(np.ascontiguousarray(self.p_yes[qid][:, :n], dtype=np.float64).tobytes())
+            judgements_key_update(digest, qid, [h.passage.id for h in run.hits[qid][:matrix.shape[1]]], matrix,
+                                  self.p_yes[qid])
         return digest.hexdigest()
 
     def judgement_chunks(self, run: Run) -> Iterator[str]:
@@ -146,17 +143,10 @@ class EvalResult:
 
     def _question_lines(self, run: Run) -> Iterator[list[str]]:
         """Each question's ``judgements.jsonl`` lines."""
-        tail = f', "judge": {json.dumps(self.judge_id, ensure_ascii=False)}}}\n'
+        tail = judgement_tail(self.judge_id)
         for qid, matrix in self.support.items():
-            hits = run.hits[qid]
-            n = min(matrix.shape[1], len(hits))
-            q = json.dumps(qid, ensure_ascii=False)
-            # what every line of a rank shares, built once per question, then one f-string per line
-            heads = [f'{{"qid": {q}, "docid": {json_string(h.passage.id)}, "rank": {j}, "perspective": '
-                     for j, h in enumerate(hits[:n], start=1)]
-            labels, probs = matrix[:, :n].astype(int).tolist(), self.p_yes[qid][:, :n].tolist()
-            yield [f'{head}{i}, "label": {label}, "p_yes": {"null" if p != p else repr(p)}{tail}'
-                   for i, (row, prow) in enumerate(zip(labels, probs)) for head, label, p in zip(heads, row, prow)]
+            yield question_judgement_lines(qid, [h.passage.id for h in run.hits[qid][:matrix.shape[1]]], matrix,
+                                           self.p_yes[qid], tail)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -174,6 +164,37 @@ class EvalResult:
 
 
 passage_of = attrgetter("passage")  # Hit -> Passage, without a Python step per hit
+
+
+def judgement_tail(judge_id: str) -> str:
+    """The end every ``judgements.jsonl`` line of ``judge_id`` shares."""
+    return f', "judge": {json.dumps(judge_id, ensure_ascii=False)}}}\n'
+
+
+def question_judgement_lines(qid: str, ids: Sequence[str], matrix: np.ndarray, p_yes: np.ndarray, tail: str) -> list[str]:
+    """One question's ``judgements.jsonl`` lines (``EvalResult.judgement_lines``): its ranked passage ids ``ids``
+    (the judged ones: a short question has fewer than the matrices' columns), labels and P(Yes)."""
+    n = min(matrix.shape[1], len(ids))
+    q = json.dumps(qid, ensure_ascii=False)
+    # what every line of a rank shares, built once per question, then one f-string per line
+    heads = [f'{{"qid": {q}, "docid": {json_string(pid)}, "rank": {j}, "perspective": '
+             for j, pid in enumerate(ids[:n], start=1)]
+    labels, probs = matrix[:, :n].astype(int).tolist(), p_yes[:, :n].tolist()
+    return [f'{head}{i}, "label": {label}, "p_yes": {"null" if p != p else repr(p)}{tail}'
+            for i, (row, prow) in enumerate(zip(labels, probs)) for head, label, p in zip(heads, row, prow)]
+
+
+def judgements_key_start(judge_id: str) -> Any:
+    """The hash ``EvalResult.judgements_key`` starts from; ``judgements_key_update`` adds each question."""
+    return hashlib.sha256(f"judgements-v1\0{judge_id}\0".encode("utf-8"))
+
+
+def judgements_key_update(digest: Any, qid: str, ids: Sequence[str], matrix: np.ndarray, p_yes: np.ndarray) -> None:
+    n = min(matrix.shape[1], len(ids))
+    digest.update("\0".join([qid, *ids[:n]]).encode("utf-8"))
+    digest.update(f"\0{matrix.shape[0]}x{n}\0".encode("ascii"))
+    digest.update(np.ascontiguousarray(matrix[:, :n], dtype=bool).tobytes())
+    digest.update(np.ascontiguousarray(p_yes[:, :n], dtype=np.float64).tobytes())
 
 
 def short_question(run: Run, qid: str, asked: str, depth: int, *, fix: str) -> InputError:
@@ -233,7 +254,12 @@ class EvalOptions:
     * ``out`` / ``write_legacy`` — where ``evaluate_paths`` writes, and whether it also writes inline predictions;
     * ``judge_runner`` — replaces ``judge_missing`` (``berds.evaluate.judging.judge_runner_for(engine)``);
     * ``duplicates`` — a passage listed twice in one question's ranking: ``refuse`` (default; a run folder
-      whose manifest says its repeats are on purpose is read with ``keep``), ``dedupe`` or ``keep``.
+      whose manifest says its repeats are on purpose is read with ``keep``), ``dedupe`` or ``keep``;
+    * ``matrices`` — ``evaluate_paths`` keeps each question's support and P(Yes) matrices in its results
+      (``False``: ``support``/``p_yes`` are left empty where a run is evaluated question by question, and memory
+      stays flat with the run's size);
+    * ``stream`` — ``evaluate_paths`` reads a run question by question where nothing needs it whole
+      (``berds.evaluate.streamed``); ``False`` reads every run whole first (the same outputs, more memory).
 
     Values are checked when the options are made, before any run is read or judged.
     """
@@ -253,6 +279,12 @@ class EvalOptions:
     max_unparsed: float = MAX_UNPARSED
     duplicates: str = "refuse"  # a passage twice in one ranking: "refuse", "dedupe" or "keep" (berds.runs.unique_hits)
     description: str | None = None  # the judging bar's label (default: "judging RUN NAME")
+    # evaluate_paths: keep each question's support and P(Yes) matrices in its results (EvalResult.support, .p_yes);
+    # `berds eval` needs only the metrics and says False: its memory then does not grow with the run
+    matrices: bool = True
+    # evaluate_paths: read each run question by question where nothing needs the whole run (False: every run is
+    # read whole first, as before issue 36; the outputs are the same)
+    stream: bool = True
 
     def __post_init__(self) -> None:
         if self.duplicates not in ("refuse", "dedupe", "keep"):
@@ -562,22 +594,14 @@ def write_eval_outputs(result: EvalResult, run: Run, out_dir: str | Path, *, leg
     else (other verdicts, an edited or truncated file) writes it again. ``judgements.jsonl`` is written
     before ``metrics.json``, so a record never describes a file that was not finished.
     """
-    from berds.io import atomic_write, read_json, sha256_file, write_json
+    from berds.io import atomic_write, write_json
     from berds.runs import LEGACY_PREDICTIONS, write_legacy_predictions
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"metrics": out / "metrics.json", "judgements": out / "judgements.jsonl"}
     key = result.judgements_key(run)
-    record = None
-    try:
-        previous = read_json(paths["metrics"]).get("judgements_file") if paths["metrics"].is_file() else None
-        if (isinstance(previous, dict) and previous.get("key") == key and paths["judgements"].is_file()
-                and paths["judgements"].stat().st_size == previous.get("bytes")
-                and sha256_file(paths["judgements"]) == previous.get("sha256")):
-            record = previous
-    except (BerdsError, OSError, AttributeError):  # an unreadable earlier metrics.json: write both afresh
-        record = None
+    record = previous_judgements_record(paths, key)
     if record is None:
         digest, size = hashlib.sha256(), 0
         with atomic_write(paths["judgements"], "wb", encoding=None) as f:
@@ -591,6 +615,22 @@ def write_eval_outputs(result: EvalResult, run: Run, out_dir: str | Path, *, leg
     if legacy_jsonl:  # what the original evaluation's compute-only mode reads (berds.runs.read_predictions)
         paths["legacy"] = write_legacy_predictions(run, result.support, out / LEGACY_PREDICTIONS)
     return paths
+
+
+def previous_judgements_record(paths: Mapping[str, Path], key: str) -> dict[str, Any] | None:
+    """The ``judgements_file`` record of the ``metrics.json`` in ``paths`` when the ``judgements.jsonl`` beside it
+    holds what ``key`` describes (its bytes checked against the record), else None: the file is written again."""
+    from berds.io import read_json, sha256_file
+
+    try:
+        previous = read_json(paths["metrics"]).get("judgements_file") if paths["metrics"].is_file() else None
+        if (isinstance(previous, dict) and previous.get("key") == key and paths["judgements"].is_file()
+                and paths["judgements"].stat().st_size == previous.get("bytes")
+                and sha256_file(paths["judgements"]) == previous.get("sha256")):
+            return previous
+    except (BerdsError, OSError, AttributeError):  # an unreadable earlier metrics.json: write both afresh
+        return None
+    return None
 
 
 PREDICTIONS_JUDGE = "predictions-in-file"
@@ -781,6 +821,30 @@ def evaluate_paths(
         return load_run(p, allow_empty=opts.allow_short, duplicates=opts.duplicates, duplicates_option="--duplicates",
                         judge_digests=sink, title_position=opts.title_position)
 
+    if isinstance(judge, str):
+        name, jopts = judge, dict(judge_options or {})
+        judge = LazyJudge(lambda: load_judge(name, **jopts), recipe=JudgeRecipe(name, jopts))
+    if lean and opts.stream:  # question by question (berds.evaluate.streamed): memory flat with the run's size
+        results = _evaluate_streamed([Path(p) for p in paths], judge, opts, read, digests)
+    else:
+        results = _evaluate_whole(paths, judge, opts, check_run, read, digests, lean=lean)
+    if not opts.allow_unparsed:
+        check_unparsed([r for _, r, _ in results], opts.max_unparsed,
+                       written=" (metrics.json and judgements.jsonl were written for inspection)")
+    return results
+
+
+def _outputs_of(path: Path, target: Path, judge_id: str) -> Path:
+    """The folder of a run's ``metrics.json`` + ``judgements.jsonl``: ``--out``'s, or RUN/eval/JUDGE/ in a run
+    folder evaluated in place (which also gets the latest metrics at its top level)."""
+    return target / "eval" / judge_slug(judge_id) if target == path else target
+
+
+def _evaluate_whole(paths: Sequence[str | Path], judge: Any, opts: EvalOptions, check_run: Any, read: Any,
+                    digests: dict[Path, dict[str, list[bytes]]], *, lean: bool
+                    ) -> list[tuple[Path, EvalResult, dict[str, Path]]]:
+    """``evaluate_paths`` with every run read whole first (``evaluate_run`` + ``write_eval_outputs``); ``lean``:
+    without their texts where nothing needs them (read again with them when a pair is to be judged)."""
     runs = [(Path(p), read(p, lean)) for p in paths]
     targets = eval_output_dirs([p for p, _ in runs], opts.out)
     for target in targets:  # every output path is checked before anything is judged
@@ -794,32 +858,88 @@ def evaluate_paths(
     labels = distinct_names([run.name for _, run in runs], [p for p, _ in runs], sep="/")
     runs = [(p, run if label == run.name else Run(run.questions, run.hits, run.manifest, label))
             for (p, run), label in zip(runs, labels)]
-    if isinstance(judge, str):
-        name, jopts = judge, dict(judge_options or {})
-        judge = LazyJudge(lambda: load_judge(name, **jopts), recipe=JudgeRecipe(name, jopts))
     cache = JudgementCache(opts.cache_path) if opts.use_cache else None
     results = []
     try:
         for (path, run), target in zip(runs, targets):
-            try:
-                result = evaluate_run(run, judge, opts.but(allow_unparsed=True), cache=cache,  # checked once written
-                                      digests=digests.get(path))
-            except TextsDropped:  # something to judge: the texts are needed after all
-                run = Run(run.questions, read(path, False).hits, run.manifest, run.name)
-                digests.pop(path, None)
-                result = evaluate_run(run, judge, opts.but(allow_unparsed=True), cache=cache)
-            files = write_eval_outputs(result, run, target / "eval" / judge_slug(result.judge_id) if target == path else target,
-                                       legacy_jsonl=opts.write_legacy)
-            if target == path:  # a run folder also gets the latest metrics at its top level
+            results.append((path, *_evaluate_read(path, run, target, judge, opts, cache, read, digests)))
+    finally:
+        if cache is not None:
+            cache.close()
+    return results
+
+
+def _evaluate_read(path: Path, run: Run, target: Path, judge: Any, opts: EvalOptions, cache: Any, read: Any,
+                   digests: dict[Path, dict[str, list[bytes]]]) -> tuple[EvalResult, dict[str, Path]]:
+    """One run already read: judged, its outputs written."""
+    try:
+        result = evaluate_run(run, judge, opts.but(allow_unparsed=True), cache=cache,  # checked once written
+                              digests=digests.get(path))
+    except TextsDropped:  # something to judge: the texts are needed after all
+        run = Run(run.questions, read(path, False).hits, run.manifest, run.name)
+        digests.pop(path, None)
+        result = evaluate_run(run, judge, opts.but(allow_unparsed=True), cache=cache)
+    files = write_eval_outputs(result, run, _outputs_of(path, target, result.judge_id), legacy_jsonl=opts.write_legacy)
+    if target == path:  # a run folder also gets the latest metrics at its top level
+        from berds.io import write_json
+
+        write_json(path / "metrics.json", result.to_json())
+        files["metrics"] = path / "metrics.json"
+    return result, files
+
+
+def _evaluate_streamed(paths: list[Path], judge: Any, opts: EvalOptions, read: Any,
+                       digests: dict[Path, dict[str, list[bytes]]]) -> list[tuple[Path, EvalResult, dict[str, Path]]]:
+    """``evaluate_paths`` reading each run question by question (``berds.evaluate.streamed``): every run is read
+    (and checked) once before anything is judged; a run folder whose TREC file must be compared with the whole
+    ranking is read whole, as before."""
+    from berds.evaluate import streamed
+
+    targets = eval_output_dirs(paths, opts.out)
+    for target in targets:  # (before the runs are read: their judgements are written as they are read)
+        check_writable(target, folder=True)
+    cache = JudgementCache(opts.cache_path)
+    firsts: list[Any] = []  # per run: (RunStream, its first pass) or (None, the Run read whole)
+    results = []
+    try:
+        for path, target in zip(paths, targets):
+            stream = streamed.streamable(path, opts)
+            if stream is None:
+                firsts.append((None, read(path, True)))
+            else:
+                judgements = _outputs_of(path, target, judge.id) / "judgements.jsonl"
+                firsts.append((stream, streamed.first_pass(stream, judge, opts, cache, judgements)))
+        names = []
+        for (stream, got), path in zip(firsts, paths):  # short runs refused before any is judged
+            if stream is None:
+                if not opts.allow_short:
+                    question_passages(got, max(opts.ks))
+                names.append(got.name)
+            else:
+                if got.short is not None:
+                    raise streamed.short_error(stream, stream.name, got, opts.ks[-1])
+                names.append(stream.name)
+        labels = distinct_names(names, paths, sep="/")
+        runner = opts.judge_runner or judge_missing
+        for i, ((stream, got), path, target, label) in enumerate(zip(firsts, paths, targets, labels)):
+            if stream is None:
+                run = got if label == got.name else Run(got.questions, got.hits, got.manifest, label)
+                results.append((path, *_evaluate_read(path, run, target, judge, opts, cache, read, digests)))
+                continue
+            out = _outputs_of(path, target, judge.id)
+            result, pending, key = streamed.finish(stream, label, judge, opts, cache, got, out / "judgements.jsonl",
+                                                    runner)
+            firsts[i] = (stream, None)  # (its pending file is handed on)
+            files = streamed.write_outputs(result, pending, key, out)
+            if target == path:
                 from berds.io import write_json
 
                 write_json(path / "metrics.json", result.to_json())
                 files["metrics"] = path / "metrics.json"
             results.append((path, result, files))
     finally:
-        if cache is not None:
-            cache.close()
-    if not opts.allow_unparsed:
-        check_unparsed([r for _, r, _ in results], opts.max_unparsed,
-                       written=" (metrics.json and judgements.jsonl were written for inspection)")
+        cache.close()
+        for stream, got in firsts:  # what an error left pending is removed
+            if stream is not None and got is not None and got.pending is not None:
+                got.pending.drop()
     return results
