@@ -643,17 +643,18 @@ def _mixed_run() -> Run:
 
 
 def test_a_streamed_evaluation_writes_what_the_whole_run_path_writes(tmp_path, monkeypatch):
-    """evaluate_paths reads a run question by question (berds.evaluate.streamed, issue 36: memory flat with the run)
+    """evaluate_paths reads a run question by question (the streamed evaluation, issue 36: memory flat with the run)
     and must write what the whole-run path (stream=False) writes, judge the same pairs in the same batches, and
     return the same results: on a run with ties, repeats, a passage and perspectives shared by two questions, a
     short question, several datasets, unparsed verdicts and pairs missing from the cache; then fully cached."""
     import shutil
 
-    from berds.evaluate import streamed
+    from berds.evaluate import evaluation
 
-    monkeypatch.setattr(streamed, "BATCH", 2)  # (lookups across batch boundaries)
+    monkeypatch.setattr(evaluation, "STREAM_BATCH", 2)  # (lookups across batch boundaries)
     passes = []
-    monkeypatch.setattr(streamed, "_pass", lambda *a, _real=streamed._pass, **k: passes.append(1) or _real(*a, **k))
+    monkeypatch.setattr(evaluation, "_stream_pass",
+                        lambda *a, _real=evaluation._stream_pass, **k: passes.append(1) or _real(*a, **k))
     folder = save_run(_mixed_run(), tmp_path / "run")
     with JudgementCache(tmp_path / "c.sqlite") as cache:  # part of the verdicts cached
         evaluate_run(make_run(n_questions=3, depth=4), HashJudge(), ks=(4,), cache=cache, progress=False,
