@@ -704,3 +704,32 @@ def test_a_streamed_evaluation_can_keep_no_matrices_and_leaves_nothing_when_refu
         evaluate_paths([folder], HashJudge(), ks=(10,), cache_path=cache, progress=False)
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if "-wal" not in p.name
                   and "-shm" not in p.name) == [p for p in before if "-wal" not in p.name and "-shm" not in p.name]
+
+
+def test_a_streamed_re_evaluation_keeps_an_unchanged_judgements_file_and_rewrites_a_changed_one(tmp_path):
+    """As write_eval_outputs does for the whole-run path: the same judgements leave the file alone (same inode); an
+    edited file, or other verdicts in the cache, write it again, and it is what an evaluation afresh writes."""
+    from berds.evaluate.evaluation import pairs_for_run
+    from berds.io import sha256_file
+
+    run = make_run(n_questions=3, depth=6)
+    folder = save_run(run, tmp_path / "run")
+    cache = tmp_path / "c.sqlite"
+    kw = dict(ks=(5,), cache_path=cache, progress=False, allow_unparsed=True)
+    [(_, _, files)] = evaluate_paths([folder], HashJudge(), **kw)  # in place: RUN/eval/hash-judge/
+    judgements = files["judgements"]
+    first, inode = judgements.read_bytes(), judgements.stat().st_ino
+    evaluate_paths([folder], HashJudge(), **kw)
+    assert judgements.stat().st_ino == inode and judgements.read_bytes() == first
+    judgements.write_bytes(first.replace(b'"label": 1', b'"label": 0', 1))  # same size, other bytes
+    evaluate_paths([folder], HashJudge(), **kw)
+    assert judgements.read_bytes() == first
+    pair = pairs_for_run(run, 5)["q0"][0][0]  # another verdict for one pair: another key, the file written again
+    with JudgementCache(cache) as c:
+        c.put_many(HashJudge.id, HashJudge.prompt_version, [pair], [Verdict(True, 0.123, "x")])
+    [(_, again, _)] = evaluate_paths([folder], HashJudge(), **kw)
+    assert judgements.read_bytes() != first and again.stats.judged == 0
+    record = json.loads((judgements.parent / "metrics.json").read_text())["judgements_file"]
+    assert record["sha256"] == sha256_file(judgements)
+    [(_, _, fresh)] = evaluate_paths([folder], HashJudge(), out=tmp_path / "fresh", **kw)
+    assert fresh["judgements"].read_bytes() == judgements.read_bytes()

@@ -619,14 +619,15 @@ def write_eval_outputs(result: EvalResult, run: Run, out_dir: str | Path, *, leg
     return paths
 
 
-def previous_judgements_record(paths: Mapping[str, Path], key: str) -> dict[str, Any] | None:
+def previous_judgements_record(paths: Mapping[str, Path], key: str | None) -> dict[str, Any] | None:
     """The ``judgements_file`` record of the ``metrics.json`` in ``paths`` when the ``judgements.jsonl`` beside it
-    holds what ``key`` describes (its bytes checked against the record), else None: the file is written again."""
+    holds what ``key`` describes (its bytes checked against the record; ``key`` None: whatever it describes), else
+    None: the file is written again."""
     from berds.io import read_json, sha256_file
 
     try:
         previous = read_json(paths["metrics"]).get("judgements_file") if paths["metrics"].is_file() else None
-        if (isinstance(previous, dict) and previous.get("key") == key and paths["judgements"].is_file()
+        if (isinstance(previous, dict) and (key is None or previous.get("key") == key) and paths["judgements"].is_file()
                 and paths["judgements"].stat().st_size == previous.get("bytes")
                 and sha256_file(paths["judgements"]) == previous.get("sha256")):
             return previous
@@ -937,7 +938,12 @@ def _evaluate_streamed(paths: list[Path], judge: Any, opts: EvalOptions, read: A
             result, pending, key = stream_finish(stream, label, judge, opts, cache, got, out / "judgements.jsonl",
                                                     runner)
             firsts[i] = (stream, None)  # (its pending file is handed on)
-            files = stream_write_outputs(result, pending, key, out)
+            try:
+                files = stream_write_outputs(result, pending, key, out, got.unchanged if pending is None else None)
+            except BaseException:
+                if pending is not None:
+                    pending.drop()
+                raise
             if target == path:
                 from berds.io import write_json
 
@@ -1001,7 +1007,7 @@ class PendingFile:
         self._made = missing  # deepest first: removed again if nothing is committed
         self._cm = atomic_write(path, "wb")
         self.file = self._cm.__enter__()
-        self.sha256, self.size = hashlib.sha256(), 0
+        self.sha256, self.size, self.done = hashlib.sha256(), 0, False
 
     def write(self, data: bytes) -> None:
         self.sha256.update(data)
@@ -1009,9 +1015,13 @@ class PendingFile:
         self.file.write(data)
 
     def commit(self) -> None:
+        self.done = True
         self._cm.__exit__(None, None, None)
 
     def drop(self) -> None:
+        if self.done:  # (committed or dropped already)
+            return
+        self.done = True
         self._cm.__exit__(_Dropped, _Dropped(), None)
         for folder in self._made:
             try:
@@ -1036,6 +1046,7 @@ class _StreamPass:
     short: Any = None  # the first question shorter than the depth: (Question, hits), refused after every run is read
     key: Any = None
     pending: PendingFile | None = None
+    unchanged: dict[str, Any] | None = None  # the record of an intact judgements.jsonl already there (none written)
 
 
 def _stream_pass(stream: RunStream, judge_id: str, prompt_version: str, opts: EvalOptions, cache: JudgementCache,
@@ -1113,16 +1124,18 @@ def _stream_pass(stream: RunStream, judge_id: str, prompt_version: str, opts: Ev
             got.any_repeat = got.any_repeat or len(set(ids)) != len(ids)
             if opts.matrices:
                 got.support[q.id], got.p_yes[q.id] = s, py
-            if got.pending is not None and not got.missing:
+            if not got.missing:
                 judgements_key_update(got.key, q.id, ids, s, py)
-                got.pending.write("".join(question_judgement_lines(q.id, ids, s, py, tail)).encode("utf-8"))
+                if got.pending is not None:
+                    got.pending.write("".join(question_judgement_lines(q.id, ids, s, py, tail)).encode("utf-8"))
         batch.clear()
 
-    for item in stream.questions(keep_texts=keep_texts):
-        batch.append(item)
-        if len(batch) == STREAM_BATCH:
-            flush()
-    flush()
+    with no_gc():  # (as the whole-run path reads: the objects of a question are freed by their counts, no cycles)
+        for item in stream.questions(keep_texts=keep_texts):
+            batch.append(item)
+            if len(batch) == STREAM_BATCH:
+                flush()
+        flush()
     # (perspectives first seen, in the order evaluate_run's `wanted` has them; the missing pairs follow it)
     if got.missing:
         got.missing = {pd: got.missing[pd] for pd in first_seen if pd in got.missing}
@@ -1146,23 +1159,39 @@ def stream_short_error(stream: RunStream, name: str, got: _StreamPass, depth: in
 
 
 def stream_first_pass(stream: RunStream, judge: Any, opts: EvalOptions, cache: JudgementCache | EmptyCache,
-               judgements: Path) -> _StreamPass:
-    """The pass every run gets before anything is judged; its judgements are pending in ``judgements``' folder."""
-    pending = PendingFile(judgements)
+                      judgements: Path) -> _StreamPass:
+    """The pass every run gets before anything is judged; its judgements are pending in ``judgements``' folder,
+    unless an intact ``judgements.jsonl`` is there already (a re-evaluation: ``stream_finish`` then compares keys
+    and writes the file only if it changed)."""
+    paths = {"metrics": judgements.parent / "metrics.json", "judgements": judgements}
+    unchanged = previous_judgements_record(paths, None)
+    pending = None if unchanged is not None else PendingFile(judgements)
     try:
-        return _stream_pass(stream, judge.id, judge.prompt_version, opts, cache, pending)
+        got = _stream_pass(stream, judge.id, judge.prompt_version, opts, cache, pending)
     except BaseException:
-        pending.drop()
+        if pending is not None:
+            pending.drop()
         raise
+    got.unchanged = unchanged
+    return got
 
 
-def stream_finish(stream: RunStream, name: str, judge: Any, opts: EvalOptions, cache: JudgementCache, got: _StreamPass,
-           judgements: Path, judge_runner: Callable[..., Any]) -> tuple[EvalResult, PendingFile, Any]:
-    """The run's result, its pending judgements file and the key of what that file holds: at once when every pair
-    was cached in the first pass, else after judging the missing pairs (the run read again for their texts) and
-    a last pass."""
+def stream_finish(stream: RunStream, name: str, judge: Any, opts: EvalOptions, cache: JudgementCache,
+                  got: _StreamPass, judgements: Path, judge_runner: Callable[..., Any]
+                  ) -> tuple[EvalResult, PendingFile | None, Any]:
+    """The run's result, its pending judgements file (None: the one there holds the same) and the key of what it
+    holds: at once when every pair was cached in the first pass, else after judging the missing pairs (the run
+    read again for their texts) and a last pass."""
     if not got.missing:
         got.stats.cached = got.stats.pairs
+        if got.pending is None and not (got.unchanged and got.unchanged.get("key") == got.key.hexdigest()):
+            pending = PendingFile(judgements)  # the file there holds other judgements: read again to write them
+            try:
+                got = replace(_stream_pass(stream, judge.id, judge.prompt_version, opts, cache, pending),
+                              stats=got.stats, unchanged=None)
+            except BaseException:
+                pending.drop()
+                raise
         return _stream_result(stream, name, judge, opts, got), got.pending, got.key
     texts = _stream_pass(stream, judge.id, judge.prompt_version, opts, cache, None, keep_texts=True)  # (judged since?)
     pairs = [(pd, sd) for pd, sds in texts.missing.items() for sd in sds]
@@ -1205,16 +1234,19 @@ def stream_finish(stream: RunStream, name: str, judge: Any, opts: EvalOptions, c
     return _stream_result(stream, name, judge, opts, last), pending, last.key
 
 
-def stream_write_outputs(result: EvalResult, pending: PendingFile, key: Any, out_dir: Path) -> dict[str, Path]:
-    """``write_eval_outputs`` for a streamed run: its judgements are written already (``pending``); an unchanged
+def stream_write_outputs(result: EvalResult, pending: PendingFile | None, key: Any, out_dir: Path,
+                         unchanged: dict[str, Any] | None = None) -> dict[str, Path]:
+    """``write_eval_outputs`` for a streamed run: its judgements are written already (``pending``), or the file
+    there holds the same (``pending`` None: ``unchanged`` is its record, checked by the first pass); an unchanged
     file is left as it is (the pending one dropped), else the pending one takes its place, then ``metrics.json``."""
     from berds.io import write_json
 
     paths = {"metrics": out_dir / "metrics.json", "judgements": out_dir / "judgements.jsonl"}
     key = key.hexdigest()
-    record = previous_judgements_record(paths, key)
+    record = unchanged if pending is None else previous_judgements_record(paths, key)
     if record is not None:
-        pending.drop()
+        if pending is not None:
+            pending.drop()
     else:
         pending.commit()
         record = {"key": key, "sha256": pending.sha256.hexdigest(), "bytes": pending.size}
