@@ -31,7 +31,7 @@ import numpy as np
 
 from berds.errors import BerdsError, InputError
 from berds.io import check_writable, no_gc
-from berds.evaluate.cache import Digests, JudgementCache, judge_text_digests
+from berds.evaluate.cache import Digests, JudgementCache, judge_text_digests, text_digests
 from berds.evaluate.judging import judge_missing
 from berds.evaluate.metrics import aggregate, question_metrics, repeat_metrics
 from berds.runs import RunStream, run_stem
@@ -1037,7 +1037,6 @@ class _StreamPass:
     stats: JudgeStats = field(default_factory=JudgeStats)
     per_question: dict[str, dict[str, float]] = field(default_factory=dict)
     repeats: dict[str, dict[str, float]] = field(default_factory=dict)
-    any_repeat: bool = False
     datasets: dict[str, str] = field(default_factory=dict)
     support: dict[str, np.ndarray] = field(default_factory=dict)
     p_yes: dict[str, np.ndarray] = field(default_factory=dict)
@@ -1059,8 +1058,7 @@ def _stream_pass(stream: RunStream, judge_id: str, prompt_version: str, opts: Ev
     depth = opts.ks[-1]
     got = _StreamPass(pending=out, key=judgements_key_start(judge_id))
     tail = judgement_tail(judge_id)
-    digest = Digests()
-    first_seen: dict[bytes, tuple[int, int]] = {}  # perspective -> (line, offset) of its first question
+    first_seen: dict[bytes, int] = {}  # perspective -> its first question's line << 40 | byte offset (one int)
     shared: dict[bytes, set[bytes]] = {}  # perspectives of several questions: their passages so far (distinct pairs)
     stats = got.stats
     stats.yes = 0
@@ -1073,7 +1071,7 @@ def _stream_pass(stream: RunStream, judge_id: str, prompt_version: str, opts: Ev
                 if got.short is None:
                     got.short = (q, hits)
                 continue
-            pds = [digest(t) for t in q.perspectives]
+            pds = text_digests(q.perspectives)  # (no memo: it would keep every perspective's text)
             rows.append((line, offset, q, hits[:depth], sds[:depth], pds))
         wanted = dict.fromkeys(pd for *_, pds in rows for pd in pds)
         found = cache.lookup(judge_id, prompt_version, wanted, with_raw=False)
@@ -1088,12 +1086,12 @@ def _stream_pass(stream: RunStream, judge_id: str, prompt_version: str, opts: Ev
             for pd in dict.fromkeys(pds):  # distinct pairs, as evaluate_run counts them over the whole run
                 first = first_seen.get(pd)
                 if first is None:
-                    first_seen[pd] = (line, offset)
+                    first_seen[pd] = line << 40 | offset
                     stats.pairs += len(unique)
                     continue
                 known = shared.get(pd)
                 if known is None:  # a perspective of an earlier question too (rare): that question read again
-                    _, _, earlier = stream.question_at(*first)
+                    _, _, earlier = stream.question_at(first >> 40, first & (1 << 40) - 1)
                     known = shared[pd] = set(earlier[:depth])
                 stats.pairs += len(unique - known)
                 known |= unique
@@ -1120,8 +1118,8 @@ def _stream_pass(stream: RunStream, judge_id: str, prompt_version: str, opts: Ev
             ids = [h.passage.id for h in hits]
             got.per_question[q.id] = question_metrics(s, opts.ks)
             got.datasets[q.id] = q.dataset
-            got.repeats[q.id] = repeat_metrics(ids, s, opts.ks)
-            got.any_repeat = got.any_repeat or len(set(ids)) != len(ids)
+            if len(set(ids)) != len(ids):  # (a question without repeats: its entry is made from its metrics at the end)
+                got.repeats[q.id] = repeat_metrics(ids, s, opts.ks)
             if opts.matrices:
                 got.support[q.id], got.p_yes[q.id] = s, py
             if not got.missing:
@@ -1147,7 +1145,19 @@ def _stream_result(stream: RunStream, name: str, judge: Any, opts: EvalOptions, 
         run_name=name, judge_id=judge.id, prompt_version=judge.prompt_version, ks=opts.ks, depth=opts.ks[-1],
         support=got.support, p_yes=got.p_yes, per_question=got.per_question,
         averages=aggregate(got.per_question, got.datasets), stats=got.stats, datasets=got.datasets,
-        manifest=dict(stream.manifest), repeats=got.repeats if got.any_repeat else {})
+        manifest=dict(stream.manifest), repeats=_all_repeats(got.repeats, got.per_question, opts.ks))
+
+
+def _all_repeats(repeats: dict[str, dict[str, float]], per_question: Mapping[str, Mapping[str, float]],
+                 ks: Sequence[int]) -> dict[str, dict[str, float]]:
+    """``run_repeats`` from the entries of the questions that repeat a passage: empty when none does, else one per
+    question, those of the others from their metrics (no repeat: ``repeats@k`` 0, ``precision_once@k`` =
+    ``precision@k``, what ``repeat_metrics`` gives them)."""
+    if not repeats:
+        return {}
+    return {qid: repeats.get(qid) or {key: value for k in ks for key, value in
+                                      ((f"repeats@{k}", 0.0), (f"precision_once@{k}", row[f"precision@{k}"]))}
+            for qid, row in per_question.items()}
 
 
 def stream_short_error(stream: RunStream, name: str, got: _StreamPass, depth: int) -> InputError:
