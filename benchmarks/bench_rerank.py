@@ -219,7 +219,7 @@ def _compare(args: argparse.Namespace, work: Path) -> None:
         out = subprocess.run([sys.executable, "-c", PHASES, *cli_cmd[3:]], env=env, check=True, capture_output=True,
                              text=True).stderr.strip().splitlines()
         print("berds rerank, one run, seconds per stage:")
-        for line in out[-len(STAGES) - 2:]:
+        for line in out[-len(STAGES) - 3:]:
             print("  " + line)
 
 

@@ -609,8 +609,38 @@ def sha256_file(path: PathLike, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+_PREFETCHED: dict[str, Any] = {}  # environment_info() read ahead by a thread: {"thread": Thread, "info": dict}
+
+
+def prefetch_environment_info() -> None:
+    """Start reading ``environment_info()`` in a thread, for a command that writes a manifest at its end: the
+    read (``platform`` runs ``uname -p`` in a subprocess; package metadata are files) waits, it hardly computes,
+    and it took ~0.03 s of a 0.9 s ``berds rerank``. The next ``environment_info()`` call takes its result."""
+    import threading
+
+    if "thread" in _PREFETCHED:
+        return
+
+    def read() -> None:
+        _PREFETCHED["info"] = _read_environment_info()
+
+    thread = threading.Thread(target=read, name="berds-environment-info", daemon=True)
+    _PREFETCHED["thread"] = thread
+    thread.start()
+
+
 def environment_info() -> dict[str, str]:
     """Versions worth recording in a manifest (cheap: reads installed metadata, imports nothing heavy)."""
+    thread = _PREFETCHED.pop("thread", None)
+    if thread is not None:
+        thread.join()
+        info = _PREFETCHED.pop("info", None)
+        if info is not None:  # (None: the thread failed; read here, where an error is seen)
+            return info
+    return _read_environment_info()
+
+
+def _read_environment_info() -> dict[str, str]:
     from importlib import metadata
 
     info = {"python": sys.version.split()[0], "platform": platform.platform()}

@@ -159,8 +159,9 @@ def rerank_file(name: str | Any, run_path: Any, out: Any, *, options: dict[str, 
     import os
     from pathlib import Path
 
-    from berds.io import lock_folder
+    from berds.io import lock_folder, prefetch_environment_info
 
+    prefetch_environment_info()  # (the manifest's versions, read while the run is reranked)
     out = Path(out)
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
