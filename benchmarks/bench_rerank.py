@@ -219,7 +219,7 @@ def _compare(args: argparse.Namespace, work: Path) -> None:
         out = subprocess.run([sys.executable, "-c", PHASES, *cli_cmd[3:]], env=env, check=True, capture_output=True,
                              text=True).stderr.strip().splitlines()
         print("berds rerank, one run, seconds per stage:")
-        for line in out[-len(STAGES) - 3:]:
+        for line in out[-len(STAGES) - 7:]:
             print("  " + line)
 
 
@@ -236,6 +236,15 @@ STAGES = STAGES_HERE
 T = {}
 import berds.cli as cli
 imported = time.perf_counter()
+# what the command would import or read on its way, timed apart here (taken out of the stages below)
+APART = {}
+for what, step in (("  pydantic, which typer imports to coerce option values", "import typer._adapters"),
+                   ("  the reranker catalogue's entry points (plug-ins)",
+                    "from berds.rerank.catalogue import RERANKERS; RERANKERS._load_entry_points()"),
+                   ("  rich's table (the summary)", "import rich.table")):
+    s = time.perf_counter()
+    exec(step)
+    APART[what] = time.perf_counter() - s
 for label, name, where in STAGES:
     module, _, cls = where.partition(":")
     owner = importlib.import_module(module)
@@ -260,6 +269,9 @@ end = time.perf_counter()
 spent = sum(T[label] for label, _, _ in STAGES if not label.startswith("  "))
 print(f"interpreter start + import berds.cli (before main)   {imported - START:.3f} (+ the interpreter's own start)",
       file=sys.stderr)
+print("imported or read on the way, timed apart:", file=sys.stderr)
+for what, seconds in APART.items():
+    print(f"{what:52s} {seconds:.3f}", file=sys.stderr)
 print(f"main: typer parsing + options, up to reading the run {T['first ' + STAGES[0][0]] - s:.3f}", file=sys.stderr)
 for label, _, _ in STAGES:
     print(f"{label:52s} {T.get(label, 0.0):.3f}", file=sys.stderr)
