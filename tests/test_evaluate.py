@@ -697,9 +697,10 @@ def test_a_streamed_evaluation_can_keep_no_matrices_and_leaves_nothing_when_refu
                                         allow_unparsed=True, out=tmp_path / "b", matrices=False)
     assert lean.support == lean.p_yes == {} and lean.per_question == first.per_question and first.support
     assert files["judgements"].read_bytes() == (tmp_path / "a" / "judgements.jsonl").read_bytes()
+    deep = save_run(make_run(n_questions=2, depth=10, name="deep"), tmp_path / "deep")
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
-    with pytest.raises(InputError, match="question has 6 passages but k=10 needs 10"):
-        evaluate_paths([folder], HashJudge(), ks=(10,), cache_path=cache, progress=False, out=tmp_path / "c")
+    with pytest.raises(InputError, match="question has 6 passages but k=10 needs 10"):  # (--out c/deep, c/run)
+        evaluate_paths([deep, folder], HashJudge(), ks=(10,), cache_path=cache, progress=False, out=tmp_path / "c")
     with pytest.raises(InputError, match="question has 6 passages but k=10 needs 10"):  # (in place: RUN/eval/JUDGE)
         evaluate_paths([folder], HashJudge(), ks=(10,), cache_path=cache, progress=False)
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if "-wal" not in p.name

@@ -906,6 +906,9 @@ def _evaluate_streamed(paths: list[Path], judge: Any, opts: EvalOptions, read: A
     cache: Any = JudgementCache(opts.cache_path) if exists else None
     firsts: list[Any] = []  # per run: (RunStream, its first pass) or (None, the Run read whole)
     results = []
+    # the output folders this call makes (a pending file's): removed again, when empty, if it fails
+    made = {folder for target in targets for folder in (target, *target.parents, target / "eval",
+                                                        target / "eval" / judge_slug(judge.id)) if not folder.exists()}
     try:
         for path, target in zip(paths, targets):
             stream = stream_run(path, opts)
@@ -950,12 +953,19 @@ def _evaluate_streamed(paths: list[Path], judge: Any, opts: EvalOptions, read: A
                 write_json(path / "metrics.json", result.to_json())
                 files["metrics"] = path / "metrics.json"
             results.append((path, result, files))
+    except BaseException:
+        for stream, got in firsts:  # what an error left pending is removed, and the folders made for it
+            if stream is not None and got is not None and got.pending is not None:
+                got.pending.drop()
+        for folder in sorted(made, key=lambda f: len(f.parts), reverse=True):
+            try:
+                folder.rmdir()
+            except OSError:  # (not made, or not empty: outputs of the runs finished before)
+                pass
+        raise
     finally:
         if cache is not None:
             cache.close()
-        for stream, got in firsts:  # what an error left pending is removed
-            if stream is not None and got is not None and got.pending is not None:
-                got.pending.drop()
     return results
 
 
@@ -992,19 +1002,13 @@ class _Dropped(Exception):
 
 
 class PendingFile:
-    """A file written under a temporary name beside ``path`` (``berds.io.atomic_write``), held open across the
-    runs of one evaluation: ``commit`` renames it into place, ``drop`` removes it (and the folders made for it)."""
+    """A file written under a temporary name beside ``path`` (``berds.io.atomic_write``, which makes its folder),
+    held open across the runs of one evaluation: ``commit`` renames it into place, ``drop`` removes it."""
 
     def __init__(self, path: Path) -> None:
         from berds.io import atomic_write
 
         self.path = path
-        missing = []
-        probe = path.parent
-        while not probe.exists() and probe.parent != probe:
-            missing.append(probe)
-            probe = probe.parent
-        self._made = missing  # deepest first: removed again if nothing is committed
         self._cm = atomic_write(path, "wb")
         self.file = self._cm.__enter__()
         self.sha256, self.size, self.done = hashlib.sha256(), 0, False
@@ -1023,11 +1027,6 @@ class PendingFile:
             return
         self.done = True
         self._cm.__exit__(_Dropped, _Dropped(), None)
-        for folder in self._made:
-            try:
-                folder.rmdir()
-            except OSError:  # (something else was put there)
-                break
 
 
 @dataclass
@@ -1049,8 +1048,8 @@ class _StreamPass:
 
 
 def _stream_pass(stream: RunStream, judge_id: str, prompt_version: str, opts: EvalOptions, cache: JudgementCache,
-          out: PendingFile | None, *, keep_texts: bool = False, extra: dict[bytes, dict[bytes, tuple]] | None = None
-          ) -> _StreamPass:
+                 out: PendingFile | None, *, keep_texts: bool = False,
+                 extra: dict[bytes, dict[bytes, tuple]] | None = None) -> _StreamPass:
     """Read ``stream`` once: verdicts from ``cache`` (plus ``extra``: verdicts just answered that a runner did not
     store), metrics per question and, while every pair is cached, the judgement lines into ``out``. Pairs not
     cached are gathered in ``missing`` (with their texts, ``keep_texts``) in the order ``evaluate_run`` judges
