@@ -15,8 +15,15 @@ the MiniLM encoder shipped on PyPI (never loaded: every vector is cached). Both 
 
 Both must pick the same passages in the same order (checked for every question). Contestants alternate, each
 round led by another; medians (min-max) of ``--rounds`` and of the per-round ratios berds / hand are printed.
+The processes run with bytecode cached (``PYTHONPYCACHEPREFIX`` in the work folder, one untimed run of each
+first), as for an installed berds: an environment with ``PYTHONDONTWRITEBYTECODE`` compiled berds' modules
+again in every run (~0.1 s).
 
-    python benchmarks/bench_rerank.py --questions 200 --rounds 5
+``--phases`` also runs ``berds rerank`` once more with a timer around each stage (start-up to the command,
+reading the run, the reranking with its vector reads, the contract check, the run folder, the table) and prints
+where its time goes.
+
+    python benchmarks/bench_rerank.py --questions 200 --rounds 5 [--phases]
 """
 
 from __future__ import annotations
@@ -127,6 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dim", type=int, default=1024, help="vector size (1024 = UAE-Large-V1, the study's)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--skip-cli", action="store_true")
+    parser.add_argument("--phases", action="store_true", help="time the stages of one berds rerank run")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="berds-bench-rerank-"))
     try:
@@ -145,7 +153,9 @@ def _compare(args: argparse.Namespace, work: Path) -> None:
     folder, cache_path, model_id, _ = make_run(work, args.questions, args.dim)
     (work / "hand.py").write_text(HAND, encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "BERDS_HOME": str(work / "home"),
-           "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+           "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+           "PYTHONPYCACHEPREFIX": str(work / "pycache")}  # bytecode cached, as an installed package has it
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     ctxs = next(folder.glob("*.jsonl"))
     hand_cmd = [sys.executable, str(work / "hand.py"), str(ctxs), str(cache_path), model_id, str(work / "hand.jsonl"),
                 str(LAMBDA)]
@@ -172,6 +182,9 @@ def _compare(args: argparse.Namespace, work: Path) -> None:
     def picks(path: Path) -> dict[str, list[str]]:
         return {r["id"]: [c["id"] for c in r["ctxs"]] for r in map(json.loads, path.open(encoding="utf-8"))}
 
+    if not args.skip_cli:  # untimed: writes both sides' bytecode
+        subprocess.run(hand_cmd, env=env, check=True)
+        subprocess.run(cli_cmd, env=env, check=True, stdout=subprocess.DEVNULL)
     times: dict[str, list[float]] = {"hand_api": [], "berds_api": [], "hand_cli": [], "berds_cli": []}
     for turn in range(args.rounds):
         with threadpool_limits(limits=1, user_api="blas"):  # both sides one BLAS thread (berds' MMR loop uses one)
@@ -202,6 +215,68 @@ def _compare(args: argparse.Namespace, work: Path) -> None:
             print(f"{label:<44} {spread(times[b], '{:.3f}'):>22} {spread(times[h], '{:.3f}'):>22} "
                   f"{spread(ratio) + 'x':>20}")
     print(f"(per question: API {1000 * statistics.median(times['berds_api']) / args.questions:.2f} ms)")
+    if args.phases:
+        out = subprocess.run([sys.executable, "-c", PHASES, *cli_cmd[3:]], env=env, check=True, capture_output=True,
+                             text=True).stderr.strip().splitlines()
+        print("berds rerank, one run, seconds per stage:")
+        for line in out[-len(STAGES) - 7:]:
+            print("  " + line)
+
+
+# (stage, function timed, module): what `berds rerank` does, in order
+STAGES = [("read the run (load_run, its checks)", "load_run", "berds.runs"),
+          ("rerank: vectors read + MMR (API)", "rerank", "berds.rerank.base:EmbeddingReranker"),
+          ("  of which the cached vectors (get_rows)", "get_rows", "berds.rerank.embeddings:EmbeddingCache"),
+          ("contract check on the reranked run", "reranked_run_problems", "berds.rerank.catalogue"),
+          ("run folder: TREC, jsonl, manifest", "save_run", "berds.runs")]
+PHASES = r'''
+import time; START = time.perf_counter()
+import functools, importlib, sys
+STAGES = STAGES_HERE
+T = {}
+import berds.cli as cli
+imported = time.perf_counter()
+# what the command would import or read on its way, timed apart here (taken out of the stages below)
+APART = {}
+for what, step in (("  pydantic, which typer imports to coerce option values", "import typer._adapters"),
+                   ("  the reranker catalogue's entry points (plug-ins)",
+                    "from berds.rerank.catalogue import RERANKERS; RERANKERS._load_entry_points()"),
+                   ("  rich's table (the summary)", "import rich.table")):
+    s = time.perf_counter()
+    exec(step)
+    APART[what] = time.perf_counter() - s
+for label, name, where in STAGES:
+    module, _, cls = where.partition(":")
+    owner = importlib.import_module(module)
+    owner = getattr(owner, cls) if cls else owner
+    real = getattr(owner, name)
+    @functools.wraps(real)  # (rerank_file reads the reranker's signature)
+    def timed(*a, _real=real, _label=label, **k):
+        s = time.perf_counter()
+        T.setdefault("first " + _label, s)
+        try:
+            return _real(*a, **k)
+        finally:
+            T[_label] = T.get(_label, 0.0) + time.perf_counter() - s
+    setattr(owner, name, timed)
+sys.argv = ["berds", *sys.argv[1:]]
+s = time.perf_counter()
+try:
+    cli.main()
+except SystemExit:
+    pass
+end = time.perf_counter()
+spent = sum(T[label] for label, _, _ in STAGES if not label.startswith("  "))
+print(f"interpreter start + import berds.cli (before main)   {imported - START:.3f} (+ the interpreter's own start)",
+      file=sys.stderr)
+print("imported or read on the way, timed apart:", file=sys.stderr)
+for what, seconds in APART.items():
+    print(f"{what:52s} {seconds:.3f}", file=sys.stderr)
+print(f"main: typer parsing + options, up to reading the run {T['first ' + STAGES[0][0]] - s:.3f}", file=sys.stderr)
+for label, _, _ in STAGES:
+    print(f"{label:52s} {T.get(label, 0.0):.3f}", file=sys.stderr)
+print(f"{'rest (imports on the way, summary table)':52s} {end - T['first ' + STAGES[0][0]] - spent:.3f}", file=sys.stderr)
+'''.replace("STAGES_HERE", repr(STAGES))
 
 
 if __name__ == "__main__":

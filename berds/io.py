@@ -459,9 +459,11 @@ def refuse_compressed(path: PathLike, what: str = "jsonl input") -> None:
                              fix=f"decompress it first ({command} {path.name})")
 
 
-def jsonl_lines(path: PathLike, *, what: str = "jsonl input") -> Iterator[tuple[int, bytes]]:
+def jsonl_lines(path: PathLike, *, what: str = "jsonl input", digest: Any = None) -> Iterator[tuple[int, bytes]]:
     """Yield ``(line_number, raw bytes)`` for each non-blank line of a jsonl file (parse with ``jsonl_record``).
-    A compressed file is refused naming ``what`` it should have been (``refuse_compressed``)."""
+    A compressed file is refused naming ``what`` it should have been (``refuse_compressed``). ``digest`` (a
+    ``hashlib`` object) is fed every byte read, blank lines included: read to the end, it is the file's hash,
+    without a second pass over the file."""
     path = Path(path)
     if not path.exists():
         raise InputError("file not found", path=path)
@@ -471,6 +473,8 @@ def jsonl_lines(path: PathLike, *, what: str = "jsonl input") -> Iterator[tuple[
     limit = input_limit(MAX_LINE_BYTES_ENV, MAX_LINE_BYTES)
     with open(path, "rb") as f:
         for lineno, raw in enumerate(iter(lambda: f.readline(limit + 1), b""), start=1):
+            if digest is not None:
+                digest.update(raw)
             if len(raw) > limit:  # (read no further than the limit: a 10 GB line is not read into memory)
                 raise InputError(f"line is over {limit:,} bytes long", path=path, line=lineno,
                                  fix=f"is it the right file? Raise the limit with {MAX_LINE_BYTES_ENV}=N")
@@ -605,8 +609,38 @@ def sha256_file(path: PathLike, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+_PREFETCHED: dict[str, Any] = {}  # environment_info() read ahead by a thread: {"thread": Thread, "info": dict}
+
+
+def prefetch_environment_info() -> None:
+    """Start reading ``environment_info()`` in a thread, for a command that writes a manifest at its end: the
+    read (``platform`` runs ``uname -p`` in a subprocess; package metadata are files) waits, it hardly computes,
+    and it took ~0.03 s of a 0.9 s ``berds rerank``. The next ``environment_info()`` call takes its result."""
+    import threading
+
+    if "thread" in _PREFETCHED:
+        return
+
+    def read() -> None:
+        _PREFETCHED["info"] = _read_environment_info()
+
+    thread = threading.Thread(target=read, name="berds-environment-info", daemon=True)
+    _PREFETCHED["thread"] = thread
+    thread.start()
+
+
 def environment_info() -> dict[str, str]:
     """Versions worth recording in a manifest (cheap: reads installed metadata, imports nothing heavy)."""
+    thread = _PREFETCHED.pop("thread", None)
+    if thread is not None:
+        thread.join()
+        info = _PREFETCHED.pop("info", None)
+        if info is not None:  # (None: the thread failed; read here, where an error is seen)
+            return info
+    return _read_environment_info()
+
+
+def _read_environment_info() -> dict[str, str]:
     from importlib import metadata
 
     info = {"python": sys.version.split()[0], "platform": platform.platform()}

@@ -23,7 +23,7 @@ import math
 import re
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from berds.questions import parse_question, record_id
 from berds.errors import BerdsError, InputError
@@ -127,18 +127,21 @@ def trec_scores(scores: Sequence[float]) -> list[float]:
     return [float(n - i) for i in range(n)]
 
 
-def write_trec(run: Run, path: str | Path, tag: str | None = None) -> None:
+def write_trec(run: Run, path: str | Path, tag: str | None = None, *, ties_ordered: bool = False) -> str:
     """TREC run file: hits in run order with tied scores ordered docid-descending
     (``order_ties_like_trec_eval``), rank = position from 1, scores made strictly decreasing in that order
     (``trec_scores``: trec_eval/ir_measures and ranx then read the same ranking at any depth; the original
     scores are those of ``run.ctxs.jsonl``). A docid repeated within a question (a merge that keeps
-    duplicates) is written once, at its first position: TREC tools hold one score per docid."""
+    duplicates) is written once, at its first position: TREC tools hold one score per docid.
+
+    Returns the file's SHA-256 (hex), computed from the bytes as they are written (no second read).
+    ``ties_ordered``: the caller already put ``run``'s ties in that order (``save_run`` does)."""
     tag = re.sub(r"\s", "_", tag or run.name or "berds")
     lines = []
     for qid, hits in run.hits.items():
         seen: set[str] = set()
         firsts = []
-        for hit in order_ties_like_trec_eval(hits):
+        for hit in (hits if ties_ordered else order_ties_like_trec_eval(hits)):
             if hit.passage.id not in seen:
                 seen.add(hit.passage.id)
                 firsts.append(hit)
@@ -152,8 +155,10 @@ def write_trec(run: Run, path: str | Path, tag: str | None = None) -> None:
                          f"{id_flaw(qid if not one_token(qid) else docid)}, which a TREC run file (fields split at "
                          "whitespace, ended at a NUL) cannot carry", path=path, record=qid,
                          fix="give questions and passages ids without spaces, tabs, line breaks or NUL characters")
-    with atomic_write(path) as f:
-        f.write(text)
+    data = text.encode("utf-8")
+    with atomic_write(path, "wb") as f:  # (bytes: what is hashed is exactly what is on disk)
+        f.write(data)
+    return hashlib.sha256(data).hexdigest()
 
 
 def ctxs_record(question: Question, hits: Sequence[Hit], extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -176,14 +181,20 @@ def ctxs_record(question: Question, hits: Sequence[Hit], extra: Mapping[str, Any
 
 def write_ctxs_jsonl(
     run: Run, path: str | Path, *, extra: Mapping[str, Mapping[str, Any]] | None = None
-) -> None:
-    """BERDS exchange format; ``extra[qid]`` adds fields to a question's line (e.g. legacy predictions)."""
+) -> str:
+    """BERDS exchange format; ``extra[qid]`` adds fields to a question's line (e.g. legacy predictions).
+    Returns the file's SHA-256 (hex), hashed line by line as it is written (``save_run`` records it: a second
+    pass over the file cost as much as writing the TREC file)."""
     import json
 
-    with atomic_write(path) as f:
+    digest = hashlib.sha256()
+    with atomic_write(path, "wb") as f:
         for qid, q in run.questions.items():
-            rec = ctxs_record(q, run.hits[qid], (extra or {}).get(qid))
-            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            line = (json.dumps(ctxs_record(q, run.hits[qid], (extra or {}).get(qid)), ensure_ascii=False)
+                    + "\n").encode("utf-8")
+            digest.update(line)
+            f.write(line)
+    return digest.hexdigest()
 
 
 def _ctxs_sha256_on_record(folder: Path) -> str | None:
@@ -205,9 +216,9 @@ def save_run(run: Run, out_dir: str | Path, *, overwrite: bool = False) -> Path:
     replaced = _ctxs_sha256_on_record(out)
     # ties in trec_eval's order in both files, so berds' metrics and TREC tools see the same ranking
     run = Run(run.questions, {qid: order_ties_like_trec_eval(h) for qid, h in run.hits.items()}, run.manifest, run.name)
-    write_trec(run, out / TREC)
-    write_ctxs_jsonl(run, out / CTXS)
-    if (out / EVAL_DIR).is_dir() and replaced != sha256_file(out / CTXS):
+    trec_sha256 = write_trec(run, out / TREC, ties_ordered=True)
+    ctxs_sha256 = write_ctxs_jsonl(run, out / CTXS)
+    if (out / EVAL_DIR).is_dir() and replaced != ctxs_sha256:
         # the evaluations in eval/ were of the run this one replaces: left there, they would read as this run's
         import shutil
 
@@ -222,8 +233,8 @@ def save_run(run: Run, out_dir: str | Path, *, overwrite: bool = False) -> Path:
         min_depth=min(depth, default=0),
         max_depth=max(depth, default=0),
         empty_questions=empty,  # retrieved nothing: eval/tune/analyze refuse them unless --allow-short
-        ctxs_sha256=sha256_file(out / CTXS),  # ties the manifest to this ctxs file (checked on load)
-        trec_sha256=sha256_file(out / TREC),  # ... and to this TREC file, written from the same ranking
+        ctxs_sha256=ctxs_sha256,  # ties the manifest to this ctxs file (checked on load)
+        trec_sha256=trec_sha256,  # ... and to this TREC file, written from the same ranking
         # a ranking that repeats passages on purpose (the study's expansion merge): read back as it is
         **({DUPLICATES_KEY: "kept"} if repeats else {}),
         # the fields set above come from this run: a loaded run's manifest holds its own (load, subset, save)
@@ -369,7 +380,8 @@ def unique_hits(hits: list[Hit], *, duplicates: str, path: Path, line: int, qid:
 def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False, duplicates: str = "refuse",
                     require_perspectives: bool = True, duplicates_option: str | None = None,
                     allow_empty_option: str | None = "--allow-short",
-                    judge_digests: dict[str, list[bytes]] | None = None, title_position: str = "after") -> Run:
+                    judge_digests: dict[str, list[bytes]] | None = None, title_position: str = "after",
+                    digest: Any = None) -> Run:
     """A BERDS-format jsonl -> ``Run`` (hits in file order, which is the ranking; see ``unique_hits``).
 
     ``require_perspectives=False`` reads runs over questions without gold perspectives (DELPHI retrievals).
@@ -378,10 +390,13 @@ def read_ctxs_jsonl(path: str | Path, *, allow_empty_ctxs: bool = False, duplica
 
     ``judge_digests``: a dict to fill with ``qid ->`` the digests of each ranked passage's judge text (as
     ``Passage.judge_text_digests(passages, title_position)`` gives them); each passage's text and
-    title are then dropped as its line is read (left ``""``; ids and scores stay), so a fully cached evaluation never holds the run's texts."""
+    title are then dropped as its line is read (left ``""``; ids and scores stay), so a fully cached evaluation never holds the run's texts.
+
+    ``digest``: a ``hashlib`` object fed the file's bytes as they are read (``load_run`` checks the manifest's
+    checksum with it)."""
     with no_gc():
         return _read_ctxs_jsonl(Path(path), allow_empty_ctxs, duplicates, require_perspectives, duplicates_option,
-                                allow_empty_option, judge_digests, title_position)
+                                allow_empty_option, judge_digests, title_position, digest)
 
 
 NO_QUESTION_TEXT = "(question on line {line})"  # the text of a record that has none (the exchange format)
@@ -389,63 +404,187 @@ NO_QUESTION_TEXT = "(question on line {line})"  # the text of a record that has 
 
 def _read_ctxs_jsonl(path: Path, allow_empty_ctxs: bool, duplicates: str, require_perspectives: bool,
                      duplicates_option: str | None = None, allow_empty_option: str | None = "--allow-short",
-                     judge_digests: dict[str, list[bytes]] | None = None, title_position: str = "after") -> Run:
+                     judge_digests: dict[str, list[bytes]] | None = None, title_position: str = "after",
+                     digest: Any = None) -> Run:
     questions: list[Question] = []
     hits: list[list[Hit]] = []
-    seen: dict[str, int] = {}
-    synthesized = 0
-    exchange_only = 0
-    limit = text_limit()
-    for line, raw in jsonl_lines(path, what="a BERDS-format run"):
+    reader = _LineReader(path, allow_empty_ctxs, duplicates, require_perspectives, duplicates_option, allow_empty_option)
+    for _, _, q, qhits in reader.records(digest):
+        questions.append(q)
+        hits.append(qhits)
+        if judge_digests is not None:  # hashed now, the texts dropped: memory stays flat whatever the run's size
+            judge_digests[q.id] = _drop_texts(qhits, title_position)
+    if not questions:
+        raise InputError("holds no questions", path=path)
+    return Run.from_lists(questions, hits, manifest=reader.manifest(), name=run_stem(path))
+
+
+def _drop_texts(hits: list[Hit], title_position: str) -> list[bytes]:
+    """The digests of ``hits``' judge texts; their passages' texts and titles are then dropped (left ``""``)."""
+    sds = Passage.judge_text_digests(map(passage_of, hits), title_position)
+    for hit in hits:  # (passages just made by the reader, shared with nothing: set as Passage.__init__ does)
+        hit.passage.__dict__["text"] = hit.passage.__dict__["title"] = ""
+    return sds
+
+
+class _Counting:
+    """A ``digest`` for ``jsonl_lines`` that counts the bytes read (a line's offset, to read it again) and feeds them
+    on to a hash, if any."""
+
+    def __init__(self, inner: Any = None) -> None:
+        self.read, self.inner = 0, inner
+
+    def update(self, raw: bytes) -> None:
+        self.read += len(raw)
+        if self.inner is not None:
+            self.inner.update(raw)
+
+
+class _LineReader:
+    """The lines of a BERDS-format jsonl as ``(line, byte offset, Question, hits)``, with every check
+    ``read_ctxs_jsonl`` makes (it reads through this); ``record_at`` reads one line again by its offset."""
+
+    def __init__(self, path: Path, allow_empty_ctxs: bool, duplicates: str, require_perspectives: bool,
+                 duplicates_option: str | None, allow_empty_option: str | None) -> None:
+        self.path, self.allow_empty_ctxs, self.duplicates = path, allow_empty_ctxs, duplicates
+        self.require_perspectives, self.duplicates_option = require_perspectives, duplicates_option
+        self.allow_empty_option, self.limit = allow_empty_option, text_limit()
+        self.synthesized = self.exchange_only = 0
+
+    def manifest(self) -> dict[str, Any]:
+        """The manifest of a run read from a bare jsonl (complete once every line is read)."""
+        manifest: dict[str, Any] = {"source": {"format": "berds-ctxs-jsonl", "path": str(self.path)}}
+        if self.synthesized:
+            manifest["source"]["synthesized_passage_ids"] = self.synthesized
+        if self.exchange_only:
+            manifest["source"]["ids_from_line_numbers"] = self.exchange_only
+        return manifest
+
+    def records(self, digest: Any = None) -> Iterator[tuple[int, int, Question, list[Hit]]]:
+        seen: dict[str, int] = {}
+        counter = _Counting(digest)
+        for line, raw in jsonl_lines(self.path, what="a BERDS-format run", digest=counter):
+            parsed = self.parse(line, raw)
+            if parsed is None:
+                continue
+            q, hits = parsed
+            if q.id in seen:
+                raise InputError(f"duplicate question id (first on line {seen[q.id]})", path=self.path, line=line,
+                                 record=q.id)
+            seen[q.id] = line
+            yield line, (0 if line == 1 else counter.read - len(raw)), q, hits
+
+    def record_at(self, line: int, offset: int) -> tuple[Question, list[Hit]]:
+        """The question on ``line`` (at byte ``offset``) read again, as ``records`` gave it."""
+        with open(self.path, "rb") as f:
+            f.seek(offset)
+            raw = f.readline()
+        if line == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]
+        parsed = self.parse(line, raw, count=False)
+        assert parsed is not None, f"{self.path}: line {line} was read before"
+        return parsed
+
+    def parse(self, line: int, raw: bytes, *, count: bool = True) -> tuple[Question, list[Hit]] | None:
+        """One line as (question, hits); None for a line of Unicode whitespace."""
+        path, limit = self.path, self.limit
         rec, exact = _orjson_record(raw), False
         if rec is None:
             rec, exact = jsonl_record(raw, path, line), True
             if rec is None:
-                continue
+                return None
         if isinstance(rec, dict) and "perspectives" in rec and "ctxs" in rec and not (
                 {"id", "qid"} & rec.keys() and {"question", "text", "query"} & rec.keys()):
             # the original exchange format needs only perspectives + ctxs: the line number stands in
             rec = {**rec, "id": rec.get("id", rec.get("qid", f"line-{line}")),
                    "question": rec.get("question", rec.get("text", rec.get("query", NO_QUESTION_TEXT.format(line=line))))}
-            exchange_only += 1
+            self.exchange_only += count
         q = parse_question(rec, path=path, line=line, dataset=str(rec.get("dataset", "")),
-                           require_perspectives=require_perspectives)
-        if q.id in seen:
-            raise InputError(f"duplicate question id (first on line {seen[q.id]})", path=path, line=line, record=q.id)
-        seen[q.id] = line
+                           require_perspectives=self.require_perspectives)
         ctxs = rec.get("ctxs")
         if ctxs is None:
             raise InputError("record has no 'ctxs' (the retrieved passages)", path=path, line=line, record=q.id,
                              fix='add "ctxs": [{"id", "title", "text", "score"}, ...]')
         if not isinstance(ctxs, list):
             raise InputError("'ctxs' must be a list of passages", path=path, line=line, record=q.id)
-        if not ctxs and not allow_empty_ctxs:
+        if not ctxs and not self.allow_empty_ctxs:
             fix = "re-run retrieval for it or drop the question"
-            if allow_empty_option:
-                fix = (f"re-run retrieval for it, drop the question, or pass {allow_empty_option} to score it as "
+            if self.allow_empty_option:
+                fix = (f"re-run retrieval for it, drop the question, or pass {self.allow_empty_option} to score it as "
                        "zero (no passage supports any perspective)")
             raise InputError("'ctxs' is empty: nothing was retrieved for this question", path=path, line=line,
                              record=q.id, fix=fix)
         parsed = _parse_ctxs(ctxs, path=path, line=line, qid=q.id, exact=exact, limit=limit)
         if parsed is None:  # a ctx not in berds' own form, in a line orjson read: read it with json
             parsed = _parse_ctxs(jsonl_record(raw, path, line)["ctxs"], path=path, line=line, qid=q.id, limit=limit)
-        parsed, synth = parsed
-        synthesized += synth
-        questions.append(q)
-        hits.append(unique_hits(parsed, duplicates=duplicates, path=path, line=line, qid=q.id,
-                                duplicates_option=duplicates_option))
-        if judge_digests is not None:  # hashed now, the texts dropped: memory stays flat whatever the run's size
-            judge_digests[q.id] = Passage.judge_text_digests(map(passage_of, hits[-1]), title_position)
-            for hit in hits[-1]:  # (passages just made here, shared with nothing: set as Passage.__init__ does)
-                hit.passage.__dict__["text"] = hit.passage.__dict__["title"] = ""
-    if not questions:
-        raise InputError("holds no questions", path=path)
-    manifest: dict[str, Any] = {"source": {"format": "berds-ctxs-jsonl", "path": str(path)}}
-    if synthesized:
-        manifest["source"]["synthesized_passage_ids"] = synthesized
-    if exchange_only:
-        manifest["source"]["ids_from_line_numbers"] = exchange_only
-    return Run.from_lists(questions, hits, manifest=manifest, name=run_stem(path))
+        hits, synth = parsed
+        self.synthesized += synth * count
+        return q, unique_hits(hits, duplicates=self.duplicates, path=path, line=line, qid=q.id,
+                              duplicates_option=self.duplicates_option)
+
+
+class RunStream:
+    """A run read question by question, for work whose memory must not grow with the run (``berds eval``'s
+    streamed evaluation): a run folder or BERDS-format jsonl with every check ``load_run`` makes, the
+    end-of-file ones (no questions, the manifest's checksum or counts) once the last line is read.
+
+    ``streamable`` is False for a run folder whose ``run.trec`` must be compared with the whole ranking (one not
+    written by ``save_run`` beside this ctxs file): read it with ``load_run``. ``questions()`` yields ``(line,
+    byte offset, Question, hits, digests)``: each ranked passage's judge-text digest (``title_position``), and
+    hits whose texts and titles are dropped (``keep_texts=False``). ``manifest`` is complete after a full pass."""
+
+    def __init__(self, path: str | Path, *, allow_empty: bool = False, duplicates: str = "refuse",
+                 duplicates_option: str | None = None, allow_empty_option: str | None = "--allow-short",
+                 title_position: str = "after") -> None:
+        self.path = path = Path(path)
+        self.title_position = title_position
+        self.folder_manifest: dict[str, Any] | None = None
+        self.streamable = True
+        if path.is_dir():
+            ctxs, manifest, duplicates = _folder_prelude(path, duplicates)
+            self.folder_manifest = manifest
+            if (path / TREC).exists() and duplicates in ("refuse", "keep") and not _written_together(manifest, path / TREC):
+                self.streamable = False
+            self.name = manifest.get("name") or path.name
+        else:
+            if not path.exists():
+                raise InputError("no such run folder or file", path=path)
+            _refuse_non_jsonl_run(path)
+            ctxs = path
+            self.name = run_stem(path)
+        self.duplicates = duplicates
+        self.reader = _LineReader(ctxs, allow_empty, duplicates, True, duplicates_option, allow_empty_option)
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        if self.folder_manifest is None:
+            return self.reader.manifest()
+        self.folder_manifest.setdefault("source", {"format": "run-folder", "path": str(self.path)})
+        return self.folder_manifest
+
+    def questions(self, *, keep_texts: bool = False) -> Iterator[tuple[int, int, Question, list[Hit], list[bytes]]]:
+        manifest = self.folder_manifest
+        digest = hashlib.sha256() if manifest and manifest.get("ctxs_sha256") is not None else None
+        count, depths = 0, [math.inf, 0]
+        self.reader.synthesized = self.reader.exchange_only = 0
+        for line, offset, q, hits in self.reader.records(digest):
+            count += 1
+            depths[0], depths[1] = min(depths[0], len(hits)), max(depths[1], len(hits))
+            if keep_texts:
+                yield line, offset, q, hits, Passage.judge_text_digests(map(passage_of, hits), self.title_position)
+            else:
+                yield line, offset, q, hits, _drop_texts(hits, self.title_position)
+        if not count:
+            raise InputError("holds no questions", path=self.reader.path)
+        if manifest:
+            _check_manifest_counts(manifest, self.reader.path, count, int(depths[0]), depths[1],
+                                   depths=self.duplicates != "dedupe",
+                                   ctxs_sha256=digest.hexdigest() if digest is not None else None)
+
+    def question_at(self, line: int, offset: int) -> tuple[Question, list[Hit], list[bytes]]:
+        """The question ``questions()`` gave at ``line``/``offset``, read again (texts dropped)."""
+        q, hits = self.reader.record_at(line, offset)
+        return q, hits, _drop_texts(hits, self.title_position)
 
 
 def question_line(path: str | Path | None, qid: str) -> int | None:
@@ -469,22 +608,31 @@ def empty_questions(run: Run) -> list[str]:
     return [qid for qid, hits in run.hits.items() if not hits]
 
 
-def check_manifest(manifest: Mapping[str, Any], run: Run, ctxs: Path, *, depths: bool = True) -> None:
+def check_manifest(manifest: Mapping[str, Any], run: Run, ctxs: Path, *, depths: bool = True,
+                   ctxs_sha256: str | None = None) -> None:
     """Refuse a run folder whose ``manifest.json`` describes another run than its ``run.ctxs.jsonl``
-    (copied in from elsewhere, or a ctxs file replaced by hand): the manifest is what eval reports."""
+    (copied in from elsewhere, or a ctxs file replaced by hand): the manifest is what eval reports.
+    ``ctxs_sha256``: the ctxs file's hash, taken while it was read (else it is read again here)."""
+    depth = [len(h) for h in run.hits.values()]
+    _check_manifest_counts(manifest, ctxs, len(run), min(depth, default=0), max(depth, default=0), depths=depths,
+                           ctxs_sha256=ctxs_sha256)
+
+
+def _check_manifest_counts(manifest: Mapping[str, Any], ctxs: Path, questions: int, min_depth: int, max_depth: int,
+                           *, depths: bool = True, ctxs_sha256: str | None = None) -> None:
+    """``check_manifest`` from the run's counts (a run read question by question keeps no ``Run``)."""
     path = ctxs.parent / MANIFEST
     fix = "the manifest belongs to another run: re-run `berds retrieve`, or remove manifest.json to use the ctxs file alone"
     if manifest.get("kind") not in (None, "run"):
         raise InputError(f"is a {manifest.get('kind')!r} manifest, not a run's", path=path, fix=fix)
     recorded = manifest.get("ctxs_sha256")
     if recorded is not None:
-        if recorded != sha256_file(ctxs):
+        if recorded != (ctxs_sha256 or sha256_file(ctxs)):
             raise InputError(f"does not match {CTXS} (its recorded SHA-256 differs)", path=path, fix=fix)
         return
-    depth = [len(h) for h in run.hits.values()]
-    found = {"questions": len(run), "min_depth": min(depth, default=0), "max_depth": max(depth, default=0)}
+    found = {"questions": questions, "min_depth": min_depth, "max_depth": max_depth}
     if not depths:  # a deduplicated reading is shorter than what the manifest counted
-        found = {"questions": len(run)}
+        found = {"questions": questions}
     for key, value in found.items():
         if key in manifest and manifest[key] != value:
             raise InputError(f"records {key}={manifest[key]} but {CTXS} has {value}", path=path, fix=fix)
@@ -511,35 +659,17 @@ def load_run(path: str | Path, *, allow_empty: bool = False, duplicates: str = "
     """
     path = Path(path)
     if path.is_dir():
-        ctxs = path / CTXS
-        if not ctxs.exists():
-            inside = sorted(p.name for p in path.iterdir() if (p / CTXS).is_file())
-            if inside:  # a folder of runs (demo-out/runs) given for the runs in it
-                shown = ", ".join(inside[:5]) + (", ..." if len(inside) > 5 else "")
-                raise InputError(f"no {CTXS} in this folder, but it holds run folders ({shown})", path=path,
-                                 fix=f"pass the runs themselves, e.g. {path / '*'}")
-            raise InputError(
-                f"no {CTXS} in this folder", path=path,
-                fix="pass a run folder written by `berds retrieve` or a BERDS-format .jsonl file",
-            )
-        for name in (MANIFEST, TREC):
-            if (path / name).is_dir():
-                raise InputError(f"{name} is a folder, expected a file", path=path / name,
-                                 fix="remove it (the run folder is read without it) or rewrite the run with `berds retrieve`")
-        manifest = read_json(path / MANIFEST) if (path / MANIFEST).exists() else {}
-        if not isinstance(manifest, dict):
-            raise InputError(f"expected a JSON object, got {type(manifest).__name__}", path=path / MANIFEST,
-                             fix="restore the manifest written with the run, or remove it")
-        if duplicates == "refuse" and manifest.get(DUPLICATES_KEY) == "kept":
-            duplicates = "keep"  # written so on purpose (the study's expansion merge)
+        ctxs, manifest, duplicates = _folder_prelude(path, duplicates)
+        digest = hashlib.sha256() if manifest.get("ctxs_sha256") is not None else None  # (hashed as it is read)
         run = read_ctxs_jsonl(ctxs, allow_empty_ctxs=allow_empty, duplicates=duplicates,
                               require_perspectives=require_perspectives, duplicates_option=duplicates_option,
                               allow_empty_option=allow_empty_option, judge_digests=judge_digests,
-                              title_position=title_position)
+                              title_position=title_position, digest=digest)
         if (path / TREC).exists() and duplicates in ("refuse", "keep") and not _written_together(manifest, path / TREC):
             check_trec_matches(path / TREC, run)  # (a deduplicated ranking differs from it)
         if manifest:
-            check_manifest(manifest, run, ctxs, depths=duplicates != "dedupe")
+            check_manifest(manifest, run, ctxs, depths=duplicates != "dedupe",
+                           ctxs_sha256=digest.hexdigest() if digest is not None else None)
         manifest.setdefault("source", {"format": "run-folder", "path": str(path)})
         return Run(run.questions, run.hits, manifest, manifest.get("name") or path.name)
     if not path.exists():
@@ -549,6 +679,33 @@ def load_run(path: str | Path, *, allow_empty: bool = False, duplicates: str = "
                            require_perspectives=require_perspectives, duplicates_option=duplicates_option,
                            allow_empty_option=allow_empty_option, judge_digests=judge_digests,
                            title_position=title_position)
+
+
+def _folder_prelude(path: Path, duplicates: str) -> tuple[Path, dict[str, Any], str]:
+    """A run folder's ctxs file, manifest (``{}`` when it has none) and duplicates policy (``keep`` where its
+    manifest says the repeats are on purpose), with the checks made before its ctxs file is read."""
+    ctxs = path / CTXS
+    if not ctxs.exists():
+        inside = sorted(p.name for p in path.iterdir() if (p / CTXS).is_file())
+        if inside:  # a folder of runs (demo-out/runs) given for the runs in it
+            shown = ", ".join(inside[:5]) + (", ..." if len(inside) > 5 else "")
+            raise InputError(f"no {CTXS} in this folder, but it holds run folders ({shown})", path=path,
+                             fix=f"pass the runs themselves, e.g. {path / '*'}")
+        raise InputError(
+            f"no {CTXS} in this folder", path=path,
+            fix="pass a run folder written by `berds retrieve` or a BERDS-format .jsonl file",
+        )
+    for name in (MANIFEST, TREC):
+        if (path / name).is_dir():
+            raise InputError(f"{name} is a folder, expected a file", path=path / name,
+                             fix="remove it (the run folder is read without it) or rewrite the run with `berds retrieve`")
+    manifest = read_json(path / MANIFEST) if (path / MANIFEST).exists() else {}
+    if not isinstance(manifest, dict):
+        raise InputError(f"expected a JSON object, got {type(manifest).__name__}", path=path / MANIFEST,
+                         fix="restore the manifest written with the run, or remove it")
+    if duplicates == "refuse" and manifest.get(DUPLICATES_KEY) == "kept":
+        duplicates = "keep"  # written so on purpose (the study's expansion merge)
+    return ctxs, manifest, duplicates
 
 
 def _refuse_non_jsonl_run(path: Path) -> None:

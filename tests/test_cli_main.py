@@ -139,3 +139,16 @@ def test_a_file_the_system_refuses_is_one_line_naming_it(tmp_path):
                           capture_output=True, text=True, env=subprocess_env(COLUMNS="200"), timeout=120)
     assert done.returncode in (1, 2), done.stderr  # 2: refused up front (not root); 1: refused by the system
     assert "Traceback" not in done.stderr and "error:" in done.stderr and out in done.stderr, done.stderr
+
+
+def test_the_cli_builds_only_the_command_it_runs():
+    """berds.cli.main hands typer an app holding only the command named (typer builds every registered command's
+    click object on each call: issue 36, rerank's start-up); anything else gets the whole app."""
+    from berds.cli import _app_for, app
+
+    one = _app_for(["rerank", "mmr", "RUN", "--out", "x"])
+    assert [c.name for c in one.registered_commands] == ["rerank"] and one.registered_groups == []
+    assert one.registered_callback is app.registered_callback and len(app.registered_commands) > 1
+    assert [g.name for g in _app_for(["corpus", "build"]).registered_groups] == ["corpus"]
+    for args in ([], ["--version"], ["--help"], ["rerankk"]):
+        assert _app_for(args) is app

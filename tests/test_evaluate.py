@@ -617,3 +617,120 @@ def test_a_short_run_among_several_is_refused_before_any_is_judged(tmp_path):
     results = evaluate_paths([deep, shallow], OverlapJudge(), (5, 10), use_cache=False, progress=False,
                              allow_short=True)
     assert [len(r.support) for _, r, _ in results] == [2, 2]
+
+
+class RecordingHashJudge(HashJudge):
+    """HashJudge that records each batch it is given."""
+
+    def __init__(self):
+        self.batches = []
+
+    def judge(self, pairs):
+        self.batches.append([(p.perspective, p.passage) for p in pairs])
+        return super().judge(pairs)
+
+
+def _mixed_run() -> Run:
+    """Several datasets, tied scores, a passage listed twice in one ranking, one shared by two questions whose
+    perspectives are the same (q0 and q3), a short question."""
+    base = make_run(n_questions=7, depth=8, name="mixed")
+    hits = {qid: list(h) for qid, h in base.hits.items()}
+    hits["q3"][2] = hits["q0"][0]
+    hits["q1"] = [Hit(h.passage, 5.0) for h in hits["q1"]]
+    hits["q2"] = [*hits["q2"][:3], hits["q2"][1], *hits["q2"][3:6]]
+    hits["q4"] = hits["q4"][:3]
+    return Run(dict(base.questions), hits, dict(base.manifest), "mixed")
+
+
+def test_a_streamed_evaluation_writes_what_the_whole_run_path_writes(tmp_path, monkeypatch):
+    """evaluate_paths reads a run question by question (the streamed evaluation, issue 36: memory flat with the run)
+    and must write what the whole-run path (stream=False) writes, judge the same pairs in the same batches, and
+    return the same results: on a run with ties, repeats, a passage and perspectives shared by two questions, a
+    short question, several datasets, unparsed verdicts and pairs missing from the cache; then fully cached."""
+    import shutil
+
+    from berds.evaluate import evaluation
+
+    monkeypatch.setattr(evaluation, "STREAM_BATCH", 2)  # (lookups across batch boundaries)
+    passes = []
+    monkeypatch.setattr(evaluation, "_stream_pass",
+                        lambda *a, _real=evaluation._stream_pass, **k: passes.append(1) or _real(*a, **k))
+    folder = save_run(_mixed_run(), tmp_path / "run")
+    with JudgementCache(tmp_path / "c.sqlite") as cache:  # part of the verdicts cached
+        evaluate_run(make_run(n_questions=3, depth=4), HashJudge(), ks=(4,), cache=cache, progress=False,
+                     allow_unparsed=True)
+    shutil.copy(tmp_path / "c.sqlite", tmp_path / "c-whole.sqlite")
+    opts = dict(ks=(3, 8), allow_short=True, allow_unparsed=True, progress=False)
+    for round_ in ("partly cached", "cached"):
+        got = {}
+        for way, stream in (("streamed", True), ("whole", False)):
+            judge = RecordingHashJudge()
+            cache = tmp_path / ("c.sqlite" if stream else "c-whole.sqlite")
+            [(_, result, files)] = evaluate_paths([folder], judge, cache_path=cache, out=tmp_path / round_ / way,
+                                                  stream=stream, **opts)
+            metrics = json.loads(files["metrics"].read_text())
+            metrics["judging"].pop("seconds")
+            got[way] = (judge.batches, files["judgements"].read_bytes(), files["metrics"].read_bytes(), metrics,
+                        result)
+        (batches, lines, raw, metrics, result), (w_batches, w_lines, w_raw, w_metrics, whole) = got.values()
+        assert batches == w_batches and lines == w_lines and metrics == w_metrics
+        assert result.per_question == whole.per_question and result.averages == whole.averages
+        assert result.repeats == whole.repeats and result.repeats
+        assert {q: m.tolist() for q, m in result.support.items()} == {q: m.tolist() for q, m in whole.support.items()}
+        np.testing.assert_array_equal(np.concatenate([m.ravel() for m in result.p_yes.values()]),
+                                      np.concatenate([m.ravel() for m in whole.p_yes.values()]))
+        assert len(result.averages) > 2 and result.stats.unparsed > 0
+        if round_ == "partly cached":  # read to find what is missing, for its texts, and to write the outputs
+            assert 0 < result.stats.judged < result.stats.pairs and batches and len(passes) == 3
+        else:
+            assert result.stats.judged == 0 and batches == [] and raw == w_raw and len(passes) == 4
+
+
+def test_a_streamed_evaluation_can_keep_no_matrices_and_leaves_nothing_when_refused(tmp_path):
+    """matrices=False (berds eval): the results hold metrics only. A run refused after its first pass (a short
+    question, found while reading) leaves no output folder and no temporary file behind."""
+    folder = save_run(make_run(n_questions=3, depth=6), tmp_path / "run")
+    cache = tmp_path / "c.sqlite"
+    [(_, first, _)] = evaluate_paths([folder], HashJudge(), ks=(5,), cache_path=cache, progress=False,
+                                     allow_unparsed=True, out=tmp_path / "a")
+    [(_, lean, files)] = evaluate_paths([folder], HashJudge(), ks=(5,), cache_path=cache, progress=False,
+                                        allow_unparsed=True, out=tmp_path / "b", matrices=False)
+    assert lean.support == lean.p_yes == {} and lean.per_question == first.per_question and first.support
+    assert files["judgements"].read_bytes() == (tmp_path / "a" / "judgements.jsonl").read_bytes()
+    deep = save_run(make_run(n_questions=2, depth=10, name="deep"), tmp_path / "deep")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with pytest.raises(InputError, match="question has 6 passages but k=10 needs 10"):  # (--out c/deep, c/run)
+        evaluate_paths([deep, folder], HashJudge(), ks=(10,), cache_path=cache, progress=False, out=tmp_path / "c")
+    with pytest.raises(InputError, match="question has 6 passages but k=10 needs 10"):  # (in place: RUN/eval/JUDGE)
+        evaluate_paths([folder], HashJudge(), ks=(10,), cache_path=cache, progress=False)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if "-wal" not in p.name
+                  and "-shm" not in p.name) == [p for p in before if "-wal" not in p.name and "-shm" not in p.name]
+
+
+def test_a_streamed_re_evaluation_keeps_an_unchanged_judgements_file_and_rewrites_a_changed_one(tmp_path):
+    """As write_eval_outputs does for the whole-run path: the same judgements leave the file alone (same inode); an
+    edited file, or other verdicts in the cache, write it again, and it is what an evaluation afresh writes."""
+    from berds.evaluate.evaluation import pairs_for_run
+    from berds.io import sha256_file
+
+    run = make_run(n_questions=3, depth=6)
+    folder = save_run(run, tmp_path / "run")
+    cache = tmp_path / "c.sqlite"
+    kw = dict(ks=(5,), cache_path=cache, progress=False, allow_unparsed=True)
+    [(_, _, files)] = evaluate_paths([folder], HashJudge(), **kw)  # in place: RUN/eval/hash-judge/
+    judgements = files["judgements"]
+    first, inode = judgements.read_bytes(), judgements.stat().st_ino
+    evaluate_paths([folder], HashJudge(), **kw)
+    assert judgements.stat().st_ino == inode and judgements.read_bytes() == first
+    judgements.write_bytes(first.replace(b'"label": 1', b'"label": 0', 1))  # same size, other bytes
+    evaluate_paths([folder], HashJudge(), **kw)
+    assert judgements.read_bytes() == first
+    pair = pairs_for_run(run, 5)["q0"][0][0]  # another verdict for one pair: another key, the file written again
+    with JudgementCache(cache) as c:
+        c.put_many(HashJudge.id, HashJudge.prompt_version, [pair], [Verdict(True, 0.123, "x")])
+    [(_, again, _)] = evaluate_paths([folder], HashJudge(), **kw)
+    assert judgements.read_bytes() != first and again.stats.judged == 0
+    record = json.loads((judgements.parent / "metrics.json").read_text())["judgements_file"]
+    assert record["sha256"] == sha256_file(judgements)
+    [(_, _, fresh)] = evaluate_paths([folder], HashJudge(), out=tmp_path / "fresh", **kw)
+    assert fresh["judgements"].read_bytes() == judgements.read_bytes()

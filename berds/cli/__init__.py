@@ -156,6 +156,23 @@ def _interrupted(args: list[str]) -> None:
     sys.exit(code)
 
 
+def _app_for(args: list[str]) -> typer.Typer:
+    """The app that runs ``args``: one holding only the command they name, when they name one (typer builds the
+    click object of every registered command, reading each one's signature and type hints, on every call: a
+    tenth of `berds rerank`'s start-up), else the whole app (--help, --version, a misspelt command, completion)."""
+    import copy
+    import os
+
+    word = args[0] if args else ""
+    commands = [c for c in app.registered_commands if c.name == word]
+    groups = [g for g in app.registered_groups if g.name == word]
+    if not (commands or groups) or "_BERDS_COMPLETE" in os.environ:
+        return app
+    one = copy.copy(app)  # (same settings and root callback; the lists are replaced, not shared)
+    one.registered_commands, one.registered_groups = commands, groups
+    return one
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the app, turning ``BerdsError`` into a one-line message and Ctrl-C into
     exit status 130 with a line that says what was kept."""
@@ -164,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
     args = _modernise(list(sys.argv[1:] if argv is None else argv))
     _catch_termination()
     try:
-        code = app(args=args, standalone_mode=False, prog_name="berds")
+        code = _app_for(args)(args=args, standalone_mode=False, prog_name="berds")
         if code == 130:  # typer turns KeyboardInterrupt into Exit(130) and returns the code
             _interrupted(args)
         if isinstance(code, int) and code:

@@ -119,7 +119,8 @@ def eval_command(
     eval_options = EvalOptions(ks=tuple(parse_ks(k)), overwrite=overwrite, title_position=title_position, allow_short=allow_short,
                                progress=not quiet, cache_path=cache, use_cache=not no_cache, out=out,
                                write_legacy=write_legacy, duplicates=duplicates,
-                               allow_unparsed=True)  # checked below, after the table
+                               allow_unparsed=True,  # checked below, after the table
+                               matrices=human is not None)  # (the tables need the metrics only: memory stays flat)
     # (any Ray-only option goes through engine_for, which refuses it with another engine)
     if engine != "local" or batch_timeout is not None or workers is not None or address is not None:
         from berds.cli.options import engine_for

@@ -9,7 +9,9 @@
    interrupted evaluation resumes where it stopped — with a progress bar,
 4. computes MRecall@k / Precision@k per question, per dataset and overall.
 
-The judge is loaded only if some pair is missing from the cache.
+The judge is loaded only if some pair is missing from the cache. ``evaluate_paths`` (``berds eval``) reads a run
+question by question where it can (the streamed evaluation at the end of this module), so its memory does not grow
+with the run.
 """
 
 from __future__ import annotations
@@ -29,10 +31,10 @@ import numpy as np
 
 from berds.errors import BerdsError, InputError
 from berds.io import check_writable, no_gc
-from berds.evaluate.cache import Digests, JudgementCache, judge_text_digests
+from berds.evaluate.cache import Digests, JudgementCache, judge_text_digests, text_digests
 from berds.evaluate.judging import judge_missing
-from berds.evaluate.metrics import aggregate, question_metrics
-from berds.runs import EVAL_DIR, run_stem
+from berds.evaluate.metrics import aggregate, question_metrics, repeat_metrics
+from berds.runs import EVAL_DIR, RunStream, run_stem
 from berds.types import Judgement, JudgePair, Passage, Run, Verdict
 
 OVERWRITE_POLICIES = ("only-missing", "always", "never")
@@ -108,7 +110,7 @@ class EvalResult:
     def __repr__(self) -> str:  # (the dataclass repr printed every support matrix: pages for a real run)
         overall = self.averages.get("all", {})
         means = "".join(f", {name}={value:.3f}" for name, value in overall.items())
-        return f"EvalResult(run={self.run_name!r}, judge={self.judge_id!r}, questions={len(self.support)}{means})"
+        return f"EvalResult(run={self.run_name!r}, judge={self.judge_id!r}, questions={len(self.per_question)}{means})"
 
     def judgements(self, run: Run) -> list[Judgement]:
         """One ``Judgement`` per (question, judged passage, perspective); a short question's missing ranks have none."""
@@ -125,13 +127,10 @@ class EvalResult:
     def judgements_key(self, run: Run) -> str:
         """sha256 over what decides ``judgements.jsonl``: the judge id, and per question its id, the ranked
         passage ids judged and the label and P(Yes) matrices (``write_eval_outputs`` skips an unchanged file)."""
-        digest = hashlib.sha256(f"judgements-v1\0{self.judge_id}\0".encode("utf-8"))
+        digest = judgements_key_start(self.judge_id)
         for qid, matrix in self.support.items():
-            n = min(matrix.shape[1], len(run.hits[qid]))
-            digest.update("\0".join([qid, *(h.passage.id for h in run.hits[qid][:n])]).encode("utf-8"))
-            digest.update(f"\0{matrix.shape[0]}x{n}\0".encode("ascii"))
-            digest.update(np.ascontiguousarray(matrix[:, :n], dtype=bool).tobytes())
-            digest.update(np.ascontiguousarray(self.p_yes[qid][:, :n], dtype=np.float64).tobytes())
+            judgements_key_update(digest, qid, [h.passage.id for h in run.hits[qid][:matrix.shape[1]]], matrix,
+                                  self.p_yes[qid])
         return digest.hexdigest()
 
     def judgement_chunks(self, run: Run) -> Iterator[str]:
@@ -146,17 +145,10 @@ class EvalResult:
 
     def _question_lines(self, run: Run) -> Iterator[list[str]]:
         """Each question's ``judgements.jsonl`` lines."""
-        tail = f', "judge": {json.dumps(self.judge_id, ensure_ascii=False)}}}\n'
+        tail = judgement_tail(self.judge_id)
         for qid, matrix in self.support.items():
-            hits = run.hits[qid]
-            n = min(matrix.shape[1], len(hits))
-            q = json.dumps(qid, ensure_ascii=False)
-            # what every line of a rank shares, built once per question, then one f-string per line
-            heads = [f'{{"qid": {q}, "docid": {json_string(h.passage.id)}, "rank": {j}, "perspective": '
-                     for j, h in enumerate(hits[:n], start=1)]
-            labels, probs = matrix[:, :n].astype(int).tolist(), self.p_yes[qid][:, :n].tolist()
-            yield [f'{head}{i}, "label": {label}, "p_yes": {"null" if p != p else repr(p)}{tail}'
-                   for i, (row, prow) in enumerate(zip(labels, probs)) for head, label, p in zip(heads, row, prow)]
+            yield question_judgement_lines(qid, [h.passage.id for h in run.hits[qid][:matrix.shape[1]]], matrix,
+                                           self.p_yes[qid], tail)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -174,6 +166,37 @@ class EvalResult:
 
 
 passage_of = attrgetter("passage")  # Hit -> Passage, without a Python step per hit
+
+
+def judgement_tail(judge_id: str) -> str:
+    """The end every ``judgements.jsonl`` line of ``judge_id`` shares."""
+    return f', "judge": {json.dumps(judge_id, ensure_ascii=False)}}}\n'
+
+
+def question_judgement_lines(qid: str, ids: Sequence[str], matrix: np.ndarray, p_yes: np.ndarray, tail: str) -> list[str]:
+    """One question's ``judgements.jsonl`` lines (``EvalResult.judgement_lines``): its ranked passage ids ``ids``
+    (the judged ones: a short question has fewer than the matrices' columns), labels and P(Yes)."""
+    n = min(matrix.shape[1], len(ids))
+    q = json.dumps(qid, ensure_ascii=False)
+    # what every line of a rank shares, built once per question, then one f-string per line
+    heads = [f'{{"qid": {q}, "docid": {json_string(pid)}, "rank": {j}, "perspective": '
+             for j, pid in enumerate(ids[:n], start=1)]
+    labels, probs = matrix[:, :n].astype(int).tolist(), p_yes[:, :n].tolist()
+    return [f'{head}{i}, "label": {label}, "p_yes": {"null" if p != p else repr(p)}{tail}'
+            for i, (row, prow) in enumerate(zip(labels, probs)) for head, label, p in zip(heads, row, prow)]
+
+
+def judgements_key_start(judge_id: str) -> Any:
+    """The hash ``EvalResult.judgements_key`` starts from; ``judgements_key_update`` adds each question."""
+    return hashlib.sha256(f"judgements-v1\0{judge_id}\0".encode("utf-8"))
+
+
+def judgements_key_update(digest: Any, qid: str, ids: Sequence[str], matrix: np.ndarray, p_yes: np.ndarray) -> None:
+    n = min(matrix.shape[1], len(ids))
+    digest.update("\0".join([qid, *ids[:n]]).encode("utf-8"))
+    digest.update(f"\0{matrix.shape[0]}x{n}\0".encode("ascii"))
+    digest.update(np.ascontiguousarray(matrix[:, :n], dtype=bool).tobytes())
+    digest.update(np.ascontiguousarray(p_yes[:, :n], dtype=np.float64).tobytes())
 
 
 def short_question(run: Run, qid: str, asked: str, depth: int, *, fix: str) -> InputError:
@@ -233,7 +256,12 @@ class EvalOptions:
     * ``out`` / ``write_legacy`` — where ``evaluate_paths`` writes, and whether it also writes inline predictions;
     * ``judge_runner`` — replaces ``judge_missing`` (``berds.evaluate.judging.judge_runner_for(engine)``);
     * ``duplicates`` — a passage listed twice in one question's ranking: ``refuse`` (default; a run folder
-      whose manifest says its repeats are on purpose is read with ``keep``), ``dedupe`` or ``keep``.
+      whose manifest says its repeats are on purpose is read with ``keep``), ``dedupe`` or ``keep``;
+    * ``matrices`` — ``evaluate_paths`` keeps each question's support and P(Yes) matrices in its results
+      (``False``: ``support``/``p_yes`` are left empty where a run is evaluated question by question, and memory
+      stays flat with the run's size);
+    * ``stream`` — ``evaluate_paths`` reads a run question by question where nothing needs it whole
+      (the streamed evaluation below); ``False`` reads every run whole first (the same outputs, more memory).
 
     Values are checked when the options are made, before any run is read or judged.
     """
@@ -253,6 +281,12 @@ class EvalOptions:
     max_unparsed: float = MAX_UNPARSED
     duplicates: str = "refuse"  # a passage twice in one ranking: "refuse", "dedupe" or "keep" (berds.runs.unique_hits)
     description: str | None = None  # the judging bar's label (default: "judging RUN NAME")
+    # evaluate_paths: keep each question's support and P(Yes) matrices in its results (EvalResult.support, .p_yes);
+    # `berds eval` needs only the metrics and says False: its memory then does not grow with the run
+    matrices: bool = True
+    # evaluate_paths: read each run question by question where nothing needs the whole run (False: every run is
+    # read whole first, as before issue 36; the outputs are the same)
+    stream: bool = True
 
     def __post_init__(self) -> None:
         if self.duplicates not in ("refuse", "dedupe", "keep"):
@@ -562,22 +596,14 @@ def write_eval_outputs(result: EvalResult, run: Run, out_dir: str | Path, *, leg
     else (other verdicts, an edited or truncated file) writes it again. ``judgements.jsonl`` is written
     before ``metrics.json``, so a record never describes a file that was not finished.
     """
-    from berds.io import atomic_write, read_json, sha256_file, write_json
+    from berds.io import atomic_write, write_json
     from berds.runs import LEGACY_PREDICTIONS, write_legacy_predictions
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"metrics": out / "metrics.json", "judgements": out / "judgements.jsonl"}
     key = result.judgements_key(run)
-    record = None
-    try:
-        previous = read_json(paths["metrics"]).get("judgements_file") if paths["metrics"].is_file() else None
-        if (isinstance(previous, dict) and previous.get("key") == key and paths["judgements"].is_file()
-                and paths["judgements"].stat().st_size == previous.get("bytes")
-                and sha256_file(paths["judgements"]) == previous.get("sha256")):
-            record = previous
-    except (BerdsError, OSError, AttributeError):  # an unreadable earlier metrics.json: write both afresh
-        record = None
+    record = previous_judgements_record(paths, key)
     if record is None:
         digest, size = hashlib.sha256(), 0
         with atomic_write(paths["judgements"], "wb", encoding=None) as f:
@@ -591,6 +617,23 @@ def write_eval_outputs(result: EvalResult, run: Run, out_dir: str | Path, *, leg
     if legacy_jsonl:  # what the original evaluation's compute-only mode reads (berds.runs.read_predictions)
         paths["legacy"] = write_legacy_predictions(run, result.support, out / LEGACY_PREDICTIONS)
     return paths
+
+
+def previous_judgements_record(paths: Mapping[str, Path], key: str | None) -> dict[str, Any] | None:
+    """The ``judgements_file`` record of the ``metrics.json`` in ``paths`` when the ``judgements.jsonl`` beside it
+    holds what ``key`` describes (its bytes checked against the record; ``key`` None: whatever it describes), else
+    None: the file is written again."""
+    from berds.io import read_json, sha256_file
+
+    try:
+        previous = read_json(paths["metrics"]).get("judgements_file") if paths["metrics"].is_file() else None
+        if (isinstance(previous, dict) and (key is None or previous.get("key") == key) and paths["judgements"].is_file()
+                and paths["judgements"].stat().st_size == previous.get("bytes")
+                and sha256_file(paths["judgements"]) == previous.get("sha256")):
+            return previous
+    except (BerdsError, OSError, AttributeError):  # an unreadable earlier metrics.json: write both afresh
+        return None
+    return None
 
 
 PREDICTIONS_JUDGE = "predictions-in-file"
@@ -783,6 +826,30 @@ def evaluate_paths(
         return load_run(p, allow_empty=opts.allow_short, duplicates=opts.duplicates, duplicates_option="--duplicates",
                         judge_digests=sink, title_position=opts.title_position)
 
+    if isinstance(judge, str):
+        name, jopts = judge, dict(judge_options or {})
+        judge = LazyJudge(lambda: load_judge(name, **jopts), recipe=JudgeRecipe(name, jopts))
+    if lean and opts.stream:  # question by question (the streamed evaluation, below): memory flat with the run's size
+        results = _evaluate_streamed([Path(p) for p in paths], judge, opts, read, digests)
+    else:
+        results = _evaluate_whole(paths, judge, opts, check_run, read, digests, lean=lean)
+    if not opts.allow_unparsed:
+        check_unparsed([r for _, r, _ in results], opts.max_unparsed,
+                       written=" (metrics.json and judgements.jsonl were written for inspection)")
+    return results
+
+
+def _outputs_of(path: Path, target: Path, judge_id: str) -> Path:
+    """The folder of a run's ``metrics.json`` + ``judgements.jsonl``: ``--out``'s, or RUN/eval/JUDGE/ in a run
+    folder evaluated in place (which also gets the latest metrics at its top level)."""
+    return target / EVAL_DIR / judge_slug(judge_id) if target == path else target
+
+
+def _evaluate_whole(paths: Sequence[str | Path], judge: Any, opts: EvalOptions, check_run: Any, read: Any,
+                    digests: dict[Path, dict[str, list[bytes]]], *, lean: bool
+                    ) -> list[tuple[Path, EvalResult, dict[str, Path]]]:
+    """``evaluate_paths`` with every run read whole first (``evaluate_run`` + ``write_eval_outputs``); ``lean``:
+    without their texts where nothing needs them (read again with them when a pair is to be judged)."""
     runs = [(Path(p), read(p, lean)) for p in paths]
     targets = eval_output_dirs([p for p, _ in runs], opts.out)
     for target in targets:  # every output path is checked before anything is judged
@@ -796,32 +863,411 @@ def evaluate_paths(
     labels = distinct_names([run.name for _, run in runs], [p for p, _ in runs], sep="/")
     runs = [(p, run if label == run.name else Run(run.questions, run.hits, run.manifest, label))
             for (p, run), label in zip(runs, labels)]
-    if isinstance(judge, str):
-        name, jopts = judge, dict(judge_options or {})
-        judge = LazyJudge(lambda: load_judge(name, **jopts), recipe=JudgeRecipe(name, jopts))
     cache = JudgementCache(opts.cache_path) if opts.use_cache else None
     results = []
     try:
         for (path, run), target in zip(runs, targets):
+            results.append((path, *_evaluate_read(path, run, target, judge, opts, cache, read, digests)))
+    finally:
+        if cache is not None:
+            cache.close()
+    return results
+
+
+def _evaluate_read(path: Path, run: Run, target: Path, judge: Any, opts: EvalOptions, cache: Any, read: Any,
+                   digests: dict[Path, dict[str, list[bytes]]]) -> tuple[EvalResult, dict[str, Path]]:
+    """One run already read: judged, its outputs written."""
+    try:
+        result = evaluate_run(run, judge, opts.but(allow_unparsed=True), cache=cache,  # checked once written
+                              digests=digests.get(path))
+    except TextsDropped:  # something to judge: the texts are needed after all
+        run = Run(run.questions, read(path, False).hits, run.manifest, run.name)
+        digests.pop(path, None)
+        result = evaluate_run(run, judge, opts.but(allow_unparsed=True), cache=cache)
+    files = write_eval_outputs(result, run, _outputs_of(path, target, result.judge_id), legacy_jsonl=opts.write_legacy)
+    if target == path:  # a run folder also gets the latest metrics at its top level
+        from berds.io import write_json
+
+        write_json(path / "metrics.json", result.to_json())
+        files["metrics"] = path / "metrics.json"
+    return result, files
+
+
+def _evaluate_streamed(paths: list[Path], judge: Any, opts: EvalOptions, read: Any,
+                       digests: dict[Path, dict[str, list[bytes]]]) -> list[tuple[Path, EvalResult, dict[str, Path]]]:
+    """``evaluate_paths`` reading each run question by question (the streamed evaluation below): every run is read
+    (and checked) once before anything is judged; a run folder whose TREC file must be compared with the whole
+    ranking is read whole, as before."""
+    targets = eval_output_dirs(paths, opts.out)
+    for target in targets:  # (before the runs are read: their judgements are written as they are read)
+        check_writable(target, folder=True)
+    from berds.evaluate.cache import default_cache_path
+
+    # a cache file that does not exist yet is made (and its note printed) once every run has been read, as before
+    exists = Path(opts.cache_path if opts.cache_path is not None else default_cache_path()).exists()
+    cache: Any = JudgementCache(opts.cache_path) if exists else None
+    firsts: list[Any] = []  # per run: (RunStream, its first pass) or (None, the Run read whole)
+    results = []
+    # the output folders this call makes (a pending file's): removed again, when empty, if it fails
+    made = {folder for target in targets for folder in (target, *target.parents, target / EVAL_DIR,
+                                                        target / EVAL_DIR / judge_slug(judge.id)) if not folder.exists()}
+    try:
+        for path, target in zip(paths, targets):
+            stream = stream_run(path, opts)
+            if stream is None:
+                firsts.append((None, read(path, True)))
+            else:
+                judgements = _outputs_of(path, target, judge.id) / "judgements.jsonl"
+                firsts.append((stream, stream_first_pass(stream, judge, opts, cache or EmptyCache(),
+                                                           judgements)))
+        names = []
+        for (stream, got), path in zip(firsts, paths):  # short runs refused before any is judged
+            if stream is None:
+                if not opts.allow_short:
+                    question_passages(got, max(opts.ks))
+                names.append(got.name)
+            else:
+                if got.short is not None:
+                    raise stream_short_error(stream, stream.name, got, opts.ks[-1])
+                names.append(stream.name)
+        labels = distinct_names(names, paths, sep="/")
+        if cache is None:
+            cache = JudgementCache(opts.cache_path)
+        runner = opts.judge_runner or judge_missing
+        for i, ((stream, got), path, target, label) in enumerate(zip(firsts, paths, targets, labels)):
+            if stream is None:
+                run = got if label == got.name else Run(got.questions, got.hits, got.manifest, label)
+                results.append((path, *_evaluate_read(path, run, target, judge, opts, cache, read, digests)))
+                continue
+            out = _outputs_of(path, target, judge.id)
+            result, pending, key = stream_finish(stream, label, judge, opts, cache, got, out / "judgements.jsonl",
+                                                    runner)
+            firsts[i] = (stream, None)  # (its pending file is handed on)
             try:
-                result = evaluate_run(run, judge, opts.but(allow_unparsed=True), cache=cache,  # checked once written
-                                      digests=digests.get(path))
-            except TextsDropped:  # something to judge: the texts are needed after all
-                run = Run(run.questions, read(path, False).hits, run.manifest, run.name)
-                digests.pop(path, None)
-                result = evaluate_run(run, judge, opts.but(allow_unparsed=True), cache=cache)
-            files = write_eval_outputs(result, run, target / EVAL_DIR / judge_slug(result.judge_id) if target == path else target,
-                                       legacy_jsonl=opts.write_legacy)
-            if target == path:  # a run folder also gets the latest metrics at its top level
+                files = stream_write_outputs(result, pending, key, out, got.unchanged if pending is None else None)
+            except BaseException:
+                if pending is not None:
+                    pending.drop()
+                raise
+            if target == path:
                 from berds.io import write_json
 
                 write_json(path / "metrics.json", result.to_json())
                 files["metrics"] = path / "metrics.json"
             results.append((path, result, files))
+    except BaseException:
+        for stream, got in firsts:  # what an error left pending is removed, and the folders made for it
+            if stream is not None and got is not None and got.pending is not None:
+                got.pending.drop()
+        for folder in sorted(made, key=lambda f: len(f.parts), reverse=True):
+            try:
+                folder.rmdir()
+            except OSError:  # (not made, or not empty: outputs of the runs finished before)
+                pass
+        raise
     finally:
         if cache is not None:
             cache.close()
-    if not opts.allow_unparsed:
-        check_unparsed([r for _, r, _ in results], opts.max_unparsed,
-                       written=" (metrics.json and judgements.jsonl were written for inspection)")
     return results
+
+
+# ------------------------------------------------------------------------- streamed evaluation
+# ``berds eval`` over a run read question by question: memory that does not grow with the run (issue 36).
+#
+# ``evaluate_paths`` evaluates a run this way whenever it needs nothing of the whole run at once (it does for a
+# ``check_run``, legacy predictions, ``--overwrite always``, ``--no-cache``, or a run folder whose TREC file must be
+# compared with the whole ranking). One pass (``_StreamPass``) reads the run line by line (``berds.runs.RunStream``: every
+# check ``load_run`` makes, each passage's judge text hashed and dropped as it is read), looks the verdicts of
+# ``STREAM_BATCH`` questions up at a time, computes each question's metrics and writes its ``judgements.jsonl`` lines to a
+# temporary file beside the output; what a question leaves behind is its metrics (and, with
+# ``EvalOptions.matrices``, its support and P(Yes) matrices). The outputs are byte for byte those of the whole-run
+# path (``evaluate_run`` + ``write_eval_outputs``; tests/test_evaluate.py compares them).
+#
+# Every run is read once before anything is judged, so bad input fails first, as before. A run whose pairs are all
+# cached is then done: its files are renamed into place. A run with pairs to judge is read twice more: once keeping
+# the texts of its missing pairs only, which are judged in one list in the whole-run path's order (each batch
+# committed to the cache as it is answered: a killed evaluation resumes), and once more to write its outputs.
+
+STREAM_BATCH = 64  # questions per cache lookup: a few hundred perspectives, each one query in one read snapshot
+
+
+class EmptyCache:
+    """The lookups of a judgement cache file that does not exist yet: nothing cached (the first passes do not create
+    it: a run refused while it is read leaves no new cache file and no note about one)."""
+
+    def lookup(self, judge_id: str, prompt_version: str, perspectives: Any, *, with_raw: bool = True) -> dict:
+        return {pd: NO_VERDICTS for pd in perspectives}
+
+
+class _Dropped(Exception):
+    """Thrown into a pending file's ``atomic_write`` to remove it."""
+
+
+class PendingFile:
+    """A file written under a temporary name beside ``path`` (``berds.io.atomic_write``, which makes its folder),
+    held open across the runs of one evaluation: ``commit`` renames it into place, ``drop`` removes it."""
+
+    def __init__(self, path: Path) -> None:
+        from berds.io import atomic_write
+
+        self.path = path
+        self._cm = atomic_write(path, "wb")
+        self.file = self._cm.__enter__()
+        self.sha256, self.size, self.done = hashlib.sha256(), 0, False
+
+    def write(self, data: bytes) -> None:
+        self.sha256.update(data)
+        self.size += len(data)
+        self.file.write(data)
+
+    def commit(self) -> None:
+        self.done = True
+        self._cm.__exit__(None, None, None)
+
+    def drop(self) -> None:
+        if self.done:  # (committed or dropped already)
+            return
+        self.done = True
+        self._cm.__exit__(_Dropped, _Dropped(), None)
+
+
+@dataclass
+class _StreamPass:
+    """What one pass over a run gathered."""
+
+    stats: JudgeStats = field(default_factory=JudgeStats)
+    per_question: dict[str, dict[str, float]] = field(default_factory=dict)
+    repeats: dict[str, dict[str, float]] = field(default_factory=dict)
+    datasets: dict[str, str] = field(default_factory=dict)
+    support: dict[str, np.ndarray] = field(default_factory=dict)
+    p_yes: dict[str, np.ndarray] = field(default_factory=dict)
+    missing: dict[bytes, dict[bytes, None]] = field(default_factory=dict)  # perspective -> passages not cached
+    texts: dict[bytes, str] = field(default_factory=dict)  # (keep_texts) digest -> text of the missing pairs
+    short: Any = None  # the first question shorter than the depth: (Question, hits), refused after every run is read
+    key: Any = None
+    pending: PendingFile | None = None
+    unchanged: dict[str, Any] | None = None  # the record of an intact judgements.jsonl already there (none written)
+
+
+def _stream_pass(stream: RunStream, judge_id: str, prompt_version: str, opts: EvalOptions, cache: JudgementCache,
+                 out: PendingFile | None, *, keep_texts: bool = False,
+                 extra: dict[bytes, dict[bytes, tuple]] | None = None) -> _StreamPass:
+    """Read ``stream`` once: verdicts from ``cache`` (plus ``extra``: verdicts just answered that a runner did not
+    store), metrics per question and, while every pair is cached, the judgement lines into ``out``. Pairs not
+    cached are gathered in ``missing`` (with their texts, ``keep_texts``) in the order ``evaluate_run`` judges
+    them: perspectives by first appearance, each one's passages by first appearance."""
+    depth = opts.ks[-1]
+    got = _StreamPass(pending=out, key=judgements_key_start(judge_id))
+    tail = judgement_tail(judge_id)
+    first_seen: dict[bytes, int] = {}  # perspective -> its first question's line << 40 | byte offset (one int)
+    shared: dict[bytes, set[bytes]] = {}  # perspectives of several questions: their passages so far (distinct pairs)
+    stats = got.stats
+    stats.yes = 0
+    batch: list[tuple] = []
+
+    def flush() -> None:
+        rows = []
+        for line, offset, q, hits, sds in batch:
+            if len(hits) < depth and not opts.allow_short:
+                if got.short is None:
+                    got.short = (q, hits)
+                continue
+            pds = text_digests(q.perspectives)  # (no memo: it would keep every perspective's text)
+            rows.append((line, offset, q, hits[:depth], sds[:depth], pds))
+        wanted = dict.fromkeys(pd for *_, pds in rows for pd in pds)
+        found = cache.lookup(judge_id, prompt_version, wanted, with_raw=False)
+        if extra:
+            for pd in wanted.keys() & extra.keys():
+                cached = set(found[pd][0])
+                new = [(sd, *row) for sd, row in extra[pd].items() if sd not in cached]
+                if new:
+                    found[pd] = tuple(old + added for old, added in zip(found.get(pd, NO_VERDICTS), zip(*new)))
+        for line, offset, q, hits, sds, pds in rows:
+            unique = set(sds)
+            for pd in dict.fromkeys(pds):  # distinct pairs, as evaluate_run counts them over the whole run
+                first = first_seen.get(pd)
+                if first is None:
+                    first_seen[pd] = line << 40 | offset
+                    stats.pairs += len(unique)
+                    continue
+                known = shared.get(pd)
+                if known is None:  # a perspective of an earlier question too (rare): that question read again
+                    _, _, earlier = stream.question_at(first >> 40, first & (1 << 40) - 1)
+                    known = shared[pd] = set(earlier[:depth])
+                stats.pairs += len(unique - known)
+                known |= unique
+            placed = verdict_matrices(pds, sds, depth, found)
+            if placed is None:
+                for pd in pds:
+                    have = set(found.get(pd, NO_VERDICTS)[0])
+                    for sd in sds:
+                        if sd not in have:
+                            got.missing.setdefault(pd, {})[sd] = None
+                if keep_texts:
+                    texts = q.perspectives, [h.passage.judge_text(opts.title_position) for h in hits]
+                    got.texts.update(zip(pds, texts[0]))
+                    got.texts.update(zip(sds, texts[1]))
+                if got.pending is not None:  # this pass's judgements cannot be complete: none are written
+                    got.pending.drop()
+                    got.pending = None
+                continue
+            s, py, unparsed, unclear = placed
+            stats.unparsed += unparsed
+            stats.unclear += unclear
+            stats.yes += int(s.sum())
+            stats.verdicts += len(pds) * len(sds)
+            ids = [h.passage.id for h in hits]
+            got.per_question[q.id] = question_metrics(s, opts.ks)
+            got.datasets[q.id] = q.dataset
+            if len(set(ids)) != len(ids):  # (a question without repeats: its entry is made from its metrics at the end)
+                got.repeats[q.id] = repeat_metrics(ids, s, opts.ks)
+            if opts.matrices:
+                got.support[q.id], got.p_yes[q.id] = s, py
+            if not got.missing:
+                judgements_key_update(got.key, q.id, ids, s, py)
+                if got.pending is not None:
+                    got.pending.write("".join(question_judgement_lines(q.id, ids, s, py, tail)).encode("utf-8"))
+        batch.clear()
+
+    with no_gc():  # (as the whole-run path reads: the objects of a question are freed by their counts, no cycles)
+        for item in stream.questions(keep_texts=keep_texts):
+            batch.append(item)
+            if len(batch) == STREAM_BATCH:
+                flush()
+        flush()
+    # (perspectives first seen, in the order evaluate_run's `wanted` has them; the missing pairs follow it)
+    if got.missing:
+        got.missing = {pd: got.missing[pd] for pd in first_seen if pd in got.missing}
+    return got
+
+
+def _stream_result(stream: RunStream, name: str, judge: Any, opts: EvalOptions, got: _StreamPass) -> EvalResult:
+    return EvalResult(
+        run_name=name, judge_id=judge.id, prompt_version=judge.prompt_version, ks=opts.ks, depth=opts.ks[-1],
+        support=got.support, p_yes=got.p_yes, per_question=got.per_question,
+        averages=aggregate(got.per_question, got.datasets), stats=got.stats, datasets=got.datasets,
+        manifest=dict(stream.manifest), repeats=_all_repeats(got.repeats, got.per_question, opts.ks))
+
+
+def _all_repeats(repeats: dict[str, dict[str, float]], per_question: Mapping[str, Mapping[str, float]],
+                 ks: Sequence[int]) -> dict[str, dict[str, float]]:
+    """``run_repeats`` from the entries of the questions that repeat a passage: empty when none does, else one per
+    question, those of the others from their metrics (no repeat: ``repeats@k`` 0, ``precision_once@k`` =
+    ``precision@k``, what ``repeat_metrics`` gives them)."""
+    if not repeats:
+        return {}
+    return {qid: repeats.get(qid) or {key: value for k in ks for key, value in
+                                      ((f"repeats@{k}", 0.0), (f"precision_once@{k}", row[f"precision@{k}"]))}
+            for qid, row in per_question.items()}
+
+
+def stream_short_error(stream: RunStream, name: str, got: _StreamPass, depth: int) -> InputError:
+    """The refusal ``evaluate_paths`` gives a run with a question shorter than ``depth`` (``question_passages``)."""
+    q, hits = got.short
+    return short_question(Run({q.id: q}, {q.id: hits}, stream.manifest, name), q.id, f"k={depth}", depth,
+                          fix="use a smaller --k (ks=), retrieve more passages, or pass --allow-short "
+                              "(allow_short=True) to score missing ranks as unsupported")
+
+
+def stream_first_pass(stream: RunStream, judge: Any, opts: EvalOptions, cache: JudgementCache | EmptyCache,
+                      judgements: Path) -> _StreamPass:
+    """The pass every run gets before anything is judged; its judgements are pending in ``judgements``' folder,
+    unless an intact ``judgements.jsonl`` is there already (a re-evaluation: ``stream_finish`` then compares keys
+    and writes the file only if it changed)."""
+    paths = {"metrics": judgements.parent / "metrics.json", "judgements": judgements}
+    unchanged = previous_judgements_record(paths, None)
+    pending = None if unchanged is not None else PendingFile(judgements)
+    try:
+        got = _stream_pass(stream, judge.id, judge.prompt_version, opts, cache, pending)
+    except BaseException:
+        if pending is not None:
+            pending.drop()
+        raise
+    got.unchanged = unchanged
+    return got
+
+
+def stream_finish(stream: RunStream, name: str, judge: Any, opts: EvalOptions, cache: JudgementCache,
+                  got: _StreamPass, judgements: Path, judge_runner: Callable[..., Any]
+                  ) -> tuple[EvalResult, PendingFile | None, Any]:
+    """The run's result, its pending judgements file (None: the one there holds the same) and the key of what it
+    holds: at once when every pair was cached in the first pass, else after judging the missing pairs (the run
+    read again for their texts) and a last pass."""
+    if not got.missing:
+        got.stats.cached = got.stats.pairs
+        if got.pending is None and not (got.unchanged and got.unchanged.get("key") == got.key.hexdigest()):
+            pending = PendingFile(judgements)  # the file there holds other judgements: read again to write them
+            try:
+                got = replace(_stream_pass(stream, judge.id, judge.prompt_version, opts, cache, pending),
+                              stats=got.stats, unchanged=None)
+            except BaseException:
+                pending.drop()
+                raise
+        return _stream_result(stream, name, judge, opts, got), got.pending, got.key
+    texts = _stream_pass(stream, judge.id, judge.prompt_version, opts, cache, None, keep_texts=True)  # (judged since?)
+    pairs = [(pd, sd) for pd, sds in texts.missing.items() for sd in sds]
+    judged, seconds, extra = 0, 0.0, None
+    if pairs:
+        if opts.overwrite == "never":
+            raise BerdsError(
+                f"{len(pairs)} of {texts.stats.pairs} pairs are not in the judgement cache for judge {judge.id!r} and "
+                f"--overwrite never forbids judging them — use --overwrite only-missing")
+        started = time.perf_counter()
+        missing = [JudgePair(perspective=texts.texts[pd], passage=texts.texts[sd]) for pd, sd in pairs]
+        bs = opts.batch_size or int(getattr(judge, "batch_size", 0) or 64) * 4
+        answered = judge_runner(judge, missing, cache, batch_size=bs, progress=opts.progress,
+                                description=opts.description or f"judging {name or 'run'}")
+        asked = set(pairs)
+        digest = Digests()
+        extra = {}
+        for (perspective, passage), v in answered.items():
+            key = (digest(perspective), digest(passage))
+            if key in asked:  # (only the pairs asked for: see evaluate_run)
+                asked.discard(key)
+                extra.setdefault(key[0], {})[key[1]] = (int(bool(v.label)), v.p_yes,
+                                                        json.dumps(v.detail) if v.detail else None)
+        if asked:
+            raise BerdsError(f"the judge runner answered {len(pairs) - len(asked)} of the {len(pairs)} pairs it "
+                             f"was given for judge {judge.id!r} — every pair needs a verdict")
+        judged, seconds = len(pairs), time.perf_counter() - started
+    pending = PendingFile(judgements)
+    try:
+        last = _stream_pass(stream, judge.id, judge.prompt_version, opts, cache, pending, extra=extra)
+    except BaseException:
+        pending.drop()
+        raise
+    if last.missing:
+        pending.drop()
+        raise BerdsError(f"run {name!r}: some pairs have no verdict after judging — the judge runner returned fewer "
+                         "verdicts than it was given")
+    last.stats.judged, last.stats.seconds = judged, seconds
+    last.stats.cached = last.stats.pairs - judged
+    return _stream_result(stream, name, judge, opts, last), pending, last.key
+
+
+def stream_write_outputs(result: EvalResult, pending: PendingFile | None, key: Any, out_dir: Path,
+                         unchanged: dict[str, Any] | None = None) -> dict[str, Path]:
+    """``write_eval_outputs`` for a streamed run: its judgements are written already (``pending``), or the file
+    there holds the same (``pending`` None: ``unchanged`` is its record, checked by the first pass); an unchanged
+    file is left as it is (the pending one dropped), else the pending one takes its place, then ``metrics.json``."""
+    from berds.io import write_json
+
+    paths = {"metrics": out_dir / "metrics.json", "judgements": out_dir / "judgements.jsonl"}
+    key = key.hexdigest()
+    record = unchanged if pending is None else previous_judgements_record(paths, key)
+    if record is not None:
+        if pending is not None:
+            pending.drop()
+    else:
+        pending.commit()
+        record = {"key": key, "sha256": pending.sha256.hexdigest(), "bytes": pending.size}
+    write_json(paths["metrics"], {**result.to_json(), "judgements_file": record})
+    return paths
+
+
+def stream_run(path: Path, opts: EvalOptions) -> RunStream | None:
+    """The run at ``path`` opened to be read question by question (its folder-level checks made), or None where it
+    must be read whole (``RunStream.streamable``)."""
+    stream = RunStream(path, allow_empty=opts.allow_short, duplicates=opts.duplicates, duplicates_option="--duplicates",
+                       title_position=opts.title_position)
+    return stream if stream.streamable else None

@@ -120,18 +120,22 @@ def reranked_run_problems(before: Any, after: Any) -> list[str]:
 
     for qid in before.questions:
         given = {h.passage.id: h.passage for h in before.hits[qid]}
-        ids = [h.passage.id for h in after.hits[qid]]
-        # a passage may appear as often as the input repeats it (the study's expansion merge keeps repeats), no more
-        if Counter(ids) - Counter(h.passage.id for h in before.hits[qid]):
+        out = after.hits[qid]
+        ids = [h.passage.id for h in out]
+        # a passage may appear as often as the input repeats it (the study's expansion merge keeps repeats), no more;
+        # (counted only when the output has a repeat: the usual ranking has none, and a set is one C-level pass)
+        if len(set(ids)) != len(ids) and Counter(ids) - Counter(h.passage.id for h in before.hits[qid]):
             problems.append(f"question {qid!r}: duplicate passages")
         foreign = [i for i in ids if i not in given]
         if foreign:
             problems.append(f"question {qid!r}: passages not in its input list: {foreign[:3]}")
-        changed = [h.passage.id for h in after.hits[qid] if h.passage.id in given and h.passage != given[h.passage.id]]
+        # (a reranker hands the input's own Passage objects back: `is` settles those without comparing texts)
+        changed = [h.passage.id for h in out if h.passage.id in given and h.passage is not given[h.passage.id]
+                   and h.passage != given[h.passage.id]]
         if changed:
             problems.append(f"question {qid!r}: passage text or title changed: {changed[:3]}")
-        scores = [float(h.score) for h in after.hits[qid]]
-        if any(not math.isfinite(s) for s in scores):
+        scores = [float(h.score) for h in out]
+        if not all(map(math.isfinite, scores)):
             problems.append(f"question {qid!r}: scores must be finite")
         elif any(b > a for a, b in zip(scores, scores[1:])):
             problems.append(f"question {qid!r}: scores must not increase down the list (TREC tools sort by score)")
@@ -155,8 +159,9 @@ def rerank_file(name: str | Any, run_path: Any, out: Any, *, options: dict[str, 
     import os
     from pathlib import Path
 
-    from berds.io import lock_folder
+    from berds.io import lock_folder, prefetch_environment_info
 
+    prefetch_environment_info()  # (the manifest's versions, read while the run is reranked)
     out = Path(out)
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)

@@ -207,8 +207,11 @@ class EmbeddingCache:
         if len(dims) > 1:
             raise BerdsError(f"encoder {model_id!r} has vectors of several sizes {sorted(dims)} in {self.path} — "
                              "is the embedding cache shared by two models with the same id?")
-        hit = np.fromiter((k in found for k in keys), dtype=bool, count=len(keys))
         dim = dims.pop() if dims else 0
+        if len(found) == len(set(keys)):  # every text cached (a rerun): the blobs joined are the matrix, one copy
+            blobs = bytearray().join(found[k] for k in keys)  # (a bytearray: the matrix stays writable)
+            return np.frombuffer(blobs, dtype=np.float32).reshape(len(keys), dim), np.ones(len(keys), dtype=bool)
+        hit = np.fromiter((k in found for k in keys), dtype=bool, count=len(keys))
         matrix = np.zeros((len(keys), dim), dtype=np.float32)
         if dim:
             matrix[hit] = np.frombuffer(b"".join(found[k] for k in keys if k in found),
