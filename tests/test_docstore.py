@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import re
 import shutil
 import struct
 from pathlib import Path
@@ -38,7 +39,7 @@ def test_round_trip_across_commits(tmp_path, compression):
     assert len(store) == 257
     assert list(store) == passages
     assert list(store.ids()) == [p.id for p in passages]
-    assert store.manifest["format"] == 2 and store.manifest["compression"] == compression
+    assert store.manifest["format"] == 3 and store.manifest["compression"] == compression
     assert store.manifest["files"] == {"data.mdb": (tmp_path / "s" / "data.mdb").stat().st_size}
     assert not (tmp_path / "s" / "lock.mdb").exists()
     # readers map the file's size (plus a margin), not the 1 TB the writer reserved
@@ -368,7 +369,7 @@ def test_old_format_store_names_the_upgrade_and_upgrades_to_the_same_fingerprint
     with pytest.raises(InputError, match=r"older berds \(store format 1\).*berds corpus upgrade"):
         PassageStore.open(old)
     store = upgrade_passage_store(old)
-    assert store.fingerprint == fingerprint and len(store) == 30 and store.manifest["format"] == 2
+    assert store.fingerprint == fingerprint and len(store) == 30 and store.manifest["format"] == 3
     assert store.get("p7").text.endswith("naïve café") and store.group_of("p7") == "g1" and store.group_of("p8") is None
     assert store.manifest["metadata"]["source"] == "tests/test_docstore.py"
     assert sorted(p.name for p in old.iterdir()) == ["data.mdb", "groups.npy", "manifest.json"]
@@ -407,8 +408,11 @@ def test_verify_finds_a_damaged_passage(tmp_path):
     # Same size, so only reading everything back can tell. Every copy: LMDB's free pages may hold stale ones.
     data.write_bytes(data.read_bytes().replace(needle, b"X" + needle[1:]))
     damaged = PassageStore.open(tmp_path / "s")
-    assert damaged.get("p123").text.startswith("Xext")
-    with pytest.raises(InputError, match="damaged.*do not match the manifest's fingerprint"):
+    # format 3: the record's checksum finds it on every read, and names it
+    named = r"damaged: record 123 \(passage 'p123'\) fails its checksum .*corpus info --verify"
+    with pytest.raises(InputError, match=named):
+        damaged.get("p123")
+    with pytest.raises(InputError, match=named):
         damaged.verify()
 
 
@@ -486,7 +490,7 @@ def test_cli_upgrade_then_info_verify(tmp_path):
     result = runner.invoke(app, ["corpus", "upgrade", str(old)])
     assert result.exit_code == 0, result.output
     flat = " ".join(result.output.split())  # rich wraps long lines
-    assert "30 passages in store format 2" in flat and f"fingerprint {fingerprint[:16]} unchanged" in flat
+    assert "30 passages in store format 3" in flat and f"fingerprint {fingerprint[:16]} unchanged" in flat
     result = runner.invoke(app, ["corpus", "info", "--verify", "--json", str(old)])
     assert result.exit_code == 0, result.output
     info = json.loads(result.output)
@@ -494,7 +498,9 @@ def test_cli_upgrade_then_info_verify(tmp_path):
     data = old / "data.mdb"
     data.write_bytes(data.read_bytes().replace("naïve café".encode(), "Naïve café".encode()))
     damaged = runner.invoke(app, ["corpus", "info", "--verify", str(old)])
-    assert damaged.exit_code != 0 and "fingerprint" in str(damaged.exception) and "rebuild it" in str(damaged.exception)
+    assert damaged.exit_code != 0
+    assert re.search(r"record \d+ \(passage 'p\d+'\) fails its checksum", str(damaged.exception))
+    assert "rebuild it" in str(damaged.exception)
 
 
 def test_sibling_folders_berds_did_not_make_are_never_deleted(tmp_path):
