@@ -220,6 +220,30 @@ def _decode_crc(value: bytes) -> Passage:
     return p
 
 
+def _decode_crc_many(values: list[bytes]) -> list[Passage]:
+    """``[_decode_crc(v) for v in values]`` in one loop (no call per record: ~10% of a batch read by record
+    number, where a dense search's hits spend their time); raises as ``_decode_crc`` does."""
+    out: list[Passage] = []
+    add, crc, unpack, new, head, tail = out.append, _crc32, _HEAD.unpack_from, _new_passage, _HEAD_SIZE, -_CRC_SIZE
+    for value in values:
+        if crc(value) != _CRC_RESIDUE:
+            raise ChecksumError()
+        _, a, t, s = unpack(value)
+        text = value[head:tail].decode("utf-8")
+        e2 = a + t
+        e3 = e2 + s
+        if e3 > len(text) or not a:
+            raise DamagedRecordError(f"record header says {a}+{t}+{s} characters of id, title and source in {len(text)}")
+        p = new(Passage)
+        d = p.__dict__
+        d["id"] = text[:a]
+        d["text"] = text[e3:]
+        d["title"] = text[a:e2]
+        d["source"] = text[e2:e3]
+        add(p)
+    return out
+
+
 def _decode_crc_zlib(value: bytes) -> Passage:
     if _crc32(value) != _CRC_RESIDUE:
         raise ChecksumError()
@@ -1125,6 +1149,8 @@ class PassageStore:
                 values = list(map(passage_get, keys))
                 if None in values:
                     raise self._damaged(KeyError(f"record {rows[values.index(None)]} is missing"))
+                if self._decode is _decode_crc:
+                    return _decode_crc_many(values)
                 return list(map(self._decode, values))
         except _DECODE_ERRORS:
             raise self._first_bad(keys, values) from None
