@@ -1188,9 +1188,17 @@ class PassageStore:
     def __iter__(self) -> Iterator[Passage]:
         """All passages in store order (the order they were added), streaming."""
         try:
-            yield from map(self._decode, self._values())
+            yield from self._decoded(self._values())
         except _DECODE_ERRORS as e:
             raise self._locate_bad(e) from None
+
+    def _decoded(self, values: Iterator[bytes]) -> Iterator[Passage]:
+        """``map(self._decode, values)``; format-3 records without compression 1,024 at a time in one loop."""
+        if self._decode is not _decode_crc:
+            yield from map(self._decode, values)
+            return
+        while chunk := list(islice(values, 1024)):
+            yield from _decode_crc_many(chunk)
 
     def _locate_bad(self, error: Exception) -> InputError:
         """The error naming the first record that fails to decode (a stream stopped at it: the records before it
@@ -1219,7 +1227,7 @@ class PassageStore:
         decode, value = self._decode, None
         if self._checksummed:  # each record's CRC-32 is checked as it is decoded; _values checks numbers and count
             try:
-                yield from map(decode, self._values(verify=True))
+                yield from self._decoded(self._values(verify=True))
             except _DECODE_ERRORS as e:
                 raise self._locate_bad(e) from None
             return
