@@ -221,7 +221,7 @@ def bench_raw_engine(store_path: str, ids: list[str], rounds: int) -> dict:
 
     def unpack(value: bytes) -> tuple:
         _, a, t, s = head.unpack_from(value)
-        text = value[16:].decode("utf-8")
+        text = value[16:-4].decode("utf-8")  # (store format 3: the record ends with its CRC-32, unchecked here)
         return text[:a], text[a + t + s:], text[a:a + t], text[a + t:a + t + s]
 
     from berds.corpora.docstore import _reader_env

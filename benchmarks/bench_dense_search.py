@@ -9,12 +9,20 @@ searched at k = 10 and 100 by:
 * berds ids  — ``DenseIndex.search`` (the same, plus equal scores at the cut ordered by passage id);
 * raw texts  — raw ids + id -> (title, text) from a dict of the whole corpus in memory (the fastest a user can
                do, at the memory cost of the corpus: no option at 21M passages);
-* berds hits — ``DenseIndex.search`` + ``hits_from_store``: ``Hit``s with their ``Passage``s from the store.
+* raw store  — raw ids + (id, title, text) read from an LMDB database by row: the store's own ``data.mdb``, a
+               ``get`` per hit (a copy of it) of the record keyed by the row number in one read transaction, its UTF-8 decoded
+               and sliced by the header's lengths (no checksum, no ``Passage``: the strongest raw read from disk);
+* berds hits — what ``DenseRetriever.search`` does once the queries are encoded, for an index built from the
+               store (its rows are the store's record numbers): ``DenseIndex.search_rows`` + ``hits_from_records``,
+               ``Hit``s with their ``Passage``s read by record number, their ids checked against the index's;
+* berds hits by id — the path before (and for indexes that do not record their row order): ``DenseIndex.search``
+               + ``hits_from_store`` (``get_many``: each id looked up in the store's id table).
 
 Contestants take turns, each round led by another (benchmarks/turns.py); medians (min-max) of ``--rounds`` and
 of the per-round ratios are printed, and both sides must return the same ids.
 
     python benchmarks/bench_dense_search.py --passages 20000 --queries 200 --rounds 10
+    python benchmarks/bench_dense_search.py --passages 20000 --queries 200 --rounds 10 --dim 256
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--passages", type=int, default=20_000)
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--dim", type=int, default=16, help="the tiny model's vector size (FAISS's share grows with it)")
     args = ap.parse_args(argv)
 
     import faiss
@@ -47,15 +56,16 @@ def main(argv: list[str] | None = None) -> None:
     from berds.indexes.base import read_ids
     from berds.indexes.encoders import EncoderSpec
     from berds.indexes.faiss import DenseIndex, build_dense_index
-    from berds.retrievers.base import hits_from_store
+    from berds.retrievers.base import hits_from_records, hits_from_store
 
     work = Path(tempfile.mkdtemp(prefix="berds-bench-dense-search-"))
     try:
-        spec = EncoderSpec(name="tiny", model=str(tiny_bert(work / "bert")), pooling="mean", max_length=32)
+        spec = EncoderSpec(name="tiny", model=str(tiny_bert(work / "bert", hidden=args.dim)), pooling="mean", max_length=32)
         write_passage_store(random_passages(args.passages, seed=1, min_words=60, max_words=100), work / "store")
         build_dense_index(work / "store", work / "index", encoder=spec, progress=False, batch_size=256)
         index = DenseIndex(work / "index")
         index.open(per_group=False)
+        assert index.rows_are_store_records
         store = PassageStore.open(work / "store")
         raw_index = faiss.read_index(str(work / "index" / "faiss.index"))
         ids = read_ids(work / "index" / "docids.txt")
@@ -65,6 +75,24 @@ def main(argv: list[str] | None = None) -> None:
         def raw_ids(k):
             s, r = raw_index.search(vectors, k)
             return [[(ids[j], x) for x, j in zip(sr, rr) if j >= 0] for sr, rr in zip(s.tolist(), r.tolist())]
+
+        import lmdb
+        import struct
+
+        shutil.copytree(work / "store", work / "raw-store")  # (LMDB opens a file once per process: berds holds it)
+        env = lmdb.open(str(work / "raw-store"), readonly=True, lock=False, max_dbs=3)
+        records = env.begin(db=env.open_db(b"passages", create=False))
+        rec_get, key, head = records.get, struct.Struct(">Q").pack, struct.Struct("<iIII").unpack_from
+
+        def from_record(value):
+            _, a, t, s = head(value)
+            text = value[16:-4].decode("utf-8")
+            return text[:a], text[a:a + t], text[a + t + s:]
+
+        def raw_store(k):
+            s, r = raw_index.search(vectors, k)
+            return [[(ids[j], x, from_record(rec_get(key(j)))) for x, j in zip(sr, rr) if j >= 0]
+                    for sr, rr in zip(s.tolist(), r.tolist())]
 
         def raw_texts(k):
             s, r = raw_index.search(vectors, k)
@@ -76,16 +104,27 @@ def main(argv: list[str] | None = None) -> None:
               f"of {args.rounds} alternated rounds")
         for k in (10, 100):
             calls = {"raw ids": lambda: raw_ids(k), "berds ids": lambda: index.search(vectors, k),
-                     "raw texts": lambda: raw_texts(k), "berds hits": lambda: hits_from_store(store, index.search(vectors, k))}
+                     "raw texts": lambda: raw_texts(k), "raw store": lambda: raw_store(k),
+                     "berds hits": lambda: hits_from_records(store, *index.search_rows(vectors, k)),
+                     "hits by id": lambda: hits_from_store(store, index.search(vectors, k))}
             times: dict[str, list[float]] = {name: [] for name in calls}
             for turn in range(args.rounds):
                 got = take_turns(calls, turn)
                 for name, (_, secs) in got.items():
                     times[name].append(secs)
-            ranked = [[d for d, _ in sorted(q, key=lambda t: (-t[1], t[0]))] for q in got["raw ids"][0]]
-            assert ranked == [[d for d, _ in q] for q in got["berds ids"][0]], "ids differ"
-            assert ranked == [[h.passage.id for h in q] for q in got["berds hits"][0]], "hits differ"
-            for berds, raw in (("berds ids", "raw ids"), ("berds hits", "raw texts")):
+            def above_cut(pairs):  # (id, score) ranked; those scoring above the last (ties at the cut: berds searches
+                # deeper and keeps the smallest ids, raw FAISS keeps its row order; both are right)
+                pairs = sorted(pairs, key=lambda t: (-t[1], t[0]))
+                return [(d, x) for d, x in pairs if x > pairs[-1][1]], [x for _, x in pairs]
+
+            raw = [above_cut(q) for q in got["raw ids"][0]]
+            assert raw == [above_cut(q) for q in got["berds ids"][0]], "ids differ"
+            assert raw == [above_cut([(h.passage.id, h.score) for h in q]) for q in got["berds hits"][0]], "hits differ"
+            assert got["berds hits"][0] == got["hits by id"][0], "hits by record differ from hits by id"
+            served = {h.passage.id: h.passage.text for q in got["berds hits"][0] for h in q}
+            assert all(served.get(d, t[2]) == t[2] for q in got["raw store"][0] for d, _, t in q), "texts differ"
+            for berds, raw in (("berds ids", "raw ids"), ("berds hits", "raw store"), ("berds hits", "raw texts"),
+                               ("hits by id", "raw store")):
                 ratio = [b / r for b, r in zip(times[berds], times[raw])]
                 print(f"k={k:<3} {berds:>10} {spread([args.queries / t for t in times[berds]], '{:,.0f}'):>26} q/s   "
                       f"{raw:>9} {spread([args.queries / t for t in times[raw]], '{:,.0f}'):>26} q/s   "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import re
 import shutil
 import struct
 from pathlib import Path
@@ -38,7 +39,7 @@ def test_round_trip_across_commits(tmp_path, compression):
     assert len(store) == 257
     assert list(store) == passages
     assert list(store.ids()) == [p.id for p in passages]
-    assert store.manifest["format"] == 2 and store.manifest["compression"] == compression
+    assert store.manifest["format"] == 3 and store.manifest["compression"] == compression
     assert store.manifest["files"] == {"data.mdb": (tmp_path / "s" / "data.mdb").stat().st_size}
     assert not (tmp_path / "s" / "lock.mdb").exists()
     # readers map the file's size (plus a margin), not the 1 TB the writer reserved
@@ -368,7 +369,7 @@ def test_old_format_store_names_the_upgrade_and_upgrades_to_the_same_fingerprint
     with pytest.raises(InputError, match=r"older berds \(store format 1\).*berds corpus upgrade"):
         PassageStore.open(old)
     store = upgrade_passage_store(old)
-    assert store.fingerprint == fingerprint and len(store) == 30 and store.manifest["format"] == 2
+    assert store.fingerprint == fingerprint and len(store) == 30 and store.manifest["format"] == 3
     assert store.get("p7").text.endswith("naïve café") and store.group_of("p7") == "g1" and store.group_of("p8") is None
     assert store.manifest["metadata"]["source"] == "tests/test_docstore.py"
     assert sorted(p.name for p in old.iterdir()) == ["data.mdb", "groups.npy", "manifest.json"]
@@ -407,8 +408,11 @@ def test_verify_finds_a_damaged_passage(tmp_path):
     # Same size, so only reading everything back can tell. Every copy: LMDB's free pages may hold stale ones.
     data.write_bytes(data.read_bytes().replace(needle, b"X" + needle[1:]))
     damaged = PassageStore.open(tmp_path / "s")
-    assert damaged.get("p123").text.startswith("Xext")
-    with pytest.raises(InputError, match="damaged.*do not match the manifest's fingerprint"):
+    # format 3: the record's checksum finds it on every read, and names it
+    named = r"damaged: record 123 \(passage 'p123'\) fails its checksum .*corpus info --verify"
+    with pytest.raises(InputError, match=named):
+        damaged.get("p123")
+    with pytest.raises(InputError, match=named):
         damaged.verify()
 
 
@@ -486,7 +490,7 @@ def test_cli_upgrade_then_info_verify(tmp_path):
     result = runner.invoke(app, ["corpus", "upgrade", str(old)])
     assert result.exit_code == 0, result.output
     flat = " ".join(result.output.split())  # rich wraps long lines
-    assert "30 passages in store format 2" in flat and f"fingerprint {fingerprint[:16]} unchanged" in flat
+    assert "30 passages in store format 3" in flat and f"fingerprint {fingerprint[:16]} unchanged" in flat
     result = runner.invoke(app, ["corpus", "info", "--verify", "--json", str(old)])
     assert result.exit_code == 0, result.output
     info = json.loads(result.output)
@@ -494,7 +498,9 @@ def test_cli_upgrade_then_info_verify(tmp_path):
     data = old / "data.mdb"
     data.write_bytes(data.read_bytes().replace("naïve café".encode(), "Naïve café".encode()))
     damaged = runner.invoke(app, ["corpus", "info", "--verify", str(old)])
-    assert damaged.exit_code != 0 and "fingerprint" in str(damaged.exception) and "rebuild it" in str(damaged.exception)
+    assert damaged.exit_code != 0
+    assert re.search(r"record \d+ \(passage 'p\d+'\) fails its checksum", str(damaged.exception))
+    assert "rebuild it" in str(damaged.exception)
 
 
 def test_sibling_folders_berds_did_not_make_are_never_deleted(tmp_path):
@@ -593,3 +599,89 @@ def test_a_second_build_of_the_same_store_at_once_is_refused(tmp_path):
     with PassageStoreWriter(out, overwrite=True) as w:  # and a finished one too
         w.add(Passage("c", "other text"))
     assert [p.id for p in PassageStore.open(out)] == ["c"]
+
+
+# -- add_many's batched writes (issue 36 item 3): the same store as add, byte for byte ---------------------------
+def _database(folder) -> dict:
+    """Every (key, value) of the store's three LMDB tables, as stored."""
+    from berds.corpora.docstore import _reader_env
+
+    env = _reader_env(Path(folder))  # (the store's own: LMDB opens a file once per process)
+    out = {}
+    for name in (b"passages", b"ids", b"meta"):
+        with env.begin(db=env.open_db(name, create=False)) as txn:
+            out[name] = [(bytes(k), bytes(v)) for k, v in txn.cursor().iternext()]
+    return out
+
+
+def _mixed_passages(n: int) -> list[Passage]:
+    texts = ["plain ascii words", 'a "quote" and a \\ backslash', "line\nbreak\ttab", "café ünïcode", "東京 𝄞", "\x01ctl", ""]
+    return [Passage(("long-" + "x" * 600 + str(i)) if i % 23 == 5 else f"d{i}", texts[i % len(texts)] + f" {i}",
+                    title=texts[(i + 2) % len(texts)], source=f"src{i % 4}") for i in range(n)]
+
+
+@pytest.mark.parametrize("compression", ["none", "zlib"])
+@pytest.mark.parametrize("grouped", [False, True])
+def test_add_many_writes_the_same_bytes_as_add_one_by_one(tmp_path, compression, grouped, monkeypatch):
+    import berds.corpora.docstore as docstore
+
+    monkeypatch.setattr(docstore, "_WRITE_BATCH", 10)  # batches cut by commits (shard_size 7) and by each other
+    passages = _mixed_passages(120)
+    runs = [(0, 25, None), (25, 60, "qa" if grouped else None), (60, 61, None), (61, 120, "qb" if grouped else None)]
+    with PassageStoreWriter(tmp_path / "one", shard_size=7, compression=compression) as w:
+        for start, end, group in runs:
+            for p in passages[start:end]:
+                w.add(p, group=group)
+    with PassageStoreWriter(tmp_path / "many", shard_size=7, compression=compression) as w:
+        monkeypatch.setattr(w, "add", None)  # (the batched path, not add one by one)
+        for start, end, group in runs:
+            assert w.add_many(iter(passages[start:end]), group=group) == end - start
+    one, many = PassageStore.open(tmp_path / "one"), PassageStore.open(tmp_path / "many")
+    assert many.fingerprint == one.fingerprint and many.manifest["groups"] == one.manifest["groups"]
+    assert _database(tmp_path / "many") == _database(tmp_path / "one")
+    assert (tmp_path / "many" / "groups.npy").exists() == grouped
+    if grouped:
+        assert (tmp_path / "many" / "groups.npy").read_bytes() == (tmp_path / "one" / "groups.npy").read_bytes()
+    assert list(many) == passages and [many.group_of(p.id) for p in passages] == [one.group_of(p.id) for p in passages]
+
+
+def test_add_many_keeps_the_fingerprint_of_stores_written_before_it():
+    # the format-2 fixture was written (and its fingerprint computed) by the per-passage writer of before
+    fixture = Path(__file__).parent / "data" / "store-format2"
+    store = PassageStore.open(fixture)
+    pairs = [(p, store.group_of(p.id)) for p in store]
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        with PassageStoreWriter(Path(tmp) / "s") as w:
+            for group, run in itertools.groupby(pairs, key=lambda pair: pair[1]):
+                w.add_many([p for p, _ in run], group=group)
+        assert w.fingerprint == store.fingerprint == json.loads((fixture / "manifest.json").read_text())["fingerprint"]
+
+
+@pytest.mark.parametrize("bad, error", [
+    (Passage("d3", "again"), r"duplicate passage id 'd3' \(first added as passage number 4\)"),
+    (Passage("dX", "x" * 101), r"passage 'dX' has 101 characters of text, over the limit of 100"),
+    (Passage("dX", "a lone \ud800 surrogate"), r"passage 'dX' holds a lone surrogate"),
+    ("not a passage", r"expected a berds.types.Passage, got str"),
+])
+def test_add_many_refuses_what_add_refuses_at_the_same_passage(tmp_path, monkeypatch, bad, error):
+    monkeypatch.setenv("BERDS_MAX_TEXT_CHARS", "100")
+    batch = [Passage(f"d{i}", f"text {i}") for i in range(8)] + [bad] + [Passage(f"e{i}", "more") for i in range(5)]
+    with PassageStoreWriter(tmp_path / "s", shard_size=3) as w:
+        with pytest.raises(InputError, match=error):
+            w.add_many(batch)
+        assert len(w) == 8  # the passages before it are in, as with add; nothing after it
+        assert w.add_many([Passage("z", "after the error, the writer goes on")]) == 1
+    store = PassageStore.open(tmp_path / "s")
+    assert [p.id for p in store] == [f"d{i}" for i in range(8)] + ["z"] and store.verify()["verified"]
+
+
+def test_add_many_refuses_an_id_repeated_inside_one_batch_and_undoes_the_batch(tmp_path):
+    with PassageStoreWriter(tmp_path / "s") as w:
+        w.add_many([Passage("a", "1")])
+        with pytest.raises(InputError, match=r"duplicate passage id 'b' \(first added as passage number 3\)"):
+            w.add_many([Passage("x", "2"), Passage("b", "3"), Passage("y", "4"), Passage("b", "5")])
+        assert len(w) == 4
+    store = PassageStore.open(tmp_path / "s")
+    assert [p.id for p in store] == ["a", "x", "b", "y"] and store.verify()["verified"]

@@ -183,7 +183,10 @@ def info_command(
     table.add_column(style="bold")
     table.add_column(overflow="fold")
     for key, value in info.items():
-        if isinstance(value, bool):
+        if key == "format":
+            value = (f"{value} (each record carries a checksum)" if value >= 3
+                     else f"{value} (records without checksums: `berds corpus upgrade {path}` adds them)")
+        elif isinstance(value, bool):
             value = "yes: every passage read back matches the fingerprint" if value else "no"
         elif key.endswith("_bytes"):
             value = human_bytes(value)
@@ -234,7 +237,8 @@ def show_command(
 @corpus_app.command("upgrade", short_help="Convert an older store format in place.")
 def upgrade_command(
     path: Path = typer.Argument(..., help="A passage store folder written by an older berds."),
-    compression: str = COMPRESSION,
+    compression: Optional[str] = typer.Option(None, "--compression", help="none or zlib (default: as the store is; "
+                                              "a format-1 store: none)."),
 ) -> None:
     """Convert a store of an older format in place; same passages, same fingerprint (indexes stay valid)."""
     from rich.console import Console

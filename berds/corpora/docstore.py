@@ -2,7 +2,7 @@
 
 A store is a folder::
 
-    manifest.json   kind "passage-store", format 2, counts, groups, fingerprint, file sizes, builder metadata
+    manifest.json   kind "passage-store", format 3 (2: before record checksums), counts, groups, fingerprint, file sizes, builder metadata
     data.mdb        an LMDB database (https://www.symas.com/lmdb) with three tables:
                       passages  record number (8 bytes, big-endian, so key order = store order) -> passage
                       ids       passage id (utf-8; ids over 480 bytes by their sha256) -> record number
@@ -17,7 +17,12 @@ hand-written id index this module used to carry. docs/corpora.md has the figures
 
 A passage is stored as ``struct("<iIII")`` (group number, character counts of id, title, source) followed by
 id + title + source + text in utf-8 (one decode per read), zlib-compressed when the store was written with
-``compression="zlib"`` (~1.9x smaller, a few µs more per lookup).
+``compression="zlib"`` (~1.9x smaller, a few µs more per lookup), then (format 3) the CRC-32 of all that, 4 bytes
+little-endian. The CRC-32 of a whole record is then one constant (``_CRC_RESIDUE``), so every read that decodes a
+record (lookups, scans, indexing) checks it with one ``zlib.crc32`` call (~0.3 µs for a 700-byte passage) and a
+changed byte is an error naming the record and its passage, never a changed passage served or indexed. Format-2
+stores (no checksum) are still read: their whole-store reads recompute the fingerprint instead (``_StreamCheck``),
+and ``berds corpus upgrade`` rewrites them as format 3 with the same fingerprint.
 
 Writes are atomic at the folder level: the store is built in ``<out>.building/`` and renamed into place
 when the writer closes cleanly. The writer commits every ``shard_size`` passages (and at least every
@@ -32,6 +37,7 @@ always give the same fingerprint; indexes and runs record it to prove which corp
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -68,15 +74,21 @@ from berds.io import (
 from berds.types import Passage
 
 STORE_KIND = "passage-store"
-STORE_FORMAT = 2
+STORE_FORMAT = 3
+READ_FORMATS = (2, 3)  # 2: records without a checksum (berds before issue 33), read with store-level checks
 DATA_FILE = "data.mdb"
 GROUPS_FILE = "groups.npy"
 _MAP_SIZE = 1 << 40  # address space only: LMDB grows the file as it writes (Linux/macOS keep it sparse)
 _TXN_BYTES = 64 << 20  # LMDB holds a write transaction's pages in memory until commit: this bounds the writer
 _MAX_KEY = 480  # LMDB keys are at most 511 bytes
+_WRITE_BATCH = 128  # passages PassageStoreWriter.add_many encodes and puts at once (measured: 32-1,024 alike)
 _REC = struct.Struct(">Q")
 _HEAD = struct.Struct("<iIII")  # group number; character counts of id, title, source
 _HEAD_SIZE = _HEAD.size
+_CRC = struct.Struct("<I")  # format 3: a record ends with the CRC-32 of what comes before it
+_CRC_SIZE = _CRC.size
+_CRC_RESIDUE = 0x2144DF1C  # zlib.crc32(data + crc32(data) little-endian) for any data: one call checks a record
+_crc32 = zlib.crc32
 
 __all__ = [
     "PassageStoreWriter",
@@ -153,6 +165,13 @@ class DamagedRecordError(ValueError):
     """A stored record whose header does not fit its contents (its field lengths run past its end)."""
 
 
+class ChecksumError(DamagedRecordError):
+    """A format-3 record whose bytes do not give the CRC-32 written at its end."""
+
+    def __init__(self) -> None:
+        super().__init__("fails its checksum (the CRC-32 written with it)")
+
+
 # what decoding a damaged record raises (reads turn each into the store's "damaged" InputError)
 _DECODE_ERRORS = (UnicodeDecodeError, struct.error, zlib.error, DamagedRecordError)
 
@@ -182,8 +201,79 @@ def _decode_zlib(value: bytes) -> Passage:
     return _decode(value[:_HEAD_SIZE] + zlib.decompress(value[_HEAD_SIZE:]))
 
 
-def _decoder(compressed: bool) -> Callable[[bytes], Passage]:
+def _decode_crc(value: bytes) -> Passage:
+    """A format-3 record (``_decode`` after its checksum)."""
+    if _crc32(value) != _CRC_RESIDUE:
+        raise ChecksumError()
+    _, a, t, s = _HEAD.unpack_from(value)
+    text = value[_HEAD_SIZE:-_CRC_SIZE].decode("utf-8")
+    e2 = a + t
+    e3 = e2 + s
+    if e3 > len(text) or not a:
+        raise DamagedRecordError(f"record header says {a}+{t}+{s} characters of id, title and source in {len(text)}")
+    p = _new_passage(Passage)
+    d = p.__dict__
+    d["id"] = text[:a]
+    d["text"] = text[e3:]
+    d["title"] = text[a:e2]
+    d["source"] = text[e2:e3]
+    return p
+
+
+def _decode_crc_many(values: list[bytes]) -> list[Passage]:
+    """``[_decode_crc(v) for v in values]`` in one loop (no call per record: ~10% of a batch read by record
+    number, where a dense search's hits spend their time); raises as ``_decode_crc`` does."""
+    out: list[Passage] = []
+    add, crc, unpack, new, head, tail = out.append, _crc32, _HEAD.unpack_from, _new_passage, _HEAD_SIZE, -_CRC_SIZE
+    for value in values:
+        if crc(value) != _CRC_RESIDUE:
+            raise ChecksumError()
+        _, a, t, s = unpack(value)
+        text = value[head:tail].decode("utf-8")
+        e2 = a + t
+        e3 = e2 + s
+        if e3 > len(text) or not a:
+            raise DamagedRecordError(f"record header says {a}+{t}+{s} characters of id, title and source in {len(text)}")
+        p = new(Passage)
+        d = p.__dict__
+        d["id"] = text[:a]
+        d["text"] = text[e3:]
+        d["title"] = text[a:e2]
+        d["source"] = text[e2:e3]
+        add(p)
+    return out
+
+
+def _decode_crc_zlib(value: bytes) -> Passage:
+    if _crc32(value) != _CRC_RESIDUE:
+        raise ChecksumError()
+    return _decode(value[:_HEAD_SIZE] + zlib.decompress(value[_HEAD_SIZE:-_CRC_SIZE]))
+
+
+def _decoder(compressed: bool, checksummed: bool = True) -> Callable[[bytes], Passage]:
+    if checksummed:
+        return _decode_crc_zlib if compressed else _decode_crc
     return _decode_zlib if compressed else _decode
+
+
+def _record(group: int, a: int, t: int, s: int, payload: bytes) -> bytes:
+    """A format-3 record: header, payload (utf-8 fields, compressed or not), the CRC-32 of both."""
+    head = _HEAD.pack(group, a, t, s)
+    return b"".join((head, payload, _CRC.pack(_crc32(payload, _crc32(head)))))
+
+
+def _record_body(value: bytes, compressed: bool, checksummed: bool) -> bytes:
+    """The utf-8 fields of a record (id + title + source + text), unchecked: for naming a damaged record."""
+    body = value[_HEAD_SIZE:-_CRC_SIZE] if checksummed else value[_HEAD_SIZE:]
+    if not compressed:
+        return body
+    inflate, out = zlib.decompressobj(), []
+    for i in range(0, len(body), 16):  # as far as the damage: the id comes first
+        try:
+            out.append(inflate.decompress(body[i:i + 16]))
+        except zlib.error:
+            break
+    return b"".join(out)
 
 
 def _group_number(value: bytes) -> int:
@@ -206,9 +296,10 @@ def _json_utf8(utf8: bytes) -> bytes:
 
 
 class _StreamCheck:
-    """The store's fingerprint recomputed over a whole-store read, record by record (``iter_passages(verify=True)``).
+    """The store's fingerprint recomputed over a whole-store read, record by record (``iter_passages(verify=True)``)
+    of a format-2 store (format 3 checks each record's CRC-32 instead, as it is decoded).
 
-    Records carry no checksum of their own, so a flipped bit that keeps a record decodable is found when the
+    Format-2 records carry no checksum of their own, so a flipped bit that keeps a record decodable is found when the
     stream ends: the last batch is then refused, so an index or encoding reading the stream is never finished
     from it. A record that cannot be decoded, a record number out of sequence or a group number outside the
     store's groups is named as it is read. Costs about as much as the read itself (``docs/reliability.md``)."""
@@ -506,7 +597,8 @@ class PassageStoreWriter:
                                                else b'",' + _json_string(group).encode("utf-8") + b"]\n")))
         if self._compressed:
             payload = zlib.compress(payload, 3)
-        value = b"".join((_HEAD.pack(gi, len(pid), len(title), len(passage.source)), payload))
+        head = _HEAD.pack(gi, len(pid), len(title), len(passage.source))
+        value = b"".join((head, payload, _CRC.pack(_crc32(payload, _crc32(head)))))  # (= _record(...))
         txn.put(record, value, db=self._passages, append=True)
         self._count += 1
         self._txn_passages += 1
@@ -527,18 +619,114 @@ class PassageStoreWriter:
         return gi
 
     def add_many(self, passages: Iterable[Passage], *, group: str | None = None) -> int:
-        """Append passages in order; returns how many were added."""
+        """Append passages in order (all to ``group``, or none); returns how many were added.
+
+        The same store as ``add`` one by one (the same record bytes, fingerprint and commits, the same errors at
+        the same passage), written a batch at a time: the records and id-table entries of up to 128 passages
+        go to LMDB in one ``putmulti`` each and the fingerprint takes one update, where ``add`` makes two puts
+        and an update per passage. A batch that holds anything ``add`` would refuse (or a repeated id) is
+        undone and added one by one, so the error comes from ``add`` at the passage that caused it."""
+        if self._closed:
+            raise BerdsError("this PassageStoreWriter is closed")
         n = 0
-        for p in passages:
-            self.add(p, group=group)
-            n += 1
-        return n
+        it = iter(passages)
+        pending: list[Passage] = []
+        while True:
+            if not pending:
+                pending = list(islice(it, _WRITE_BATCH))
+                if not pending:
+                    return n
+            room = self.shard_size - self._txn_passages  # (a batch never crosses a commit: commits stay where add puts them)
+            # A batch's lists of tuples would start the cycle collector (over every object the process holds) again
+            # and again; none is cyclic, and all are freed when the batch ends, so it is paused for the batch only
+            # (not around the producer above, whose garbage may be cyclic; no_gc's freeze would age what is young).
+            enabled = gc.isenabled()
+            gc.disable()
+            try:
+                done = self._add_batch(pending if len(pending) <= room else pending[:room], group)
+            finally:
+                if enabled:
+                    gc.enable()
+            n += done
+            pending = pending[done:]
+
+    def _add_batch(self, batch: list[Passage], group: str | None) -> int:
+        """Add the first passages of ``batch`` (at least one, at most as many as fit the transaction's byte bound)
+        the way ``add`` would; returns how many. Stops before a passage ``add`` must judge (another type, a text
+        over the limit, a lone surrogate) and leaves it to ``add`` when it comes first."""
+        if group is not None and (not isinstance(group, str) or not group):
+            self.add(batch[0], group=group)  # (raises add's error)
+        gi = -1 if group is None else self._groups.get(group, len(self._groups))
+        tail = b'"]\n' if group is None else b'",' + _json_string(group).encode("utf-8") + b"]\n"
+        limit, count, compressed, plain = self._text_limit, self._count, self._compressed, _JSON_PLAIN
+        budget = max(_TXN_BYTES - self._txn_bytes, 1)
+        head_pack, rec_pack, crc_pack, crc = _HEAD.pack, _REC.pack, _CRC.pack, _crc32
+        records, keys, lines = [], [], []
+        add_record, add_key, add_line = records.append, keys.append, lines.append
+        size = 0
+        for p in batch:
+            if type(p) is not Passage:
+                break
+            pid, title, source, text = p.id, p.title, p.source, p.text
+            if len(text) > limit:
+                break
+            try:
+                id_b, title_b, source_b, text_b = pid.encode(), title.encode(), source.encode(), text.encode()  # (UTF-8)
+            except UnicodeEncodeError:
+                break
+            payload = b"".join((id_b, title_b, source_b, text_b))
+            if b"\x00" in payload.translate(plain):  # something to escape (rare): the reference encoder
+                add_line(_fingerprint_bytes(p, group))
+            else:
+                add_line(b"".join((b'["', id_b, b'","', title_b, b'","', text_b, tail)))
+            if compressed:
+                payload = zlib.compress(payload, 3)
+            head = head_pack(gi, len(pid), len(title), len(source))
+            record = rec_pack(count)
+            value = b"".join((head, payload, crc_pack(crc(payload, crc(head)))))
+            id_key = id_b if len(id_b) <= _MAX_KEY else _id_key(pid)
+            add_record((record, value))
+            add_key((id_key, record))
+            count += 1
+            size += len(value) + len(id_key)
+            if size >= budget:
+                break
+        k = len(records)
+        if not k:
+            self.add(batch[0], group=group)  # (raises add's error, or adds a Passage subclass)
+            return 1
+        txn = self._txn
+        try:
+            with txn.cursor(db=self._ids) as cursor:
+                consumed, added = cursor.putmulti(keys, overwrite=False)
+            if added != consumed:  # a repeated id: undo this batch's entries; add names the passage
+                for id_key, record in keys:
+                    if txn.get(id_key, db=self._ids) == record:
+                        txn.delete(id_key, db=self._ids)
+                for p in batch[:k]:
+                    self.add(p, group=group)
+                return k
+            with txn.cursor(db=self._passages) as cursor:
+                cursor.putmulti(records, append=True)
+        except lmdb.Error as e:
+            raise refused_write(e, self.building / DATA_FILE) or e from None
+        self._fingerprint.update(b"".join(lines))
+        if group is not None or self._uses_groups:
+            self._group_number(group)  # (the first: registers the group, starts the per-record table)
+            self._record_groups.extend([gi] * (k - 1))
+        self._count = count
+        self._txn_passages += k
+        self._txn_bytes += size
+        if self._txn_passages >= self.shard_size or self._txn_bytes >= _TXN_BYTES:
+            self._commit()
+        return k
 
     def _commit(self) -> None:
         """Commit what was added so far, with what a resumed build needs to carry on from it."""
         try:
             self._txn.put(b"state", json.dumps({
                 "passages": self._count, "compression": self.compression, "groups": list(self._groups),
+                "format": STORE_FORMAT,
                 **({"identity": self.identity} if self.identity is not None else {}),
             }).encode(), db=self._meta)
             self._txn.commit()
@@ -556,6 +744,10 @@ class PassageStoreWriter:
             if raw is None:  # killed before its first commit: nothing to keep
                 return
             state = json.loads(raw)
+            if state.get("format") != STORE_FORMAT:  # (records of another layout: the store would mix two)
+                raise InputError(f"the interrupted build was written in store format {state.get('format', 2)} by an "
+                                 f"older berds; this one writes format {STORE_FORMAT}", path=self.building,
+                                 fix="build afresh without --resume")
             if state["compression"] != self.compression:
                 raise InputError(
                     f"the interrupted build used compression={state['compression']!r}",
@@ -713,7 +905,10 @@ class PassageStore:
         self.manifest = manifest
         self.fingerprint: str = manifest["fingerprint"]
         self._count = int(manifest["passages"])
-        self._decode = _decoder(manifest.get("compression") == "zlib")
+        self.format: int = manifest["format"]
+        self._checksummed = self.format >= 3  # records end with their CRC-32 (checked by every decode)
+        self._compressed = manifest.get("compression") == "zlib"
+        self._decode = _decoder(self._compressed, self._checksummed)
         self._group_names = list(manifest.get("groups", {}))
         gpath = path / GROUPS_FILE
         self._record_groups = np.load(gpath, mmap_mode="r") if gpath.exists() else None
@@ -745,9 +940,10 @@ class PassageStore:
         if manifest.get("format") == 1:
             raise InputError("this passage store was written by an older berds (store format 1)", path=path,
                              fix=f"convert it in place with `berds corpus upgrade {path}` (same passages, same fingerprint)")
-        if manifest.get("format") != STORE_FORMAT:
-            raise InputError(f"passage store format {manifest.get('format')!r} is not supported (expected {STORE_FORMAT})",
-                             path=path, fix="rebuild the store with this version of berds")
+        if manifest.get("format") not in READ_FORMATS:
+            raise InputError(f"passage store format {manifest.get('format')!r} is not supported (this berds reads "
+                             f"formats {', '.join(map(str, READ_FORMATS))})", path=path,
+                             fix="rebuild the store with this version of berds")
         problem = _manifest_problem(manifest)
         if problem:
             hint = _rebuild_hint(path, manifest if isinstance(manifest.get("metadata") or {}, dict) else {})
@@ -817,6 +1013,28 @@ class PassageStore:
         return StoreDamagedError(f"the passage store is damaged ({type(error).__name__}: {error})", path=self.path / DATA_FILE,
                           fix=_rebuild_hint(self.path, self.manifest))
 
+    def _bad_record(self, n: int, value: bytes | None, error: Exception) -> InputError:
+        """The error for record ``n`` (``value``: its bytes as read) that failed its checksum or cannot be decoded:
+        names the record and, when the id in it is still readable and the id table agrees, its passage."""
+        pid = self._record_id(n, value) if value is not None else None
+        which = f"record {n:,}" + (f" (passage {pid!r})" if pid is not None else "")
+        return StoreDamagedError(
+            f"the passage store is damaged: {which} "
+            f"{error if isinstance(error, ChecksumError) else f'cannot be decoded ({error})'}: its bytes were changed on "
+            "disk", path=self.path / DATA_FILE,
+            fix=f"`berds corpus info --verify {self.path}` checks every record; {_rebuild_hint(self.path, self.manifest)}")
+
+    def _record_id(self, n: int, value: bytes) -> str | None:
+        """The passage id held in damaged record ``n``, when it can be read and the id table sends it to ``n``."""
+        try:
+            _, a, _, _ = _HEAD.unpack_from(value)
+            pid = _record_body(value, self._compressed, self._checksummed).decode("utf-8", "replace")[:a]
+            if pid and self._find(pid) == n:
+                return pid
+        except (zlib.error, struct.error, StoreDamagedError):
+            pass
+        return None
+
     def _wrong_record(self, pid: str, found: str, record: bytes) -> InputError:
         return self._damaged(ValueError(f"the id table sends passage id {pid!r} to record {_REC.unpack(record)[0]}, "
                                         f"which holds passage {found!r}"))
@@ -868,10 +1086,13 @@ class PassageStore:
             record = id_get(pid.encode("utf-8") if len(pid) <= _MAX_KEY // 4 else _id_key(pid))
             if record is None:
                 raise self._missing(pid)
-            passage = self._decode(passage_get(record))
+            value = passage_get(record)
+            passage = self._decode(value)
         except (AttributeError, TypeError, lmdb.BadValsizeError):  # not a str, or ""
             raise self._missing(pid) from None
-        except (lmdb.Error, *_DECODE_ERRORS) as e:
+        except _DECODE_ERRORS as e:
+            raise self._bad_record(_REC.unpack(record)[0], value, e) from None
+        except lmdb.Error as e:
             raise self._damaged(e) from None
         if passage.id != pid:  # a damaged id table points at another record: never serve another passage
             raise self._wrong_record(pid, passage.id, record)
@@ -890,16 +1111,60 @@ class PassageStore:
                 records = list(map(id_get, [p.encode("utf-8") if len(p) <= _MAX_KEY // 4 else _id_key(p) for p in pids]))
                 if None in records:
                     raise self._missing(pids[records.index(None)])
-                passages = list(map(self._decode, map(passage_get, records)))
+                values = list(map(passage_get, records))
+                passages = list(map(self._decode, values))
         except (AttributeError, TypeError, lmdb.BadValsizeError):
             raise self._missing(next(p for p in pids if not isinstance(p, str) or not p)) from None
-        except (lmdb.Error, *_DECODE_ERRORS) as e:
+        except _DECODE_ERRORS:
+            raise self._first_bad(records, values) from None
+        except lmdb.Error as e:
             raise self._damaged(e) from None
         got = list(map(_passage_id, passages))
         if got != (pids if isinstance(pids, list) else list(pids)):  # (one list comparison: the batch's ids)
             i = next(i for i, (a, b) in enumerate(zip(got, pids)) if a != b)
             raise self._wrong_record(pids[i], got[i], records[i])
         return passages
+
+    def get_records(self, rows: Sequence[int]) -> list[Passage]:
+        """The passages at record numbers ``rows`` (store order from 0; repeats allowed), in the given order.
+
+        ``get_many`` without the id table: one LMDB read per passage where ``get_many`` makes two. For callers that
+        hold record numbers already: a dense index built from this store, whose FAISS row is the record number
+        (``DenseRetriever`` checks the ids it gets against the index's own)."""
+        try:
+            _, passage_get = self._local.getters
+        except AttributeError:
+            _, passage_get = self._getters()
+        rows = rows if isinstance(rows, list) else list(rows)
+        try:
+            keys = list(map(_REC.pack, rows))  # (struct refuses what is not a whole number from 0 to 2**64-1)
+            if rows and max(rows) >= self._count:
+                raise struct.error
+        except (struct.error, TypeError):
+            bad = next(r for r in rows if not isinstance(r, int) or not 0 <= r < self._count)
+            raise BerdsError(f"record number {bad!r} is not in this store ({self._count} passages: 0 to "
+                             f"{self._count - 1})") from None
+        try:
+            with no_gc():
+                values = list(map(passage_get, keys))
+                if None in values:
+                    raise self._damaged(KeyError(f"record {rows[values.index(None)]} is missing"))
+                if self._decode is _decode_crc:
+                    return _decode_crc_many(values)
+                return list(map(self._decode, values))
+        except _DECODE_ERRORS:
+            raise self._first_bad(keys, values) from None
+        except lmdb.Error as e:
+            raise self._damaged(e) from None
+
+    def _first_bad(self, records: list[bytes], values: list[bytes]) -> InputError:
+        """The error for the first of ``values`` (read for ``records``) that fails to decode (a batch read failed)."""
+        for record, value in zip(records, values):
+            try:
+                self._decode(value)
+            except _DECODE_ERRORS as e:
+                return self._bad_record(_REC.unpack(record)[0], value, e)
+        raise AssertionError("no record of the batch fails to decode")  # (called only when one did)
 
     def _values(self, verify: bool = False) -> Iterator[bytes]:
         """Every stored record in store order (with ``verify``, checking that the record numbers run 0, 1, 2...)."""
@@ -910,29 +1175,64 @@ class PassageStore:
                 if not verify:
                     yield from cursor.iternext(keys=False, values=True)
                     return
-                pack = _REC.pack
-                for n, (key, value) in enumerate(cursor.iternext()):
-                    if key != pack(n):
-                        raise self._damaged(ValueError(f"record {n} is missing (found key {key!r})"))
+                pack, n = _REC.pack, 0
+                for n, (key, value) in enumerate(cursor.iternext(), 1):
+                    if key != pack(n - 1):
+                        raise self._damaged(ValueError(f"record {n - 1} is missing (found key {key!r})"))
                     yield value
+                if n != self._count:
+                    raise self._short(n)
         except lmdb.Error as e:
             raise self._damaged(e) from None
 
     def __iter__(self) -> Iterator[Passage]:
         """All passages in store order (the order they were added), streaming."""
         try:
-            yield from map(self._decode, self._values())
+            yield from self._decoded(self._values())
         except _DECODE_ERRORS as e:
-            raise self._damaged(e) from None
+            raise self._locate_bad(e) from None
+
+    def _decoded(self, values: Iterator[bytes]) -> Iterator[Passage]:
+        """``map(self._decode, values)``; format-3 records without compression 1,024 at a time in one loop."""
+        if self._decode is not _decode_crc:
+            yield from map(self._decode, values)
+            return
+        while chunk := list(islice(values, 1024)):
+            yield from _decode_crc_many(chunk)
+
+    def _locate_bad(self, error: Exception) -> InputError:
+        """The error naming the first record that fails to decode (a stream stopped at it: the records before it
+        decoded). Reads the store again, on the error path only, so streams need not count records."""
+        for n, value in enumerate(self._values()):
+            try:
+                self._decode(value)
+            except _DECODE_ERRORS as e:
+                return self._bad_record(n, value, e)
+        return self._damaged(error)  # (not found again: the file changed while it was read)
+
+    def _short(self, n: int) -> InputError:
+        return StoreDamagedError(f"the passage store is damaged: {n:,} records read to its end, its manifest.json "
+                                 f"records {self._count:,} passages", path=self.path / DATA_FILE,
+                                 fix=f"`berds corpus info --verify {self.path}` checks every record; "
+                                     f"{_rebuild_hint(self.path, self.manifest)}")
 
     def iter_passages(self, *, verify: bool = False) -> Iterator[Passage]:
-        """All passages in store order; with ``verify``, the fingerprint is recomputed on the way and a store whose
-        records do not give it fails when the stream ends (``_StreamCheck``): what readers of the whole store use."""
+        """All passages in store order; with ``verify`` (what readers of the whole store use: indexing, encoding),
+        record numbers are checked to run 0, 1, 2, ... to the manifest's count, and in a format-2 store (whose
+        records carry no checksum) the fingerprint is recomputed on the way, so a changed record fails when the
+        stream ends (``_StreamCheck``). A format-3 record fails its checksum as it is read, verified or not."""
         if not verify:
             yield from self
             return
+        decode, value = self._decode, None
+        if self._checksummed:  # each record's CRC-32 is checked as it is decoded; _values checks numbers and count
+            try:
+                yield from self._decoded(self._values(verify=True))
+            except _DECODE_ERRORS as e:
+                raise self._locate_bad(e) from None
+            return
         check = _StreamCheck(self)
-        decode, add, plain = self._decode, check.add, self._decode is _decode
+        add, plain = check.add, self._decode is _decode
         unpack = _HEAD.unpack_from
         try:
             for value in self._values(verify=True):
@@ -944,7 +1244,7 @@ class PassageStore:
                 add(value, line or _fingerprint_bytes(p, None))
                 yield p
         except _DECODE_ERRORS as e:
-            raise self._damaged(ValueError(f"record {check.n} cannot be decoded: {e}")) from None
+            raise self._bad_record(check.n, value, e) from None
         check.finish()
 
     def iter_batches(self, batch_size: int, *, verify: bool = False) -> Iterator[list[Passage]]:
@@ -963,15 +1263,21 @@ class PassageStore:
         decoded and their fields encoded. ``verify`` as in ``iter_passages``."""
         if batch_size < 1:
             raise BerdsError(f"batch_size must be at least 1, got {batch_size}")
-        unpack, head, compressed = _HEAD.unpack_from, _HEAD_SIZE, self._decode is _decode_zlib
+        unpack, head, compressed = _HEAD.unpack_from, _HEAD_SIZE, self._compressed
+        crc = self._checksummed
+        end = -_CRC_SIZE if crc else None
         values = self._values(verify)
-        check = _StreamCheck(self) if verify else None
+        check = _StreamCheck(self) if verify and not crc else None
+        n, value = 0, None  # records before this batch; the record being read
+        batch: list[tuple[bytes, bytes, bytes]] = []
         try:
             while chunk := list(islice(values, batch_size)):
                 batch = []
                 for value in chunk:
+                    if crc and _crc32(value) != _CRC_RESIDUE:
+                        raise ChecksumError()
                     _, a, t, s = unpack(value)
-                    body = zlib.decompress(value[head:]) if compressed else value[head:]
+                    body = zlib.decompress(value[head:end]) if compressed else value[head:end]
                     if a + t + s > len(body) or not a:  # (decoded, a non-ASCII body is checked again by character)
                         raise DamagedRecordError(f"record header says {a}+{t}+{s} of id, title and source in {len(body)}")
                     if body.isascii():
@@ -987,10 +1293,10 @@ class PassageStore:
                             b"[", _json_utf8(fields[0]), b",", _json_utf8(fields[1]), b",", _json_utf8(fields[2]),
                             b"]\n")))
                     batch.append(fields)
+                n += len(batch)
                 yield batch
         except _DECODE_ERRORS as e:
-            where = f"record {check.n} cannot be decoded: " if check is not None else ""
-            raise self._damaged(ValueError(f"{where}{e}") if where else e) from None
+            raise self._bad_record(n + len(batch), value, e) from None
         if check is not None:
             check.finish()
 
@@ -1030,10 +1336,14 @@ class PassageStore:
 
     def group_passages(self, group: str) -> list[Passage]:
         """The passages in ``group``, in store order."""
-        try:
-            return [self._decode(self._value(int(r))) for r in self._group_records(group)]
-        except _DECODE_ERRORS as e:
-            raise self._damaged(e) from None
+        out, decode = [], self._decode
+        for r in self._group_records(group).tolist():
+            value = self._value(r)
+            try:
+                out.append(decode(value))
+            except _DECODE_ERRORS as e:
+                raise self._bad_record(r, value, e) from None
+        return out
 
     def group_of(self, pid: str) -> str | None:
         """The group a passage was added to, or None."""
@@ -1060,6 +1370,7 @@ class PassageStore:
             "passages": self._count,
             "documents": m.get("metadata", {}).get("documents"),
             "groups": len(self._group_names),
+            "format": self.format,  # 3: records with a checksum; 2: without (`berds corpus upgrade` rewrites it)
             "engine": m.get("engine"),
             "compression": m.get("compression"),
             "disk_bytes": sum(p.stat().st_size for p in files),
@@ -1085,7 +1396,10 @@ class PassageStore:
                 for key, value in cursor.iternext():
                     if key != _REC.pack(n):
                         raise self._damaged(ValueError(f"record {n} is missing (found key {key!r})"))
-                    p = self._decode(value)
+                    try:
+                        p = self._decode(value)
+                    except _DECODE_ERRORS as e:
+                        raise self._bad_record(n, value, e) from None
                     if txn.get(_id_key(p.id), db=self._ids) != key:
                         raise self._damaged(ValueError(f"passage id {p.id!r} (record {n}) is not in the id table"))
                     g = _group_number(value)
@@ -1175,12 +1489,31 @@ def _legacy_records(path: Path, manifest: dict) -> Iterator[tuple[Passage, str |
             f.close()
 
 
-def upgrade_passage_store(path: str | os.PathLike, *, compression: str = "none",
+def _format2_records(store: PassageStore) -> Iterator[tuple[Passage, str | None]]:
+    """(passage, group) of a format-2 store in store order (record numbers checked; the caller compares the
+    fingerprint of what it wrote with the manifest's, which finds a changed record)."""
+    names = store._group_names
+    decode, n, value = store._decode, 0, None
+    try:
+        for value in store._values(verify=True):
+            g = _group_number(value)
+            p = decode(value)
+            n += 1
+            yield p, (names[g] if g >= 0 else None)
+    except (*_DECODE_ERRORS, IndexError) as e:
+        raise store._bad_record(n, value, e) from None
+    if n != len(store):
+        raise store._short(n)
+
+
+def upgrade_passage_store(path: str | os.PathLike, *, compression: str | None = None,
                           progress: Callable[[int], None] | None = None) -> PassageStore:
     """Rewrite a store of an older format in place (``berds corpus upgrade``); the fingerprint must come out the same.
 
-    The new store is built beside the old one and swapped in only when its fingerprint matches, so indexes
-    and runs made on the old store stay valid. A store already in the current format is returned as is.
+    Format 1 (zlib blocks of JSON lines) and format 2 (LMDB records without a checksum) become format 3.
+    ``compression`` None keeps a format-2 store's own (format 1: ``"none"``). The new store is built beside
+    the old one and swapped in only when its fingerprint matches, so indexes and runs made on the old store
+    stay valid. A store already in the current format is returned as is.
     """
     path = Path(path)
     manifest = read_json(path / "manifest.json") if (path / "manifest.json").is_file() else None
@@ -1189,16 +1522,23 @@ def upgrade_passage_store(path: str | os.PathLike, *, compression: str = "none",
                          fix="point to a folder written by `berds corpus build`")
     if manifest.get("format") == STORE_FORMAT:
         return PassageStore.open(path)
-    if manifest.get("format") != 1:
-        raise InputError(f"passage store format {manifest.get('format')!r} cannot be upgraded", path=path,
+    old_format = manifest.get("format")
+    if old_format not in (1, 2):
+        raise InputError(f"passage store format {old_format!r} cannot be upgraded", path=path,
                          fix="rebuild the store with this version of berds")
-    metadata = {**manifest.get("metadata", {}), "upgraded_from": {"format": 1, "created": manifest.get("created")}}
+    old = PassageStore.open(path) if old_format == 2 else None  # (checks the manifest and the counts)
+    if compression is None:
+        compression = old.manifest.get("compression", "none") if old is not None else "none"
+    records = _format2_records(old) if old is not None else _legacy_records(path, manifest)
+    metadata = {**manifest.get("metadata", {}), "upgraded_from": {"format": old_format, "created": manifest.get("created")}}
     writer = PassageStoreWriter(path, overwrite=True, metadata=metadata, compression=compression)
     with writer:
-        for i, (passage, group) in enumerate(_legacy_records(path, manifest), 1):
+        for i, (passage, group) in enumerate(records, 1):
             writer.add(passage, group=group)
             if progress is not None and i % 10_000 == 0:
                 progress(i)
+        if old is not None:
+            old.close()  # (before the new store takes its place)
         if writer.fingerprint != manifest["fingerprint"] or len(writer) != manifest["passages"]:
             raise InputError(f"the upgraded copy has fingerprint {writer.fingerprint[:12]} over {len(writer)} passages, "
                              f"the old store {manifest['fingerprint'][:12]} over {manifest['passages']}; the old store "

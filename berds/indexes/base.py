@@ -51,8 +51,9 @@ def open_store(corpus: Any) -> Any:
 
 def whole_store_batches(store: Any, batch_size: int, *, utf8: bool = False) -> Any:
     """``store.iter_batches`` (or ``iter_utf8_batches``) for a read of the whole store that builds something:
-    a ``PassageStore`` recomputes its fingerprint on the way and refuses the last batch when a record was changed
-    on disk, so no index or encoding is finished from damaged text. Duck-typed stores are read as they are."""
+    a ``PassageStore`` checks each record's CRC-32 as it reads it (store format 3; a format-2 store recomputes its
+    fingerprint on the way and refuses the last batch) and that no record is missing, so no index or encoding is
+    finished from damaged text. Duck-typed stores are read as they are."""
     from berds.corpora.docstore import PassageStore
 
     read = store.iter_utf8_batches if utf8 else store.iter_batches

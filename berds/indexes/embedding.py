@@ -98,8 +98,8 @@ def shards_to_encode(store: Any, folder: Path, shard_size: int) -> Iterator[tupl
             if not shard_is_complete(folder, shard, len(passages)):
                 yield shard, passages
     except StoreDamagedError:
-        # A damaged store is found when the read ends (its fingerprint), so any shard may hold damaged text (one
-        # left by a killed build too), and a rebuilt store has the same fingerprint: none of them may be resumed.
+        # A damaged format-2 store is found when the read ends (its fingerprint), so any shard may hold damaged text
+        # (one left by a killed build too), and a rebuilt store has the same fingerprint: none may be resumed from.
         for path in folder.glob("shard-*"):
             path.unlink(missing_ok=True)
         raise

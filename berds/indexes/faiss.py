@@ -279,9 +279,10 @@ def read_faiss(path: Path, *, folder: Path, meta: dict[str, Any]) -> Any:
 
 
 def _check_store_before_encoding(store: Any, emb_dir: Path) -> None:
-    """Read the whole store once, recomputing its fingerprint, before any passage is encoded: a few µs a passage
-    (about a minute for 21M) against hours of encoding a damaged store. Found damage also deletes the shards of an
-    earlier try (a store rebuilt from its source has the same fingerprint: they must not be resumed from)."""
+    """Read the whole store once, checking every record (its CRC-32; a format-2 store: the fingerprint), before any
+    passage is encoded: ~1.4 µs a passage (format 2: 3-4; about half a minute for 21M) against hours of encoding
+    before a damaged record at the end is reached. Found damage also deletes the shards of an earlier try (a store
+    rebuilt from its source has the same fingerprint: they must not be resumed from)."""
     from berds.corpora.docstore import PassageStore, StoreDamagedError
 
     if not isinstance(store, PassageStore):
@@ -377,6 +378,7 @@ def build_dense_index(
         corpus=corpus_record(store),
         dim=stats["dim"],
         rows=len(store),
+        row_order="store records",  # row i holds record i of the store (shards are encoded in store order)
         grouped=grouped,
         embeddings_kept=keep,
         encoded_now=stats["encoded"],  # passages encoded by this call (fewer when it resumed)
@@ -439,10 +441,21 @@ class DenseIndex:
         else:
             self._faiss_index()
 
+    @property
+    def rows_are_store_records(self) -> bool:
+        """Whether row ``i`` of this index is record ``i`` of the store it was built from (``build_dense_index``
+        records it; an index made another way may order its rows otherwise)."""
+        return self.meta.get("row_order") == "store records" and self.meta.get("rows") == self.meta.get("corpus", {}).get("passages")
+
     def search(self, vectors: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
         """Top-``k`` ``(docid, inner product)`` per query vector, best first."""
+        return self.search_rows(vectors, k)[0]
+
+    def search_rows(self, vectors: np.ndarray, k: int) -> tuple[list[list[tuple[str, float]]], list[list[int]]]:
+        """``search`` and, per query, the index rows of its hits in the same order (for a store read by record
+        number when ``rows_are_store_records``)."""
         if len(vectors) == 0:
-            return []
+            return [], []
         index, k = self._faiss_index(), int(k)
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         # FAISS breaks ties by row; the contract breaks them by passage id. One row more than k shows whether a
@@ -455,7 +468,9 @@ class DenseIndex:
         # The top k of every query at once: ids of all kept rows in one IdTable step, scores in one tolist(), then
         # a slice per query (per-hit Python here was 5x raw FAISS at k=100 once queries are encoded).
         keep = rows[:, :k] >= 0
-        flat_ids = ids.many(rows[:, :k][keep])
+        kept_rows = rows[:, :k][keep]
+        flat_ids = ids.many(kept_rows)
+        flat_rows = kept_rows.tolist()
         flat_scores = scores[:, :k][keep].tolist()
         counts = keep.sum(axis=1).tolist()
         # A query whose (k+1)-th hit ties its k-th: the tie may run past what was fetched (searched deeper below).
@@ -463,29 +478,32 @@ class DenseIndex:
             crossing = ((rows[:, k] >= 0) & (scores[:, k] == scores[:, k - 1])).tolist()
         else:
             crossing = [False] * len(vectors)
-        out = []
+        out, out_rows = [], []
         start = 0
         for i, (n, tie) in enumerate(zip(counts, crossing)):
             if tie:
-                pairs = self._past_tie(index, vectors[i], scores[i], rows[i], k, fetch, limit)
+                triples = self._past_tie(index, vectors[i], scores[i], rows[i], k, fetch, limit)
+                pairs = [(pid, x) for pid, x, _ in triples]
+                out_rows.append([j for _, _, j in triples])
             else:
                 pairs = list(zip(flat_ids[start:start + n], flat_scores[start:start + n]))
+                out_rows.append(flat_rows[start:start + n])
             start += n
             out.append(pairs)
-        return out
+        return out, out_rows
 
     def _past_tie(self, index: Any, vector: np.ndarray, scores: np.ndarray, rows: np.ndarray, k: int, fetch: int,
-                  limit: int) -> list[tuple[str, float]]:
+                  limit: int) -> list[tuple[str, float, int]]:
         """Top ``k`` of one query whose k-th score ties the next (``scores``/``rows``: its ``fetch`` hits from the
         batch): search deeper until the tie ends, then order by (score descending, passage id) and cut, so which
-        of the tied passages make the cut does not depend on FAISS's row order."""
+        of the tied passages make the cut does not depend on FAISS's row order. ``(docid, score, row)`` each."""
         ids = self.ids
-        pairs = [(ids[j], x) for x, j in zip(scores.tolist(), rows.tolist()) if j >= 0]
+        pairs = [(ids[j], x, j) for x, j in zip(scores.tolist(), rows.tolist()) if j >= 0]
         depth = fetch
         while len(pairs) > k and pairs[k][1] == pairs[k - 1][1] and depth < min(index.ntotal, limit):
             depth = min(depth * 2, index.ntotal, limit)
             s, r = index.search(vector[None, :], depth)
-            pairs = [(ids[j], x) for x, j in zip(s[0].tolist(), r[0].tolist()) if j >= 0]
+            pairs = [(ids[j], x, j) for x, j in zip(s[0].tolist(), r[0].tolist()) if j >= 0]
         if len(pairs) > k and pairs[k][1] == pairs[k - 1][1]:
             pairs.sort(key=lambda t: (-t[1], t[0]))
         return pairs[:k]

@@ -176,6 +176,15 @@ def is_ranked(hits: Sequence[Hit]) -> bool:
     return True
 
 
+def _ranked(hits: list[Hit], pairs: Sequence[tuple[str, float]]) -> list[Hit]:
+    """``hits`` (made from ``pairs``, in order) in ``rank_hits`` order. The usual engine list, scores strictly
+    decreasing, is told in C (a sort of an already sorted list, a set) instead of ``is_ranked``'s Python loop."""
+    scores = [x for _, x in pairs]
+    if scores == sorted(scores, reverse=True) and len(set(scores)) == len(scores):
+        return hits
+    return hits if is_ranked(hits) else rank_hits(hits)
+
+
 def hits_from_store(store: Any, found: Sequence[Sequence[tuple[str, float]]]) -> list[list[Hit]]:
     """``(passage id, score)`` lists from a search engine -> ranked ``Hit`` lists with their passages.
 
@@ -188,8 +197,27 @@ def hits_from_store(store: Any, found: Sequence[Sequence[tuple[str, float]]]) ->
         passages = iter(store.get_many([pid for pairs in found for pid, _ in pairs]))
         out = []
         for pairs in found:
-            hits = [Hit(next(passages), score) for _, score in pairs]
-            out.append(hits if is_ranked(hits) else rank_hits(hits))
+            out.append(_ranked([Hit(next(passages), score) for _, score in pairs], pairs))
         return out
+
+
+def hits_from_records(store: Any, found: Sequence[Sequence[tuple[str, float]]], rows: Sequence[Sequence[int]],
+                      *, index_path: Any = None) -> list[list[Hit]]:
+    """``hits_from_store`` for an engine whose rows are the store's record numbers (a dense index built from that
+    store): the passages are read by record number (``PassageStore.get_records``: no id-table lookup), and their
+    ids must be the ones the engine gave for those rows, so a damaged or misplaced id list is never served."""
+    with no_gc():
+        passages = store.get_records([r for rs in rows for r in rs])
+        got = [p.id for p in passages]
+        want = [pid for pairs in found for pid, _ in pairs]
+        if got != want:  # (one list comparison: the batch's ids)
+            i = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
+            flat = [r for rs in rows for r in rs]
+            raise BerdsError(f"index {index_path} says row {flat[i]} is passage {want[i]!r}, but record {flat[i]} of "
+                             f"the passage store {getattr(store, 'path', '')} holds {got[i]!r}: its docids.txt or the "
+                             "store was changed since it was built — rebuild the index (berds index dense ... "
+                             "--overwrite always)")
+        it = iter(passages)
+        return [_ranked([Hit(next(it), score) for _, score in pairs], pairs) for pairs in found]
 
 

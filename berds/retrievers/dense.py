@@ -24,7 +24,7 @@ from berds.indexes.base import corpus_record, index_meta_sha256, open_index_corp
 from berds.indexes.encoders import (Encoder, EncoderSpec, check_same_encoder, encoder_spec, index_encoder_spec,
                                     model_files_fingerprint)
 from berds.indexes.faiss import DenseIndex, build_dense_index
-from berds.retrievers.base import hits_from_store
+from berds.retrievers.base import hits_from_records, hits_from_store
 from berds.types import Hit, Question
 
 GROUP_MODES = ("auto", "on", "off")
@@ -98,6 +98,12 @@ class DenseRetriever:
         if groups == "on" and not self.index.grouped:
             raise BerdsError(f"groups='on' but the corpus of {index} has no groups — use groups='auto' or 'off'")
         self.per_group = self.index.grouped and groups != "off"
+        # Read hits by record number when the index proves its rows are this store's records: built by berds in
+        # store order (meta.json's row_order) from a store with the same fingerprint (checked just above) and size.
+        from berds.corpora.docstore import PassageStore
+
+        self._rows_are_records = (self.index.rows_are_store_records and isinstance(self.store, PassageStore)
+                                  and len(self.store) == self.index.meta.get("rows"))
         self.index.open(per_group=self.per_group)  # a damaged index fails here, before the query encoder loads
         self.encoder = Encoder(self.spec, device=device, batch_size=batch_size, dtype=dtype)
         self.encoder.load_query_model()  # load now, so search timings measure search
@@ -119,6 +125,9 @@ class DenseRetriever:
                     raise BerdsError(f"question {q.id!r} has no group in the corpus of {self.index.path} "
                                      "(groups are question ids) — pass --option groups=off to search the whole corpus")
                 found.append(self.index.search_group(q.id, v, k))
+        elif self._rows_are_records:
+            found, rows = self.index.search_rows(vectors, k)
+            return hits_from_records(self.store, found, rows, index_path=self.index.path)
         else:
             found = self.index.search(vectors, k)
         return hits_from_store(self.store, found)
