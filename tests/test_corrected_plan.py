@@ -18,6 +18,15 @@ from test_corrected_eval import JUDGE, label_rows
 stats = pytest.importorskip("scipy.stats")
 
 
+def plan_app() -> typer.Typer:
+    """An app holding only `label plan`, as berds registers it."""
+    app = typer.Typer()
+    label_app = typer.Typer()
+    register(label_app)
+    app.add_typer(label_app, name="label")
+    return app
+
+
 def half_width(n: int, N: int, s: float) -> float:
     return stats.t.ppf(0.975, n - 1) * math.sqrt((1 - n / N) * s * s / n)
 
@@ -58,10 +67,7 @@ def test_label_plan_command(tmp_path):
         for s, n in ((r.s_rectifier, r.n_ppi), (r.s_human, r.n_labels_only)):
             assert n == questions_needed(s, 6, 0.2)
 
-    app = typer.Typer()
-    label_app = typer.Typer()
-    register(label_app)
-    app.add_typer(label_app, name="label")
+    app = plan_app()
     result = CliRunner().invoke(app, ["label", "plan", str(folder), "--labels", str(labels), "--target-width", "20",
                                       "--judge", JUDGE, "--cache", str(cache)], env={"COLUMNS": "80"})
     assert result.exit_code == 0, (result.output, result.exception)
@@ -175,10 +181,7 @@ def test_label_plan_from_a_validation_report(tmp_path):
     with pytest.raises(InputError, match=r"no validation of the judge .*\(it validated: someone-else\)"):
         plan_labels(folder, JUDGE, validation=other, target_width=20, cache_path=cache)
 
-    app = typer.Typer()
-    label_app = typer.Typer()
-    register(label_app)
-    app.add_typer(label_app, name="label")
+    app = plan_app()
     done = CliRunner().invoke(app, ["label", "plan", str(folder), "--validation", str(report), "--target-width", "20",
                                     "--judge", JUDGE, "--cache", str(cache)], env={"COLUMNS": "80"})
     assert done.exit_code == 0, (done.output, done.exception)
