@@ -164,7 +164,17 @@ def test_labels_for_questions_the_run_lacks_are_reported(setup):
     n7 = len(label_rows(bigger, ["q7"]))
     assert f"{n7} labelled pair(s) are for questions the run does not have" in err
     assert json.loads((folder / "metrics.json").read_text())["corrected"]["labels"]["unmatched_pairs"] == {
-        "questions": n7, "pairs": 0}
+        "questions": n7, "pairs": 0, "deeper": 0}
+    # labels drawn at k=6 for an evaluation at k=5: the rank-6 pairs are named as deeper ranks, not as strangers
+    deep = tmp / "deep.tsv"
+    write_labelled_pairs(deep, label_rows(run, ["q0", "q1", "q2"], depth=6))
+    code, out, err = cli("eval", folder, "--judge", JUDGE, "--k", "5", "--cache", tmp / "c.sqlite", "-q",
+                         "--labels", deep)
+    assert code == 0, err
+    n6 = len(label_rows(run, ["q0", "q1", "q2"], depth=6)) - len(label_rows(run, ["q0", "q1", "q2"]))
+    assert f"{n6} of them for passages it ranks below that" in " ".join(err.split())
+    assert json.loads((folder / "metrics.json").read_text())["corrected"]["labels"]["unmatched_pairs"] == {
+        "questions": 0, "pairs": n6, "deeper": n6}
 
 
 def test_bad_population_refused_before_judging(setup):

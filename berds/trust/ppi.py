@@ -357,7 +357,12 @@ def _match(run: Any, qids: Sequence[str], depth: int, name: str, labels: Labelle
         matrices[qid] = h
     other = [(key, line) for key, (_, line) in index.items() if key not in used]
     missing_questions = sum(1 for key, _ in other if key[0] not in result_qids)
-    unmatched = {"questions": missing_questions, "pairs": len(other) - missing_questions}
+    # pairs of passages the run ranks below the judged depth: expected of labels sampled deeper (or for a larger k)
+    deeper_texts: dict[str, set[str]] = {}
+    for qid in {key[0] for key, _ in other if key[0] in result_qids}:
+        deeper_texts[qid] = set(Passage.judge_texts([h.passage for h in run.hits[qid][depth:]], title_position))
+    deeper = sum(1 for key, _ in other if key[0] in result_qids and key[2] in deeper_texts[key[0]])
+    unmatched = {"questions": missing_questions, "pairs": len(other) - missing_questions, "deeper": deeper}
     if not used:
         asked = Counter(key[0] for key in index)
         shared = sum(1 for qid in asked if qid in result_qids)
@@ -554,9 +559,13 @@ def notes(corrected: Corrected) -> list[str]:
     if "runs" not in corrected.source and (unmatched.get("questions") or unmatched.get("pairs")):  # (a difference:
         # its runs' own notes said it)
         lines = labels.get("unmatched_example_lines") or []
+        deeper = int(unmatched.get("deeper", 0))
+        where = (f" ({deeper} of them for passages it ranks below that: labels of deeper ranks, as a sample drawn "
+                 "at a larger k has)" if deeper else "")
         out.append(f"note: {corrected.run}: {unmatched.get('questions', 0)} labelled pair(s) are for questions the run "
                    f"does not have and {unmatched.get('pairs', 0)} for passages or perspectives not in its judged top "
-                   f"ranks (e.g. lines {', '.join(map(str, lines))} of {labels.get('path', 'the labels')}); not used")
+                   f"ranks{where} (e.g. lines {', '.join(map(str, lines))} of {labels.get('path', 'the labels')}); "
+                   "not used")
     return out
 
 
