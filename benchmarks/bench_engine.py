@@ -9,7 +9,11 @@ memory is its own), and the Ray figures are printed as ratios to the local basel
 * **judging** — ``judge_missing`` (local) vs the Ray engine's judge runner over (perspective, passage)
   pairs, judge ``embedded`` (the CPU smoke-test judge on the same MiniLM); when its shipped head file
   is missing, a neutral head of the same format is written (weights do not change the cost);
-* **engine overhead** — milliseconds per batch of the engine itself (empty batches, a no-op function).
+* **engine overhead** — milliseconds per batch of the engine itself (empty batches, a no-op function);
+* **raw Ray** (encoding) — the same encoding as a hand-written Ray job, the strongest raw way without berds: one
+  actor per worker holding sentence-transformers' MiniLM (one torch thread), the store's texts sent in shards,
+  vectors gathered in the driver; its vectors are compared with berds' local run. (Judging has no raw twin: the
+  embedded judge is berds' own model, so a hand-written Ray job would call the same code.)
 
 Measured per engine: **cold** seconds (a fresh job: starting workers and loading the model included; for
 Ray also ``ray.init``), **warm** throughput (the same job again with the model loaded — the steady state
@@ -194,6 +198,73 @@ def child_encode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def child_encode_raw_ray(mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The strongest raw way to encode on Ray without berds: one actor per worker (one CPU, one torch thread)
+    holding sentence-transformers' MiniLM, shards of the store's texts sent round-robin, vectors gathered in the
+    driver as one float32 matrix (what ``embed_corpus_on_engine`` writes as shards). Vectors are compared with
+    the local berds run's (the same model and inputs)."""
+    import numpy as np
+    import ray
+
+    from berds.corpora.docstore import PassageStore
+    from berds.indexes.encoders import encoder_spec, passage_text, resolve_model_path
+
+    spec = encoder_spec("minilm")
+    model_path = resolve_model_path(spec.model)
+    store = PassageStore.open(args.store)
+    out: dict[str, Any] = {"mode": mode, "items": len(store)}
+
+    @ray.remote(num_cpus=1)
+    class RawEncoder:
+        def __init__(self, path: str, batch_size: int) -> None:
+            import torch
+            from sentence_transformers import SentenceTransformer
+
+            torch.set_num_threads(1)
+            self.model, self.batch_size = SentenceTransformer(path, device="cpu"), batch_size
+            self.model.max_seq_length = 256
+
+        def encode(self, texts: list[str]) -> Any:
+            import os
+
+            from berds.engine.local import peak_rss_bytes
+
+            vectors = self.model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
+                                        convert_to_numpy=True)
+            return vectors.astype("float32"), os.getpid(), peak_rss_bytes()
+
+    def one_pass(actors: list[Any]) -> Any:
+        texts = [passage_text(p.title, p.text, spec.passage_format) for p in store.iter_passages()]
+        shards = [texts[i:i + args.shard_size] for i in range(0, len(texts), args.shard_size)]
+        futures = [actors[i % len(actors)].encode.remote(shard) for i, shard in enumerate(shards)]
+        results = ray.get(futures)
+        for _, pid, peak in results:
+            worker_peaks[pid] = max(worker_peaks.get(pid, 0), peak)
+        return np.concatenate([r[0] for r in results])
+
+    worker_peaks: dict[int, int] = {}
+    started = time.perf_counter()
+    if args.address:
+        ray.init(address=args.address, log_to_driver=False)
+    else:
+        ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False)
+    out["init_s"] = time.perf_counter() - started
+    actors = [RawEncoder.remote(model_path, args.batch_size) for _ in range(args.workers)]
+    first = one_pass(actors)
+    out["cold_s"] = time.perf_counter() - started
+    started = time.perf_counter()
+    one_pass(actors)
+    out["warm_s"] = time.perf_counter() - started
+    out["workers"], out["driver_rss"], out["workers_rss"] = args.workers, peak_rss(), sum(worker_peaks.values())
+    out["daemons_rss"] = ray_overhead_rss(set(worker_peaks)) if not args.address else 0
+    local = sorted((Path(args.work) / "enc-local-1t-cold").glob("*.npy"))
+    if local:  # berds' local shards, in store order
+        theirs = np.concatenate([np.load(f) for f in local])
+        out["max_abs_diff_vs_local_1t"] = float(np.abs(theirs - first).max()) if theirs.shape == first.shape else None
+    ray.shutdown()
+    return out
+
+
 def child_judge(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     from berds.evaluate.judging import judge_missing, judge_runner_for
     from berds.judges import LazyJudge
@@ -319,6 +390,15 @@ def report(title: str, unit: str, runs: dict[str, dict[str, Any]], console: Any)
                       highlight=False)
     console.print(f"  Ray start {ray['init_s']:.1f} s; Ray outputs identical to local: {ray.get('identical')}",
                   highlight=False)
+    raw = runs.get("ray-raw")
+    if raw is not None:  # berds' Ray engine against a hand-written Ray job doing the same work
+        ratios["ray_vs_raw_throughput"] = rates["ray"] / rates["ray-raw"]
+        ratios["ray_vs_raw_cold"] = ray["cold_s"] / raw["cold_s"]
+        ratios["ray_vs_raw_memory"] = totals["ray"] / totals["ray-raw"]
+        console.print(f"  berds ray / hand-written ray: warm throughput x{ratios['ray_vs_raw_throughput']:.2f}, cold "
+                      f"time x{ratios['ray_vs_raw_cold']:.2f}, peak memory x{ratios['ray_vs_raw_memory']:.2f}; "
+                      f"hand vectors vs berds local-1t: max |Δ| {raw.get('max_abs_diff_vs_local_1t')}",
+                      highlight=False)
     if "labels_identical_to_local" in ray:  # judging: what the multi-threaded local run differs in
         console.print(f"  (judging compared with local-1t, the thread count of each Ray worker; with the "
                       f"{runs['local'].get('threads')}-thread local run the labels are identical: "
@@ -345,7 +425,10 @@ def main() -> None:
 
     if args.child:
         path, mode = args.child.split(":")
-        result = {"encode": child_encode, "judge": child_judge, "overhead": child_overhead}[path](mode, args)
+        if (path, mode) == ("encode", "ray-raw"):
+            result = child_encode_raw_ray(mode, args)
+        else:
+            result = {"encode": child_encode, "judge": child_judge, "overhead": child_overhead}[path](mode, args)
         print(json.dumps(result))
         return
 
@@ -362,7 +445,8 @@ def main() -> None:
         results: dict[str, Any] = {}
         for path, unit, title in (("encode", "passages", "dense encoding (all-MiniLM-L6-v2, 100-word passages)"),
                                   ("judge", "pairs", "judging (embedded judge on all-MiniLM-L6-v2)")):
-            runs = {mode: run_child(path, mode, args) for mode in ("local", "local-1t", "ray")}
+            modes = ("local", "local-1t", "ray") + (("ray-raw",) if path == "encode" else ())
+            runs = {mode: run_child(path, mode, args) for mode in modes}
             results[path] = {**runs, "ratios": report(title, unit, runs, console)}
         overhead = {mode: run_child("overhead", mode, args) for mode in ("local", "ray")}
         results["overhead"] = overhead
