@@ -120,8 +120,7 @@ def run_demo(
         sample = write_human_sample(out / "human-sample.tsv", paths, results["gold"], depth=max(ks), seed=human_seed)
         results["corrected"] = corrected_demo(paths, results["judge"], sample)
         console.print(corrected_demo_table(results["corrected"], results["gold"], sample, k=min(ks)))
-    for line in next_steps(out, judge, [p.name for p in paths]):
-        console.print(line, highlight=False, soft_wrap=True)
+    print_next_steps(next_steps(out, judge, [p.name for p in paths]), console)
     return results
 
 
@@ -185,14 +184,14 @@ def corrected_demo_table(corrected: Sequence[Any], gold: Sequence[Any], sample: 
 
 
 def next_steps(out: Path, judge: str, runs: Sequence[str]) -> list[str]:
-    """Where the demo put its outputs and what to run next (the last thing it prints). Each command works as
-    printed on the demo's own outputs (tests/test_demo.py runs them)."""
+    """Where the demo put its outputs and what to run next (the last thing it prints), as plain text. Each command
+    works as printed on the demo's own outputs (tests/test_demo.py runs them)."""
     q = lambda p: shlex.quote(str(p))  # noqa: E731  (a folder with a space stays one argument)
     return [
         "",
-        f"[bold]Outputs[/] in {out}/: corpus/ (passage store), indexes/ (bm25, minilm), runs/ ({', '.join(runs)}), "
+        f"Outputs in {out}/: corpus/ (passage store), indexes/ (bm25, minilm), runs/ ({', '.join(runs)}), "
         f"eval/ (metrics.json, judgements.jsonl per run), judgements.sqlite (cached verdicts).",
-        "[bold]Next:[/]",
+        "Next:",
         f"  berds report {q(out / 'runs' / runs[0])} {q(out / 'runs' / runs[-1])} --judge {shlex.quote(judge)} "
         f"--k 5 --out {q(out / 'report')}   # tables, figures, report.md",
         f"  berds retrieve -r bm25 --index {q(out / 'indexes' / 'bm25')} --questions demo --k 10 "
@@ -201,6 +200,15 @@ def next_steps(out: Path, judge: str, runs: Sequence[str]) -> list[str]:
         f"--questions demo --out {q(out / 'runs' / 'imported')}   # a TREC run made elsewhere",
         "  Your own retriever, corpus or judge: README.md, section \"Evaluate your own retriever\".",
     ]
+
+
+def print_next_steps(lines: Sequence[str], console: Any) -> None:
+    """``next_steps`` with its two headings in bold and the rest as it is (an --out holding "[x]" is no markup)."""
+    from rich.text import Text
+
+    for line in lines:
+        heading = line.split(" ", 1)[0] if line.startswith(("Outputs ", "Next:")) else ""
+        console.print(Text.assemble((heading, "bold"), line[len(heading):]), highlight=False, soft_wrap=True)
 
 
 def agreement_table(judged: Sequence[Any], gold: Sequence[Any], judge: str) -> Any:

@@ -51,3 +51,28 @@ def test_print_note_prints_its_text_as_it_is(capsys):
 
     print_note("a path runs[old]/x and [/bold] too", label="warning")
     assert "warning: a path runs[old]/x and [/bold] too" in " ".join(capsys.readouterr().err.split())
+
+
+def test_the_demos_next_steps_print_an_out_folder_holding_brackets_as_it_is(tmp_path, capsys):
+    from rich.console import Console
+
+    from berds.demo import next_steps, print_next_steps
+
+    out = tmp_path / "demo[old]"
+    print_next_steps(next_steps(out, "embedded", ["bm25", "minilm"]), Console(width=400))
+    printed = capsys.readouterr().out
+    import shlex
+
+    assert f"Outputs in {out}/" in printed and f"--out {shlex.quote(str(out / 'report'))}" in printed  # "[old]" was dropped
+
+
+def test_judge_notes_print_a_labels_path_holding_brackets_as_it_is(tmp_path, capsys):
+    from rich.console import Console
+
+    from berds.cli.judge_trust import _note_repeats
+
+    (tmp_path / "labels[").mkdir()
+    labels = tmp_path / "labels[" / "x].tsv"  # "[/x]" in the text
+    labels.write_text("question\tid\tdocument\tperspective\tlabel\nQ?\tq1\tdoc\tp\t1\nQ?\tq1\tdoc\tp\t1\n")
+    _note_repeats(labels, Console(width=400))  # "[/x]" raised a MarkupError
+    assert f"note: {labels} lists 1 row(s)" in " ".join(capsys.readouterr().out.split())

@@ -39,7 +39,7 @@ def _note_repeats(labels: Path, console) -> None:
 
     note = read_labelled_pairs(labels).repeats_note()
     if note:
-        console.print(note, style="yellow", highlight=False)
+        console.print(note, style="yellow", highlight=False, markup=False)
 
 
 def _options(items: List[str]) -> dict:
@@ -89,7 +89,7 @@ def validate_command(
     for note in [one_class_note(report), *one_answer_notes(report), *in_sample_notes(report),
                  *undefined_resample_notes(report)]:
         if note:
-            console.print(note, style="yellow", highlight=False)
+            console.print(note, style="yellow", highlight=False, markup=False)
     annotators = {f"column:{c}" for c in column}  # (a person's labels, whatever the column is called: no warning)
     for judge_id in dict.fromkeys(row.judge_id for row in report.judges if row.name not in annotators):
         print_judge_warning(judge_id, unknown=False)  # (this command is the measurement the note would ask for)
@@ -212,7 +212,7 @@ def stance_correct_command(
         table.add_row(*row)
     console = Console()
     console.print(table)
-    console.print(result.rates_note(), highlight=False)
+    console.print(result.rates_note(), highlight=False, markup=False)
     _note_repeats(labels, console)
     print_judge_warning(result.judge_id)  # (the corrected Δ rests on this judge's answers)
     _write_json(out, {"analysis": result.KIND, "version": 1, **result.to_json()})
