@@ -119,15 +119,12 @@ def resolve_faiss_index(index: str | os.PathLike) -> tuple[Path, dict[str, Any] 
     """``(FAISS folder, prebuilt record or None)`` for a path or a prebuilt name from pyserini's table."""
     import difflib
 
-    from berds.retrievers.pyserini_index import prebuilt_path, pyserini_tables
+    from berds.retrievers.pyserini_index import downloaded_prebuilt, folder_or_name, pyserini_tables
 
-    path = Path(index)
-    if path.is_dir():
-        return path, None
-    name = str(index)
-    if os.sep in name or name.startswith("."):
-        raise InputError("no such index folder", path=path, fix="pass a folder holding pyserini's 'index' and "
-                         "'docid' files, or a pyserini prebuilt FAISS index name (e.g. wikipedia-dpr-100w.dpr-multi)")
+    folder, name = folder_or_name(index, fix="pass a folder holding pyserini's 'index' and 'docid' files, or a "
+                                             "pyserini prebuilt FAISS index name (e.g. wikipedia-dpr-100w.dpr-multi)")
+    if folder is not None:
+        return folder, None
     tables = pyserini_tables()
     entry = tables["faiss"].get(name)
     if entry is None:
@@ -141,19 +138,8 @@ def resolve_faiss_index(index: str | os.PathLike) -> tuple[Path, dict[str, Any] 
         raise BerdsError(f"{name!r} is neither an index folder nor a FAISS index in pyserini's table"
                          + (f" — did you mean {', '.join(map(repr, close))}?" if close else
                             " (python -c 'from pyserini.util import get_dense_indexes_info as i; i()' lists them)"))
-    folder = prebuilt_path(entry)
-    tarball = entry.get("filename") or entry["urls"][0].split("/")[-1]
-    if not folder.is_dir():
-        size = entry.get("size compressed (bytes)")
-        raise BerdsError(
-            f"pyserini's prebuilt FAISS index {name!r} is not downloaded: expected at {folder}"
-            + (f" ({int(size) / 1e9:.1f} GB compressed)" if size else "")
-            + " — fetch it where there is network with `python -c \"from pyserini.util import "
-              f"download_prebuilt_index as d; d('{name}')\"` (PYSERINI_CACHE sets the folder), or pass the "
-              "unpacked folder's path")
-    return folder, {"name": name, "tarball": tarball, "md5": entry["md5"], "description": entry.get("description"),
-                    "documents": entry.get("documents"), "texts": entry.get("texts"),
-                    "urls": list(entry.get("urls", []))}
+    return downloaded_prebuilt(name, entry, what="FAISS index", extra={"texts": entry.get("texts")},
+                               fetch=f"python -c \"from pyserini.util import download_prebuilt_index as d; d('{name}')\"")
 
 
 def read_docids(path: Path) -> list[str]:

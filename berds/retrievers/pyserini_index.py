@@ -54,22 +54,52 @@ def cache_home() -> Path:
     return Path(custom) if custom else Path("~/.cache/pyserini").expanduser()
 
 
+def _tarball(entry: dict[str, Any]) -> str:
+    return entry.get("filename") or entry["urls"][0].split("/")[-1]
+
+
 def prebuilt_path(entry: dict[str, Any]) -> Path:
     """Where pyserini unpacks a prebuilt index (``pyserini.util.download_and_unpack_index``): the tarball's name
     without ``.tar.gz``, a dot, its md5, under ``<cache>/indexes``."""
-    tarball = entry.get("filename") or entry["urls"][0].split("/")[-1]
-    return cache_home() / "indexes" / f"{re.sub(r'.tar.gz.*$', '', tarball)}.{entry['md5']}"
+    return cache_home() / "indexes" / f"{re.sub(r'.tar.gz.*$', '', _tarball(entry))}.{entry['md5']}"
+
+
+def folder_or_name(index: str | os.PathLike, *, fix: str) -> tuple[Path | None, str]:
+    """``(folder, "")`` for an existing folder, ``(None, name)`` for what can only be a prebuilt index's name; a
+    path (a separator, a leading dot) that is no folder is one error with ``fix``."""
+    path = Path(index)
+    if path.is_dir():
+        return path, ""
+    name = str(index)
+    if os.sep in name or name.startswith("."):
+        raise InputError("no such index folder", path=path, fix=fix)
+    return None, name
+
+
+def downloaded_prebuilt(name: str, entry: dict[str, Any], *, what: str, fetch: str,
+                        extra: dict[str, Any] | None = None) -> tuple[Path, dict[str, Any]]:
+    """The folder a prebuilt index (``what``, e.g. "FAISS index") of pyserini's table is unpacked in, and its
+    record for a run's manifest (``extra`` fields before its URLs). berds never downloads: an index not there is
+    one line saying where it is expected and the ``fetch`` command that gets it."""
+    folder = prebuilt_path(entry)
+    if not folder.is_dir():
+        size = entry.get("size compressed (bytes)")
+        raise BerdsError(
+            f"pyserini's prebuilt {what} {name!r} is not downloaded: expected at {folder}"
+            + (f" ({int(size) / 1e9:.1f} GB compressed)" if size else "")
+            + f" — fetch it where there is network with `{fetch}` (PYSERINI_CACHE sets the folder), or pass the "
+              "unpacked folder's path")
+    return folder, {"name": name, "tarball": _tarball(entry), "md5": entry["md5"],
+                    "description": entry.get("description"), "documents": entry.get("documents"), **(extra or {}),
+                    "urls": list(entry.get("urls", []))}
 
 
 def resolve_index(index: str | os.PathLike) -> tuple[Path, dict[str, Any] | None]:
     """``(Lucene folder, prebuilt record or None)`` for a path or a prebuilt name."""
-    path = Path(index)
-    if path.is_dir():
-        return path, None
-    name = str(index)
-    if os.sep in name or name.startswith("."):
-        raise InputError("no such index folder", path=path, fix="pass a Lucene index folder or a pyserini prebuilt "
-                         "index name (e.g. wikipedia-dpr-100w)")
+    folder, name = folder_or_name(index, fix="pass a Lucene index folder or a pyserini prebuilt index name (e.g. "
+                                             "wikipedia-dpr-100w)")
+    if folder is not None:
+        return folder, None
     tables = pyserini_tables()
     if name in tables["impact"] or name in tables["dense"]:
         kind = "an impact (learned sparse)" if name in tables["impact"] else "a dense"
@@ -82,19 +112,8 @@ def resolve_index(index: str | os.PathLike) -> tuple[Path, dict[str, Any] | None
         raise BerdsError(f"{name!r} is neither an index folder nor a prebuilt index in pyserini's table"
                          + (f" — did you mean {', '.join(map(repr, close))}?" if close else
                             " (python -c 'from pyserini.util import get_sparse_indexes_info as i; i()' lists them)"))
-    folder = prebuilt_path(entry)
-    if not folder.is_dir():
-        size = entry.get("size compressed (bytes)")
-        raise BerdsError(
-            f"pyserini's prebuilt index {name!r} is not downloaded: expected at {folder}"
-            + (f" ({int(size) / 1e9:.1f} GB compressed)" if size else "")
-            + f" — fetch it where there is network with `python -c \"from pyserini.search.lucene import LuceneSearcher; "
-              f"LuceneSearcher.from_prebuilt_index('{name}')\"` (PYSERINI_CACHE sets the folder), or pass the "
-              "unpacked folder's path")
-    record = {"name": name, "tarball": entry.get("filename") or entry["urls"][0].split("/")[-1],
-              "md5": entry["md5"], "description": entry.get("description"), "documents": entry.get("documents"),
-              "urls": list(entry.get("urls", []))}
-    return folder, record
+    return downloaded_prebuilt(name, entry, what="index", fetch="python -c \"from pyserini.search.lucene import "
+                               f"LuceneSearcher; LuceneSearcher.from_prebuilt_index('{name}')\"")
 
 
 def passage_from_raw(docid: str, raw: str | None, *, title: str = "auto") -> Passage:
