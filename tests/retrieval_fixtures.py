@@ -87,3 +87,22 @@ class InterruptedStore:
             if i == self.batches:
                 raise KeyboardInterrupt
             yield batch
+
+
+def dpr_style_lucene_index(root: Path, docs) -> Path:
+    """``(id, title, text)`` documents as a Lucene index the way pyserini builds its DPR Wikipedia ones:
+    ``python -m pyserini.index.lucene --collection JsonCollection ... --storePositions --storeDocvectors --storeRaw``
+    over ``{"id", "contents": '"Title"\\ntext'}`` records, run in-process through Anserini's IndexCollection."""
+    import json
+
+    from berds.java import autoclass, start_jvm
+
+    start_jvm()
+    (root / "collection").mkdir(parents=True)
+    (root / "collection" / "docs.jsonl").write_text(
+        "".join(json.dumps({"id": i, "contents": f'"{t}"\n{x}'}) + "\n" for i, t, x in docs))
+    autoclass("io.anserini.index.IndexCollection").main(
+        ["-collection", "JsonCollection", "-input", str(root / "collection"), "-index", str(root / "index"),
+         "-generator", "DefaultLuceneDocumentGenerator", "-threads", "1", "-storePositions", "-storeDocvectors",
+         "-storeRaw"])
+    return root / "index"

@@ -18,7 +18,7 @@ from berds.runs import load_run
 from berds.testing import rankings_agree
 from berds.types import Question
 from cli_fixtures import cli
-from retrieval_fixtures import SPECIALS, WORDS, random_passages, tiny_bert
+from retrieval_fixtures import SPECIALS, WORDS, dpr_style_lucene_index, random_passages, tiny_bert
 
 PASSAGES = random_passages(40, seed=3, prefix="w")
 QUESTIONS = [Question(f"q{i}", text, ("a", "b")) for i, text in enumerate(
@@ -120,18 +120,7 @@ def dpr_index(models, tmp_path_factory):
 @pytest.fixture(scope="module")
 def lucene_texts(tmp_path_factory):
     """The passages as a Lucene index with stored raw documents, DPR-Wikipedia style (``"Title"\\ntext``)."""
-    from berds.java import autoclass, start_jvm
-
-    start_jvm()
-    root = tmp_path_factory.mktemp("lucene")
-    (root / "collection").mkdir()
-    (root / "collection" / "docs.jsonl").write_text(
-        "".join(json.dumps({"id": p.id, "contents": f'"{p.title}"\n{p.text}'}) + "\n" for p in PASSAGES))
-    autoclass("io.anserini.index.IndexCollection").main(
-        ["-collection", "JsonCollection", "-input", str(root / "collection"), "-index", str(root / "index"),
-         "-generator", "DefaultLuceneDocumentGenerator", "-threads", "1", "-storePositions", "-storeDocvectors",
-         "-storeRaw"])
-    return root / "index"
+    return dpr_style_lucene_index(tmp_path_factory.mktemp("lucene"), [(p.id, p.title, p.text) for p in PASSAGES])
 
 
 def pairs(hits):

@@ -13,6 +13,7 @@ from berds.errors import BerdsError
 from berds.retrievers.pyserini_index import passage_from_raw
 from berds.runs import load_run
 from conftest import berds_cmd, subprocess_env
+from retrieval_fixtures import dpr_style_lucene_index
 
 DOCS = [("w1", "Aaron", "Aaron is a prophet and high priest, the brother of Moses."),
         ("w2", "Zoo", "A zoo keeps animals in enclosures for the public to see."),
@@ -37,18 +38,7 @@ def test_raw_documents_to_passages():
 def pyserini_index(tmp_path_factory):
     """``python -m pyserini.index.lucene --collection JsonCollection ... --storePositions --storeDocvectors
     --storeRaw``, run in-process through Anserini's IndexCollection as pyserini's module does."""
-    from berds.java import autoclass, start_jvm
-
-    start_jvm()
-    root = tmp_path_factory.mktemp("pyserini")
-    (root / "collection").mkdir()
-    (root / "collection" / "docs.jsonl").write_text(
-        "".join(json.dumps({"id": i, "contents": f'"{t}"\n{x}'}) + "\n" for i, t, x in DOCS))
-    autoclass("io.anserini.index.IndexCollection").main(
-        ["-collection", "JsonCollection", "-input", str(root / "collection"), "-index", str(root / "index"),
-         "-generator", "DefaultLuceneDocumentGenerator", "-threads", "1", "-storePositions", "-storeDocvectors",
-         "-storeRaw"])
-    return root / "index"
+    return dpr_style_lucene_index(tmp_path_factory.mktemp("pyserini"), DOCS)
 
 
 def questions_file(folder):
