@@ -19,6 +19,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -129,27 +130,35 @@ def build_tiny_nli(folder: str | Path) -> Path:
     return folder
 
 
-def build_tiny_t5_nli(folder: str | Path) -> Path:
-    """A random-weight T5 (encoder-decoder) with a word tokenizer that has the TRUE-style answer words "1"/"0"."""
+def save_tiny_t5(folder: str | Path, vocab: dict[str, int], pre_tokenizer: Any, *, seed: int = 0) -> Path:
+    """A random-weight one-layer T5 over a word-level tokenizer of ``vocab`` (``<pad>`` 0, ``</s>`` 1, ``<unk>``),
+    its output layer spread wide so greedy answers differ between inputs; saved to ``folder``."""
     import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast, T5Config, T5ForConditionalGeneration
 
     folder = Path(folder)
-    words = "premise hypothesis : cats dogs are great loyal pets fish need clean water birds sing 1 0".split()
-    vocab = {w: i for i, w in enumerate(["<pad>", "</s>", "<unk>"] + words)}
     backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.pre_tokenizer = pre_tokenizer
     PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>",
                             unk_token="<unk>").save_pretrained(folder)
     config = T5Config(vocab_size=len(vocab), d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2,
                       decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     model = T5ForConditionalGeneration(config)
     with torch.no_grad():
         model.lm_head.weight.normal_(0.0, 2.0)
     model.save_pretrained(folder)
     return folder
+
+
+def build_tiny_t5_nli(folder: str | Path) -> Path:
+    """A random-weight T5 (encoder-decoder) with a word tokenizer that has the TRUE-style answer words "1"/"0"."""
+    from tokenizers import pre_tokenizers
+
+    words = "premise hypothesis : cats dogs are great loyal pets fish need clean water birds sing 1 0".split()
+    vocab = {w: i for i, w in enumerate(["<pad>", "</s>", "<unk>"] + words)}
+    return save_tiny_t5(folder, vocab, pre_tokenizers.Whitespace(), seed=0)
 
 
 @pytest.fixture(scope="session")

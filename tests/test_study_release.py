@@ -205,27 +205,16 @@ def test_a_mistral_reply_is_read_up_to_its_own_inst_or_eos_marker():
 def _build_t5_vocab_model(folder: Path) -> Path:
     """A random-weight T5 whose tokenizer has T5's ids where the study's code reads them: 3 = "▁" (the first
     piece of "0"), 209 = "▁1" (words are "▁word" pieces, as sentencepiece writes them)."""
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, T5Config, T5ForConditionalGeneration
+    from tokenizers import pre_tokenizers
+
+    from llm_fixtures import save_tiny_t5
 
     words = "premise: hypothesis: cats dogs are great loyal pets fish need clean water birds sing".split()
     tokens = ["<pad>", "</s>", "<unk>", "▁"] + [f"▁{w}" for w in words]
     tokens += [f"<extra_{i}>" for i in range(209 - len(tokens))] + ["▁1", "▁0"]
     vocab = {t: i for i, t in enumerate(tokens)}
     assert vocab["▁"] == 3 and vocab["▁1"] == 209
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Metaspace()
-    PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>",
-                            unk_token="<unk>").save_pretrained(folder)
-    config = T5Config(vocab_size=len(vocab), d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2,
-                      decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
-    torch.manual_seed(1)
-    model = T5ForConditionalGeneration(config)
-    with torch.no_grad():
-        model.lm_head.weight.normal_(0.0, 2.0)
-    model.save_pretrained(folder)
-    return folder
+    return save_tiny_t5(folder, vocab, pre_tokenizers.Metaspace(), seed=1)
 
 
 @pytest.mark.slow  # (four loads of a tiny T5: ~9 s on 2 shared cores)
