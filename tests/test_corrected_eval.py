@@ -35,6 +35,14 @@ def label_rows(run, qids, *, depth=5, title_position="after", only=None):
     return rows[:only] if only else rows
 
 
+def labels_of_another_run(path):
+    """Labelled pairs of another run's questions (ids "xq0", "xq1"): none matches the run of ``setup``."""
+    other = make_run(n_questions=6, depth=6, name="other")
+    write_labelled_pairs(path, [LabelledPair(p.question, "x" + p.id, p.document, p.perspective, p.label)
+                                for p in label_rows(other, ["q0", "q1"])])
+    return path
+
+
 def cli(*args):
     from typer.testing import CliRunner
 
@@ -105,11 +113,7 @@ def test_eval_labels_prints_and_writes_estimates(setup):
 
 def test_labels_of_another_run_are_refused(setup, tmp_path):
     run, folder, tmp = setup
-    other = make_run(n_questions=6, depth=6, name="other")
-    rows = [LabelledPair(p.question, "x" + p.id, p.document, p.perspective, p.label)
-            for p in label_rows(other, ["q0", "q1"])]
-    labels = tmp / "other.tsv"
-    write_labelled_pairs(labels, rows)
+    labels = labels_of_another_run(tmp / "other.tsv")
     code, out, err = cli("eval", folder, "--judge", JUDGE, "--k", "5", "--cache", tmp / "c.sqlite", "-q",
                          "--labels", labels)
     assert code == 2 and "none of its" in err and "matches run" in err and "Traceback" not in err
@@ -310,11 +314,7 @@ def test_labels_sampled_under_one_judge_correct_another(setup):
 
 def test_compare_refuses_labels_of_another_run_before_judging(setup):
     run, folder, tmp = setup
-    other = make_run(n_questions=6, depth=6, name="other")
-    rows = [LabelledPair(p.question, "x" + p.id, p.document, p.perspective, p.label)
-            for p in label_rows(other, ["q0", "q1"])]
-    labels = tmp / "other.tsv"
-    write_labelled_pairs(labels, rows)
+    labels = labels_of_another_run(tmp / "other.tsv")
     code, _, err = cli("compare", folder, folder, "--judge", JUDGE, "--cache", tmp / "never.sqlite", "-q",
                        "--labels", labels)
     assert code == 2 and "none of its" in err
