@@ -97,3 +97,15 @@ def test_aggregate_micro_and_macro():
     assert out["macro"]["m"] == pytest.approx(0.75)
     single = aggregate({"x": {"m": 1.0}}, {"x": ""})
     assert set(single) == {"all"}
+
+
+def test_stacked_metrics_are_each_matrixs_own():
+    from berds.evaluate.metrics import mrecall_at_k, precision_at_k, stacked_metrics
+
+    rng = np.random.default_rng(0)
+    for m, n in ((2, 5), (4, 3), (7, 10)):  # m <= k, m > k, and a passage list shorter than k
+        stack = rng.random((50, m, n)) < 0.3
+        for k in (1, 3, 5, 10):
+            mrecall, precision = stacked_metrics(stack, k)
+            assert list(mrecall) == [mrecall_at_k(s, k) for s in stack]
+            assert list(precision) == [precision_at_k(s, k) for s in stack]

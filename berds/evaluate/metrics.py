@@ -47,6 +47,16 @@ def precision_at_k(support: np.ndarray, k: int) -> float:
     return float(top.any(axis=0).sum()) / k
 
 
+def stacked_metrics(supports: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``mrecall_at_k`` and ``precision_at_k`` of many same-shaped support matrices at once (``supports``:
+    stack × perspectives × passages), one value each per matrix: what simulating a question's labels needs."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    top = np.asarray(supports, dtype=bool)[:, :, :k]
+    m = top.shape[1]
+    return (top.any(axis=2).sum(axis=1) >= min(m, k)).astype(float), top.any(axis=1).sum(axis=1) / k
+
+
 def perspectives_covered(support: np.ndarray, k: int) -> int:
     """How many perspectives at least one top-k passage supports."""
     return int(_top(support, k).any(axis=1).sum())

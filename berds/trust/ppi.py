@@ -48,7 +48,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from berds.errors import BerdsError, InputError
-from berds.evaluate.metrics import question_metrics
+from berds.evaluate.metrics import question_metrics, stacked_metrics
 from berds.trust.labels import LabelledSet
 
 POPULATIONS = ("questions", "superpopulation")
@@ -635,15 +635,8 @@ def print_corrected(evaluated: Sequence[tuple[Any, Any, Mapping[str, Any]]], lab
                     **options: Any) -> list[Corrected]:
     """What ``--labels`` adds to a command's output: the corrected table on the console, the notes on stderr, and
     the estimates in each ``metrics.json`` (``correct_evaluations``)."""
-    import sys
-
-    from rich.console import Console
-
     corrected = correct_evaluations(evaluated, labels, **options)
-    for c in corrected:
-        for line in notes(c):
-            print(line, file=sys.stderr)
-    (console or Console()).print(corrected_table(corrected))
+    print_corrected_runs(corrected, console=console)
     return corrected
 
 
@@ -740,16 +733,6 @@ def _true_label_odds(rates: ErrorRates, judged_yes_share: float) -> tuple[float,
     return ppv, false_omission
 
 
-def _metrics_of_draws(draws: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """MRecall@k and Precision@k (``berds.evaluate.metrics``' definitions) of stacked support matrices
-    (draws × perspectives × passages), one value per draw."""
-    top = draws[:, :, :k]
-    m = top.shape[1]
-    mrecall = (top.any(axis=2).sum(axis=1) >= min(m, k)).astype(float)
-    precision = top.any(axis=1).sum(axis=1) / k
-    return mrecall, precision
-
-
 def plan_from_error_rates(result: Any, rates: ErrorRates, *, target_width: float, population: str = "questions",
                           draws: int = 200, seed: int = 0) -> list[PlanRow]:
     """How many questions to label, without a pilot: the spread of human − judged simulated from the judge's
@@ -776,7 +759,7 @@ def plan_from_error_rates(result: Any, rates: ErrorRates, *, target_width: float
         odds = np.where(judged, ppv, false_omission)
         sampled = rng.random((draws, *judged.shape)) < odds
         for k in ks:
-            mrecall, precision = _metrics_of_draws(sampled, k)
+            mrecall, precision = stacked_metrics(sampled, k)
             human[f"mrecall@{k}"][:, j], human[f"precision@{k}"][:, j] = mrecall, precision
     rows = []
     N = len(matrices)
@@ -976,7 +959,6 @@ def corrected_csv(corrected: Sequence[Corrected]) -> tuple[list[str], list[list[
 def print_corrected_runs(corrected: Sequence[Corrected], *, console: Any = None, out: Any = None) -> None:
     """The corrected table and its notes (stderr); with ``out``, ``corrected.json`` in that folder."""
     import sys
-    from pathlib import Path
 
     from rich.console import Console
 
