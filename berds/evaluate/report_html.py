@@ -145,7 +145,7 @@ def tradeoff_svg(data: Mapping[str, Any], width: int = 560, height: int = 380) -
 
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" id="tradeoff" role="img" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
-             f"<title>MRecall@k against Precision@k per run</title>",
+             "<title>MRecall@k against Precision@k per run</title>",
              f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="#fafafa" stroke="#999"/>']
     for t in range(0, 101, 20):
         parts.append(f'<line x1="{x(t / 100):.1f}" y1="{top}" x2="{x(t / 100):.1f}" y2="{top + ph}" stroke="#e3e3e3"/>'

@@ -13,7 +13,6 @@ bootstrap interval that resamples questions (``berds.trust.validate``), as ``jud
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import combinations

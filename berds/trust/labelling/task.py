@@ -22,7 +22,6 @@ The TASK folder::
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
