@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import glob
 import json
-import os
 import re
 import shlex
 from pathlib import Path

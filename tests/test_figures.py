@@ -9,7 +9,7 @@ import json
 
 
 from berds.cli import main
-from berds.evaluate.report import MRECALL_DIP_NOTE, build_report, plot_curves, plot_tuning
+from berds.evaluate.report import MRECALL_DIP_NOTE, plot_curves, plot_tuning
 from berds.runs import save_run
 from conftest import make_run
 

@@ -8,17 +8,15 @@ with SIGKILL and restarted with every label kept; the export reads with ``read_l
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from berds.trust.labelling import open_task, sample_task
+from berds.trust.labelling import sample_task
 from berds.trust.labels import read_labelled_pairs
 from conftest import berds_cmd, subprocess_env
 from label_fixtures import JUDGE, evaluated_run
