@@ -44,8 +44,6 @@ def _print_table(title: str, header: list[str], rows: list[list[str]], *, values
     from rich.table import Table
 
     console = _console()
-    # (escaped: run names, paths and values are shown as they are, "[old]" included, never read as rich markup)
-    rows = [[escape(str(cell)) for cell in row] for row in rows]
     table = Table(title=escape(title))
     # no header word is cut ('supportin' / 'g only %' beside a long run name): each other column keeps its longest
     # word or cell, and the first column (run names) folds into what is left
@@ -60,8 +58,8 @@ def _print_table(title: str, header: list[str], rows: list[list[str]], *, values
     for i, col in enumerate(header):
         table.add_column(col, justify="left" if i == 0 else values, overflow="fold",
                          width=widths[i] if squeeze and i else None, max_width=room if squeeze and not i else None)
-    for row in rows:
-        table.add_row(*row)
+    for row in rows:  # (escaped: run names, paths and values are shown as they are, never read as rich markup)
+        table.add_row(*(escape(str(cell)) for cell in row))
     console.print(table)
 
 
