@@ -29,17 +29,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_mmr import TableEncoder  # noqa: E402  (embeddings looked up by text)
 from turns import spread, take_turns  # noqa: E402
-
-
-class TableEncoder:
-    id = "bench-table"
-
-    def __init__(self, table):
-        self.table = table
-
-    def encode(self, texts):
-        return np.stack([self.table[t] for t in texts])
 
 
 class TableExpander:
