@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import random
 import resource
@@ -42,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_corpora import synthetic_passages  # noqa: E402
-from turns import spread  # noqa: E402
+from turns import in_fresh_process as fresh_process, spread  # noqa: E402
 
 ENGINES = ("sqlite", "lmdb", "arrow-ipc", "parquet")
 
@@ -340,13 +339,7 @@ def _write_in_process(engine: str, jsonl: str, out: str, queue) -> None:
 def in_fresh_process(engine: str, jsonl: str, out: Path) -> dict:
     if engine != "berds":
         out.mkdir(parents=True, exist_ok=True)
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_write_in_process, args=(engine, jsonl, str(out), queue))
-    proc.start()
-    result = queue.get()
-    proc.join()
-    return result
+    return fresh_process(_write_in_process, engine, jsonl, str(out))
 
 
 PARQUET_LOOKUPS = 3_000  # each miss decodes a 10,000-row group (~tens of ms): more would take minutes

@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_corpora import synthetic_passages  # noqa: E402
-from turns import spread, take_turns  # noqa: E402
+from turns import in_fresh_process as fresh_process, spread, take_turns  # noqa: E402
 
 _REC = struct.Struct(">Q")
 _HEAD = struct.Struct("<iIII")
@@ -158,15 +158,7 @@ def _contestant(name: str, n: int, out: str, queue) -> None:
 
 
 def in_fresh_process(name: str, n: int, out: Path) -> tuple[str, float]:
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_contestant, args=(name, n, str(out), queue))
-    proc.start()
-    result = queue.get()
-    proc.join()
-    return result
+    return fresh_process(_contestant, name, n, str(out))
 
 
 def main(argv=None) -> None:

@@ -34,3 +34,17 @@ def spread(values: list[float], fmt: str = "{:.2f}") -> str:
     if len(values) == 1:
         return fmt.format(med)
     return f"{fmt.format(med)} ({fmt.format(min(values))}–{fmt.format(max(values))})"
+
+
+def in_fresh_process(target: Callable[..., None], *args: Any) -> Any:
+    """``target(*args, queue)`` in a new interpreter (spawned: nothing inherited from this one's memory or
+    imports) and what it put on ``queue``: one contestant's own time and peak memory."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=target, args=(*args, queue))
+    proc.start()
+    result = queue.get()
+    proc.join()
+    return result
