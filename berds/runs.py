@@ -185,16 +185,31 @@ def write_ctxs_jsonl(
     """BERDS exchange format; ``extra[qid]`` adds fields to a question's line (e.g. legacy predictions).
     Returns the file's SHA-256 (hex), hashed line by line as it is written (``save_run`` records it: a second
     pass over the file cost as much as writing the TREC file)."""
-    import json
-
     digest = hashlib.sha256()
     with atomic_write(path, "wb") as f:
         for qid, q in run.questions.items():
-            line = (json.dumps(ctxs_record(q, run.hits[qid], (extra or {}).get(qid)), ensure_ascii=False)
-                    + "\n").encode("utf-8")
+            added = (extra or {}).get(qid)
+            line = _ctxs_line(ctxs_record(q, run.hits[qid], added), extra_fields=bool(added))
             digest.update(line)
             f.write(line)
     return digest.hexdigest()
+
+
+def _ctxs_line(rec: dict[str, Any], *, extra_fields: bool) -> bytes:
+    """One jsonl line: orjson (20x faster than ``json`` on 100 ctxs, the bulk of ``berds rerank``'s output time)
+    where it writes what ``json`` would read back the same: finite scores and no extra fields (legacy
+    predictions may hold NaN, which orjson writes as null, or integers past 64 bits). Else ``json``, which
+    writes Infinity/NaN as ``load_run`` reads them."""
+    import orjson
+
+    if not extra_fields and math.isfinite(sum(c["score"] for c in rec["ctxs"])):
+        try:
+            return orjson.dumps(rec, option=orjson.OPT_APPEND_NEWLINE)
+        except orjson.JSONEncodeError:  # (a lone surrogate: json reports it below as before)
+            pass
+    import json
+
+    return (json.dumps(rec, ensure_ascii=False) + "\n").encode("utf-8")
 
 
 def _ctxs_sha256_on_record(folder: Path) -> str | None:

@@ -103,6 +103,34 @@ def test_ctxs_round_trip_is_byte_stable(tmp_path, tiny_run):
     assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
 
 
+def test_every_ctxs_line_reads_back_as_json_reads_it_whichever_writer_wrote_it(tmp_path):
+    # Plain lines go through orjson; a line with an infinite score, with extra fields (legacy predictions holding
+    # NaN, or an integer past 64 bits) or with a lone surrogate must still be written as json writes it.
+    question = Question("q0", "Is it? \u00e9\u4e2d", ("yes", "no"), dataset="d")
+    plain = [Hit(Passage("p1", "caf\u00e9 \"quoted\" \\ text\n", "T\u00eftle"), 1e-05),
+             Hit(Passage("p2", "two", "", title_field=False), -0.25)]
+    infinite = [Hit(Passage("p3", "three", "x"), float("inf")), Hit(Passage("p4", "four", "x"), 1.0)]
+    run = Run({"q0": question, "q1": Question("q1", "other", ("a",)), "q2": Question("q2", "x", ("b",))},
+              {"q0": plain, "q1": infinite, "q2": plain}, name="r")
+    extra = {"q2": {"predictions": [float("nan"), 2**70]}}
+    path = tmp_path / "run.ctxs.jsonl"
+    write_ctxs_jsonl(run, path, extra=extra)
+    lines = path.read_bytes().splitlines()
+    assert len(lines) == 3
+    from berds.runs import ctxs_record
+
+    for line, qid in zip(lines, ["q0", "q1", "q2"]):
+        expected = ctxs_record(run.questions[qid], run.hits[qid], extra.get(qid))
+        assert json.dumps(json.loads(line), sort_keys=True) == json.dumps(expected, sort_keys=True), qid
+    assert b"Infinity" in lines[1] and b"NaN" in lines[2] and str(2**70).encode() in lines[2]
+    back = read_ctxs_jsonl(path)
+    assert [h.score for h in back.hits["q1"]] == [float("inf"), 1.0]
+    assert [h.passage for h in back.hits["q0"]] == [h.passage for h in plain]
+    lone = Run({"q0": Question("q0", "bad \ud800", ("a",))}, {"q0": plain}, name="r")
+    with pytest.raises(UnicodeEncodeError):
+        write_ctxs_jsonl(lone, tmp_path / "lone.jsonl")
+
+
 def test_missing_ids_are_synthesised_and_recorded(tmp_path):
     p = tmp_path / "r.jsonl"
     p.write_text(json.dumps({"id": 1, "question": "Q?", "perspectives": ["a"], "ctxs": [{"text": "hello"}]}) + "\n")
