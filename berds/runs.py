@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from operator import attrgetter
+from operator import attrgetter, gt
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
@@ -55,11 +55,19 @@ def _score(value: float) -> str:
     return repr(float(value)) if math.isfinite(value) else "0.0"
 
 
+def _strictly_falling(values: Sequence[float]) -> bool:
+    """Every value finite and below the one before it (two C-level passes; a sum past the float range just
+    answers False)."""
+    return math.isfinite(sum(values)) and all(map(gt, values, values[1:]))
+
+
 def order_ties_like_trec_eval(hits: Sequence[Hit]) -> list[Hit]:
     """``hits`` with each run of equal scores reordered by docid *descending*, the order trec_eval (and so
     ir_measures / pytrec_eval) gives tied documents whatever the file says. Hits with different scores keep
     their places. Written this way, a run reads the same in berds, trec_eval and tools that keep file
     order among ties (ranx)."""
+    if _strictly_falling([h.score for h in hits]):  # the usual run: no ties, nothing to reorder
+        return list(hits)
     scores = [_score(h.score) for h in hits]  # once per hit (it was twice per comparison: a save called it 4x)
     out: list[Hit] = []
     i, n = 0, len(hits)
@@ -109,6 +117,8 @@ def trec_scores(scores: Sequence[float]) -> list[float]:
     ``run.ctxs.jsonl``."""
     values = [float(x) for x in scores]
     n = len(values)
+    if _strictly_falling(values):  # no ties to spread
+        return values
     if all(math.isfinite(x) for x in values) and all(values[i] >= values[i + 1] for i in range(n - 1)):
         out = list(values)
         i = 0
@@ -137,16 +147,17 @@ def write_trec(run: Run, path: str | Path, tag: str | None = None, *, ties_order
     Returns the file's SHA-256 (hex), computed from the bytes as they are written (no second read).
     ``ties_ordered``: the caller already put ``run``'s ties in that order (``save_run`` does)."""
     tag = re.sub(r"\s", "_", tag or run.name or "berds")
-    lines = []
+    lines: list[str] = []
     for qid, hits in run.hits.items():
-        seen: set[str] = set()
-        firsts = []
-        for hit in (hits if ties_ordered else order_ties_like_trec_eval(hits)):
-            if hit.passage.id not in seen:
-                seen.add(hit.passage.id)
-                firsts.append(hit)
-        for rank, (hit, score) in enumerate(zip(firsts, trec_scores([h.score for h in firsts])), start=1):
-            lines.append(f"{qid} Q0 {hit.passage.id} {rank} {_score(score)} {tag}\n")
+        firsts = hits if ties_ordered else order_ties_like_trec_eval(hits)
+        ids = [h.passage.id for h in firsts]
+        if len(set(ids)) != len(ids):  # a repeated docid: keep its first position
+            seen: set[str] = set()
+            firsts = [h for h in firsts if not (h.passage.id in seen or seen.add(h.passage.id))]
+            ids = [h.passage.id for h in firsts]
+        scores = trec_scores([h.score for h in firsts])
+        lines += [f"{qid} Q0 {docid} {rank} {_score(score)} {tag}\n"
+                  for rank, (docid, score) in enumerate(zip(ids, scores), start=1)]
     text = "".join(lines)
     if not fields_intact(text, len(lines), 6):  # an id holding whitespace would shift the fields after it
         qid, docid = next((q, h.passage.id) for q, hs in run.hits.items() for h in hs

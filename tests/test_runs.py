@@ -263,6 +263,10 @@ def test_a_passage_listed_twice_is_refused_deduped_or_kept(tmp_path):
         read_ctxs_jsonl(p)
     assert [h.passage.id for h in read_ctxs_jsonl(p, duplicates="dedupe").hits["q"]] == ["a", "b", "c"]
     assert [h.passage.id for h in read_ctxs_jsonl(p, duplicates="keep").hits["q"]] == ["a", "b", "a", "c"]
+    # kept, the TREC file holds each docid once, at its first position, ranks and scores following on
+    save_run(read_ctxs_jsonl(p, duplicates="keep"), tmp_path / "kept")
+    trec = [line.split() for line in (tmp_path / "kept" / "run.trec").read_text().splitlines()]
+    assert [(t[2], t[3], t[4]) for t in trec] == [("a", "1", "3.0"), ("b", "2", "2.0"), ("c", "3", "0.5")]
 
 
 def test_a_loaded_run_saves_again_with_its_own_counts(tmp_path, tiny_run):
