@@ -250,6 +250,25 @@ def test_types_validate_at_the_boundary():
         Run({"q": q}, {})
 
 
+def test_hits_of_equals_a_hit_per_pair_and_checks_scores_as_hit_does():
+    import numpy as np
+
+    from berds.types import InvalidScore, hits_of
+
+    passages = [Passage(f"p{i}", "t") for i in range(4)]
+    for scores in ([3.0, 2.0, float("inf"), -1.0], [3.0, float("inf"), float("-inf"), 0.0], [1, 2.5, 2, 0.0],
+                   list(np.array([0.5, 0.25, 0.125, 0.0], dtype=np.float32))):
+        made = hits_of(iter(passages), scores)
+        assert made == [Hit(p, s) for p, s in zip(passages, scores)]
+        assert [type(h.score) for h in made] == [type(Hit(p, s).score) for p, s in zip(passages, scores)]
+    with pytest.raises(InvalidScore, match="p2"):  # (a NaN among floats takes Hit's own check)
+        hits_of(passages, [1.0, 0.5, float("nan"), 0.0])
+    with pytest.raises(InvalidScore):
+        hits_of(passages, ["1.0", 0.5, 0.25, 0.0])
+    with pytest.raises(InvalidScore):
+        hits_of(passages, [1.0, 0.5, True, 0.0])
+
+
 def test_rank_hits_breaks_ties_by_docid():
     hits = [Hit(Passage(i, "t"), s) for i, s in [("b", 1.0), ("a", 1.0), ("c", 2.0)]]
     assert [h.passage.id for h in rank_hits(hits)] == ["c", "a", "b"]

@@ -22,11 +22,12 @@ functions) take keyword-only options (``index=...``, ``corpus=...``, ``device=..
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol, Sequence, runtime_checkable
+from itertools import islice
+from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 from berds.errors import BerdsError
 from berds.io import no_gc
-from berds.types import Hit, Passage, Question, rank_hits
+from berds.types import Hit, Passage, Question, hits_of, rank_hits
 
 
 @runtime_checkable
@@ -176,10 +177,12 @@ def is_ranked(hits: Sequence[Hit]) -> bool:
     return True
 
 
-def _ranked(hits: list[Hit], pairs: Sequence[tuple[str, float]]) -> list[Hit]:
-    """``hits`` (made from ``pairs``, in order) in ``rank_hits`` order. The usual engine list, scores strictly
-    decreasing, is told in C (a sort of an already sorted list, a set) instead of ``is_ranked``'s Python loop."""
+def _ranked_hits(passages: Iterator[Passage], pairs: Sequence[tuple[str, float]]) -> list[Hit]:
+    """Hits of the next ``len(pairs)`` passages with ``pairs``' scores, in ``rank_hits`` order. The usual engine
+    list, scores strictly decreasing, is told in C (a sort of an already sorted list, a set) instead of
+    ``is_ranked``'s Python loop."""
     scores = [x for _, x in pairs]
+    hits = hits_of(islice(passages, len(scores)), scores)
     if scores == sorted(scores, reverse=True) and len(set(scores)) == len(scores):
         return hits
     return hits if is_ranked(hits) else rank_hits(hits)
@@ -195,10 +198,7 @@ def hits_from_store(store: Any, found: Sequence[Sequence[tuple[str, float]]]) ->
     # hits alive its full passes cost more than the work itself (measured: up to 2.7x on 100k hits).
     with no_gc():
         passages = iter(store.get_many([pid for pairs in found for pid, _ in pairs]))
-        out = []
-        for pairs in found:
-            out.append(_ranked([Hit(next(passages), score) for _, score in pairs], pairs))
-        return out
+        return [_ranked_hits(passages, pairs) for pairs in found]
 
 
 def hits_from_records(store: Any, found: Sequence[Sequence[tuple[str, float]]], rows: Sequence[Sequence[int]],
@@ -218,6 +218,6 @@ def hits_from_records(store: Any, found: Sequence[Sequence[tuple[str, float]]], 
                              "store was changed since it was built — rebuild the index (berds index dense ... "
                              "--overwrite always)")
         it = iter(passages)
-        return [_ranked([Hit(next(it), score) for _, score in pairs], pairs) for pairs in found]
+        return [_ranked_hits(it, pairs) for pairs in found]
 
 
