@@ -1,6 +1,6 @@
 """Round-trip berds' Label Studio files through a running Label Studio, and say what came back.
 
-    python scripts/check_label_studio.py --url http://127.0.0.1:8080 --token TOKEN [--save DIR]
+    python scripts/check_label_studio.py --url http://127.0.0.1:8080 --token TOKEN [--save DIR] [--keep]
 
 ``TOKEN`` is a legacy API token (Label Studio >= 1.10 needs "legacy tokens" enabled for the organisation, e.g.
 start it with ``LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN=true``). The script
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -91,7 +92,22 @@ class LabelStudio:
             {"from_name": "supports", "to_name": "passage", "type": "choices", "value": {"choices": [choice]}}]})
 
     def export(self, project: int) -> list[dict[str, Any]]:
+        """The JSON export (the project's Export button): the tasks with annotations, ``completed_by`` an id."""
         return self.call("GET", f"/api/projects/{project}/export", params={"exportType": "JSON"})
+
+    def snapshot(self, project: int) -> list[dict[str, Any]]:
+        """A snapshot export with ``completed_by`` expanded (an object with id and email), every task."""
+        made = self.call("POST", f"/api/projects/{project}/exports/", json={
+            "title": "berds check", "serialization_options": {"annotations__completed_by": {"only_id": False}}})
+        for _ in range(60):
+            if made.get("status") == "completed":
+                return self.call("GET", f"/api/projects/{project}/exports/{made['id']}/download",
+                                 params={"exportType": "JSON"})
+            if made.get("status") == "failed":
+                break
+            time.sleep(1)
+            made = self.call("GET", f"/api/projects/{project}/exports/{made['id']}")
+        raise SystemExit(f"Label Studio: the snapshot export of project {project} did not complete: {made}")
 
 
 def berds(*args: str) -> str:
@@ -147,13 +163,16 @@ def make_task(work: Path) -> Path:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", required=True, help="Label Studio's address, e.g. http://127.0.0.1:8080")
-    parser.add_argument("--token", required=True, help="a legacy API token of an administrator")
+    parser.add_argument("--token", default=os.environ.get("LABEL_STUDIO_TOKEN"),
+                        help="a legacy API token of an administrator (default: $LABEL_STUDIO_TOKEN)")
     parser.add_argument("--save", type=Path, help="keep Label Studio's exports in this folder")
     parser.add_argument("--keep", action="store_true", help="leave the projects and the second user in Label Studio")
     args = parser.parse_args()
+    if not args.token:
+        parser.error("give --token or set LABEL_STUDIO_TOKEN")
 
-    from berds.trust.labelling import LabelStore, import_label_studio, open_task
     from berds.errors import BerdsError
+    from berds.trust.labelling import LabelStore, import_label_studio, open_task
 
     ls = LabelStudio(args.url, args.token)
     version = ls.version()
@@ -193,6 +212,10 @@ def main() -> int:
             check(f"{variant}: data kept", [i["data"] for i in items], [t["data"] for t in held])
             check(f"{variant}: annotations kept", [[a["result"] for a in i["annotations"]] for i in items],
                   [[a["result"] for a in t["annotations"]] for t in held])
+            # what makes berds' meta needed: every imported annotation is the importing user's
+            check(f"{variant}: imported as", f"user {me}",
+                  " ".join(sorted({f"user {a['completed_by']}" for t in held for a in t["annotations"]})))
+            check(f"{variant}: meta kept", [i.get("meta", {}) for i in items], [t["meta"] for t in held])
             check(f"{variant}: predictions kept",
                   [[(task.judge_id, p["result"]) for p in i.get("predictions", [])] for i in items],
                   [[(p["model_version"], p["result"]) for p in t["predictions"]] for t in held])
@@ -226,6 +249,10 @@ def main() -> int:
               "annotations left out", again)
         check("re-import: store same", _flat(want),
               sorted((p, a, v) for p, a, v, _, _ in LabelStore(task.db_path, task.id).rows()))
+        snapshot = work / "ls-snapshot.json"
+        snapshot.write_text(json.dumps(ls.snapshot(project), indent=1))
+        check("snapshot: same labels", {"added": 0, "same": 6, "replaced": 0, "cancelled": 1, "empty": 0},
+              import_label_studio(task, snapshot))
 
         # alice's exported Yes changed to No in Label Studio: refused, then taken with --replace
         alice = next(a["id"] for t in exported if t["data"]["pair"] == pairs[0] for a in t["annotations"])
@@ -242,7 +269,7 @@ def main() -> int:
         check("changed: alice now", "no", LabelStore(task.db_path, task.id).of("alice")[pairs[0]])
         if args.save:
             args.save.mkdir(parents=True, exist_ok=True)
-            for name in (first_export, second_export):
+            for name in (first_export, snapshot, second_export):
                 shutil.copy(name, args.save / name.name)
             for name in ("manifest.json", "pairs.jsonl"):
                 shutil.copy(task.folder / name, args.save / name)

@@ -249,8 +249,10 @@ def _iso(at: float) -> str:
 def _annotator_of(annotation: dict[str, Any], exported: dict[str, Any]) -> str:
     """Who gave a Label Studio annotation: berds' own field (berds' export file itself), else the annotator
     berds exported it as (its ``import_id`` in the task's ``meta.berds_annotators``, ``exported`` here: what
-    Label Studio's export gives back), else ``completed_by`` (a user id; an object with email/username/id
-    where the export expands it)."""
+    Label Studio's export gives back), else ``completed_by``: ``label-studio:<user id>``. The plain JSON export
+    writes the id; a snapshot export with ``completed_by`` expanded writes an object with id and email, and
+    takes the id too, so one person has one name whichever export is imported (email/username only without
+    an id)."""
     name = annotation.get("berds_annotator")
     if isinstance(name, str) and name.strip():
         return name
@@ -259,7 +261,7 @@ def _annotator_of(annotation: dict[str, Any], exported: dict[str, Any]) -> str:
         return exported[str(import_id)]
     who = annotation.get("completed_by")
     if isinstance(who, dict):
-        who = who.get("email") or who.get("username") or who.get("id")
+        who = who.get("id") if who.get("id") is not None else (who.get("email") or who.get("username"))
     if isinstance(who, (int, str)) and not isinstance(who, bool) and str(who).strip():
         return f"label-studio:{who}"
     raise ValueError("names no annotator (no 'completed_by')")
