@@ -199,7 +199,8 @@ def export_label_studio(task: LabelTask, out: str | Path, *, judge_predictions: 
     """Label Studio tasks (one per pair, ``data`` with question, perspective and passage -- the text the judge read,
     title included, as on berds' own page -- and the passage's title apart, shown above it; plus the berds ids
     that bring the labels back) with each annotator's yes/no as an annotation (``result`` of ``choices``;
-    the annotator's name in ``berds_annotator``), and the labelling config beside it (``OUT.config.xml``).
+    the annotator's name in ``berds_annotator``, and under the annotation's ``id`` in the task's
+    ``meta.berds_annotators``, which Label Studio keeps), and the labelling config beside it (``OUT.config.xml``).
     ``judge_predictions`` adds the judge's verdict as each task's prediction (Label Studio pre-fills it, which
     anchors annotators on it: off by default). Returns (tasks, annotations, config path)."""
     from berds.io import write_json, write_text
