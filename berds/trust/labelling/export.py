@@ -26,6 +26,7 @@ from berds.trust.labelling.task import LabelTask
 CONFLICT_POLICIES = ("first", "majority", "drop")
 LS_FROM, LS_TO = "supports", "passage"  # the names of the Choices control and the Text it labels (config below)
 LS_CHOICES = {"Yes": "yes", "No": "no"}
+META_ANNOTATORS = "berds_annotators"  # task meta: annotation id -> berds annotator (survives Label Studio)
 
 LABEL_STUDIO_CONFIG = """<View>
   <Header value="Question"/>
@@ -198,7 +199,8 @@ def export_label_studio(task: LabelTask, out: str | Path, *, judge_predictions: 
     """Label Studio tasks (one per pair, ``data`` with question, perspective and passage -- the text the judge read,
     title included, as on berds' own page -- and the passage's title apart, shown above it; plus the berds ids
     that bring the labels back) with each annotator's yes/no as an annotation (``result`` of ``choices``;
-    the annotator's name in ``berds_annotator``), and the labelling config beside it (``OUT.config.xml``).
+    the annotator's name in ``berds_annotator``, and under the annotation's ``id`` in the task's
+    ``meta.berds_annotators``, which Label Studio keeps), and the labelling config beside it (``OUT.config.xml``).
     ``judge_predictions`` adds the judge's verdict as each task's prediction (Label Studio pre-fills it, which
     anchors annotators on it: off by default). Returns (tasks, annotations, config path)."""
     from berds.io import write_json, write_text
@@ -210,15 +212,23 @@ def export_label_studio(task: LabelTask, out: str | Path, *, judge_predictions: 
             given.setdefault(pair, []).append((annotator, value, at))
     items, n_annotations = [], 0
     for p in task.pairs:
-        annotations = [{
-            "result": [{"from_name": LS_FROM, "to_name": LS_TO, "type": "choices",
-                        "value": {"choices": ["Yes" if value == "yes" else "No"]}}],
-            "was_cancelled": False, "berds_annotator": annotator,
-            "created_at": _iso(at)} for annotator, value, at in given.get(p["pair"], [])]
-        n_annotations += len(annotations)
+        # Label Studio drops unknown annotation keys on import (berds_annotator, created_at) and gives every
+        # imported annotation to the importing user; it keeps an annotation's "id" as its import_id and the
+        # task's meta. So each annotation gets a file-wide id and meta.berds_annotators maps it to its annotator:
+        # Label Studio's export then still says whose each label is (checked with label-studio 1.23.2).
+        annotations = []
+        for annotator, value, at in given.get(p["pair"], []):
+            n_annotations += 1
+            annotations.append({
+                "id": n_annotations,
+                "result": [{"from_name": LS_FROM, "to_name": LS_TO, "type": "choices",
+                            "value": {"choices": ["Yes" if value == "yes" else "No"]}}],
+                "was_cancelled": False, "berds_annotator": annotator, "created_at": _iso(at)})
         item = {"data": {"question": p["question"], "perspective": p["perspective"], "passage": p["document"],
                          "title": p.get("title") or "", "qid": p["qid"], "pair": p["pair"], "berds_task": task.id},
                 "annotations": annotations}
+        if annotations:
+            item["meta"] = {META_ANNOTATORS: {str(a["id"]): a["berds_annotator"] for a in annotations}}
         if judge_predictions:
             item["predictions"] = [{"model_version": task.judge_id, "result": [
                 {"from_name": LS_FROM, "to_name": LS_TO, "type": "choices",
@@ -237,15 +247,22 @@ def _iso(at: float) -> str:
     return datetime.datetime.fromtimestamp(at, datetime.timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def _annotator_of(annotation: dict[str, Any]) -> str:
-    """Who gave a Label Studio annotation: berds' own field, else ``completed_by`` (a user id, or an object
-    with email/username/id as some exports write it)."""
+def _annotator_of(annotation: dict[str, Any], exported: dict[str, Any]) -> str:
+    """Who gave a Label Studio annotation: berds' own field (berds' export file itself), else the annotator
+    berds exported it as (its ``import_id`` in the task's ``meta.berds_annotators``, ``exported`` here: what
+    Label Studio's export gives back), else ``completed_by``: ``label-studio:<user id>``. The plain JSON export
+    writes the id; a snapshot export with ``completed_by`` expanded writes an object with id and email, and
+    takes the id too, so one person has one name whichever export is imported (email/username only without
+    an id)."""
     name = annotation.get("berds_annotator")
     if isinstance(name, str) and name.strip():
         return name
+    import_id = annotation.get("import_id")
+    if import_id is not None and str(import_id) in exported:
+        return exported[str(import_id)]
     who = annotation.get("completed_by")
     if isinstance(who, dict):
-        who = who.get("email") or who.get("username") or who.get("id")
+        who = who.get("id") if who.get("id") is not None else (who.get("email") or who.get("username"))
     if isinstance(who, (int, str)) and not isinstance(who, bool) and str(who).strip():
         return f"label-studio:{who}"
     raise ValueError("names no annotator (no 'completed_by')")
@@ -345,6 +362,12 @@ def import_label_studio(task: LabelTask, path: str | Path, *, replace: bool = Fa
         pair = item_data.get("pair")
         if pair not in pairs:
             raise InputError(f"{where}: pair {pair!r} is not in this task", path=path)
+        meta = item.get("meta")
+        exported = meta.get(META_ANNOTATORS) if isinstance(meta, dict) else None
+        if exported is not None and not (isinstance(exported, dict) and all(
+                isinstance(v, str) for v in exported.values())):
+            raise InputError(f"{where}: meta.{META_ANNOTATORS} must map annotation ids to annotator names",
+                             path=path)
         for a_index, annotation in enumerate(item.get("annotations") or []):
             try:
                 if not isinstance(annotation, dict):
@@ -356,7 +379,7 @@ def import_label_studio(task: LabelTask, path: str | Path, *, replace: bool = Fa
                 if value is None:
                     counts["empty"] += 1
                     continue
-                annotator = check_annotator(_annotator_of(annotation))
+                annotator = check_annotator(_annotator_of(annotation, exported or {}))
             except (ValueError, BerdsError) as exc:
                 raise InputError(f"{where}, annotation {a_index}: {exc}", path=path) from None
             key = (pair, annotator)
