@@ -247,6 +247,13 @@ def test_hits_from_store_attaches_texts_and_ranks_only_when_needed(tmp_path):
     with pytest.raises(KeyError):
         hits_from_store(store, [[("nope", 1.0)]])
 
+    class ShortStore:  # a store of someone else's that hands back fewer passages than ids
+        def get_many(self, ids):
+            return store.get_many(ids)[:-1]
+
+    with pytest.raises(BerdsError, match="gave 2 passages for the 3 hits"):
+        hits_from_store(ShortStore(), found[:1])
+
 
 class _IndexedRetriever(FixedRetriever):
     """FixedRetriever whose provenance names the corpus its index was built from."""

@@ -183,6 +183,8 @@ def _ranked_hits(passages: Iterator[Passage], pairs: Sequence[tuple[str, float]]
     ``is_ranked``'s Python loop."""
     scores = [x for _, x in pairs]
     hits = hits_of(islice(passages, len(scores)), scores)
+    if len(hits) != len(scores):  # (a store that handed back fewer passages than ids: never fewer hits silently)
+        raise BerdsError(f"the passage store gave {len(hits)} passages for the {len(scores)} hits of a question")
     if scores == sorted(scores, reverse=True) and len(set(scores)) == len(scores):
         return hits
     return hits if is_ranked(hits) else rank_hits(hits)
