@@ -37,12 +37,16 @@ def plan_command(
     from rich.console import Console
 
     from berds.registry import parse_options
-    from berds.trust.ppi import plan_labels, plan_table
+    from berds.trust.ppi import plan_labels, plan_table, rates_note
 
     rows = plan_labels(run, require_judge(judge), labels, target_width=target_width, ks=parse_ks(k),
                        cache_path=cache, title_position=title_position, population=population,
                        judge_options=parse_options(judge_option), validation=validation)
-    Console().print(plan_table(rows, target_width=target_width))
+    console = Console()
+    console.print(plan_table(rows, target_width=target_width))
+    note = rates_note(rows)  # (a plan from error rates: which rates, their intervals, on how many pairs)
+    if note:
+        console.print(note, highlight=False, markup=False)
     for r in rows:  # a row of dashes says why
         if r.pilot < 2 and r.source == "pilot":
             print(f"note: {r.metric}: {r.pilot} question(s) of the pilot are labelled whole at this k (every pair "
