@@ -226,6 +226,10 @@ def test_a_plan_from_validated_rates_carries_their_uncertainty():
         assert f.n_ppi_90 - f.n_ppi > p.n_ppi_90 - p.n_ppi, metric
         assert f.rates["sensitivity_ci95"] == pytest.approx(list(stats.beta.ppf([0.025, 0.975], 8, 4)))
 
+    for name, plans in (("exact 0.7/0.8", point), ("100k pairs", large), ("exact 1/1", perfect),
+                        ("10/10, 10/10", unsure), ("7/10, 8/10", few)):  # (docs/corrected-estimates.md quotes them)
+        print(name, "; ".join(f"{m}: SD {100 * r.s_rectifier:.1f} (90%: {100 * r.s_rectifier_90:.1f}), n {r.n_ppi} "
+                              f"(90%: {r.n_ppi_90})" for m, r in plans.items()))
     # the seed fixes the plan; another seed draws another
     again = plan(ErrorRates.from_counts("sim", tp=7, fn=3, tn=8, fp=2))
     assert [vars(r) for r in again.values()] == [vars(r) for r in few.values()]

@@ -22,7 +22,7 @@ def register(label_app: typer.Typer) -> None:
 def plan_command(
     run: Path = typer.Argument(..., help="A run folder or BERDS-format jsonl that `berds eval` judged (verdicts are read from the cache)."),
     labels: Optional[Path] = typer.Option(None, "--labels", help="The pilot sample: labelled pairs (TSV: question, id, document, perspective, label) of a few whole questions of this run."),
-    validation: Optional[Path] = typer.Option(None, "--validation", help="Or no pilot: the judge's error rates from `berds judge validate --out FILE` (its row for this judge), simulated pair by pair over this run."),
+    validation: Optional[Path] = typer.Option(None, "--validation", help="Or no pilot: the judge's error rates from `berds judge validate --out FILE` (its row for this judge), drawn from their posteriors given its counts and simulated pair by pair over this run."),
     target_width: float = typer.Option(..., "--target-width", help="The full width of the 95% interval wanted, in percentage points (10 = ±5)."),
     judge: Optional[str] = typer.Option(None, "--judge", "-j", help=JUDGE_REQUIRED_HELP),
     judge_option: List[str] = typer.Option([], "--judge-option", "-o", help="key=value passed to the judge (as in eval)."),
@@ -32,8 +32,8 @@ def plan_command(
     population: str = typer.Option("questions", "--population", help="questions (these N questions, default) or superpopulation (questions like these)."),
 ) -> None:
     """From a pilot sample of whole labelled questions (--labels), or from the judge's validated error rates
-    (--validation), how many questions to label so that the corrected estimate's 95% interval is --target-width
-    points wide: with the judge (PPI) and with labels alone."""
+    (--validation; with the n enough in 90% of the simulation's draws), how many questions to label so that the
+    corrected estimate's 95% interval is --target-width points wide: with the judge (PPI) and with labels alone."""
     from rich.console import Console
 
     from berds.registry import parse_options

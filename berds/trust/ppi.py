@@ -818,7 +818,10 @@ def plan_from_error_rates(result: Any, rates: ErrorRates, *, target_width: float
     human labels of these N questions fall. Central plan: the root mean square of the draws' SDs (the
     mean variance: n scales with it), n from ``questions_needed`` as ``plan_labels`` does. Conservative plan
     (``*_90``): the 90th percentile of the draws' SDs and its n, the n that suffices in 90% of the draws (or the
-    central SD and n, when these are larger: never a smaller plan than the central one).
+    central SD and n, when these are larger: never a smaller plan than the central one). Draws of a judge that
+    says Yes less often to supporting pairs than to others, which a small validation does not rule out, are kept
+    (only measured rates like that are refused). The central SD need not exceed that of the measured rates: the
+    uniform prior pulls the rates towards 0.5, which moves the prevalence solved from the run's Yes share.
 
     It assumes the judge errs on this run as on the validated pairs and independently per pair (errors that
     cluster in questions widen the spread: label more than it says). The seed fixes the plan: the rates and the
