@@ -160,6 +160,83 @@ def test_error_rates_plan_the_spread_a_labelled_pilot_would_measure_when_errors_
     assert {r.s_rectifier for r in perfect} == {0.0} and {r.n_ppi for r in perfect} == {2}
 
 
+def test_the_validated_rates_posterior_is_beta_with_uniform_priors():
+    from berds.trust.ppi import ErrorRates
+
+    rates = ErrorRates.from_counts("sim", tp=7, fp=2, fn=3, tn=8)
+    assert (rates.sensitivity, rates.specificity, rates.pairs) == (0.7, 0.8, 20)
+    sens, spec = rates.posterior(np.random.default_rng(0), 200_000)
+    for draws, (a, b) in ((sens, (8, 4)), (spec, (9, 3))):  # Beta(tp + 1, fn + 1), Beta(tn + 1, fp + 1)
+        assert draws.mean() == pytest.approx(a / (a + b), abs=0.002)
+        assert draws.var() == pytest.approx(a * b / ((a + b) ** 2 * (a + b + 1)), rel=0.02)
+    (sl, sh), (pl, ph) = rates.interval()
+    assert (sl, sh) == pytest.approx(tuple(stats.beta.ppf([0.025, 0.975], 8, 4)))
+    assert (pl, ph) == pytest.approx(tuple(stats.beta.ppf([0.025, 0.975], 9, 3)))
+    exact = ErrorRates("sim", 0.7, 0.8, 20)  # no counts: the rates are taken as exact
+    assert exact.interval() is None and set(exact.posterior(np.random.default_rng(0), 5)[0]) == {0.7}
+
+
+def test_label_odds_of_a_drawn_judge_that_errs_the_wrong_way_stay_probabilities():
+    """A small validation's posterior reaches judges that say Yes less often to supporting pairs than to others;
+    their draws still give labels whose Yes share is the prevalence solved from the run's judged Yes share."""
+    from berds.trust.ppi import _label_odds
+
+    tpr, fpr, q = np.array([0.3, 0.8, 0.5]), np.array([0.6, 0.1, 0.5]), 0.45
+    ppv, false_omission = _label_odds(tpr, fpr, q)
+    assert ppv[0] == pytest.approx(0.3 * 0.5 / q) and false_omission[0] == pytest.approx(0.7 * 0.5 / (1 - q))
+    assert ppv[0] * q + false_omission[0] * (1 - q) == pytest.approx(0.5)  # π = (q − fpr)/(tpr − fpr) = 0.5
+    assert ppv[1] * q + false_omission[1] * (1 - q) == pytest.approx((q - 0.1) / 0.7)
+    assert ppv[2] == pytest.approx(q) and false_omission[2] == pytest.approx(q)  # verdicts are noise: π = q
+    assert ((0 <= ppv) & (ppv <= 1) & (0 <= false_omission) & (false_omission <= 1)).all()
+
+
+def test_a_plan_from_validated_rates_carries_their_uncertainty():
+    from berds.trust.ppi import ErrorRates, plan_from_error_rates
+
+    result, _ = _simulated_result(np.random.default_rng(5), 200, sens=0.9, spec=0.95)
+
+    def plan(rates, seed=0):
+        return {r.metric: r for r in plan_from_error_rates(result, rates, target_width=10, draws=400, seed=seed)}
+
+    point = plan(ErrorRates("sim", 0.7, 0.8, 100_000))
+    # 100k validated pairs: the posterior is narrow, the plan is the point-estimate plan (same label draws)
+    large = plan(ErrorRates.from_counts("sim", tp=28_000, fn=12_000, tn=48_000, fp=12_000))
+    assert large["mrecall@5"].rates["pairs"] == 100_000
+    for metric in ("mrecall@5", "precision@5"):
+        p, big = point[metric], large[metric]
+        assert big.s_rectifier == pytest.approx(p.s_rectifier, rel=0.01), metric
+        assert big.s_rectifier_90 == pytest.approx(p.s_rectifier_90, rel=0.02), metric
+        assert abs(big.n_ppi - p.n_ppi) <= 1 and abs(big.n_ppi_90 - p.n_ppi_90) <= 1, metric
+        assert p.n_ppi_90 >= p.n_ppi  # (the conservative plan is never the smaller one)
+
+    # a judge that made no error on 20 validated pairs: the point estimates call it perfect (2 questions reach any
+    # width); its posterior still leaves it room to err, so the plan asks for many more
+    perfect = plan(ErrorRates("sim", 1.0, 1.0, 20))
+    unsure = plan(ErrorRates.from_counts("sim", tp=10, fn=0, tn=10, fp=0))
+    for metric in ("mrecall@5", "precision@5"):
+        assert perfect[metric].s_rectifier == 0 and perfect[metric].n_ppi == 2
+        assert unsure[metric].s_rectifier > 0.1 and unsure[metric].n_ppi > 20, metric
+        assert unsure[metric].n_ppi_90 > unsure[metric].n_ppi, metric
+    # 7 of 10 and 8 of 10: the draws spread further than those of the exact rates, so the conservative n lies
+    # further above the central one
+    few = plan(ErrorRates.from_counts("sim", tp=7, fn=3, tn=8, fp=2))
+    for metric in ("mrecall@5", "precision@5"):
+        f, p = few[metric], point[metric]
+        assert f.s_rectifier_90 - f.s_rectifier > 1.5 * (p.s_rectifier_90 - p.s_rectifier), metric
+        assert f.n_ppi_90 - f.n_ppi > p.n_ppi_90 - p.n_ppi, metric
+        assert f.rates["sensitivity_ci95"] == pytest.approx(list(stats.beta.ppf([0.025, 0.975], 8, 4)))
+
+    for name, plans in (("exact 0.7/0.8", point), ("100k pairs", large), ("exact 1/1", perfect),
+                        ("10/10, 10/10", unsure), ("7/10, 8/10", few)):  # (docs/corrected-estimates.md quotes them)
+        print(name, "; ".join(f"{m}: SD {100 * r.s_rectifier:.1f} (90%: {100 * r.s_rectifier_90:.1f}), n {r.n_ppi} "
+                              f"(90%: {r.n_ppi_90})" for m, r in plans.items()))
+    # the seed fixes the plan; another seed draws another
+    again = plan(ErrorRates.from_counts("sim", tp=7, fn=3, tn=8, fp=2))
+    assert [vars(r) for r in again.values()] == [vars(r) for r in few.values()]
+    other = plan(ErrorRates.from_counts("sim", tp=7, fn=3, tn=8, fp=2), seed=1)
+    assert other["precision@5"].s_rectifier != few["precision@5"].s_rectifier
+
+
 def test_label_plan_from_a_validation_report(tmp_path):
     from typer.testing import CliRunner
 
@@ -185,5 +262,13 @@ def test_label_plan_from_a_validation_report(tmp_path):
     done = CliRunner().invoke(app, ["label", "plan", str(folder), "--validation", str(report), "--target-width", "20",
                                     "--judge", JUDGE, "--cache", str(cache)], env={"COLUMNS": "80"})
     assert done.exit_code == 0, (done.output, done.exception)
-    assert "rates" in done.stdout and "labels only needs a pilot" in " ".join(done.stdout.split())
+    flat = " ".join(done.stdout.split())
+    assert "rates" in done.stdout and "labels only needs a pilot" in flat
     assert all(len(line) <= 80 for line in done.stdout.splitlines())
+    # the conservative n in its own column, and the line saying which rates it rests on: 40/60 and 130/140, with
+    # the 95% credible intervals of Beta(41, 21) and Beta(131, 11)
+    assert "90%" in done.stdout and "width now" not in flat and "judg…" not in done.stdout
+    sens, spec = stats.beta.ppf([0.025, 0.975], 41, 21), stats.beta.ppf([0.025, 0.975], 131, 11)
+    assert (f"rates: sensitivity 66.7% [{100 * sens[0]:.1f}, {100 * sens[1]:.1f}] (40/60), specificity 92.9% "
+            f"[{100 * spec[0]:.1f}, {100 * spec[1]:.1f}] (130/140): 200 validated pairs") in flat
+    assert rows[0].n_ppi_90 is not None and rows[0].n_ppi_90 >= rows[0].n_ppi

@@ -259,3 +259,22 @@ def test_compare_and_diversify_study_tables(tmp_path, runs, headers):
             assert len(metric_rows) == 4 and all(re.search(r"[+-]\d+\.\d \[[+-]\d+\.\d,[+-]\d+\.\d\]", line)
                                                  and re.search(r"\d\.\d{4} \(\d\.\d{4}\)", line)
                                                  for line in metric_rows), output
+
+
+def test_label_plan_tables(tmp_path, headers):
+    """`label plan` from validated error rates: its table trades `width now` for the conservative `n PPI 90%`
+    and ends with the line of the rates (with both, 3-digit N cut a header word)."""
+    from berds.io import write_json
+    from berds.judges import load_judge
+
+    run = str(save_run(make_run(n_questions=120, depth=5, name="bm25"), tmp_path / "bm25"))
+    cache = str(tmp_path / "c.sqlite")
+    run_80(["eval", run, "--judge", JUDGE, "--k", "5", "--cache", cache, "-q"], headers)
+    judge_id = load_judge(JUDGE).id
+    report = tmp_path / "validate.json"
+    write_json(report, {"judges": [{"judge_id": judge_id, "counts": {"tp": 40, "fp": 10, "fn": 20, "tn": 130}}]})
+    output = run_80(["label", "plan", run, "--judge", JUDGE, "--validation", str(report), "--target-width", "20",
+                     "--cache", cache], headers)
+    check(output, headers, "label plan --validation")
+    assert "90%" in output and "rates: sensitivity" in output, output
+    assert "…" not in output, output  # ("judged" is in the caption too: check's word search would miss "judg…")

@@ -667,8 +667,17 @@ def questions_needed(s_rectifier: float, N: int, width: float, *, population: st
     return None
 
 
+PLAN_QUANTILE = 0.9  # the conservative plan: n enough in this share of the simulation's draws
+
+
 @dataclass
 class PlanRow:
+    """One metric's plan. From a pilot (``source`` "pilot"): the pilot's SDs and n. From error rates ("error
+    rates", ``plan_from_error_rates``): ``s_rectifier`` is the central SD of human − judged over the draws and
+    ``n_ppi`` the n it needs; ``s_rectifier_90``/``n_ppi_90`` the conservative plan (the SD at the 90th percentile
+    of the draws and the n that suffices in 90% of them); ``rates`` says which rates it rests on
+    (``ErrorRates.summary``)."""
+
     metric: str
     pilot: int
     N: int
@@ -678,6 +687,9 @@ class PlanRow:
     n_labels_only: int | None
     width_now: float | None
     source: str = "pilot"  # "pilot" (a labelled sample) or "error rates" (plan_from_error_rates)
+    s_rectifier_90: float = math.nan
+    n_ppi_90: int | None = None
+    rates: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(vars(self))
@@ -685,13 +697,58 @@ class PlanRow:
 
 @dataclass(frozen=True)
 class ErrorRates:
-    """A judge's pair-level error rates as measured on human labels (``berds judge validate --out FILE``)."""
+    """A judge's pair-level error rates as measured on human labels (``berds judge validate --out FILE``).
+
+    ``counts`` (tp, fp, fn, tn) are the validation's confusion counts; with them the rates are uncertain and
+    ``posterior`` draws them from Beta(tp + 1, fn + 1) (sensitivity) and Beta(tn + 1, fp + 1) (specificity):
+    the posteriors under uniform Beta(1, 1) priors, independent of each other (the Yes and the No pairs are
+    disjoint samples). Without counts the rates are taken as exact."""
 
     judge_id: str
     sensitivity: float  # P(judge Yes | human Yes)
     specificity: float  # P(judge No | human No)
     pairs: int
     source: str = ""
+    counts: tuple[int, int, int, int] | None = None  # (tp, fp, fn, tn); None: the rates are exact
+
+    @classmethod
+    def from_counts(cls, judge_id: str, tp: int, fp: int, fn: int, tn: int, source: str = "") -> "ErrorRates":
+        """The measured rates tp/(tp + fn) and tn/(tn + fp), with the counts that make them uncertain."""
+        return cls(judge_id, tp / (tp + fn), tn / (tn + fp), tp + fp + fn + tn, source, (tp, fp, fn, tn))
+
+    def _beta(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        tp, fp, fn, tn = self.counts  # type: ignore[misc]
+        return (tp + 1, fn + 1), (tn + 1, fp + 1)
+
+    def posterior(self, rng: np.random.Generator, draws: int) -> tuple[np.ndarray, np.ndarray]:
+        """``draws`` (sensitivity, specificity) pairs from their posteriors; the point rates repeated when
+        there are no counts."""
+        if self.counts is None:
+            return np.full(draws, self.sensitivity), np.full(draws, self.specificity)
+        (a, b), (c, d) = self._beta()
+        return rng.beta(a, b, draws), rng.beta(c, d, draws)
+
+    def interval(self, confidence: float = CONFIDENCE) -> tuple[tuple[float, float], tuple[float, float]] | None:
+        """Equal-tailed credible intervals of (sensitivity, specificity); None without counts."""
+        if self.counts is None:
+            return None
+        from berds.lazy import require
+
+        stats = require("scipy.stats", extra="analysis", purpose="credible intervals of a judge's error rates")
+        tails = ((1 - confidence) / 2, (1 + confidence) / 2)
+        sens, spec = (tuple(float(x) for x in stats.beta.ppf(tails, *ab)) for ab in self._beta())
+        return sens, spec  # type: ignore[return-value]
+
+    def summary(self, draws: int) -> dict[str, Any]:
+        """What a plan rests on, for its note and JSON."""
+        out: dict[str, Any] = {"judge_id": self.judge_id, "source": self.source, "pairs": self.pairs,
+                               "sensitivity": self.sensitivity, "specificity": self.specificity, "draws": draws}
+        bounds = self.interval()
+        if bounds is not None:
+            tp, fp, fn, tn = self.counts  # type: ignore[misc]
+            out.update(counts={"tp": tp, "fp": fp, "fn": fn, "tn": tn}, sensitivity_ci95=list(bounds[0]),
+                       specificity_ci95=list(bounds[1]), prior="uniform Beta(1, 1)")
+        return out
 
     @classmethod
     def from_validation(cls, path: Any, judge_id: str) -> "ErrorRates":
@@ -713,37 +770,67 @@ class ErrorRates:
             tp, fp, fn, tn = (int(counts[key]) for key in ("tp", "fp", "fn", "tn"))
         except (KeyError, TypeError, ValueError):
             raise InputError(f"the row of {judge_id!r} has no confusion counts (tp, fp, fn, tn)", path=path) from None
+        if min(tp, fp, fn, tn) < 0:
+            raise InputError(f"the row of {judge_id!r} has a negative confusion count: {counts}", path=path)
         if tp + fn == 0 or tn + fp == 0:
             raise InputError(f"the validation of {judge_id!r} has {'no Yes' if tp + fn == 0 else 'no No'} label: its "
                              "sensitivity and specificity are not both measured", path=path)
-        return cls(judge_id, tp / (tp + fn), tn / (tn + fp), tp + fp + fn + tn, str(path))
+        return cls.from_counts(judge_id, tp, fp, fn, tn, str(path))
+
+
+def _label_odds(tpr: Any, fpr: Any, q: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(P(human Yes | judge Yes), P(human Yes | judge No))`` for arrays of rates, on a run whose judged Yes
+    share is ``q``: the prevalence π solved from ``q = tpr·π + fpr·(1 − π)`` (clipped to [0, 1]; any judge but
+    one with tpr = fpr, whose π is anything and whose verdicts are noise: π = q), then Bayes."""
+    tpr, fpr = np.asarray(tpr, dtype=float), np.asarray(fpr, dtype=float)
+    gap = tpr - fpr
+    noise = np.abs(gap) <= 1e-12
+    prevalence = np.clip(np.where(noise, q, (q - fpr) / np.where(noise, 1.0, gap)), 0.0, 1.0)
+    ppv = np.minimum(1.0, tpr * prevalence / q) if q > 0 else np.zeros_like(tpr)
+    false_omission = np.minimum(1.0, (1 - tpr) * prevalence / (1 - q)) if q < 1 else np.zeros_like(tpr)
+    return np.where(noise, prevalence, ppv), np.where(noise, prevalence, false_omission)
 
 
 def _true_label_odds(rates: ErrorRates, judged_yes_share: float) -> tuple[float, float]:
-    """``(P(human Yes | judge Yes), P(human Yes | judge No))`` on a run whose judged Yes share is given: the run's
-    prevalence from that share and the judge's rates (``q = sens·π + (1 − spec)·(1 − π)``), then Bayes."""
-    tpr, fpr, q = rates.sensitivity, 1 - rates.specificity, judged_yes_share
+    """``(P(human Yes | judge Yes), P(human Yes | judge No))`` on a run whose judged Yes share is given, at the
+    measured rates: the run's prevalence from that share and the judge's rates (``q = sens·π + (1 − spec)·(1 − π)``),
+    then Bayes. A judge whose measured rates carry no information is refused."""
+    tpr, fpr = rates.sensitivity, 1 - rates.specificity
     if tpr <= fpr:
         raise BerdsError(f"the judge {rates.judge_id} says Yes no more often to supporting pairs ({100 * tpr:.1f}%) "
                          f"than to others ({100 * fpr:.1f}%) in {rates.source or 'its validation'}: its verdicts carry "
                          "no information to plan from — plan from a labelled pilot (--labels)")
-    prevalence = min(1.0, max(0.0, (q - fpr) / (tpr - fpr)))
-    ppv = min(1.0, tpr * prevalence / q) if q > 0 else 0.0
-    false_omission = min(1.0, (1 - tpr) * prevalence / (1 - q)) if q < 1 else 0.0
-    return ppv, false_omission
+    ppv, false_omission = _label_odds(tpr, fpr, judged_yes_share)
+    return float(ppv), float(false_omission)
 
 
 def plan_from_error_rates(result: Any, rates: ErrorRates, *, target_width: float, population: str = "questions",
-                          draws: int = 200, seed: int = 0) -> list[PlanRow]:
+                          draws: int = 400, seed: int = 0) -> list[PlanRow]:
     """How many questions to label, without a pilot: the spread of human − judged simulated from the judge's
-    validated error rates. Each judged pair of the evaluation ``result`` gets a human label drawn from
-    P(human Yes | judged) (``_true_label_odds``: the run's prevalence from its judged Yes share), independently
-    pair by pair, ``draws`` times; the SDs across questions of human − judged and of human are averaged over the
-    draws and give n as ``plan_labels`` does. It assumes the judge errs on this run as on the validated pairs and
-    independently per pair (errors that cluster in questions widen the spread: label more than it says)."""
+    validated error rates.
+
+    Each of ``draws`` draws takes a sensitivity and a specificity from their posteriors given the validation's
+    confusion counts (``ErrorRates.posterior``: Beta(tp + 1, fn + 1), Beta(tn + 1, fp + 1), uniform priors; the
+    measured rates themselves when ``rates`` has no counts), and gives every judged pair of the evaluation
+    ``result`` a human label drawn from P(human Yes | judged) at those rates (``_label_odds``: the run's
+    prevalence from its judged Yes share, then Bayes), independently pair by pair. Per draw, the SD across the
+    run's questions of human − judged; so its spread over draws holds both the rates' uncertainty and how the
+    human labels of these N questions fall. Central plan: the root mean square of the draws' SDs (the
+    mean variance: n scales with it), n from ``questions_needed`` as ``plan_labels`` does. Conservative plan
+    (``*_90``): the 90th percentile of the draws' SDs and its n, the n that suffices in 90% of the draws (or the
+    central SD and n, when these are larger: never a smaller plan than the central one). Draws of a judge that
+    says Yes less often to supporting pairs than to others, which a small validation does not rule out, are kept
+    (only measured rates like that are refused). The central SD need not exceed that of the measured rates: the
+    uniform prior pulls the rates towards 0.5, which moves the prevalence solved from the run's Yes share.
+
+    It assumes the judge errs on this run as on the validated pairs and independently per pair (errors that
+    cluster in questions widen the spread: label more than it says). The seed fixes the plan: the rates and the
+    labels come from two streams spawned from it, so a plan with exact rates uses the same label draws."""
     _check(population, "1")
     if target_width <= 0 or target_width > 100:
         raise BerdsError(f"--target-width is in percentage points, between 0 and 100; got {target_width:g}")
+    if draws < 2:
+        raise BerdsError(f"the plan needs at least 2 simulation draws, got {draws}")
     if result.judge_id != rates.judge_id:
         raise BerdsError(f"the error rates are {rates.judge_id!r}'s but the run was judged by {result.judge_id!r}")
     ks = tuple(result.ks)
@@ -751,38 +838,49 @@ def plan_from_error_rates(result: Any, rates: ErrorRates, *, target_width: float
     matrices = [np.asarray(result.support[q], dtype=bool)[:, :depth] for q in result.per_question]
     judged_pairs = sum(m.size for m in matrices)
     yes_share = sum(int(m.sum()) for m in matrices) / judged_pairs if judged_pairs else 0.0
-    ppv, false_omission = _true_label_odds(rates, yes_share)
-    rng = np.random.default_rng(seed)
+    _true_label_odds(rates, yes_share)  # (refuses a judge whose measured rates carry no information)
+    rate_rng, label_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
+    sensitivity, specificity = rates.posterior(rate_rng, draws)
+    ppv, false_omission = _label_odds(sensitivity, 1 - specificity, yes_share)
+    ppv, false_omission = ppv[:, None, None], false_omission[:, None, None]
     # per metric: (draws × questions) of human and of human − judged
     human = {name: np.zeros((draws, len(matrices))) for _, name in _metric_names(ks)}
     for j, judged in enumerate(matrices):
-        odds = np.where(judged, ppv, false_omission)
-        sampled = rng.random((draws, *judged.shape)) < odds
+        odds = np.where(judged[None], ppv, false_omission)
+        sampled = label_rng.random((draws, *judged.shape)) < odds
         for k in ks:
             mrecall, precision = stacked_metrics(sampled, k)
             human[f"mrecall@{k}"][:, j], human[f"precision@{k}"][:, j] = mrecall, precision
     rows = []
     N = len(matrices)
     width = target_width / 100
+    summary = rates.summary(draws)
     for k, metric in _metric_names(ks):
         yhat = np.array([result.per_question[q][metric] for q in result.per_question])
         if N < 2:
-            rows.append(PlanRow(metric, 0, N, math.nan, math.nan, None, None, None, source="error rates"))
+            rows.append(PlanRow(metric, 0, N, math.nan, math.nan, None, None, None, source="error rates",
+                                rates=summary))
             continue
-        s_d = float(np.mean(np.std(human[metric] - yhat, axis=1, ddof=1)))
+        per_draw = np.std(human[metric] - yhat, axis=1, ddof=1)
+        s_d = float(np.sqrt(np.mean(per_draw ** 2)))
+        # (inverted_cdf: an SD that at least 90% of the draws do not exceed, so its n suffices in 90% of them;
+        # never below the central SD, which a spread piled up at its top, as MRecall's 0/1 values make, can pass)
+        s_90 = max(s_d, float(np.quantile(per_draw, PLAN_QUANTILE, method="inverted_cdf")))
         s_hat = float(np.std(yhat, ddof=1))
         # labels only is not planned: it needs the spread of the true values across questions, which pair-level
         # error rates cannot give (on the demo the simulation put it at 0 where a pilot measured 42 points)
         rows.append(PlanRow(metric, 0, N, s_d, math.nan,
                             questions_needed(s_d, N, width, population=population, s_judged=s_hat),
-                            None, None, source="error rates"))
+                            None, None, source="error rates", s_rectifier_90=s_90,
+                            n_ppi_90=questions_needed(s_90, N, width, population=population, s_judged=s_hat),
+                            rates=summary))
     return rows
 
 
 def plan_labels(run_path: Any, judge: Any, labels: Any = None, *, target_width: float, ks: Sequence[int] = (5,),
                 cache_path: Any = None, title_position: str = "after", population: str = "questions",
                 judge_options: Mapping[str, Any] | None = None, duplicates: str = "refuse",
-                allow_short: bool = False, validation: Any = None, draws: int = 200, seed: int = 0) -> list[PlanRow]:
+                allow_short: bool = False, validation: Any = None, draws: int = 400, seed: int = 0) -> list[PlanRow]:
     """``berds label plan``: how many questions of an evaluated run (its verdicts read from the judgement cache,
     nothing judged) to label for a 95% interval of ``target_width`` (percentage points) on each metric, with the
     judge (PPI) and without it (labels only) — from a pilot sample of whole labelled questions (``labels``), or
@@ -852,27 +950,51 @@ def _needed(n: int | None, row: PlanRow, spread: float | None = None) -> str:
 
 
 def plan_table(rows: Sequence[PlanRow], *, target_width: float) -> Any:
+    """The plan as a table; from error rates the conservative ``n PPI 90%`` column stands where a pilot's
+    ``width now`` does (``rates_note`` says what the rates rest on)."""
     from rich.table import Table
 
     from_rates = any(r.source == "error rates" for r in rows)
-    caption = ("from the spread of human − judged simulated from the judge's validated error rates, pairs "
-               "independent (errors that cluster in questions need more: label more than it says); labels only needs "
-               "a pilot" if from_rates else
+    caption = ("from the spread of human − judged simulated from the judge's validated error rates, drawn from "
+               "their posteriors; n PPI 90%: enough in 90% of the draws; pairs independent (errors that cluster in "
+               "questions need more: label more than it says); labels only needs a pilot" if from_rates else
                "from the pilot's spread of human − judged (PPI) and of human values (labels only), "
                "in points like the widths; a pilot with no disagreement plans too few — label more than it says")
     table = Table(title=f"questions to label for a 95% interval {target_width:g} points wide", caption=caption)
-    for col in ("metric", "pilot n", "width now", "SD human − judged", "SD human", "n PPI", "n labels only", "N"):
+    # (from rates there is no interval now: its column gives way to the conservative n, so 80 columns still fit)
+    columns = ["metric", "pilot n", *["width now"] * (not from_rates), "SD human − judged", "SD human", "n PPI",
+               *["n PPI 90%"] * from_rates, "n labels only", "N"]
+    for col in columns:
         # the metric is never cut to "MRecall…" in 80 columns: the other headers wrap instead
         table.add_column(col, justify="left" if col == "metric" else "right", no_wrap=col == "metric",
                          min_width=11 if col == "metric" else None)
     for r in rows:
         metric = r.metric.replace("mrecall", "MRecall").replace("precision", "Prec")
-        table.add_row(metric, str(r.pilot) if r.source == "pilot" else "rates",
-                      "-" if r.width_now is None else f"{100 * r.width_now:.1f}",
+        now = [] if from_rates else ["-" if r.width_now is None else f"{100 * r.width_now:.1f}"]
+        conservative = [_needed(r.n_ppi_90, r, r.s_rectifier_90)] if from_rates else []
+        table.add_row(metric, str(r.pilot) if r.source == "pilot" else "rates", *now,
                       "-" if r.s_rectifier != r.s_rectifier else f"{100 * r.s_rectifier:.1f}",
-                      "-" if r.s_human != r.s_human else f"{100 * r.s_human:.1f}",
-                      _needed(r.n_ppi, r), _needed(r.n_labels_only, r, r.s_human), str(r.N))
+                      "-" if r.s_human != r.s_human else f"{100 * r.s_human:.1f}", _needed(r.n_ppi, r), *conservative,
+                      _needed(r.n_labels_only, r, r.s_human), str(r.N))
     return table
+
+
+def rates_note(rows: Sequence[PlanRow]) -> str | None:
+    """The line under a plan from error rates: which rates, on how many validated pairs, with their 95% credible
+    intervals (None for a pilot's plan)."""
+    rates = next((r.rates for r in rows if r.rates), None)
+    if rates is None:
+        return None
+    where = f" of {rates['source']}" if rates.get("source") else ""
+    if "sensitivity_ci95" not in rates:
+        return (f"rates: sensitivity {100 * rates['sensitivity']:.1f}%, specificity {100 * rates['specificity']:.1f}% "
+                f"taken as exact ({rates['draws']} draws of the human labels)")
+    (sl, sh), (pl, ph) = rates["sensitivity_ci95"], rates["specificity_ci95"]
+    c = rates["counts"]
+    return (f"rates: sensitivity {100 * rates['sensitivity']:.1f}% [{100 * sl:.1f}, {100 * sh:.1f}] "
+            f"({c['tp']}/{c['tp'] + c['fn']}), specificity {100 * rates['specificity']:.1f}% [{100 * pl:.1f}, "
+            f"{100 * ph:.1f}] ({c['tn']}/{c['tn'] + c['fp']}): {rates['pairs']} validated pairs{where}; 95% "
+            f"credible intervals, uniform priors; {rates['draws']} draws")
 
 
 # ---------------------------------------------------------------------------------------------------------------
