@@ -35,7 +35,6 @@ import struct
 import sys
 import tempfile
 import time
-import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -47,6 +46,10 @@ from turns import in_fresh_process as fresh_process, spread, take_turns  # noqa:
 _REC = struct.Struct(">Q")
 _HEAD = struct.Struct("<iIII")
 _CRC = struct.Struct("<I")
+try:  # the CRC-32 the store uses (berds/corpora/docstore.py): ISA-L's, the same values as zlib's
+    from isal.isal_zlib import crc32 as _crc32
+except ImportError:
+    from zlib import crc32 as _crc32
 COMMIT = 100_000
 BATCH = 1024
 
@@ -76,7 +79,7 @@ _PLAIN = bytes(0 if (i < 0x20 or i in b'"\\') else 1 for i in range(256))
 def _encode(chunk: list, start: int) -> tuple[list, list, bytes]:
     """(records, id-table items, fingerprint lines) of ``chunk``: the bytes berds writes."""
     records, keys, lines = [], [], []
-    pack, head, crc, cpack = _REC.pack, _HEAD.pack, zlib.crc32, _CRC.pack
+    pack, head, crc, cpack = _REC.pack, _HEAD.pack, _crc32, _CRC.pack  # (the store's CRC-32: ISA-L's, zlib's values)
     for i, p in enumerate(chunk, start):
         pid, title, source, text = p.id.encode(), p.title.encode(), p.source.encode(), p.text.encode()
         key = pack(i)

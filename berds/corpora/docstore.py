@@ -19,10 +19,11 @@ A passage is stored as ``struct("<iIII")`` (group number, character counts of id
 id + title + source + text in utf-8 (one decode per read), zlib-compressed when the store was written with
 ``compression="zlib"`` (~1.9x smaller, a few µs more per lookup), then (format 3) the CRC-32 of all that, 4 bytes
 little-endian. The CRC-32 of a whole record is then one constant (``_CRC_RESIDUE``), so every read that decodes a
-record (lookups, scans, indexing) checks it with one ``zlib.crc32`` call (~0.3 µs for a 700-byte passage) and a
-changed byte is an error naming the record and its passage, never a changed passage served or indexed. Format-2
-stores (no checksum) are still read: their whole-store reads recompute the fingerprint instead (``_StreamCheck``),
-and ``berds corpus upgrade`` rewrites them as format 3 with the same fingerprint.
+record (lookups, scans, indexing) checks it with one CRC-32 call (ISA-L's, ~0.1 µs for a 500-byte passage;
+zlib's, ~0.3 µs, where isal is not installed) and a changed byte is an error naming the record and its passage,
+never a changed passage served or indexed. Format-2 stores (no checksum) are still read: their whole-store reads
+recompute the fingerprint instead (``_StreamCheck``), and ``berds corpus upgrade`` rewrites them as format 3 with
+the same fingerprint.
 
 Writes are atomic at the folder level: the store is built in ``<out>.building/`` and renamed into place
 when the writer closes cleanly. The writer commits every ``shard_size`` passages (and at least every
@@ -88,7 +89,10 @@ _HEAD_SIZE = _HEAD.size
 _CRC = struct.Struct("<I")  # format 3: a record ends with the CRC-32 of what comes before it
 _CRC_SIZE = _CRC.size
 _CRC_RESIDUE = 0x2144DF1C  # zlib.crc32(data + crc32(data) little-endian) for any data: one call checks a record
-_crc32 = zlib.crc32
+try:  # ISA-L's CRC-32: the same function as zlib's (same values), ~4x faster on a passage (81 vs 312 ns, 500 B)
+    from isal.isal_zlib import crc32 as _crc32
+except ImportError:  # (a core dependency; zlib's where a platform has no isal wheel)
+    _crc32 = zlib.crc32
 
 __all__ = [
     "PassageStoreWriter",
