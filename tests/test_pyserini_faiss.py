@@ -323,3 +323,21 @@ def test_an_hnsw_index_with_ef_search(models, store, tmp_path):
     [hits] = r.search_vectors(vectors[7:8], k=3)
     exact = np.argsort(-(vectors @ vectors[7]))[:3]  # 40 vectors, ef 64: the graph search is exact here
     assert [h.passage.id for h in hits] == [PASSAGES[i].id for i in exact]
+
+
+def test_equal_scores_are_ranked_by_passage_id_as_the_retriever_contract_says(models, store, tmp_path):
+    """FAISS leaves equal scores in row order; the contract ranks them by passage id, or `retrieve` refuses the
+    batch as a broken contract (an index holding a passage twice, as Wikipedia dumps do, ties exactly)."""
+    from berds.retrievers.base import contract_problems
+    from berds.retrievers.pyserini_faiss import PyseriniFaissRetriever
+
+    vectors = np.random.default_rng(2).standard_normal((len(PASSAGES), 16)).astype(np.float32)
+    vectors[10] = vectors[3]  # rows 3 and 10 tie (flat FAISS hands them back as rows 10, 3)
+    ids = [p.id for p in PASSAGES]
+    folder = write_layout(tmp_path / "ties", ids, vectors)
+    r = PyseriniFaissRetriever(index=folder, encoder=str(models["contriever"]), corpus=store)
+    [hits] = r.search_vectors(vectors[3:4], k=3)
+    assert ids[3] < ids[10] and [h.passage.id for h in hits[:2]] == [ids[3], ids[10]]
+    assert hits[0].score == hits[1].score
+    assert contract_problems(QUESTIONS[:1], [hits], 3) == []
+

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from berds.errors import BerdsError, InputError
+from berds.retrievers.base import hits_from_store
 from berds.types import Hit, Passage, Question
 
 # pyserini's query-encoder classes in the order its search command tries their names as keywords of the encoder
@@ -349,14 +350,12 @@ class PyseriniFaissRetriever:
         scores, rows = self.index.search(np.ascontiguousarray(vectors, dtype=np.float32), int(k))
         found = [[(self.docids[i], float(s)) for s, i in zip(srow, irow) if i != -1]
                  for srow, irow in zip(scores.tolist(), rows.tolist())]
-        ids = [docid for pairs in found for docid, _ in pairs]
-        try:
-            passages = iter(self.texts.get_many(ids))
+        try:  # (ranked as the contract has it: FAISS leaves equal scores in row order, the contract by passage id)
+            return hits_from_store(self.texts, found)
         except KeyError as exc:
             raise BerdsError(f"passage {exc.args[0]!r} of the FAISS index {self.folder} is not in "
                              f"{self.texts.describe()}: the texts must come from the corpus the index was built "
                              "from (-o texts= / --corpus)") from None
-        return [[Hit(next(passages), score) for _, score in pairs] for pairs in found]
 
     def provenance(self) -> dict[str, Any]:
         from importlib.metadata import PackageNotFoundError, version
