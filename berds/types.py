@@ -149,7 +149,8 @@ class Hit:
 def hits_of(passages: Iterable[Passage], scores: Sequence[float]) -> list[Hit]:
     """``[Hit(p, s) for p, s in zip(passages, scores)]``. When every score is a plain float and none is NaN (an
     engine's list), the hits are made without a call to ``Hit.__init__`` each: a search makes 100 per question."""
-    if set(map(type, scores)) <= {float} and sum(scores) == sum(scores):  # (a NaN, or inf and -inf, sums to NaN)
+    total = sum(scores) if set(map(type, scores)) <= {float} else math.nan
+    if total == total:  # every score a float, none NaN (a NaN, or inf and -inf, sums to NaN: Hit's own check then)
         new = object.__new__
         out: list[Hit] = []
         add = out.append
