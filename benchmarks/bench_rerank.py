@@ -98,17 +98,14 @@ if __name__ == "__main__":
     run_path, cache_path, model_id, out_path, lam = sys.argv[1:5] + [float(sys.argv[5])]
     if sys.argv[6:] == ["orjson"]:  # the same script with orjson reading and writing the jsonl
         import orjson
-        records = [orjson.loads(line) for line in open(run_path, "rb")]
-        reranked = rerank(records, cache_path, model_id, lam)
-        with open(out_path, "wb") as f:
-            for r in records:
-                f.write(orjson.dumps({**r, "ctxs": reranked[r["id"]]}, option=orjson.OPT_APPEND_NEWLINE))
-        sys.exit()
-    records = [json.loads(line) for line in open(run_path, encoding="utf-8")]
+        loads, line_of = orjson.loads, lambda r: orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE)
+    else:
+        loads, line_of = json.loads, lambda r: (json.dumps(r, ensure_ascii=False) + "\n").encode("utf-8")
+    records = [loads(line) for line in open(run_path, "rb")]
     reranked = rerank(records, cache_path, model_id, lam)
-    with open(out_path, "w", encoding="utf-8") as f:  # the reranked run with its texts, as eval needs it
+    with open(out_path, "wb") as f:  # the reranked run with its texts, as eval needs it
         for r in records:
-            f.write(json.dumps({**r, "ctxs": reranked[r["id"]]}, ensure_ascii=False) + "\n")
+            f.write(line_of({**r, "ctxs": reranked[r["id"]]}))
 '''.replace("DEPTH", str(DEPTH))
 
 
