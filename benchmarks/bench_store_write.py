@@ -43,13 +43,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_corpora import synthetic_passages  # noqa: E402
 from turns import in_fresh_process as fresh_process, spread, take_turns  # noqa: E402
 
+from berds.corpora.docstore import _crc32  # noqa: E402  (the store's CRC-32, for the raw writer's same bytes)
+
 _REC = struct.Struct(">Q")
 _HEAD = struct.Struct("<iIII")
 _CRC = struct.Struct("<I")
-try:  # the CRC-32 the store uses (berds/corpora/docstore.py): ISA-L's, the same values as zlib's
-    from isal.isal_zlib import crc32 as _crc32
-except ImportError:
-    from zlib import crc32 as _crc32
 COMMIT = 100_000
 BATCH = 1024
 
