@@ -47,6 +47,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--dim", type=int, default=16, help="the tiny model's vector size (FAISS's share grows with it)")
+    ap.add_argument("--pieces", action="store_true", help="also time the per-hit pieces of the berds hits at k=100 "
+                                                           "(the record reads, the CRC, the Hits) beside the raw read")
     args = ap.parse_args(argv)
 
     import faiss
@@ -129,8 +131,44 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"k={k:<3} {berds:>10} {spread([args.queries / t for t in times[berds]], '{:,.0f}'):>26} q/s   "
                       f"{raw:>9} {spread([args.queries / t for t in times[raw]], '{:,.0f}'):>26} q/s   "
                       f"berds/raw {spread(ratio)}x time")
+        if args.pieces:
+            pieces(store, index, vectors, rec_get, key, from_record, args.rounds)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def pieces(store, index, vectors, rec_get, key, from_record, rounds: int) -> None:
+    """Where the berds hits' time goes at k=100, beside the raw read of the same records: µs a hit, medians
+    (min-max) of alternating rounds (the FAISS search, the same for both, is left out)."""
+    import zlib
+
+    from berds.corpora import docstore
+    from berds.retrievers.base import hits_from_records
+
+    found, rows = index.search_rows(vectors, 100)
+    flat = [r for rs in rows for r in rs]
+    store_crc = docstore._crc32
+
+    def with_zlib_crc():
+        docstore._crc32 = zlib.crc32
+        try:
+            return store.get_records(flat)
+        finally:
+            docstore._crc32 = store_crc
+
+    calls = {"raw: LMDB get + decode + slices": lambda: [from_record(rec_get(key(j))) for j in flat],
+             "get_records (store's CRC-32)": lambda: store.get_records(flat),
+             "get_records (zlib's CRC-32)": with_zlib_crc,
+             "hits_from_records (+ id check, Hits)": lambda: hits_from_records(store, found, rows)}
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for turn in range(rounds):
+        for name, (_, secs) in take_turns(calls, turn).items():
+            times[name].append(1e6 * secs / len(flat))
+    print(f"per hit at k=100 ({len(flat):,} hits, FAISS left out), µs, medians (min-max) of {rounds} rounds; "
+          "ratio to the raw read per round")
+    for name, us in times.items():
+        ratio = [a / b for a, b in zip(us, times["raw: LMDB get + decode + slices"])]
+        print(f"  {name:38} {spread(us, '{:.2f}'):>20}   {spread(ratio)}x")
 
 
 if __name__ == "__main__":

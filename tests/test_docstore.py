@@ -688,7 +688,7 @@ def test_add_many_refuses_an_id_repeated_inside_one_batch_and_undoes_the_batch(t
 
 
 def test_the_record_checksum_is_zlibs_crc32_whichever_library_computes_it(tmp_path, monkeypatch):
-    # ISA-L's CRC-32 (a core dependency, 4x faster) is zlib's function: stores written with one read with the other
+    # ISA-L's CRC-32 (a core dependency, ~3x faster) is zlib's function: stores written with one read with the other
     import os
     import zlib
 
