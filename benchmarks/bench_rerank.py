@@ -250,8 +250,7 @@ import berds.cli as cli
 imported = time.perf_counter()
 # what the command would import or read on its way, timed apart here (taken out of the stages below)
 APART = {}
-for what, step in (("  pydantic, which typer imports to coerce option values", "import typer._adapters"),
-                   ("  the reranker catalogue's entry points (plug-ins)",
+for what, step in (("  the reranker catalogue's entry points (plug-ins)",
                     "from berds.rerank.catalogue import RERANKERS; RERANKERS._load_entry_points()"),
                    ("  rich's table (the summary)", "import rich.table")):
     s = time.perf_counter()
@@ -288,6 +287,8 @@ print(f"main: typer parsing + options, up to reading the run {T['first ' + STAGE
 for label, _, _ in STAGES:
     print(f"{label:52s} {T.get(label, 0.0):.3f}", file=sys.stderr)
 print(f"{'rest (imports on the way, summary table)':52s} {end - T['first ' + STAGES[0][0]] - spent:.3f}", file=sys.stderr)
+# typer 0.29 coerces option values through pydantic; berds' own coercion (berds/cli/coercion.py) should spare it
+print(f"{'pydantic imported on the way':52s} {'yes' if 'pydantic' in sys.modules else 'no'}", file=sys.stderr)
 '''.replace("STAGES_HERE", repr(STAGES))
 
 

@@ -20,6 +20,7 @@ from typer.core import TyperGroup
 
 from berds.cli import analysis, answers, corpus, engine, evaluate, export, judge_trust, llm, questions, rerank, retrieval
 from berds.cli import label  # `berds label ...`: human labels in the browser (berds/trust/labelling)
+from berds.cli.coercion import fast_option_values
 from berds.cli.options import plain_help_types
 
 # `berds --help` lists the commands by workflow. Each command names its panel with typer's rich_help_panel= where
@@ -90,6 +91,7 @@ for module in (evaluate, corpus, retrieval, analysis, rerank, judge_trust, llm, 
     module.register(app)
 
 plain_help_types()
+fast_option_values()  # option values without importing pydantic (berds/cli/coercion.py)
 
 # What an interrupted command leaves behind, by command word (said in the one line Ctrl-C prints).
 KEPT_ON_INTERRUPT = {
