@@ -77,6 +77,7 @@ def test_one_loop_gives_the_hits_of_get_records_and_hits_of(built, monkeypatch):
         assert all(type(h.score) is float for q in got for h in q)
         assert ids == [h.passage.id for h in hits] == [pid for pairs in found for pid, _ in pairs]
         assert sum(map(len, got)) == len(flat) == len(vectors) * k
+    assert store.get_hits([], []) == ([], []) and hits_from_records(store, [[], []], [[], []]) == [[], []]
 
 
 def test_equal_scores_come_out_by_passage_id(built, monkeypatch):

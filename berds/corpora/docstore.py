@@ -1145,8 +1145,8 @@ class PassageStore:
         index's and ranks each question's hits).
 
         A format-3 store without compression, given plain float scores (``plain_scores``: FAISS's ``.tolist()``),
-        makes each Hit in the loop that checks and decodes its record (``_decode_crc_many``): ~0.2 µs a hit less than
-        decoding and then making the hits. Other stores and scores take ``get_records`` + ``hits_of``, so a NaN or
+        makes each Hit in the loop that checks and decodes its record (``_decode_crc_many``), not in a second loop over
+        the passages (``benchmarks/bench_dense_search.py --pieces`` times both). Other stores and scores take ``get_records`` + ``hits_of``, so a NaN or
         non-number score meets ``Hit``'s own check (``InvalidScore``). Checksums and damaged-record errors are
         ``get_records``'s."""
         if len(scores) != len(rows):
