@@ -14,7 +14,8 @@ searched at k = 10 and 100 by:
                and sliced by the header's lengths (no checksum, no ``Passage``: the strongest raw read from disk);
 * berds hits — what ``DenseRetriever.search`` does once the queries are encoded, for an index built from the
                store (its rows are the store's record numbers): ``DenseIndex.search_rows`` + ``hits_from_records``,
-               ``Hit``s with their ``Passage``s read by record number, their ids checked against the index's;
+               ``Hit``s with their ``Passage``s read by record number (``PassageStore.get_hits``: checked, decoded
+               and made into hits in one loop), their ids checked against the index's;
 * berds hits by id — the path before (and for indexes that do not record their row order): ``DenseIndex.search``
                + ``hits_from_store`` (``get_many``: each id looked up in the store's id table).
 
@@ -144,9 +145,11 @@ def pieces(store, index, vectors, rec_get, key, from_record, rounds: int) -> Non
 
     from berds.corpora import docstore
     from berds.retrievers.base import hits_from_records
+    from berds.types import hits_of
 
     found, rows = index.search_rows(vectors, 100)
     flat = [r for rs in rows for r in rs]
+    scores = [x for pairs in found for _, x in pairs]
     store_crc = docstore._crc32
 
     def with_zlib_crc():
@@ -159,7 +162,9 @@ def pieces(store, index, vectors, rec_get, key, from_record, rounds: int) -> Non
     calls = {"raw: LMDB get + decode + slices": lambda: [from_record(rec_get(key(j))) for j in flat],
              "get_records (store's CRC-32)": lambda: store.get_records(flat),
              "get_records (zlib's CRC-32)": with_zlib_crc,
-             "hits_from_records (+ id check, Hits)": lambda: hits_from_records(store, found, rows)}
+             "get_records + hits_of (two loops)": lambda: hits_of(store.get_records(flat), scores),
+             "get_hits (one loop: CRC, Hits, ids)": lambda: store.get_hits(flat, scores),
+             "hits_from_records (+ id check, rank)": lambda: hits_from_records(store, found, rows)}
     times: dict[str, list[float]] = {name: [] for name in calls}
     for turn in range(rounds):
         for name, (_, secs) in take_turns(calls, turn).items():

@@ -146,11 +146,18 @@ class Hit:
             raise InvalidScore(f"score of passage {self.passage.id!r} must be a number, got {self.score!r}")
 
 
+def plain_scores(scores: Sequence[float]) -> bool:
+    """True when every score is a plain ``float`` and none is NaN (an engine's list, from ``.tolist()``): what
+    ``Hit.__init__`` would accept unchanged, so hits with these scores may be made without calling it. Two C-level
+    passes; a NaN, or inf and -inf together, sums to NaN and says False (``Hit``'s own check then)."""
+    total = sum(scores) if set(map(type, scores)) <= {float} else math.nan
+    return total == total
+
+
 def hits_of(passages: Iterable[Passage], scores: Sequence[float]) -> list[Hit]:
     """``[Hit(p, s) for p, s in zip(passages, scores)]``. When every score is a plain float and none is NaN (an
     engine's list), the hits are made without a call to ``Hit.__init__`` each: a search makes 100 per question."""
-    total = sum(scores) if set(map(type, scores)) <= {float} else math.nan
-    if total == total:  # every score a float, none NaN (a NaN, or inf and -inf, sums to NaN: Hit's own check then)
+    if plain_scores(scores):
         new = object.__new__
         out: list[Hit] = []
         add = out.append

@@ -72,7 +72,7 @@ NAMED_33 = r"damaged: record 33 \(passage 'd-0033'\) fails its checksum .*corpus
 def _every_read(store):
     """Every way of reading records: lookups, scans (verified and not), groups, the full check."""
     reads = [lambda: store.get("d-0033"), lambda: store.get_many(["d-0001", "d-0033"]), store.verify,
-             lambda: store.get_records([1, 33])]
+             lambda: store.get_records([1, 33]), lambda: store.get_hits([1, 33], [1.0, 0.5])]
     for verify in (False, True):
         reads += [lambda v=verify: list(store.iter_batches(7, verify=v)),
                   lambda v=verify: list(store.iter_utf8_batches(7, verify=v)),

@@ -72,7 +72,7 @@ from berds.io import (
     text_limit,
     write_json,
 )
-from berds.types import Passage
+from berds.types import Hit, Passage, hits_of, plain_scores
 
 STORE_KIND = "passage-store"
 STORE_FORMAT = 3
@@ -211,12 +211,19 @@ def _decode_crc(value: bytes) -> Passage:
     return _decode_crc_many((value,))[0]
 
 
-def _decode_crc_many(values: Sequence[bytes]) -> list[Passage]:
+def _decode_crc_many(values: Sequence[bytes], scores: Sequence[float] | None = None,
+                     ids: list[str] | None = None) -> list[Any]:
     """Format-3 records (``_decode`` after each one's checksum) in one loop: no call per record, ~10% of a batch
-    read by record number, where a dense search's hits spend their time."""
-    out: list[Passage] = []
+    read by record number, where a dense search's hits spend their time.
+
+    With ``scores`` (as many as ``values``, plain floats, none NaN: ``berds.types.plain_scores``) each record
+    becomes ``Hit(passage, score)`` instead and its passage id is appended to ``ids``: a dense search's hits made
+    in the pass that decodes them (``PassageStore.get_hits``), not in a second loop over the passages."""
+    out: list[Any] = []
     add, crc, unpack, new, head, tail = out.append, _crc32, _HEAD.unpack_from, _new_passage, _HEAD_SIZE, -_CRC_SIZE
-    for value in values:
+    hits = scores is not None
+    add_id = ids.append if ids is not None else None
+    for value, score in zip(values, scores if hits else values):  # (score unused without scores)
         if crc(value) != _CRC_RESIDUE:
             raise ChecksumError()
         _, a, t, s = unpack(value)
@@ -227,11 +234,19 @@ def _decode_crc_many(values: Sequence[bytes]) -> list[Passage]:
             raise DamagedRecordError(f"record header says {a}+{t}+{s} characters of id, title and source in {len(text)}")
         p = new(Passage)
         d = p.__dict__
-        d["id"] = text[:a]
+        d["id"] = pid = text[:a]
         d["text"] = text[e3:]
         d["title"] = text[a:e2]
         d["source"] = text[e2:e3]
-        add(p)
+        if hits:  # (Hit.__init__'s checks are met by plain_scores: the fields are set as hits_of sets them)
+            h = new(Hit)
+            hd = h.__dict__
+            hd["passage"] = p
+            hd["score"] = score
+            add(h)
+            add_id(pid)  # type: ignore[misc]
+        else:
+            add(p)
     return out
 
 
@@ -1122,6 +1137,30 @@ class PassageStore:
         ``get_many`` without the id table: one LMDB read per passage where ``get_many`` makes two. For callers that
         hold record numbers already: a dense index built from this store, whose FAISS row is the record number
         (``DenseRetriever`` checks the ids it gets against the index's own)."""
+        return self._read_records(rows)
+
+    def get_hits(self, rows: Sequence[int], scores: Sequence[float]) -> tuple[list[Hit], list[str]]:
+        """``hits_of(self.get_records(rows), scores)`` and the ids of those passages, in the given order: what a dense
+        search by record number serves (``berds.retrievers.base.hits_from_records``, which checks the ids against the
+        index's and ranks each question's hits).
+
+        A format-3 store without compression, given plain float scores (``plain_scores``: FAISS's ``.tolist()``),
+        makes each Hit in the loop that checks and decodes its record (``_decode_crc_many``), not in a second loop over
+        the passages (``benchmarks/bench_dense_search.py --pieces`` times both). Other stores and scores take ``get_records`` + ``hits_of``, so a NaN or
+        non-number score meets ``Hit``'s own check (``InvalidScore``). Checksums and damaged-record errors are
+        ``get_records``'s."""
+        if len(scores) != len(rows):
+            raise ValueError(f"{len(rows)} record numbers but {len(scores)} scores")
+        if self._decode is not _decode_crc or not plain_scores(scores):
+            passages = self._read_records(rows)
+            return hits_of(passages, scores), list(map(_passage_id, passages))
+        ids: list[str] = []
+        return self._read_records(rows, scores, ids), ids
+
+    def _read_records(self, rows: Sequence[int], scores: Sequence[float] | None = None,
+                      ids: list[str] | None = None) -> list[Any]:
+        """``get_records``; with ``scores`` (a format-3 store without compression only), ``get_hits``'s Hits, their
+        passage ids appended to ``ids`` (see ``_decode_crc_many``)."""
         try:
             _, passage_get = self._local.getters
         except AttributeError:
@@ -1140,6 +1179,8 @@ class PassageStore:
                 values = list(map(passage_get, keys))
                 if None in values:
                     raise self._damaged(KeyError(f"record {rows[values.index(None)]} is missing"))
+                if scores is not None:
+                    return _decode_crc_many(values, scores, ids)
                 return self._decode_list(values)
         except _DECODE_ERRORS:
             raise self._first_bad(keys, values) from None
