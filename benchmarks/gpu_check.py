@@ -11,7 +11,8 @@ adds the embedded judge and the MiniLM encoder on a real all-MiniLM-L6-v2 folder
 The speed sections (benchmarks/gpu_speed.py; ``--sections judge,train,dense``) time the study's evaluator shape
 (Mistral-7B, random bf16 weights) every way berds judges — the study's one-at-a-time loop and a plain batched
 ``generate`` beside them — its fine-tuning (``berds judge train``'s loop) and dense encoding of a BERT-base
-(Contriever) shape, berds' encoder beside plain transformers. All of it fits in 8 minutes on one H100.
+(Contriever) shape, berds' encoder beside plain transformers. Sized for about 7 minutes on one H100 (an estimate
+from the shapes, not yet a measurement); ``--pairs``, ``--train-steps``, ``--passages`` and ``--time-limit`` cap it.
 
 Exit status 1 when any parity check fails (a section that raises counts as failed). ``--out`` is rewritten
 after every section, so a run stopped from outside keeps what it measured; ``--time-limit`` starts no section
