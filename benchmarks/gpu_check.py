@@ -69,6 +69,7 @@ def save() -> None:
     """Write every figure so far to --out (atomically: a run killed mid-write leaves the previous file)."""
     if OUT is None:
         return
+    OUT.parent.mkdir(parents=True, exist_ok=True)
     partial = OUT.with_name(OUT.name + ".partial")
     partial.write_text(json.dumps(RESULTS, indent=2) + "\n")
     os.replace(partial, OUT)
