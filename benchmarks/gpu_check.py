@@ -6,20 +6,29 @@ tests build (tests/llm_fixtures.py, tests/retrieval_fixtures.py), so nothing is 
 adds the embedded judge and the MiniLM encoder on a real all-MiniLM-L6-v2 folder.
 
     python benchmarks/gpu_check.py [--minilm PATH] [--out gpu_check.json] [--sections parity,judge,train,dense]
+                                   [--time-limit SECONDS]
 
 The speed sections (benchmarks/gpu_speed.py; ``--sections judge,train,dense``) time the study's evaluator shape
 (Mistral-7B, random bf16 weights) every way berds judges — the study's one-at-a-time loop and a plain batched
 ``generate`` beside them — its fine-tuning (``berds judge train``'s loop) and dense encoding of a BERT-base
-(Contriever) shape, berds' encoder beside plain transformers. All of it fits in 8 minutes on one H100.
+(Contriever) shape, berds' encoder beside plain transformers. Sized for about 7 minutes on one H100 (an estimate
+from the shapes, not yet a measurement); ``--pairs``, ``--train-steps``, ``--passages`` and ``--time-limit`` cap it.
 
-Exit status 1 when any parity check fails (a section that raises counts as failed). Not part of the test
-suite: CI has no GPU. Needs torch with CUDA, transformers, peft and (for --minilm) sentence-transformers.
+Exit status 1 when any parity check fails (a section that raises counts as failed). ``--out`` is rewritten
+after every section, so a run stopped from outside keeps what it measured; ``--time-limit`` starts no section
+(and no row of the judge table) once that many seconds have passed, and lists them as skipped. Not part of
+the test suite: CI has no GPU (tests/test_gpu_check_script.py runs it on CPU). Needs torch with CUDA,
+transformers, peft and (for --minilm) sentence-transformers; the TART check also imports lmdb (berds' passage
+store) through berds.retrievers. docs/benchmarks.md (issue 31) gives the command for a one-shot GPU lease.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import gc
 import json
+import os
 import sys
 import tempfile
 import time
@@ -48,12 +57,43 @@ PERSPECTIVE_PAIRS = [
 
 RESULTS: dict[str, dict] = {}
 DEVICE = "cuda"  # --device cpu: a dry run of this script on a machine without a GPU (CPU against CPU)
+OUT: Path | None = None  # --out: rewritten after every section
+DEADLINE: float | None = None  # --time-limit, as a time.monotonic() value
+
+
+def past_deadline() -> bool:
+    return DEADLINE is not None and time.monotonic() >= DEADLINE
+
+
+def save() -> None:
+    """Write every figure so far to --out (atomically: a run killed mid-write leaves the previous file)."""
+    if OUT is None:
+        return
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    partial = OUT.with_name(OUT.name + ".partial")
+    partial.write_text(json.dumps(RESULTS, indent=2) + "\n")
+    os.replace(partial, OUT)
+
+
+def free_gpu() -> None:
+    """Drop unreachable objects (models sit in reference cycles) and hand cached blocks back, so what the next
+    section allocates and reports as its peak is its own."""
+    gc.collect()
+    if DEVICE.startswith("cuda"):
+        import torch
+
+        torch.cuda.empty_cache()
 
 
 def section(name):
     """Run one check; record its figures, or the error that stopped it (as a failed check)."""
     def wrap(fn):
         def run(*args, **kwargs):
+            if past_deadline():
+                RESULTS[name] = {"ok": None, "skipped": "time limit"}
+                print(f"[skipped: time limit] {name}", flush=True)
+                save()
+                return
             started = time.perf_counter()
             try:
                 figures = fn(*args, **kwargs)
@@ -64,8 +104,30 @@ def section(name):
             RESULTS[name] = figures
             print(f"[{'ok' if figures.get('ok') else 'FAILED'}] {name}: "
                   + json.dumps({k: v for k, v in figures.items() if k != "traceback"}), flush=True)
+            save()
         return run
     return wrap
+
+
+def fixture(tmp: Path, name: str) -> Path:
+    """The tiny model ``name`` under ``tmp``, built on first use, inside the check that needs it: a fixture that
+    cannot be built (a package missing on the GPU machine) fails that check, not the whole run."""
+    folder = tmp / name
+    if folder.exists():
+        return folder
+    from llm_fixtures import build_tiny_lora, build_tiny_mistral, build_tiny_nli, build_tiny_t5_nli
+    from retrieval_fixtures import tiny_bert, tiny_t5_classifier
+
+    builders = {"mistral": build_tiny_mistral, "lora": lambda f: build_tiny_lora(fixture(tmp, "mistral"), f),
+                "nli": build_tiny_nli, "t5": build_tiny_t5_nli, "bert": tiny_bert, "t5-tart": tiny_t5_classifier}
+    try:
+        builders[name](folder)
+    except BaseException:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)  # (never a half-built folder for the next check)
+        raise
+    return folder
 
 
 def max_logprob_gap(a, b) -> float:
@@ -75,8 +137,10 @@ def max_logprob_gap(a, b) -> float:
 
 
 @section("transformers LLM: cuda float32 vs cpu float32 (greedy texts, first-token log-probs, score)")
-def check_llm(model: Path, adapter: Path):
+def check_llm(tmp: Path):
     from berds.llm.transformers_backend import TransformersLLM
+
+    model, adapter = fixture(tmp, "mistral"), fixture(tmp, "lora")
 
     cpu = TransformersLLM(str(model), device="cpu", batch_size=8)
     gpu = TransformersLLM(str(model), device=DEVICE, dtype="float32", batch_size=8)
@@ -107,8 +171,10 @@ def check_llm(model: Path, adapter: Path):
 
 
 @section("transformers ids name the precision the weights run in (dtype=auto: bf16 on a GPU, float32 on a CPU)")
-def check_llm_ids(model: Path):
+def check_llm_ids(tmp: Path):
     from berds.llm.transformers_backend import TransformersLLM
+
+    model = fixture(tmp, "mistral")
 
     out, ok = {}, True
     for name, kwargs, suffix in (("auto_default_device", {}, None),
@@ -125,10 +191,12 @@ def check_llm_ids(model: Path):
 
 
 @section("study judge (LLMJudge, zero-shot prompt) on the transformers backend: cuda vs cpu verdicts")
-def check_llm_judge(model: Path):
+def check_llm_judge(tmp: Path):
     from berds.judges.llm_judge import LLMJudge
     from berds.llm.transformers_backend import TransformersLLM
     from berds.types import JudgePair
+
+    model = fixture(tmp, "mistral")
 
     pairs = [JudgePair(perspective=p, passage=d) for p, d in PERSPECTIVE_PAIRS]
     cpu = LLMJudge(TransformersLLM(str(model), device="cpu", batch_size=8), top_logprobs=5, max_new_tokens=3)
@@ -143,9 +211,11 @@ def check_llm_judge(model: Path):
 
 
 @section("nli: judges (BERT classifier, T5 seq2seq): cuda vs cpu P(entail)")
-def check_nli(bert_nli: Path, t5_nli: Path):
+def check_nli(tmp: Path):
     from berds.judges.nli import NLIJudge
     from berds.types import JudgePair
+
+    bert_nli, t5_nli = fixture(tmp, "nli"), fixture(tmp, "t5")
 
     pairs = [JudgePair("cats are great pets", "cats are great pets the"), JudgePair("fish need clean water", "dogs sing"),
              JudgePair("birds sing", "birds not sing the a")] * 7
@@ -162,9 +232,11 @@ def check_nli(bert_nli: Path, t5_nli: Path):
 
 
 @section("dense encoder (tiny BERT, transformers backend): cuda vs cpu vectors")
-def check_encoder(bert: Path):
+def check_encoder(tmp: Path):
     from berds.indexes.encoders import EncoderSpec, load_encoder
     from berds.types import Passage
+
+    bert = fixture(tmp, "bert")
 
     spec = EncoderSpec(name="tiny-bert", model=str(bert), pooling="mean", max_length=32)
     texts = ["apple river storm", "market harbor bridge kiwi", "storm"] * 20
@@ -179,10 +251,12 @@ def check_encoder(bert: Path):
 
 
 @section("TART scorer (tiny EncT5) and the MMR sentence encoder (tiny BERT): cuda vs cpu")
-def check_tart_and_mmr_encoder(t5: Path, bert: Path):
+def check_tart_and_mmr_encoder(tmp: Path):
     from berds.rerank.embeddings import SentenceEncoder
     from berds.retrievers.tart import TartScorer
     from berds.testing import rankings_agree
+
+    t5, bert = fixture(tmp, "t5-tart"), fixture(tmp, "bert")
 
     passages = ["apple river storm", "market harbor bridge kiwi", "storm", "river kiwi apple market"] * 5
     a = np.array(TartScorer(str(t5), device="cpu").score("apple storm", passages))
@@ -265,15 +339,17 @@ def run_speed_sections(sections: set[str], args) -> None:
 
     @section("judge throughput: Mistral-7B shape, random bf16 weights, study-shaped LoRA (pairs/s, peak GB)")
     def judge():
-        figures, model, tokenizer_folder = gpu_speed.judge_throughput(DEVICE, pairs, full=full)
+        figures, model, tokenizer_folder = gpu_speed.judge_throughput(DEVICE, pairs, full=full, deadline=DEADLINE)
         held.update(model=model, tokenizer_folder=tokenizer_folder)
         print(figures["table"], flush=True)
         return {"ok": True, **figures}
 
     @section("judge train speed: Mistral-7B shape, LoRA r64 on seven projections, batch 8 (tokens/s)")
     def train():
-        if "model" not in held:  # (train without judge: build the model the judge section would have)
-            _, held["model"], held["tokenizer_folder"] = gpu_speed.judge_throughput(DEVICE, pairs[:2], full=full)
+        if "model" not in held:  # (train without judge, or after it failed: the same shape, built afresh)
+            free_gpu()
+            held["model"] = gpu_speed.build_judge_model(DEVICE, full=full, dtype="bfloat16" if full else "float32")
+            held["tokenizer_folder"] = gpu_speed.judge_tokenizer()
         figures = gpu_speed.train_speed(DEVICE, held["model"], held["tokenizer_folder"], pairs,
                                         steps=args.train_steps if full else 1)
         return {"ok": figures["losses_finite"], **figures}
@@ -291,10 +367,7 @@ def run_speed_sections(sections: set[str], args) -> None:
     if "train" in sections:
         train()
     held.clear()
-    if DEVICE.startswith("cuda"):
-        import torch
-
-        torch.cuda.empty_cache()
+    free_gpu()  # (the 7B model is gone before dense encoding measures its own peak)
     if "dense" in sections:
         dense()
 
@@ -311,9 +384,14 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=640, help="demo pairs judged per fast row of the judge section")
     parser.add_argument("--train-steps", type=int, default=10, help="timed steps of the training-speed row")
     parser.add_argument("--passages", type=int, default=20000, help="passages encoded per row of the dense section")
+    parser.add_argument("--time-limit", type=float, metavar="SECONDS",
+                        help="start no section or judge row after this many seconds (they are listed as skipped); "
+                             "a lease's one shot: leave room for the section running when it passes")
     args = parser.parse_args()
-    global DEVICE
-    DEVICE = args.device
+    global DEVICE, OUT, DEADLINE
+    DEVICE, OUT = args.device, args.out
+    if args.time_limit is not None:
+        DEADLINE = time.monotonic() + args.time_limit
 
     import torch
     import transformers
@@ -321,12 +399,9 @@ def main() -> int:
     if DEVICE.startswith("cuda") and not torch.cuda.is_available():
         print("no CUDA GPU visible: this script compares GPU paths with CPU ones", file=sys.stderr)
         return 2
-    from llm_fixtures import build_tiny_lora, build_tiny_mistral, build_tiny_nli, build_tiny_t5_nli
-    from retrieval_fixtures import tiny_bert, tiny_t5_classifier
-
-    RESULTS["machine"] = {"ok": True, "gpu": torch.cuda.get_device_name(0) if DEVICE != "cpu" else "none (dry run)", "torch": torch.__version__,
-                          "transformers": transformers.__version__, "python": sys.version.split()[0]}
+    RESULTS["machine"] = machine(torch, transformers)
     print(RESULTS["machine"], flush=True)
+    save()
     sections = {s.strip() for s in args.sections.split(",") if s.strip()}
     unknown = sections - {"parity", "judge", "train", "dense"}
     if unknown:
@@ -338,25 +413,44 @@ def main() -> int:
         return finish(args)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        model = build_tiny_mistral(tmp / "mistral")
-        adapter = build_tiny_lora(model, tmp / "lora")
-        check_llm(model, adapter)
-        check_llm_ids(model)
-        check_llm_judge(model)
-        check_nli(build_tiny_nli(tmp / "nli"), build_tiny_t5_nli(tmp / "t5"))
-        check_encoder(tiny_bert(tmp / "bert"))
-        check_tart_and_mmr_encoder(tiny_t5_classifier(tmp / "t5-tart"), tmp / "bert")
+        check_llm(tmp)
+        check_llm_ids(tmp)
+        check_llm_judge(tmp)
+        check_nli(tmp)
+        check_encoder(tmp)
+        check_tart_and_mmr_encoder(tmp)
         if args.minilm:
             check_minilm_encoder(args.minilm)
             check_embedded(args.minilm, args.repeats)
     return finish(args)
 
 
+def machine(torch, transformers) -> dict:
+    """What the figures were measured on (the README quotes them with the date and the card)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    info = {"ok": True, "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+            "gpu": "none (dry run)", "torch": torch.__version__, "transformers": transformers.__version__,
+            "python": sys.version.split()[0]}
+    for package in ("peft", "sentence-transformers", "accelerate"):
+        try:
+            info[package] = version(package)
+        except PackageNotFoundError:
+            info[package] = None
+    if DEVICE.startswith("cuda"):
+        index = torch.device(DEVICE).index or 0
+        info.update(gpu=torch.cuda.get_device_name(index), cuda=torch.version.cuda,
+                    gpu_memory_gb=round(torch.cuda.get_device_properties(index).total_memory / 1e9, 1))
+    return info
+
+
 def finish(args) -> int:
-    failed = [name for name, figures in RESULTS.items() if not figures.get("ok")]
-    if args.out:
-        args.out.write_text(json.dumps(RESULTS, indent=2) + "\n")
-    print(f"\n{len(RESULTS) - len(failed)} of {len(RESULTS)} passed" + (f"; FAILED: {failed}" if failed else ""))
+    skipped = [name for name, figures in RESULTS.items() if figures.get("skipped")]
+    failed = [name for name, figures in RESULTS.items() if not figures.get("ok") and name not in skipped]
+    save()
+    ran = len(RESULTS) - len(skipped)
+    print(f"\n{ran - len(failed)} of {ran} passed" + (f"; FAILED: {failed}" if failed else "")
+          + (f"; skipped (time limit): {skipped}" if skipped else ""))
     return 1 if failed else 0
 
 

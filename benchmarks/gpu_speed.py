@@ -53,34 +53,59 @@ def _attached_llm(tokenizer_folder: Path, model, device: str, dtype: str, **opti
     return llm
 
 
-def judge_throughput(device: str, pairs, *, full: bool) -> dict:
+def build_judge_model(device: str, *, full: bool, dtype: str = "bfloat16"):
+    """The study's evaluator shape (``full``; else a tiny one) with random weights, in eval mode. Built under
+    ``torch.device(device)``: every parameter and buffer is created where it runs, so the 7B shape (14.5 GB in
+    bf16) never passes through CPU memory and its random init runs on the GPU (tested on the meta device)."""
+    import torch
+    from transformers import MistralConfig, MistralForCausalLM
+
+    config = MistralConfig(**(MISTRAL_7B if full else TINY_MISTRAL), bos_token_id=1, eos_token_id=2,
+                           tie_word_embeddings=False)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = MistralForCausalLM._from_config(config, dtype=getattr(torch, dtype))
+    return model.eval()
+
+
+def judge_tokenizer() -> Path:
+    """A folder with the tests' tiny Mistral-style tokenizer and chat template (its tiny model goes unused: the
+    weights timed are ``build_judge_model``'s)."""
+    from llm_fixtures import build_tiny_mistral
+
+    return build_tiny_mistral(Path(tempfile.mkdtemp(prefix="gpu-speed-")) / "tokenizer")
+
+
+def past(deadline: float | None) -> bool:
+    """Whether the run's time limit (a ``time.monotonic()`` value; None: no limit) has passed."""
+    return deadline is not None and time.monotonic() >= deadline
+
+
+def judge_throughput(device: str, pairs, *, full: bool, dtype: str | None = None,
+                     deadline: float | None = None) -> dict:
     """pairs/s and peak GB of the study's judge: the study's loop, berds before and now, merged and unmerged,
-    and a plain batched ``model.generate`` on the same weights."""
+    and a plain batched ``model.generate`` on the same weights.
+
+    ``dtype``: the weights' precision (default bfloat16 on the 7B shape, float32 on the tiny one; a test runs
+    the tiny one in bfloat16 on CPU, the GPU's precision path). A row not started by ``deadline`` (a
+    ``time.monotonic()`` value) is listed as skipped; the rows before it keep their figures."""
     import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import MistralConfig, MistralForCausalLM
 
     from berds.judges.llm_judge import LLMJudge
     from berds.llm.shared import prompt_token_ids
-    from llm_fixtures import build_tiny_mistral
 
-    tmp = Path(tempfile.mkdtemp(prefix="gpu-speed-"))
-    tokenizer_folder = build_tiny_mistral(tmp / "tokenizer")  # (its tiny model is not used)
-    dtype = torch.bfloat16 if full else torch.float32
-    config = MistralConfig(**(MISTRAL_7B if full else TINY_MISTRAL), bos_token_id=1, eos_token_id=2,
-                           tie_word_embeddings=False)
+    tokenizer_folder = judge_tokenizer()
+    dtype_name = dtype or ("bfloat16" if full else "float32")
     started = time.perf_counter()
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = MistralForCausalLM._from_config(config, dtype=dtype)
-    model.eval()
+    model = build_judge_model(device, full=full, dtype=dtype_name)
+    _sync(torch, device)
     build_s = time.perf_counter() - started
     lora = LoraConfig(r=64, lora_alpha=16, lora_dropout=0.0, target_modules=SEVEN, init_lora_weights=False,
                       task_type="CAUSAL_LM")
-    model = get_peft_model(model, lora)  # unmerged: the study's way
-    dtype_name = "bfloat16" if full else "float32"
+    model = get_peft_model(model, lora)  # unmerged: the study's way (adapter weights float32, peft's autocast)
     out: dict = {"model_params_b": round(sum(p.numel() for n, p in model.named_parameters() if "lora_" not in n) / 1e9, 2),
-                 "build_seconds": round(build_s, 1)}
+                 "build_seconds": round(build_s, 1), "dtype": dtype_name}
     n_all = len(pairs)
     n_slow = min(n_all, 128 if full else 4)
     n_loop = min(n_all, 12 if full else 2)
@@ -88,6 +113,10 @@ def judge_throughput(device: str, pairs, *, full: bool) -> dict:
     texts: dict[str, list[str]] = {}  # the 16-new-token replies of each row, to compare paths
 
     def timed(name: str, llm, n: int, new_tokens=(16, 2), batch=None, prompt="zero-shot"):
+        if past(deadline):
+            rows.append({"path": name, "pairs": n, "skipped": "time limit"})
+            print(f"  skipped (time limit): {name}", flush=True)
+            return
         sizes: list[int] = []
         real = llm._generate_batch
 
@@ -113,6 +142,7 @@ def judge_throughput(device: str, pairs, *, full: bool) -> dict:
             if k == 16:
                 texts[name] = [v.raw for v in verdicts]
         rows.append(row)
+        print(f"  {_row_line(row)}", flush=True)  # (as it goes: a run cut short still shows what it measured)
 
     timed("the study's loop (one at a time, adapter)", _attached_llm(tokenizer_folder, model, device, dtype_name,
           batch_size=1), n_loop, new_tokens=(16,))
@@ -129,11 +159,15 @@ def judge_throughput(device: str, pairs, *, full: bool) -> dict:
     timed("one-shot prompt, merged, auto, shared prefix", _attached_llm(tokenizer_folder, model, device, dtype_name,
           shared_prefix=True), n_all, prompt="one-shot")
 
-    one_shot = texts["one-shot prompt, merged, batch auto"]
-    out["shared_prefix_same_replies"] = f"{sum(a == b for a, b in zip(one_shot, texts['one-shot prompt, merged, auto, shared prefix']))} of {len(one_shot)}"
-    out["merged_auto_vs_batch64_same_replies"] = (
-        f"{sum(a == b for a, b in zip(texts['mistral-berds now: merged, batch auto'], texts['merged, batch 64']))} "
-        f"of {n_all}")
+    def same_replies(a: str, b: str) -> str:
+        if a not in texts or b not in texts:
+            return "not run (time limit)"
+        return f"{sum(x == y for x, y in zip(texts[a], texts[b]))} of {len(texts[a])}"
+
+    out["shared_prefix_same_replies"] = same_replies("one-shot prompt, merged, batch auto",
+                                                     "one-shot prompt, merged, auto, shared prefix")
+    out["merged_auto_vs_batch64_same_replies"] = same_replies("mistral-berds now: merged, batch auto",
+                                                              "merged, batch 64")
 
     # A plain batched generate on the same merged weights and the same token ids (no berds in the loop).
     llm = _attached_llm(tokenizer_folder, model, device, dtype_name)
@@ -143,7 +177,7 @@ def judge_throughput(device: str, pairs, *, full: bool) -> dict:
     ids.sort(key=len, reverse=True)
     out["prompt_tokens_mean"] = round(sum(map(len, ids)) / len(ids), 1)
     raw = {"path": "raw transformers generate (merged, batch 64)", "pairs": n_all, "largest_batch": 64}
-    for k in (16, 2):
+    for k in (16, 2) if not past(deadline) else ():
         _peak_reset(torch, device)
         t = time.perf_counter()
         for b in range(0, len(ids), 64):
@@ -157,7 +191,10 @@ def judge_throughput(device: str, pairs, *, full: bool) -> dict:
         _sync(torch, device)
         raw[f"pairs_per_s_{k}_new"] = round(n_all / (time.perf_counter() - t), 2)
         raw[f"peak_gb_{k}_new"] = _peak_gb(torch, device)
+    if "pairs_per_s_16_new" not in raw:
+        raw["skipped"] = "time limit"
     rows.append(raw)
+    print(f"  {_row_line(raw)}", flush=True)
     out["rows"] = rows
     out["table"] = judge_table(rows)
     return out, model, tokenizer_folder
@@ -166,9 +203,19 @@ def judge_throughput(device: str, pairs, *, full: bool) -> dict:
 def judge_table(rows: list[dict]) -> str:
     lines = ["| path | batch | pairs/s, 16 new | pairs/s, 2 new | peak GB (16 new) |", "|---|---:|---:|---:|---:|"]
     for r in rows:
+        if r.get("skipped"):
+            lines.append(f"| {r['path']} | – | skipped ({r['skipped']}) | – | – |")
+            continue
         lines.append(f"| {r['path']} | {r.get('largest_batch', '')} | {r.get('pairs_per_s_16_new', '–')} | "
                      f"{r.get('pairs_per_s_2_new', '–')} | {r.get('peak_gb_16_new') or '–'} |")
     return "\n".join(lines)
+
+
+def _row_line(r: dict) -> str:
+    if r.get("skipped"):
+        return f"{r['path']}: skipped ({r['skipped']})"
+    return (f"{r['path']}: batch {r.get('largest_batch')}, {r.get('pairs_per_s_16_new')} pairs/s at 16 new, "
+            f"{r.get('pairs_per_s_2_new', '–')} at 2 new, peak {r.get('peak_gb_16_new') or '–'} GB")
 
 
 def train_speed(device: str, model, tokenizer_folder: Path, pairs, *, steps: int) -> dict:

@@ -186,3 +186,33 @@ def test_a_judge_name_given_to_from_cache_is_pointed_at_its_cached_id(tmp_path):
     assert "did you mean" not in str(refused.value)
     labels, source = teacher_labels(labelled, "openai:gpt-4|parse=berds-study", cache_path=str(cache_path))
     assert labels == [True] * 16 and source == "cache:openai:gpt-4|parse=berds-study|v1"
+
+
+def test_the_training_copy_is_freed_before_the_trained_judge_loads(tiny_mistral, tmp_path, monkeypatch):
+    """On a GPU the base model trained (14.5 GB for the study's 7B in bf16) must be gone before the held-out
+    questions are judged by the saved folder, loaded afresh: two copies side by side is what a 24-40 GB card
+    cannot hold. Checked without collecting garbage here: train_judge itself must let go of it."""
+    import weakref
+
+    from berds.llm.transformers_backend import TransformersLLM
+    from berds.trust.training import TrainSettings, train_judge
+
+    labels = write_labels(tmp_path / "labels.tsv", 1, questions=2, per_question=2)
+    trained: list[weakref.ref] = []
+    alive_when_the_judge_loads: list[bool] = []
+    real_load = TransformersLLM.load
+
+    def load(self):
+        fresh = self._model is None
+        if fresh and trained:  # the second model loaded: the trained judge, for the held-out questions
+            alive_when_the_judge_loads.append(trained[0]() is not None)
+        done = real_load(self)
+        if fresh and not trained:
+            trained.append(weakref.ref(done._model))
+        return done
+
+    monkeypatch.setattr(TransformersLLM, "load", load)
+    settings = TrainSettings(max_steps=1, batch_size=2, lora_r=4, device="cpu")
+    result = train_judge(labels, str(tiny_mistral), tmp_path / "out", settings=settings, progress=False, n_boot=0)
+    assert result.dev_pairs == 2 and result.dev["n"] == 2
+    assert alive_when_the_judge_loads == [False]

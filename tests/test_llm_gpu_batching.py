@@ -207,3 +207,65 @@ def test_the_shared_prefix_cache_gives_the_plain_paths_verdicts(tiny_mistral):
         assert x.first_token_logprobs.keys() == y.first_token_logprobs.keys()
         assert all(abs(x.first_token_logprobs[t] - y.first_token_logprobs[t]) < 1e-4 for t in x.first_token_logprobs)
     assert plain.id == shared.id
+
+
+def test_auto_batch_on_a_cuda_device_reads_free_memory_and_halves_what_does_not_fit(tiny_mistral, monkeypatch):
+    """The branch only a GPU takes, run on CPU: the backend believes it is on ``cuda`` (its weights stay on the
+    CPU, where the inputs follow them), torch's memory queries answer a 24 GiB card with 3 GiB free and 1 GiB
+    cached by torch but unused, and batches above 3 prompts run out of memory. The sizes asked for are the
+    estimate from that memory (torch's real function names: monkeypatch refuses names torch lacks), the
+    halving takes over, and the answers are the plain path's."""
+    import torch
+
+    from berds.llm.transformers_backend import TransformersLLM, auto_batch_size
+
+    gib = 1 << 30
+    asked: list = []
+
+    def mem_get_info(device=None):
+        asked.append(("mem_get_info", torch.device(device).type))
+        return 3 * gib, 24 * gib
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", mem_get_info)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 5 * gib)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 4 * gib)
+
+    plain = TransformersLLM(str(tiny_mistral), device="cpu", batch_size=8).generate(_prompts(), top_logprobs=5)
+    llm = TransformersLLM(str(tiny_mistral), device="cpu", max_batch_size=6).load()
+    llm.device = "cuda"  # what load() sets on a GPU machine
+    config = llm.model.config
+    tokens = 40
+    expected = auto_batch_size(4 * gib, config, tokens=tokens, logits_steps=16, dtype_bytes=4, cap=6)
+    assert llm._batch_size_for(tokens, 16) == expected == 6  # tiny model: the cap binds
+    assert asked == [("mem_get_info", "cuda")]
+    # a bigger model's shape on the same memory: the estimate, not the cap, decides
+    monkeypatch.setattr(config, "hidden_size", 4096)
+    monkeypatch.setattr(config, "intermediate_size", 14336)
+    monkeypatch.setattr(config, "num_hidden_layers", 32)
+    monkeypatch.setattr(config, "head_dim", 128)
+    monkeypatch.setattr(config, "num_key_value_heads", 8)
+    big = auto_batch_size(4 * gib, config, tokens=1500, logits_steps=16, dtype_bytes=4, cap=6)
+    # 4 GiB: the 3 free plus the 1 torch caches unused (3 GiB alone would give 3)
+    assert big == 4 and llm._batch_size_for(1500, 16) == 4
+    monkeypatch.undo()  # (the tiny shape again; torch's own functions back for the rest of the test)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (3 * gib, 24 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 5 * gib)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 4 * gib)
+
+    real = llm._generate_batch
+    sizes: list[int] = []
+
+    def three_fit(prompts_ids, *args):
+        sizes.append(len(prompts_ids))
+        if len(prompts_ids) > 3:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB")
+        return real(prompts_ids, *args)
+
+    llm._generate_batch = three_fit
+    answers = llm.generate(_prompts(), top_logprobs=5)
+    assert sizes[0] == 6 and sizes[1] == 3 and all(s <= 3 for s in sizes[1:])  # 6 -> 3, then 3 at most
+    assert sum(s for s in sizes if s <= 3) == len(QUESTIONS)
+    assert llm.batch_ceiling == 3
+    assert [g.text for g in answers] == [g.text for g in plain]
+    for a, b in zip(answers, plain):
+        assert all(abs(a.first_token_logprobs[t] - b.first_token_logprobs[t]) < 1e-4 for t in a.first_token_logprobs)

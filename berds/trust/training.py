@@ -21,6 +21,7 @@ complete or not at all, and loads as a judge by path: ``--judge transformers:DIR
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import random
@@ -256,7 +257,11 @@ def train_judge(
                 "targets": source, "prompt": prompt, "settings": asdict(settings),
                 "dev_questions": sorted(dev_questions)}
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    del model, loader  # free the training copy before the judge loads the saved folder
+    # Free the training copy before the judge loads the saved folder (two copies of a 7B base, 14.5 GB each in
+    # bf16, do not fit beside the judging on most GPUs). shaping holds the loader too; the collection is for any
+    # reference cycle left (cheap next to loading a model), so empty_cache finds the blocks free.
+    del model, loader, shaping
+    gc.collect()
     if str(settings.device or "").startswith("cuda") or torch.cuda.is_available():
         torch.cuda.empty_cache()
     if out.exists():
