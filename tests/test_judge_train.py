@@ -216,3 +216,39 @@ def test_the_training_copy_is_freed_before_the_trained_judge_loads(tiny_mistral,
     result = train_judge(labels, str(tiny_mistral), tmp_path / "out", settings=settings, progress=False, n_boot=0)
     assert result.dev_pairs == 2 and result.dev["n"] == 2
     assert alive_when_the_judge_loads == [False]
+
+
+def test_gradient_checkpointing_from_the_cli_and_an_out_of_memory_batch_is_one_line(tiny_mistral, tmp_path, capsys,
+                                                                                    monkeypatch):
+    """`--gradient-checkpointing` reaches the training (recorded in the manifest, the model told); a batch the GPU
+    cannot hold (torch's CUDA OOM, raised here on CPU from the model's forward) is one line naming the remedies."""
+    import torch
+    import transformers
+
+    labels = write_labels(tmp_path / "labels.tsv", 1, questions=2, per_question=2)
+    enabled: list[bool] = []
+    name = next(n for n in ("activation_checkpointing_enable", "gradient_checkpointing_enable")
+                if hasattr(transformers.PreTrainedModel, n))  # (transformers 5.x's name, else the older one)
+    real_enable = getattr(transformers.PreTrainedModel, name)
+    monkeypatch.setattr(transformers.PreTrainedModel, name,
+                        lambda self, *a, **k: (enabled.append(True), real_enable(self, *a, **k))[1])
+    code, _, err = cli(capsys, monkeypatch, "judge", "train", "--labels", str(labels), "--base", str(tiny_mistral),
+                       "--out", str(tmp_path / "gc"), "--max-steps", "1", "--batch-size", "2", "--lora-r", "4",
+                       "--device", "cpu", "--gradient-checkpointing", "--quiet")
+    assert code == 0, err
+    assert enabled == [True]
+    assert json.loads((tmp_path / "gc" / "berds-training.json").read_text())["settings"]["gradient_checkpointing"]
+
+    def out_of_memory(self, *args, **kwargs):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(transformers.MistralForCausalLM, "forward", out_of_memory)
+    code, _, err = cli(capsys, monkeypatch, "judge", "train", "--labels", str(labels), "--base", str(tiny_mistral),
+                       "--out", str(tmp_path / "oom"), "--max-steps", "1", "--batch-size", "2", "--lora-r", "4",
+                       "--device", "cpu", "--quiet")
+    line = " ".join(err.split())
+    assert code == 2, err
+    assert "out of GPU memory at training step 1: a batch of 2 examples padded to" in line, line
+    assert "did not fit without gradient checkpointing — train again with --gradient-checkpointing, or a smaller " \
+           "--batch-size" in line and "Traceback" not in err
+    assert not (tmp_path / "oom").exists() or not any((tmp_path / "oom").iterdir())

@@ -241,6 +241,9 @@ def train_command(
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of the split, the shuffling and the LoRA init."),
     device: Optional[str] = typer.Option(None, "--device", help="cuda or cpu (default: cuda when available)."),
     dtype: str = typer.Option("auto", "--dtype", help="auto (bf16 on GPU, fp32 on CPU), bfloat16, float32."),
+    gradient_checkpointing: bool = typer.Option(False, "--gradient-checkpointing", help="Keep fewer activations and "
+                                                "recompute them in the backward pass: far less GPU memory for about "
+                                                "one more forward pass of time (long examples, smaller cards)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out folder."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
@@ -252,7 +255,7 @@ def train_command(
 
     settings = TrainSettings(epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, lora_r=lora_r,
                              lora_alpha=lora_alpha, dev_share=dev_share, max_steps=max_steps, max_length=max_length,
-                             seed=seed, device=device, dtype=dtype)
+                             seed=seed, device=device, dtype=dtype, gradient_checkpointing=gradient_checkpointing)
     result = train_judge(str(labels), base, out, settings=settings, from_cache=from_cache,
                          from_cache_prompt=from_cache_prompt, cache_path=str(cache) if cache else None,
                          overwrite=overwrite, progress=not quiet)

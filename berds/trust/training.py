@@ -305,8 +305,9 @@ def lora_train(model: Any, examples: Sequence[tuple[list[int], list[int]]], sett
     config = peft.LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
                              target_modules=targets, task_type="CAUSAL_LM")
     model.train()
-    if settings.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+    if settings.gradient_checkpointing:  # (transformers 5.x's name; older ones have only the second)
+        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        enable()
         model.enable_input_require_grads()
     from berds.lazy import quiet_peft
 
@@ -324,6 +325,9 @@ def lora_train(model: Any, examples: Sequence[tuple[list[int], list[int]]], sett
     losses: list[float] = []
     tokens = 0
     on_gpu = str(model.device).startswith("cuda")
+    from berds.llm.transformers_backend import out_of_memory_errors
+
+    out_of_memory = out_of_memory_errors()
     started = time.perf_counter()
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -343,9 +347,12 @@ def lora_train(model: Any, examples: Sequence[tuple[list[int], list[int]]], sett
                 input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in batch])
                 target = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in batch])
                 mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in batch])
-                loss = model(input_ids=input_ids.to(model.device), attention_mask=mask.to(model.device),
-                             labels=target.to(model.device)).loss
-                loss.backward()
+                try:
+                    loss = model(input_ids=input_ids.to(model.device), attention_mask=mask.to(model.device),
+                                 labels=target.to(model.device)).loss
+                    loss.backward()
+                except out_of_memory:
+                    raise _out_of_memory(step, len(batch), width, settings) from None
                 optimizer.step()
                 schedule.step()
                 optimizer.zero_grad(set_to_none=True)
@@ -356,6 +363,15 @@ def lora_train(model: Any, examples: Sequence[tuple[list[int], list[int]]], sett
     if on_gpu:
         torch.cuda.synchronize()
     return model, losses, tokens, time.perf_counter() - started
+
+
+def _out_of_memory(step: int, examples: int, width: int, settings: TrainSettings) -> BerdsError:
+    """The one-line error for a training batch the GPU could not hold (torch's own names no remedy)."""
+    remedies = ([] if settings.gradient_checkpointing else ["--gradient-checkpointing"]) + [
+        "a smaller --batch-size", "a shorter --max-length (longer examples are then refused, never cut)"]
+    return BerdsError(f"out of GPU memory at training step {step + 1}: a batch of {examples} examples padded to "
+                      f"{width} tokens did not fit{'' if settings.gradient_checkpointing else ' without gradient checkpointing'}"
+                      f" — train again with {', or '.join(remedies)}; nothing was saved")
 
 
 def _has_module(model: Any, suffix: str) -> bool:
