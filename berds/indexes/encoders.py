@@ -321,9 +321,11 @@ class Encoder:
                         raise BerdsError(f"encoder {spec.name!r}: transformers has no class {cls_name!r}")
                     tokenizer = transformers.AutoTokenizer.from_pretrained(name, revision=revision,
                                                                            trust_remote_code=spec.trust_remote_code)
+                    # device_map: weights straight onto the device, as the LLM backend loads them (a 7B embedding
+                    # model such as NV-Embed's made a full copy in CPU memory first, then moved it)
                     model = model_cls.from_pretrained(name, revision=revision, trust_remote_code=spec.trust_remote_code,
-                                                      dtype=dtype)
-                    model.eval().to(self.device)
+                                                      dtype=dtype, device_map=self.device)
+                    model.eval()
                     pair = (model, tokenizer)
         except OSError as exc:
             from berds.llm.shared import download_command, looks_like_local_path
