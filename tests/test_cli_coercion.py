@@ -120,3 +120,34 @@ def test_a_bounded_int_out_of_range_gets_typers_message(value):
     else:
         with pytest.raises(typer.BadParameter, match="greater than or equal to 1"):
             runtime.coerce(value, param=param, ctx=Context(command))
+
+
+def test_a_typer_whose_internals_moved_gets_its_own_coercion(monkeypatch, tmp_path):
+    """The fast path leans on typer internals (its path checks, its descriptors): where they fail, typer's own
+    coercion answers instead, so a newer typer than the lock's never breaks a command."""
+    from typer import _param_types
+    from typer._click import Context
+
+    from berds.cli import coercion
+
+    def moved(*args, **kwargs):
+        raise TypeError("coerce_cli_path() got an unexpected keyword argument 'path_type'")
+
+    monkeypatch.setattr(_param_types, "coerce_cli_path", moved)
+    (tmp_path / "store").mkdir()
+    found = [(c, p) for w, c, p in _parameters() if w == "berds corpus info" and p.name == "path"]
+    command, param = found[0]
+    param._runtime_param = None
+    runtime = param.get_runtime_param()
+    assert type(runtime).__name__ == "FastRuntimeParam"
+    assert runtime.coerce(str(tmp_path / "store"), param=param, ctx=Context(command)) == tmp_path / "store"
+    assert "_slow" in vars(runtime)  # answered by typer's adapter, not the broken fast path
+
+    def broken(*args, **kwargs):
+        raise AttributeError("'ParameterInfo' object has no attribute 'parser'")
+
+    monkeypatch.setattr(coercion, "_fast_coercion", broken)
+    param._runtime_param = None
+    runtime = param.get_runtime_param()
+    assert type(runtime).__name__ != "FastRuntimeParam"
+    assert runtime.coerce(str(tmp_path / "store"), param=param, ctx=Context(command)) == tmp_path / "store"

@@ -100,6 +100,7 @@ def fast_option_values() -> None:
     try:
         from dataclasses import dataclass
 
+        from typer import BadParameter as bad_parameter
         from typer import _coercion, core
     except ImportError:  # pragma: no cover - another typer: its own coercion
         return
@@ -119,7 +120,12 @@ def fast_option_values() -> None:
         descriptor: Any
 
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
-            got = self.fast(value, param, ctx)
+            try:
+                got = self.fast(value, param, ctx)
+            except bad_parameter:  # typer's own path checks refusing the value: typer's message
+                raise
+            except Exception:  # a typer whose internals moved under the fast path: its own answer instead
+                got = _NOT_FAST
             if got is not _NOT_FAST:
                 return got
             slow = self.__dict__.get("_slow")
@@ -130,16 +136,18 @@ def fast_option_values() -> None:
 
     def get_runtime_param(self: Any) -> Any:
         if self._runtime_param is None:
-            descriptor = self.type_descriptor
-            fast = None if descriptor.file_annotation is not None else _fast_coercion(
-                descriptor.annotation, descriptor.parameter_info)
-            if fast is not None:
-                self._runtime_param = FastRuntimeParam(annotation=descriptor.annotation,
-                                                       parameter_info=descriptor.parameter_info,
-                                                       fast=fast, descriptor=descriptor)
+            try:
+                descriptor = self.type_descriptor
+                fast = None if descriptor.file_annotation is not None else _fast_coercion(
+                    descriptor.annotation, descriptor.parameter_info)
+                if fast is not None:
+                    self._runtime_param = FastRuntimeParam(annotation=descriptor.annotation,
+                                                           parameter_info=descriptor.parameter_info,
+                                                           fast=fast, descriptor=descriptor)
+            except Exception:  # (a typer whose descriptors or RuntimeParam changed: typer's own coercion)
+                self._runtime_param = None
         return typer_get_runtime_param(self)
 
     typer_get_runtime_param = parameter.get_runtime_param
-    parameter._berds_typer_runtime_param = typer_get_runtime_param  # (the tests compare both)
     parameter.get_runtime_param = get_runtime_param
     parameter._berds_fast_values = True
