@@ -104,3 +104,37 @@ def test_the_speed_sections_need_nothing_a_gpu_image_lacks(tmp_path):
     results = json.loads(out.read_text())
     assert done.returncode == 0 and all(v["ok"] for v in results.values()), done.stdout[-3000:] + done.stderr[-3000:]
     assert len(results) == 4
+
+
+def test_the_lease_script_installs_carried_wheels_and_writes_its_figures_under_out(tmp_path):
+    """benchmarks/gpu_lease.sh, the one command a borrowed GPU runs: carried wheels installed into a folder of
+    their own, gpu_check's figures and log written under $OUT (a dry run here: --device cpu, the train section)."""
+    import os
+    import zipfile
+
+    pytest.importorskip("peft")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    with zipfile.ZipFile(wheels / "leaseprobe-1.0-py3-none-any.whl", "w") as whl:
+        whl.writestr("leaseprobe.py", "ANSWER = 42\n")
+        info = "leaseprobe-1.0.dist-info/"
+        whl.writestr(info + "METADATA", "Metadata-Version: 2.1\nName: leaseprobe\nVersion: 1.0\n")
+        whl.writestr(info + "WHEEL", "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        whl.writestr(info + "RECORD", "")
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "OUT": str(out), "WHEELS": str(wheels), "SECTIONS": "train",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_lease.sh"), "--device", "cpu"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    line = next(x for x in done.stdout.splitlines() if x.startswith("wheels from"))
+    site = Path(line.split(" installed into ")[1].split(" for this run")[0])
+    assert (site / "leaseprobe.py").read_text() == "ANSWER = 42\n"
+    results = json.loads((out / "gpu_speed.json").read_text())
+    assert [k.split(":")[0] for k in results] == ["machine", "judge train speed"] and results["machine"]["ok"]
+    assert "judge train speed" in (out / "gpu_check.log").read_text()
+    # gpu_check's own exit status comes through the tee (a refused run is not reported as done)
+    bad = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_lease.sh"), "--device", "cpu"], cwd=ROOT,
+                         env={**env, "SECTIONS": "judge,speed"}, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "unknown section(s) speed" in (out / "gpu_check.log").read_text()
