@@ -252,3 +252,73 @@ def test_gradient_checkpointing_from_the_cli_and_an_out_of_memory_batch_is_one_l
     assert "did not fit without gradient checkpointing — train again with --gradient-checkpointing, or a smaller " \
            "--batch-size" in line and "Traceback" not in err
     assert not (tmp_path / "oom").exists() or not any((tmp_path / "oom").iterdir())
+
+
+def _adapter(folder):
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "adapter_model.safetensors"))
+
+
+def _stop_at_forward(monkeypatch, call: int, error: BaseException) -> None:
+    """The model's forward raises ``error`` on its ``call``-th call (a crash or Ctrl-C in that training step)."""
+    import transformers
+
+    real = transformers.MistralForCausalLM.forward
+    calls = []
+
+    def forward(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == call:
+            raise error
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.MistralForCausalLM, "forward", forward)
+
+
+def test_an_interrupted_training_resumes_to_the_same_adapter(tiny_mistral, tmp_path, capsys, monkeypatch):
+    """A crash (checkpoints after every step) and a Ctrl-C (the state saved as it stops) both resume, when the
+    same command runs again, to exactly the adapter and losses of the training that was never interrupted; the
+    checkpoint is gone once the adapter is in place, and another training's checkpoint is refused."""
+    import torch
+
+    from berds.errors import BerdsError
+    from berds.trust.training import TrainSettings, train_judge
+
+    labels = write_labels(tmp_path / "labels.tsv", 1)
+    settings = TrainSettings(max_steps=6, batch_size=2, lora_r=4, device="cpu", checkpoint_seconds=0)
+    whole = train_judge(labels, str(tiny_mistral), tmp_path / "whole", settings=settings, progress=False, n_boot=0)
+    assert whole.steps == 6 and whole.resumed_from_step is None
+    assert not (tmp_path / ".whole.checkpoint").exists()
+
+    # a crash in step 4: the checkpoint of step 3 is on disk, the output is not
+    with monkeypatch.context() as patch:
+        _stop_at_forward(patch, 4, RuntimeError("the machine went away"))
+        with pytest.raises(RuntimeError, match="went away"):
+            train_judge(labels, str(tiny_mistral), tmp_path / "crashed", settings=settings, progress=False, n_boot=0)
+    assert (tmp_path / ".crashed.checkpoint" / "state.pt").is_file() and not (tmp_path / "crashed").exists()
+    other = TrainSettings(max_steps=6, batch_size=2, lora_r=4, device="cpu", checkpoint_seconds=0, learning_rate=3e-4)
+    with pytest.raises(BerdsError, match=r"holds the checkpoint of another training .* delete the folder"):
+        train_judge(labels, str(tiny_mistral), tmp_path / "crashed", settings=other, progress=False, n_boot=0)
+    resumed = train_judge(labels, str(tiny_mistral), tmp_path / "crashed", settings=settings, progress=False, n_boot=0)
+    assert resumed.resumed_from_step == 3 and resumed.losses == whole.losses
+    want = _adapter(tmp_path / "whole")
+    got = _adapter(tmp_path / "crashed")
+    assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+    assert not (tmp_path / ".crashed.checkpoint").exists()
+
+    # Ctrl-C in step 3 with no periodic checkpoint yet: the state after step 2 is saved as the command stops
+    args = ["judge", "train", "--labels", str(labels), "--base", str(tiny_mistral), "--out", str(tmp_path / "stopped"),
+            "--max-steps", "6", "--batch-size", "2", "--lora-r", "4", "--device", "cpu", "--quiet",
+            "--checkpoint-seconds", "3600", "--dev-share", "0.2", "--seed", "0"]
+    with monkeypatch.context() as patch:
+        _stop_at_forward(patch, 3, KeyboardInterrupt())
+        code, _, err = cli(capsys, monkeypatch, *args)
+    assert code == 130 and "training state after the last finished step is kept" in " ".join(err.split()), err
+    assert (tmp_path / ".stopped.checkpoint" / "state.pt").is_file()
+    code, stdout, err = cli(capsys, monkeypatch, *args)
+    assert code == 0, err
+    assert "resumed at step 2" in stdout
+    got = _adapter(tmp_path / "stopped")
+    assert all(torch.equal(want[k], got[k]) for k in want)
+    assert json.loads((tmp_path / "stopped" / "berds-training.json").read_text())["losses"] == whole.losses

@@ -108,6 +108,8 @@ KEPT_ON_INTERRUPT = {
     "analyze": "the judgement cache keeps every answered batch; run the same command again",
     "report": "the judgement cache keeps every answered batch; run the same command again",
     "judge": "the judgement cache keeps every answered batch; run the same command again",
+    "judge train": "the training state after the last finished step is kept beside --out; run the same command "
+                   "again to resume",
     "demo": "finished stages (store, indexes, runs, cached verdicts) are kept; run it again to carry on",
 }
 
@@ -148,8 +150,9 @@ def _interrupted(args: list[str]) -> None:
     from rich.console import Console
 
     words = [a for a in args if not a.startswith("-")][:3]
-    kept = KEPT_ON_INTERRUPT.get(" ".join(words)) or KEPT_ON_INTERRUPT.get(words[0] if words else "",
-                                                                        "work already written stays on disk")
+    # the longest entry that the command's first words name ("corpus build search", "judge train", "eval")
+    kept = next((KEPT_ON_INTERRUPT[" ".join(words[:n])] for n in (3, 2, 1) if " ".join(words[:n]) in KEPT_ON_INTERRUPT),
+                "work already written stays on disk")
     how, code = "interrupted[/] (Ctrl-C)", 130
     if _TERMINATED:
         name = signal.Signals(_TERMINATED[0]).name

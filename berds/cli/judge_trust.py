@@ -244,6 +244,9 @@ def train_command(
     gradient_checkpointing: bool = typer.Option(False, "--gradient-checkpointing", help="Keep fewer activations and "
                                                 "recompute them in the backward pass: far less GPU memory for about "
                                                 "one more forward pass of time (long examples, smaller cards)."),
+    checkpoint_seconds: float = typer.Option(600.0, "--checkpoint-seconds", min=0, help="Save the training state "
+                                             "this often (and on Ctrl-C or SIGTERM) in .OUT.checkpoint beside "
+                                             "--out; the same command run again resumes from it."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out folder."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
@@ -255,7 +258,8 @@ def train_command(
 
     settings = TrainSettings(epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, lora_r=lora_r,
                              lora_alpha=lora_alpha, dev_share=dev_share, max_steps=max_steps, max_length=max_length,
-                             seed=seed, device=device, dtype=dtype, gradient_checkpointing=gradient_checkpointing)
+                             seed=seed, device=device, dtype=dtype, gradient_checkpointing=gradient_checkpointing,
+                             checkpoint_seconds=checkpoint_seconds)
     result = train_judge(str(labels), base, out, settings=settings, from_cache=from_cache,
                          from_cache_prompt=from_cache_prompt, cache_path=str(cache) if cache else None,
                          overwrite=overwrite, progress=not quiet)

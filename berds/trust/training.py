@@ -58,6 +58,7 @@ class TrainSettings:
     dtype: str = "auto"  # bfloat16 on GPU, float32 on CPU
     max_steps: int | None = None  # stop early (tests, speed checks)
     gradient_checkpointing: bool = False  # trades speed for memory on long examples
+    checkpoint_seconds: float = 600.0  # training state saved this often (and when interrupted): a rerun resumes
 
     def check(self) -> None:
         for name, low in (("learning_rate", 0.0), ("epochs", 0.0)):
@@ -70,6 +71,8 @@ class TrainSettings:
         for name in ("lora_r", "lora_alpha", "batch_size", "max_length"):
             if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise BerdsError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if not self.checkpoint_seconds >= 0:
+            raise BerdsError(f"checkpoint_seconds must be >= 0, got {self.checkpoint_seconds!r}")
         if self.max_steps is not None and self.max_steps < 1:
             raise BerdsError(f"max_steps must be a positive integer, got {self.max_steps!r}")
 
@@ -90,9 +93,64 @@ class TrainResult:
     dev: dict[str, Any] = field(default_factory=dict)  # JudgeValidity.to_json() of the trained judge on the dev pairs
     dev_against_file: dict[str, Any] | None = None  # distillation: the same predictions against the file's labels
     judge_id: str = ""
+    resumed_from_step: int | None = None  # the checkpoint's step when an interrupted training was resumed
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass
+class TrainCheckpoint:
+    """Where ``lora_train`` keeps its state so that an interrupted training resumes: ``folder/state.pt`` holds the
+    adapter, the optimizer, the schedule, the losses and the random state after the last finished step, written
+    atomically every ``every_seconds`` of training and when interrupted (Ctrl-C, SIGTERM) between steps. It is used
+    only by the training whose ``fingerprint`` (base, prompt, settings, every example) it was written for."""
+
+    folder: Path
+    fingerprint: str
+    every_seconds: float = 600.0
+    resumed_from_step: int | None = None  # set by lora_train when it resumes
+
+    @property
+    def path(self) -> Path:
+        return self.folder / "state.pt"
+
+    def load(self, torch: Any) -> dict[str, Any] | None:
+        """The saved state, or None when there is none; another training's state is refused, never used."""
+        if not self.path.is_file():
+            return None
+        try:  # weights_only: tensors, numbers and lists, never code (the file could have been replaced)
+            state = torch.load(self.path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # (a file cut short by a crash mid-write cannot exist: it is written atomically)
+            raise BerdsError(f"{self.path}: not a training checkpoint berds can read ({type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else ''}) — delete {self.folder} to start "
+                             "the training over") from None
+        if state.get("fingerprint") != self.fingerprint:
+            raise BerdsError(f"{self.folder} holds the checkpoint of another training (other labels, base, prompt "
+                             "or settings): run the same command as before to resume it, or delete the folder to "
+                             "start this one over")
+        return state
+
+    def save(self, torch: Any, state: dict[str, Any]) -> None:
+        from berds.io import atomic_write
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with atomic_write(self.path, "wb", encoding=None) as f:
+            torch.save({**state, "fingerprint": self.fingerprint}, f)
+
+
+def training_fingerprint(base: str, prompt: str, settings: TrainSettings,
+                         examples: Sequence[tuple[list[int], list[int]]]) -> str:
+    """SHA-256 of what decides a training's steps: the base, the prompt, the settings (not the device) and every
+    example's tokens and loss mask, so a checkpoint resumes only the training it was written for."""
+    import hashlib
+
+    digest = hashlib.sha256(json.dumps({"base": base, "prompt": prompt, "settings": {
+        k: v for k, v in asdict(settings).items() if k not in ("device", "checkpoint_seconds")}},
+        sort_keys=True).encode())
+    for ids, labels in examples:
+        digest.update(json.dumps([ids, labels]).encode())
+    return digest.hexdigest()
 
 
 # ------------------------------------------------------------------------------------------ data
@@ -238,11 +296,14 @@ def train_judge(
     if not examples:
         raise BerdsError("every question was held out for validation — lower --dev-share or label more questions")
 
+    # An interrupted training (Ctrl-C, SIGTERM, a crash) resumes from its last checkpoint when run again.
+    out.parent.mkdir(parents=True, exist_ok=True)
+    checkpoint = TrainCheckpoint(out.parent / f".{out.name}.checkpoint",
+                                 training_fingerprint(base, prompt, settings, examples), settings.checkpoint_seconds)
     model, losses, tokens, seconds = lora_train(model, examples, settings, pad_id=tokenizer.pad_token_id,
-                                                progress=progress)
+                                                progress=progress, checkpoint=checkpoint)
 
     # Written next to the output, then moved into place: the folder appears complete or not at all.
-    out.parent.mkdir(parents=True, exist_ok=True)
     staging = out.parent / f".{out.name}.partial"
     shutil.rmtree(staging, ignore_errors=True)
     model.save_pretrained(staging)
@@ -251,6 +312,7 @@ def train_judge(
         out=str(out), base=base, labels_source=source, train_pairs=len(train_rows),
         train_questions=len({labelled.pairs[i].question for i in train_rows}), dev_pairs=len(dev_rows),
         dev_questions=len(dev_questions), steps=len(losses), tokens=tokens, seconds=round(seconds, 2), losses=losses,
+        resumed_from_step=checkpoint.resumed_from_step,
     )
     manifest = {"kind": "berds judge train", "base": base, "labels": {"path": labelled.path,
                                                                        "sha256": labelled.sha256},
@@ -267,6 +329,7 @@ def train_judge(
     if out.exists():
         shutil.rmtree(out)
     staging.rename(out)
+    shutil.rmtree(checkpoint.folder, ignore_errors=True)  # (the trained adapter is in place: nothing to resume)
 
     # The held-out questions, judged through the path every berds judge takes.
     judge = LLMJudge(TransformersLLM(str(out), device=settings.device, dtype=settings.dtype), prompt=prompt)
@@ -290,11 +353,16 @@ def train_judge(
 
 
 def lora_train(model: Any, examples: Sequence[tuple[list[int], list[int]]], settings: TrainSettings, *,
-               pad_id: int | None = None, progress: bool = False) -> tuple[Any, list[float], int, float]:
+               pad_id: int | None = None, progress: bool = False,
+               checkpoint: TrainCheckpoint | None = None) -> tuple[Any, list[float], int, float]:
     """Wrap ``model`` in a fresh LoRA (``settings``) and train it on ``(input_ids, labels)`` examples: AdamW,
     linear schedule with warmup, shuffled batches of ``settings.batch_size`` (seeded), right-padded with no loss
     on padding. Returns ``(peft model, loss per step, tokens seen, seconds)``. ``train_judge`` and
-    benchmarks/gpu_check.py (the 7B training-speed row) both call this."""
+    benchmarks/gpu_check.py (the 7B training-speed row) both call this.
+
+    With ``checkpoint``, a saved state is resumed (the same steps follow as without the interruption: the batch
+    order is replayed from the seed, the random state restored) and the state is saved every
+    ``checkpoint.every_seconds`` and when interrupted between an update and the next."""
     torch = require("torch", extra="llm", purpose="fine-tuning a judge")
     peft = require("peft", extra="llm", purpose="LoRA fine-tuning")
     transformers = require("transformers", extra="llm", purpose="fine-tuning a judge")
@@ -328,41 +396,85 @@ def lora_train(model: Any, examples: Sequence[tuple[list[int], list[int]]], sett
     from berds.llm.transformers_backend import out_of_memory_errors
 
     out_of_memory = out_of_memory_errors()
-    started = time.perf_counter()
+    done, earlier_seconds = 0, 0.0  # steps and seconds of the training before an interruption
+    saved = checkpoint.load(torch) if checkpoint is not None else None
+    if saved is not None:
+        peft.set_peft_model_state_dict(model, saved["adapter"])
+        optimizer.load_state_dict(saved["optimizer"])
+        schedule.load_state_dict(saved["schedule"])
+        done, losses, tokens, earlier_seconds = saved["step"], list(saved["losses"]), saved["tokens"], saved["seconds"]
+        checkpoint.resumed_from_step = done
+    rng_state = saved["rng"] if saved is not None else _rng_state(torch, on_gpu)
+    _set_rng_state(torch, rng_state)
+    started = last_save = time.perf_counter()
+
+    def state_now() -> dict[str, Any]:  # (between steps only: rng_state is the random state after the last one)
+        return {"step": step, "losses": losses, "tokens": tokens, "rng": rng_state,
+                "seconds": earlier_seconds + time.perf_counter() - started,
+                "adapter": peft.get_peft_model_state_dict(model), "optimizer": optimizer.state_dict(),
+                "schedule": schedule.state_dict()}
+
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     with Progress(TextColumn("training"), BarColumn(bar_width=20), MofNCompleteColumn(),
                   TextColumn("loss {task.fields[loss]}"), TimeRemainingColumn(), disable=not progress) as bar:
-        task = bar.add_task("train", total=total, loss="-")
-        step = 0
-        while step < total:
-            order = list(range(len(examples)))
-            rng.shuffle(order)
-            for begin in range(0, len(order), settings.batch_size):
-                if step >= total:
-                    break
-                batch = [examples[j] for j in order[begin:begin + settings.batch_size]]
-                width = max(len(ids) for ids, _ in batch)
-                # right padding: positions count from each example's first token; padded slots carry no loss
-                input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in batch])
-                target = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in batch])
-                mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in batch])
-                try:
-                    loss = model(input_ids=input_ids.to(model.device), attention_mask=mask.to(model.device),
-                                 labels=target.to(model.device)).loss
-                    loss.backward()
-                except out_of_memory:
-                    raise _out_of_memory(step, len(batch), width, settings) from None
-                optimizer.step()
-                schedule.step()
-                optimizer.zero_grad(set_to_none=True)
-                losses.append(float(loss.detach()))  # (a sync per step: the bar shows the loss)
-                tokens += int(mask.sum())
-                step += 1
-                bar.update(task, advance=1, loss=f"{losses[-1]:.3f}")
+        task = bar.add_task("train", total=total, loss="-", completed=done)
+        step, updating = 0, False
+        try:
+            while step < total:
+                order = list(range(len(examples)))
+                rng.shuffle(order)
+                for begin in range(0, len(order), settings.batch_size):
+                    if step >= total:
+                        break
+                    if step < done:  # resumed: the batches of the steps before the checkpoint, in the same order
+                        step += 1
+                        continue
+                    batch = [examples[j] for j in order[begin:begin + settings.batch_size]]
+                    width = max(len(ids) for ids, _ in batch)
+                    # right padding: positions count from each example's first token; padded slots carry no loss
+                    input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in batch])
+                    target = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in batch])
+                    mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in batch])
+                    try:
+                        loss = model(input_ids=input_ids.to(model.device), attention_mask=mask.to(model.device),
+                                     labels=target.to(model.device)).loss
+                        loss.backward()
+                    except out_of_memory:
+                        raise _out_of_memory(step, len(batch), width, settings) from None
+                    value = float(loss.detach())  # (a sync per step: the bar shows the loss)
+                    updating = True  # an interruption from here to the end of the step: no state saved for it
+                    optimizer.step()
+                    schedule.step()
+                    optimizer.zero_grad(set_to_none=True)
+                    losses.append(value)
+                    tokens += int(mask.sum())
+                    step += 1
+                    rng_state = _rng_state(torch, on_gpu)
+                    updating = False
+                    bar.update(task, advance=1, loss=f"{value:.3f}")
+                    if checkpoint is not None and step < total and \
+                            time.perf_counter() - last_save >= checkpoint.every_seconds:
+                        checkpoint.save(torch, state_now())
+                        last_save = time.perf_counter()
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the steps finished so far are kept for the next run
+            if checkpoint is not None and not updating and step > done:
+                checkpoint.save(torch, state_now())
+            raise
     if on_gpu:
         torch.cuda.synchronize()
-    return model, losses, tokens, time.perf_counter() - started
+    return model, losses, tokens, earlier_seconds + time.perf_counter() - started
+
+
+def _rng_state(torch: Any, on_gpu: bool) -> dict[str, Any]:
+    """torch's random state (LoRA's dropout draws from it), with every GPU's when training on one."""
+    return {"cpu": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if on_gpu else []}
+
+
+def _set_rng_state(torch: Any, state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["cpu"])
+    if state["cuda"]:
+        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def _out_of_memory(step: int, examples: int, width: int, settings: TrainSettings) -> BerdsError:
@@ -393,7 +505,9 @@ def result_table(result: TrainResult) -> Any:
     table.add_row("train", f"{result.train_pairs} pairs, {_questions(result.train_questions)}")
     table.add_row("held out", f"{result.dev_pairs} pairs, {_questions(result.dev_questions)} (question-disjoint)")
     rate = result.tokens / result.seconds if result.seconds else float("nan")
-    table.add_row("steps", f"{result.steps} ({result.tokens} tokens, {result.seconds:.1f} s, {rate:.0f} tokens/s)")
+    resumed = f"; resumed at step {result.resumed_from_step}" if result.resumed_from_step else ""
+    table.add_row("steps", f"{result.steps} ({result.tokens} tokens, {result.seconds:.1f} s, {rate:.0f} tokens/s"
+                           f"{resumed})")
     if result.losses:
         table.add_row("loss", f"{result.losses[0]:.3f} first, {result.losses[-1]:.3f} last")
     for title, row in (("held-out F1", result.dev), ("vs file labels", result.dev_against_file)):
