@@ -308,7 +308,7 @@ class Encoder:
                     st = require("sentence_transformers", extra="dense", purpose=f"encoder {spec.name}")
                     model = st.SentenceTransformer(name, device=self.device, revision=revision,
                                                    trust_remote_code=spec.trust_remote_code,
-                                                   model_kwargs={"dtype": dtype})
+                                                   model_kwargs={"dtype": dtype, "device_map": self.device})
                     model.max_seq_length = spec.max_length
                     if spec.append_eos:
                         model.tokenizer.padding_side = "right"  # NV-Embed-v2's recipe: EOS appended, right padding
