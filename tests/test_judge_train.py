@@ -322,3 +322,28 @@ def test_an_interrupted_training_resumes_to_the_same_adapter(tiny_mistral, tmp_p
     got = _adapter(tmp_path / "stopped")
     assert all(torch.equal(want[k], got[k]) for k in want)
     assert json.loads((tmp_path / "stopped" / "berds-training.json").read_text())["losses"] == whole.losses
+
+
+def test_a_second_training_into_the_same_out_at_once_is_refused(tiny_mistral, tmp_path):
+    """The checkpoint folder is locked while a training runs; one that stopped before any step leaves none behind."""
+    import os
+
+    from berds.errors import BerdsError, InputError
+    from berds.io import lock_folder
+    from berds.trust.training import TrainSettings, train_judge
+
+    labels = write_labels(tmp_path / "labels.tsv", 1)
+    settings = TrainSettings(max_steps=1, batch_size=2, lora_r=4, device="cpu")
+    folder = tmp_path / ".out.checkpoint"
+    folder.mkdir()
+    held = lock_folder(folder, what="berds judge train")  # (another process, as far as flock can tell)
+    try:
+        with pytest.raises(InputError, match="another berds judge train is writing into this folder right now"):
+            train_judge(labels, str(tiny_mistral), tmp_path / "out", settings=settings, progress=False, n_boot=0)
+    finally:
+        os.close(held)
+    empty = tmp_path / "empty.tsv"
+    empty.write_text("question\tid\tdocument\tperspective\tlabel\n")
+    with pytest.raises(BerdsError):  # refused after the lock was taken: no pairs to train on
+        train_judge(empty, str(tiny_mistral), tmp_path / "out", settings=settings, progress=False, n_boot=0)
+    assert not folder.exists()

@@ -21,9 +21,11 @@ complete or not at all, and loads as a judge by path: ``--judge transformers:DIR
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import math
+import os
 import random
 import shutil
 import time
@@ -249,11 +251,6 @@ def train_judge(
 
     See the module docstring. Returns the figures the summary table shows (also in ``out/berds-training.json``).
     """
-    from berds.judges.llm_judge import LLMJudge
-    from berds.llm.transformers_backend import TransformersLLM
-    from berds.trust.labels import read_labelled_pairs
-    from berds.trust.validate import score_predictions
-
     from berds.llm.shared import looks_like_local_path
 
     settings.check()
@@ -264,6 +261,34 @@ def train_judge(
         raise BerdsError(f"{out} is a file — --out names the folder the adapter is written to")
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise BerdsError(f"{out} exists and is not empty — choose another --out or pass --overwrite")
+    # One training per --out at a time: the checkpoint folder is locked while this one runs (released at exit, even
+    # by SIGKILL), so a second command into the same folder is refused instead of writing over the first's state.
+    out.parent.mkdir(parents=True, exist_ok=True)
+    checkpoint_folder = out.parent / f".{out.name}.checkpoint"
+    checkpoint_folder.mkdir(exist_ok=True)
+    from berds.io import lock_folder
+
+    lock = lock_folder(checkpoint_folder, what="berds judge train")
+    try:
+        return _train_locked(labels, base, out, checkpoint_folder, settings=settings, from_cache=from_cache,
+                             from_cache_prompt=from_cache_prompt, cache_path=cache_path, prompt=prompt,
+                             progress=progress, n_boot=n_boot)
+    finally:
+        if lock is not None:
+            os.close(lock)
+        with contextlib.suppress(OSError):  # (an empty one: training never reached a step; a checkpoint stays)
+            checkpoint_folder.rmdir()
+
+
+def _train_locked(labels: str | Path, base: str, out: Path, checkpoint_folder: Path, *, settings: TrainSettings,
+                  from_cache: str | None, from_cache_prompt: str | None, cache_path: str | None, prompt: str,
+                  progress: bool, n_boot: int) -> TrainResult:
+    """``train_judge`` once its arguments are checked and its checkpoint folder is locked."""
+    from berds.judges.llm_judge import LLMJudge
+    from berds.llm.transformers_backend import TransformersLLM
+    from berds.trust.labels import read_labelled_pairs
+    from berds.trust.validate import score_predictions
+
     labelled = read_labelled_pairs(labels)
     if len(labelled) == 0:
         raise InputError("no labelled pairs to train on", path=labels)
@@ -297,9 +322,8 @@ def train_judge(
         raise BerdsError("every question was held out for validation — lower --dev-share or label more questions")
 
     # An interrupted training (Ctrl-C, SIGTERM, a crash) resumes from its last checkpoint when run again.
-    out.parent.mkdir(parents=True, exist_ok=True)
-    checkpoint = TrainCheckpoint(out.parent / f".{out.name}.checkpoint",
-                                 training_fingerprint(base, prompt, settings, examples), settings.checkpoint_seconds)
+    checkpoint = TrainCheckpoint(checkpoint_folder, training_fingerprint(base, prompt, settings, examples),
+                                 settings.checkpoint_seconds)
     model, losses, tokens, seconds = lora_train(model, examples, settings, pad_id=tokenizer.pad_token_id,
                                                 progress=progress, checkpoint=checkpoint)
 
