@@ -28,7 +28,6 @@ import argparse
 import datetime
 import gc
 import json
-import os
 import sys
 import tempfile
 import time
@@ -39,6 +38,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
+from gpu_speed import past  # noqa: E402  (the time limit, as the judge rows check it)
 
 PROMPTS = [
     [{"role": "user", "content": "Should cities build bike lanes? Yes or No"}],
@@ -61,18 +61,12 @@ OUT: Path | None = None  # --out: rewritten after every section
 DEADLINE: float | None = None  # --time-limit, as a time.monotonic() value
 
 
-def past_deadline() -> bool:
-    return DEADLINE is not None and time.monotonic() >= DEADLINE
-
-
 def save() -> None:
     """Write every figure so far to --out (atomically: a run killed mid-write leaves the previous file)."""
-    if OUT is None:
-        return
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    partial = OUT.with_name(OUT.name + ".partial")
-    partial.write_text(json.dumps(RESULTS, indent=2) + "\n")
-    os.replace(partial, OUT)
+    if OUT is not None:
+        from berds.io import write_json  # (stdlib only: importable on a stock GPU image)
+
+        write_json(OUT, RESULTS)
 
 
 def free_gpu() -> None:
@@ -89,7 +83,7 @@ def section(name):
     """Run one check; record its figures, or the error that stopped it (as a failed check)."""
     def wrap(fn):
         def run(*args, **kwargs):
-            if past_deadline():
+            if past(DEADLINE):
                 RESULTS[name] = {"ok": None, "skipped": "time limit"}
                 print(f"[skipped: time limit] {name}", flush=True)
                 save()
