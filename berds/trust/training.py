@@ -105,12 +105,12 @@ class TrainResult:
 class TrainCheckpoint:
     """Where ``lora_train`` keeps its state so that an interrupted training resumes: ``folder/state.pt`` holds the
     adapter, the optimizer, the schedule, the losses and the random state after the last finished step, written
-    atomically every ``every_seconds`` of training and when interrupted (Ctrl-C, SIGTERM) between steps. It is used
-    only by the training whose ``fingerprint`` (base, prompt, settings, every example) it was written for."""
+    atomically every ``TrainSettings.checkpoint_seconds`` of training and when interrupted (Ctrl-C, SIGTERM) between
+    steps. It is used only by the training whose ``fingerprint`` (base, prompt, settings, every example) it was
+    written for."""
 
     folder: Path
     fingerprint: str
-    every_seconds: float = 600.0
     resumed_from_step: int | None = None  # set by lora_train when it resumes
 
     @property
@@ -322,8 +322,7 @@ def _train_locked(labels: str | Path, base: str, out: Path, checkpoint_folder: P
         raise BerdsError("every question was held out for validation — lower --dev-share or label more questions")
 
     # An interrupted training (Ctrl-C, SIGTERM, a crash) resumes from its last checkpoint when run again.
-    checkpoint = TrainCheckpoint(checkpoint_folder, training_fingerprint(base, prompt, settings, examples),
-                                 settings.checkpoint_seconds)
+    checkpoint = TrainCheckpoint(checkpoint_folder, training_fingerprint(base, prompt, settings, examples))
     model, losses, tokens, seconds = lora_train(model, examples, settings, pad_id=tokenizer.pad_token_id,
                                                 progress=progress, checkpoint=checkpoint)
 
@@ -386,7 +385,7 @@ def lora_train(model: Any, examples: Sequence[tuple[list[int], list[int]]], sett
 
     With ``checkpoint``, a saved state is resumed (the same steps follow as without the interruption: the batch
     order is replayed from the seed, the random state restored) and the state is saved every
-    ``checkpoint.every_seconds`` and when interrupted between an update and the next."""
+    ``settings.checkpoint_seconds`` and when interrupted between an update and the next."""
     torch = require("torch", extra="llm", purpose="fine-tuning a judge")
     peft = require("peft", extra="llm", purpose="LoRA fine-tuning")
     transformers = require("transformers", extra="llm", purpose="fine-tuning a judge")
@@ -478,7 +477,7 @@ def lora_train(model: Any, examples: Sequence[tuple[list[int], list[int]]], sett
                     updating = False
                     bar.update(task, advance=1, loss=f"{value:.3f}")
                     if checkpoint is not None and step < total and \
-                            time.perf_counter() - last_save >= checkpoint.every_seconds:
+                            time.perf_counter() - last_save >= settings.checkpoint_seconds:
                         checkpoint.save(torch, state_now())
                         last_save = time.perf_counter()
         except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the steps finished so far are kept for the next run
