@@ -4,8 +4,8 @@ Importing pydantic and building an adapter per parameter cost every berds comman
 bench_rerank.py --phases``), a tenth of a whole ``berds rerank``. ``fast_option_values`` gives typer's parameters a
 coercion that returns, without pydantic, the values whose result is certain — a ``str`` for a ``str`` option, a
 plain decimal for an ``int`` or ``float`` (inside its bounds), a path for a ``Path`` (typer's own path checks still
-run) — and hands everything else (``" 5 "``, ``5.0`` for an int, an out-of-range number, a choice, an environment
-value) to typer's own adapter, built only then. Results and error messages are typer's either way
+run) — and hands everything else (``" 5 "``, ``5.0`` for an int, an out-of-range number, a choice) to typer's own
+adapter, built only then. Results and error messages are typer's either way
 (``tests/test_cli_coercion.py`` compares both on every parameter of every command).
 """
 
