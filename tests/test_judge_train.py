@@ -300,6 +300,13 @@ def test_an_interrupted_training_resumes_to_the_same_adapter(tiny_mistral, tmp_p
     other = TrainSettings(max_steps=6, batch_size=2, lora_r=4, device="cpu", checkpoint_seconds=0, learning_rate=3e-4)
     with pytest.raises(BerdsError, match=r"holds the checkpoint of another training .* delete the folder"):
         train_judge(labels, str(tiny_mistral), tmp_path / "crashed", settings=other, progress=False, n_boot=0)
+    state = tmp_path / ".crashed.checkpoint" / "state.pt"
+    kept = state.read_bytes()
+    state.write_bytes(b"not a checkpoint")  # (replaced by hand: read as weights only, never run; refused in one line)
+    with pytest.raises(BerdsError, match=r"state.pt: not a training checkpoint berds can read \(UnpicklingError: "
+                                         r"Weights only load failed\) — delete .*\.crashed\.checkpoint to start"):
+        train_judge(labels, str(tiny_mistral), tmp_path / "crashed", settings=settings, progress=False, n_boot=0)
+    state.write_bytes(kept)
     resumed = train_judge(labels, str(tiny_mistral), tmp_path / "crashed", settings=settings, progress=False, n_boot=0)
     assert resumed.resumed_from_step == 3 and resumed.losses == whole.losses
     want = _adapter(tmp_path / "whole")

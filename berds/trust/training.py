@@ -124,9 +124,10 @@ class TrainCheckpoint:
         try:  # weights_only: tensors, numbers and lists, never code (the file could have been replaced)
             state = torch.load(self.path, map_location="cpu", weights_only=True)
         except Exception as exc:  # (a file cut short by a crash mid-write cannot exist: it is written atomically)
+            # torch's first sentence only: the rest of its message advises loading with weights_only=False
+            said = str(exc).split(". ")[0].splitlines()[0] if str(exc) else ""
             raise BerdsError(f"{self.path}: not a training checkpoint berds can read ({type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0] if str(exc) else ''}) — delete {self.folder} to start "
-                             "the training over") from None
+                             f"{said}) — delete {self.folder} to start the training over") from None
         if state.get("fingerprint") != self.fingerprint:
             raise BerdsError(f"{self.folder} holds the checkpoint of another training (other labels, base, prompt "
                              "or settings): run the same command as before to resume it, or delete the folder to "
